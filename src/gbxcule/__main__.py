@@ -1,0 +1,5 @@
+import sys
+
+from gbxcule.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,27 @@
+"""Emulator backends behind the one `VecBackend` protocol (see `base.py`)."""
+
+from __future__ import annotations
+
+from gbxcule.backends.base import CpuState, VecBackend
+
+BACKENDS = ("pyboy_single", "pyboy_vec_mp", "warp_vec_cpu", "warp_vec_cuda")
+
+
+def make_backend(name: str, rom, **kwargs) -> VecBackend:
+    """Construct a backend by name; kwargs are num_envs, codec, schedule and backend-specific options."""
+    if name == "pyboy_single":
+        from gbxcule.backends.pyboy_single import PyBoySingleBackend
+
+        return PyBoySingleBackend(rom, **kwargs)
+    if name == "pyboy_vec_mp":
+        from gbxcule.backends.pyboy_vec_mp import PyBoyVecMpBackend
+
+        return PyBoyVecMpBackend(rom, **kwargs)
+    if name in ("warp_vec_cpu", "warp_vec_cuda"):
+        from gbxcule.backends.warp_vec import WarpVecBackend
+
+        return WarpVecBackend(rom, device="cuda" if name == "warp_vec_cuda" else "cpu", **kwargs)
+    raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+
+
+__all__ = ["BACKENDS", "CpuState", "VecBackend", "make_backend"]

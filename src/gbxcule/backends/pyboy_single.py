@@ -1,0 +1,120 @@
+"""`pyboy_single`: the reference backend, PyBoy instances in this process with full introspection.
+
+`PyBoyGame` wraps one headless PyBoy and applies the action schedule exactly: the action's buttons are
+pressed before frame 0 of a step and released before frame `release_after_frames` (PyBoy applies queued
+input at the start of its next frame). It is the one place gbxcule drives PyBoy; `pyboy_vec_mp` runs the
+same class in worker processes.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+
+import numpy as np
+
+from gbxcule.backends.base import CpuState, check_actions, check_env
+from gbxcule.core.action_codec import DEFAULT_CODEC, ActionCodec, get_codec
+from gbxcule.core.cartridge import Rom, load_rom
+from gbxcule.core.schedule import ActionSchedule
+
+os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+
+
+def _new_pyboy(rom: Rom, render: bool = False):
+    from pyboy import PyBoy  # imported late: PyBoy is slow to import and only reference runs need it
+
+    logging.getLogger("pyboy").setLevel(logging.ERROR)
+    # A file-like ROM: PyBoy then never reads or writes .ram/.rtc files next to a user's ROM. DMG mode
+    # always (gbxcule emulates the DMG), sound off (the APU is not emulated; see docs/hardware.md).
+    return PyBoy(io.BytesIO(rom.data), window="null", sound_emulated=False, cgb=False, log_level="ERROR",
+                 no_input=True)
+
+
+class PyBoyGame:
+    """One PyBoy driven under an action schedule."""
+
+    def __init__(self, rom: Rom, codec: ActionCodec, schedule: ActionSchedule):
+        self.rom, self.codec, self.schedule = rom, codec, schedule
+        self.pyboy = _new_pyboy(rom)
+        self.frames = 0
+        self.serial = bytearray()  # every byte written to SB since reset
+
+    def reset(self) -> None:
+        """Power on again. A new instance, not load_state: PyBoy's loader advances an MBC3 clock by the
+        wall-clock time since the save, which would make runs irreproducible."""
+        self.pyboy.stop(save=False)
+        self.pyboy = _new_pyboy(self.rom)
+        self.frames = 0
+        self.serial = bytearray()
+
+    def pyboy_state_bytes(self) -> bytes:
+        buf = io.BytesIO()
+        self.pyboy.save_state(buf)
+        return buf.getvalue()
+
+    def step(self, action: int, render: bool = False) -> None:
+        buttons = self.codec.pyboy_buttons(action)
+        for frames, held in self.schedule.segments():
+            for name in buttons:
+                (self.pyboy.button_press if held else self.pyboy.button_release)(name)
+            self.pyboy.tick(frames, render)
+        if self.schedule.release_after_frames == self.schedule.frames_per_step:
+            for name in buttons:
+                self.pyboy.button_release(name)
+        self.frames += self.schedule.frames_per_step
+        self.serial += self.pyboy._serial().encode("latin-1")  # PyBoy keeps only the last 1024 bytes
+
+    def cpu_state(self) -> CpuState:
+        r = self.pyboy.register_file
+        from gbxcule.core.pyboy_state import snapshot_pyboy
+
+        s = snapshot_pyboy(self.pyboy)
+        return CpuState(a=r.A, f=r.F, b=r.B, c=r.C, d=r.D, e=r.E, h=r.H, l=r.L, sp=r.SP, pc=r.PC,
+                        ime=bool(s.cpu.ime), halted=bool(s.cpu.halted))
+
+    def read_memory(self, lo: int, hi: int) -> np.ndarray:
+        return np.asarray(self.pyboy.memory[lo:hi], dtype=np.uint8)
+
+    def close(self) -> None:
+        self.pyboy.stop(save=False)
+
+
+class PyBoySingleBackend:
+    """PyBoy in this process, one instance per env: the reference for lockstep verification."""
+
+    name = "pyboy_single"
+    device = "cpu"
+
+    def __init__(self, rom: str | Rom, num_envs: int = 1, codec: str | ActionCodec = DEFAULT_CODEC,
+                 schedule: ActionSchedule | None = None):
+        self.rom = rom if isinstance(rom, Rom) else load_rom(rom)
+        self.num_envs = num_envs
+        self.codec = codec if isinstance(codec, ActionCodec) else get_codec(codec)
+        self.schedule = schedule or ActionSchedule()
+        self.games = [PyBoyGame(self.rom, self.codec, self.schedule) for _ in range(num_envs)]
+
+    def reset(self, seed: int | None = None) -> None:
+        for g in self.games:
+            g.reset()
+
+    def step(self, actions) -> None:
+        acts = check_actions(self, actions)
+        for g, a in zip(self.games, acts, strict=True):
+            g.step(int(a))
+
+    def get_cpu_state(self, env: int) -> CpuState:
+        return self.games[check_env(self, env)].cpu_state()
+
+    def read_memory(self, env: int, lo: int, hi: int) -> np.ndarray:
+        return self.games[check_env(self, env)].read_memory(lo, hi)
+
+    def serial_bytes(self, env: int) -> bytes:
+        return bytes(self.games[check_env(self, env)].serial)
+
+    def close(self) -> None:
+        for g in self.games:
+            g.close()
+        self.games = []

@@ -1,0 +1,236 @@
+"""`warp_vec_cpu` / `warp_vec_cuda`: N Game Boys as one Warp kernel launch per step.
+
+All state lives in device arrays laid out by `gbxcule.kernels.state`; a step is one launch of the
+generated step kernel with no host synchronisation. Introspection (`get_cpu_state`, `read_memory`,
+`snapshot`) copies state to the host and is meant for verification, not the hot path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+
+import numpy as np
+
+from gbxcule.backends.base import CpuState, check_actions, check_env
+from gbxcule.core.action_codec import DEFAULT_CODEC, ActionCodec, get_codec
+from gbxcule.core.cartridge import Rom, load_rom
+from gbxcule.core.errors import GbxculeError
+from gbxcule.core.schedule import ActionSchedule
+from gbxcule.kernels.state import BIG, FIELD_INDEX, FIELDS, NUM_FIELDS, SERIAL_CAPTURE, ram_layout
+
+# PyBoy's RAM-size table: 8 KiB banks allocated for each header RAM code (MBC2 uses bank 0).
+_RAM_BANKS = {0x00: 1, 0x01: 1, 0x02: 1, 0x03: 4, 0x04: 16, 0x05: 8}
+_MBC_KIND = {"none": 0, "mbc1": 1, "mbc2": 2, "mbc3": 3, "mbc5": 5}
+
+
+def pyboy_boot_rom() -> bytes:
+    """The DMG boot ROM shipped inside the installed pyboy package (never stored in this repository)."""
+    try:
+        data = (resources.files("pyboy.core") / "bootrom_dmg.bin").read_bytes()
+    except (ModuleNotFoundError, FileNotFoundError, OSError):
+        raise GbxculeError("power-on through the boot ROM needs the pyboy package (pip install pyboy); "
+                           "use boot='skip' to start after the boot ROM instead") from None
+    if len(data) != 256:
+        raise GbxculeError(f"pyboy's DMG boot ROM has {len(data)} bytes, expected 256")
+    return data
+
+
+@dataclass(frozen=True)
+class CartConfig:
+    mbc: int
+    rom_banks: int
+    ram_banks: int
+    has_rtc: bool
+    sram: bool
+    mbc1_multicart: bool
+
+
+def cart_config(rom: Rom) -> CartConfig:
+    info = rom.info
+    banks = len(rom.data) // 0x4000
+    if len(rom.data) % 0x4000:
+        raise GbxculeError(f"ROM size {len(rom.data)} is not a whole number of 16 KiB banks")
+    ram_banks = _RAM_BANKS[info.ram_size_code]
+    mbc = _MBC_KIND[info.mbc or "none"]
+    if mbc == 3 and (ram_banks > 4 or banks > 128):
+        mbc = 30
+    multicart = mbc == 1 and banks == 64 and all(
+        rom.data[b * 0x4000 + 0x104:b * 0x4000 + 0x134] == rom.data[0x104:0x134] for b in range(1, banks))
+    sram = mbc == 0 and info.has_ram
+    return CartConfig(mbc, banks, ram_banks, info.has_rtc, sram, multicart)
+
+
+def power_on_fields(cart: CartConfig, boot: bool) -> np.ndarray:
+    """Field values at power-on (boot ROM mapped, PC=0), as the reference initialises them."""
+    v = np.zeros(NUM_FIELDS, dtype=np.int32)
+
+    def put(**kw):
+        for k, x in kw.items():
+            v[FIELD_INDEX[k]] = x
+
+    put(bootrom=1 if boot else 0, stat=0x80, bgp=0xFC, obp0=0xFF, obp1=0xFF, lcd_target=70224,
+        lcd_ctf=70224, next_mode=2, sb=0xFF, sc=0x7E, serial_left=BIG, joy_dpad=15, joy_buttons=15,
+        rom_bank=1, mbc_reg1=1, ram_enabled=1 if cart.sram else 0)
+    return v
+
+
+class WarpVecBackend:
+    """N envs in Warp device arrays, stepped by the generated kernel."""
+
+    def __init__(self, rom: str | Rom, num_envs: int = 1, codec: str | ActionCodec = DEFAULT_CODEC,
+                 schedule: ActionSchedule | None = None, device: str = "cpu"):
+        import warp as wp
+
+        from gbxcule.kernels import init_warp
+        from gbxcule.kernels.gen import load_kernels, op_tables
+        from gbxcule.kernels.state import Mem
+
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        init_warp()
+        if device.startswith("cuda") and not wp.is_cuda_available():
+            raise GbxculeError("warp_vec_cuda needs an NVIDIA GPU with a working CUDA driver; none was found")
+        self.rom = rom if isinstance(rom, Rom) else load_rom(rom)
+        self.num_envs = num_envs
+        self.codec = codec if isinstance(codec, ActionCodec) else get_codec(codec)
+        self.schedule = schedule or ActionSchedule()
+        self.device = device
+        self.name = "warp_vec_cuda" if device.startswith("cuda") else "warp_vec_cpu"
+        self.cart = cart_config(self.rom)
+        self.layout = ram_layout(self.cart.ram_banks * 0x2000)
+        self._wp = wp
+        self._kernels = load_kernels()
+        boot = pyboy_boot_rom()
+        n = num_envs
+        self.fields = wp.zeros(NUM_FIELDS * n, dtype=wp.int32, device=device)
+        self.ram = wp.zeros(self.layout.total * n, dtype=wp.uint8, device=device)
+        self.serial = wp.zeros(SERIAL_CAPTURE * n, dtype=wp.uint8, device=device)
+        self.actions = wp.zeros(n, dtype=wp.int32, device=device)
+        self.masks = wp.array(self.codec.mask_table.reshape(-1), dtype=wp.int32, device=device)
+        fams, info = op_tables()
+        mem = Mem()
+        mem.rom = wp.array(np.frombuffer(self.rom.data, dtype=np.uint8), dtype=wp.uint8, device=device)
+        mem.rom_banks = self.cart.rom_banks
+        mem.boot = wp.array(np.frombuffer(boot, dtype=np.uint8), dtype=wp.uint8, device=device)
+        mem.ram = self.ram
+        mem.serial = self.serial
+        mem.opfam = wp.array(fams, dtype=wp.int32, device=device)
+        mem.opinfo = wp.array(info, dtype=wp.int32, device=device)
+        mem.n_envs = n
+        mem.cart_ram_banks = self.cart.ram_banks
+        mem.mbc = self.cart.mbc
+        mem.has_rtc = int(self.cart.has_rtc)
+        mem.sram = int(self.cart.sram)
+        mem.mbc1_multicart = int(self.cart.mbc1_multicart)
+        for region, base in self.layout.bases.items():
+            setattr(mem, region, base)
+        self.mem = mem
+        self._start = np.tile(power_on_fields(self.cart, boot=True)[:, None], (1, n)).reshape(-1)
+        self.reset()
+
+    # --- VecBackend ---------------------------------------------------------------------------------
+    def reset(self, seed: int | None = None) -> None:
+        wp = self._wp
+        wp.copy(self.fields, wp.array(self._start, dtype=wp.int32, device=self.device))
+        self.ram.zero_()
+        self.serial.zero_()
+
+    def step(self, actions) -> None:
+        wp = self._wp
+        if isinstance(actions, wp.array):
+            self.actions = actions
+        else:
+            acts = check_actions(self, actions)
+            wp.copy(self.actions, wp.array(acts, dtype=wp.int32, device=self.device))
+        wp.launch(self._kernels.step_kernel, dim=self.num_envs, device=self.device,
+                  inputs=[self.fields, self.mem, self.actions, self.masks, self.codec.num_actions,
+                          self.schedule.frames_per_step, self.schedule.release_after_frames])
+
+    def get_cpu_state(self, env: int) -> CpuState:
+        f = self.env_fields(env)
+        return CpuState(a=f["a"], f=f["f"], b=f["b"], c=f["c"], d=f["d"], e=f["e"], h=f["h"], l=f["l"],
+                        sp=f["sp"], pc=f["pc"], ime=bool(f["ime"]), halted=bool(f["halted"]))
+
+    def read_memory(self, env: int, lo: int, hi: int) -> np.ndarray:
+        snap = self.snapshot(env)
+        return np.array([snap.peek(a) for a in range(lo, hi)], dtype=np.uint8)
+
+    def close(self) -> None:
+        self._wp.synchronize_device(self.device)
+
+    # --- introspection ------------------------------------------------------------------------------
+    def env_fields(self, env: int) -> dict[str, int]:
+        check_env(self, env)
+        host = self.fields.numpy().reshape(NUM_FIELDS, self.num_envs)[:, env]
+        return {name: int(host[i]) for i, (name, _) in enumerate(FIELDS)}
+
+    def env_region(self, env: int, region: str) -> np.ndarray:
+        check_env(self, env)
+        base, size = self.layout.bases[region], self.layout.sizes[region]
+        host = self.ram.numpy().reshape(self.layout.total, self.num_envs)
+        return host[base:base + size, env].copy()
+
+    def serial_bytes(self, env: int) -> bytes:
+        count = self.env_fields(env)["serial_count"]
+        ring = self.serial.numpy().reshape(SERIAL_CAPTURE, self.num_envs)[:, env]
+        if count <= SERIAL_CAPTURE:
+            return bytes(ring[:count])
+        start = count % SERIAL_CAPTURE
+        return bytes(np.concatenate([ring[start:], ring[:start]]))
+
+    def snapshot(self, env: int) -> EnvSnapshot:
+        return EnvSnapshot(self.env_fields(env), {r: self.env_region(env, r) for r in self.layout.bases},
+                           self.rom.data, self.cart)
+
+
+@dataclass
+class EnvSnapshot:
+    """One env's state on the host, with a side-effect-free view of its address space."""
+
+    fields: dict[str, int]
+    regions: dict[str, np.ndarray]
+    rom: bytes
+    cart: CartConfig
+
+    def peek(self, addr: int) -> int:
+        f, r = self.fields, self.regions
+        if addr < 0x4000:
+            if f["bootrom"] and addr < 0x100:
+                return pyboy_boot_rom()[addr]
+            return self.rom[(f["rom_bank_low"] * 0x4000 + addr) % len(self.rom)]
+        if addr < 0x8000:
+            return self.rom[(f["rom_bank"] * 0x4000 + addr - 0x4000) % len(self.rom)]
+        if addr < 0xA000:
+            return int(r["vram"][addr - 0x8000])
+        if addr < 0xC000:
+            if not f["ram_enabled"]:
+                return 0xFF
+            bank = 0 if self.cart.mbc == 2 else f["ram_bank"]
+            if bank >= self.cart.ram_banks:
+                return 0
+            value = int(r["cart"][(bank * 0x2000 + (addr & (0x1FF if self.cart.mbc == 2 else 0x1FFF)))])
+            return value | 0xF0 if self.cart.mbc == 2 else value
+        if addr < 0xFE00:
+            return int(r["wram"][(addr - 0xC000) & 0x1FFF])
+        if addr < 0xFEA0:
+            return int(r["oam"][addr - 0xFE00])
+        if addr < 0xFF00:
+            return int(r["unusable"][addr - 0xFEA0])
+        return self.io(addr)
+
+    def io(self, addr: int) -> int:
+        f = self.fields
+        regs = {0xFF00: f["joyp"], 0xFF01: f["sb"], 0xFF02: f["sc"], 0xFF04: f["div_counter"] >> 8,
+                0xFF05: 0 if f["tima_reload"] == 1 else f["tima"], 0xFF06: f["tma"], 0xFF07: f["tac"] | 0xF8,
+                0xFF0F: f["if_"] | 0xE0, 0xFF40: f["lcdc"], 0xFF41: f["stat"], 0xFF42: f["scy"],
+                0xFF43: f["scx"], 0xFF44: f["ly"], 0xFF45: f["lyc"], 0xFF46: f["dma_source"],
+                0xFF47: f["bgp"], 0xFF48: f["obp0"], 0xFF49: f["obp1"], 0xFF4A: f["wy"], 0xFF4B: f["wx"],
+                0xFFFF: f["ie"]}
+        if addr in regs:
+            return regs[addr] & 0xFF
+        if 0xFF80 <= addr < 0xFFFF:
+            return int(self.regions["hram"][addr - 0xFF80])
+        if 0xFF10 <= addr < 0xFF40:
+            return 0
+        return 0xFF

@@ -1,0 +1,25 @@
+"""Arguments several commands share: backend, envs, codec, schedule, action generator."""
+
+from __future__ import annotations
+
+from gbxcule.backends import BACKENDS
+from gbxcule.core.action_codec import CODECS, DEFAULT_CODEC
+from gbxcule.core.schedule import ActionSchedule
+from gbxcule.harness.actions import GENERATORS
+
+
+def add_run_args(p, backend: str = "pyboy_single", steps: int = 100) -> None:
+    p.add_argument("--backend", default=backend, choices=BACKENDS, help=f"emulator backend (default {backend})")
+    p.add_argument("--envs", type=int, default=1, help="number of envs (default 1)")
+    p.add_argument("--steps", type=int, default=steps, help=f"steps to run (default {steps})")
+    p.add_argument("--frames-per-step", type=int, default=24, help="frames per step (default 24)")
+    p.add_argument("--release-after-frames", type=int, default=8,
+                   help="frames the action's buttons are held in each step (default 8)")
+    p.add_argument("--codec", default=DEFAULT_CODEC, choices=list(CODECS), help=f"action codec ({DEFAULT_CODEC})")
+    p.add_argument("--actions", default="seeded_random", choices=GENERATORS, help="action generator")
+    p.add_argument("--seed", type=int, default=0, help="seed of the action generator (default 0)")
+    p.add_argument("--fixed-action", type=int, default=0, help="the action for --actions fixed (default 0)")
+
+
+def schedule_from(args) -> ActionSchedule:
+    return ActionSchedule(args.frames_per_step, args.release_after_frames)

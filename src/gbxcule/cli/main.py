@@ -1,0 +1,53 @@
+"""The `gbxcule` command line: one subcommand per module in this package.
+
+Every command has --help; commands that report take --json and then print exactly one JSON object on
+stdout. Errors are one line on stderr and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+
+from gbxcule import __version__
+from gbxcule.core.errors import GbxculeError
+
+EXIT_ERROR = 2
+
+
+def emit(args: argparse.Namespace, payload: dict, text: Callable[[dict], str]) -> None:
+    """Print a command's report: one JSON object with --json, else the human text."""
+    if getattr(args, "json", False):
+        sys.stdout.write(json.dumps(payload, sort_keys=True) + "\n")
+    else:
+        sys.stdout.write(text(payload).rstrip("\n") + "\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from gbxcule.cli import info, play, roms, testrom, verify
+
+    parser = argparse.ArgumentParser(prog="gbxcule", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"gbxcule {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in (roms, info, play, verify, testrom):
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (GbxculeError, ValueError) as exc:
+        sys.stderr.write(f"gbxcule {args.command}: error: {exc}\n")
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        sys.stderr.write("gbxcule: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

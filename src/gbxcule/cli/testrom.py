@@ -1,0 +1,31 @@
+"""`gbxcule testrom ROM`: run a blargg or mooneye test ROM and report its own verdict."""
+
+from __future__ import annotations
+
+from gbxcule.backends import BACKENDS
+from gbxcule.core.cartridge import load_rom
+from gbxcule.harness.testrom import run_test_rom
+
+
+def register(sub) -> None:
+    p = sub.add_parser("testrom", help="run a test ROM (blargg, mooneye) and judge it by its protocol",
+                       description="Run a test ROM until it reports (serial text, the 0xA000 result block, or "
+                                   "mooneye's LD B,B register signature) or the frame limit runs out. "
+                                   "Exit 0 on pass, 1 on fail or no verdict.")
+    p.add_argument("rom", help="test ROM file")
+    p.add_argument("--backend", default="warp_vec_cpu", choices=BACKENDS, help="backend (default warp_vec_cpu)")
+    p.add_argument("--frames", type=int, default=3600, help="frame limit (default 3600 = 1 minute)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from gbxcule.cli.main import emit
+
+    if args.frames < 1:
+        raise ValueError("--frames must be >= 1")
+    result = run_test_rom(load_rom(args.rom), args.backend, args.frames)
+    verdict = "PASS" if result.passed else "FAIL" if result.decided else "NO VERDICT"
+    emit(args, {**result.to_dict(), "rom": args.rom, "backend": args.backend, "verdict": verdict},
+         lambda d: f"{d['verdict']} {d['rom']} ({d['protocol']}, {d['frames']} frames)\n{d['text'].strip()}")
+    return 0 if result.passed else 1

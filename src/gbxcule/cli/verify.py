@@ -1,0 +1,70 @@
+"""`gbxcule verify`: lockstep comparison of a device under test against PyBoy, step by step."""
+
+from __future__ import annotations
+
+from gbxcule.core.action_codec import CODECS
+from gbxcule.core.cartridge import load_rom
+from gbxcule.harness.actions import GENERATORS
+from gbxcule.harness.compare import DEFAULT_REGIONS, REGIONS
+from gbxcule.harness.verify import VerifyConfig, run_verify
+from gbxcule.roms import get_spec, resolve_rom, suite
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "verify", help="run a DUT in lockstep with PyBoy and stop at the first difference",
+        description="Run the reference (PyBoy) and a device under test side by side, compare every env after "
+                    "every step, and on the first mismatch write a repro bundle and exit 1. Settings left out "
+                    "come from a built-in ROM's manifest, else from the defaults shown.")
+    p.add_argument("--rom", required=True, help="ROM file or built-in ROM name")
+    p.add_argument("--ref", default="pyboy_single", choices=["pyboy_single"], help="reference backend")
+    p.add_argument("--dut", default="warp_vec_cpu", choices=["warp_vec_cpu", "warp_vec_cuda"],
+                   help="device under test (default warp_vec_cpu)")
+    p.add_argument("--steps", type=int, help="steps to compare (default 2000)")
+    p.add_argument("--frames-per-step", type=int, help="frames per step (default 1)")
+    p.add_argument("--release-after-frames", type=int, help="frames the buttons are held (default 1)")
+    p.add_argument("--actions", choices=GENERATORS, help="action generator (default seeded_random)")
+    p.add_argument("--seed", type=int, default=0, help="action generator seed (default 0)")
+    p.add_argument("--codec", default="dmg_buttons_v0", choices=list(CODECS), help="action codec")
+    p.add_argument("--envs", type=int, default=1, help="envs compared side by side (default 1)")
+    p.add_argument("--regions", default=",".join(DEFAULT_REGIONS),
+                   help=f"memory regions compared, from {','.join(REGIONS)} (default %(default)s)")
+    p.add_argument("--bundle-dir", default="bundles", help="where mismatch bundles go (default bundles/)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def _text(d: dict) -> str:
+    head = (f"{'OK' if d['ok'] else 'MISMATCH'}: {d['steps_run']} steps ({d['frames_run']} frames) of "
+            f"{d['rom']} on {d['dut']} vs {d['ref']} in {d['seconds']:.1f} s")
+    if d["ok"]:
+        return head
+    return "\n".join([head, f"first difference after step {d['mismatch_step']} in env {d['mismatch_env']}:",
+                      *("  " + x for x in d["differences"][:40]), f"bundle: {d['bundle']}"])
+
+
+def run(args) -> int:
+    from gbxcule.cli.main import emit
+
+    regions = tuple(r for r in args.regions.split(",") if r)
+    bad = [r for r in regions if r not in REGIONS]
+    if bad:
+        raise ValueError(f"unknown region(s) {', '.join(bad)}; choose from {', '.join(REGIONS)}")
+    if args.envs < 1:
+        raise ValueError("--envs must be >= 1")
+    manifest = get_spec(args.rom).verify if args.rom.upper() in suite() else None
+    pick = lambda given, attr, default: given if given is not None else (  # noqa: E731
+        getattr(manifest, attr) if manifest else default)
+    cfg = VerifyConfig(
+        rom=args.rom, steps=pick(args.steps, "steps", 2000),
+        frames_per_step=pick(args.frames_per_step, "frames_per_step", 1),
+        release_after_frames=pick(args.release_after_frames, "release_after_frames", 1),
+        actions=pick(args.actions, "actions", "seeded_random"), seed=args.seed, codec=args.codec,
+        envs=args.envs, dut=args.dut, regions=regions, bundle_dir=args.bundle_dir)
+    cfg.release_after_frames = min(cfg.release_after_frames, cfg.frames_per_step)
+    rom = load_rom(resolve_rom(args.rom))
+    result = run_verify(cfg, rom)
+    emit(args, {**result.to_dict(), "rom": args.rom, "ref": args.ref, "dut": args.dut,
+                "config": {k: v for k, v in cfg.__dict__.items() if k != "regions"} | {"regions": list(regions)}},
+         _text)
+    return 0 if result.ok else 1

@@ -1,0 +1,1 @@
+"""Pure-Python core: hardware tables, cartridge headers, action codecs and schedules."""

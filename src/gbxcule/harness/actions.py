@@ -1,0 +1,40 @@
+"""Action generators: deterministic per-step action vectors for verify, bench and play."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from gbxcule.core.action_codec import ActionCodec
+
+ActionGen = Callable[[int], np.ndarray]
+GENERATORS = ("seeded_random", "striped", "fixed")
+
+
+def make_action_gen(kind: str, codec: ActionCodec, num_envs: int, seed: int = 0,
+                    fixed_action: int = 0) -> ActionGen:
+    """Return gen(step) -> int32 [num_envs]; the same (kind, seed, step) always gives the same actions.
+
+    seeded_random: independent uniform actions per env and step, from `seed`.
+    striped: env e takes action (e + step) mod num_actions, so neighbouring envs always differ.
+    fixed: every env takes `fixed_action` every step.
+    """
+    n = codec.num_actions
+    if kind == "seeded_random":
+        def gen(step: int) -> np.ndarray:
+            rng = np.random.default_rng([seed, step])
+            return rng.integers(0, n, size=num_envs, dtype=np.int32)
+    elif kind == "striped":
+        lanes = np.arange(num_envs, dtype=np.int64)
+
+        def gen(step: int) -> np.ndarray:
+            return ((lanes + step) % n).astype(np.int32)
+    elif kind == "fixed":
+        a = codec.check(fixed_action)
+
+        def gen(step: int) -> np.ndarray:
+            return np.full(num_envs, a, dtype=np.int32)
+    else:
+        raise ValueError(f"unknown action generator {kind!r}; choose one of {', '.join(GENERATORS)}")
+    return gen

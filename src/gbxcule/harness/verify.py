@@ -1,0 +1,149 @@
+"""Lockstep verification: run the reference (PyBoy) and a device under test step by step and compare.
+
+A step ends where PyBoy's `tick(frames_per_step)` returns: at the first instruction boundary after the
+PPU finishes the step's last frame (see docs/step_abi.md). After every step every env is compared:
+registers, IME and its delay, HALT, IE/IF, timer and PPU state, DMA, MBC registers, joypad and serial
+registers, the bytes sent over serial, and memory (WRAM, HRAM, OAM, VRAM, cartridge RAM by default).
+On the first mismatch a self-contained bundle is written: the ROM, the action trace, both states before
+and after the step, a readable diff with disassembly around PC, and a one-line repro command.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from gbxcule.asm.disasm import disassemble
+from gbxcule.backends.pyboy_single import PyBoyGame
+from gbxcule.core.action_codec import get_codec
+from gbxcule.core.cartridge import Rom
+from gbxcule.core.pyboy_state import parse_pyboy_state
+from gbxcule.core.schedule import ActionSchedule
+from gbxcule.harness.actions import make_action_gen
+from gbxcule.harness.compare import DEFAULT_REGIONS, diff, dut_view, reference_view
+
+
+@dataclass
+class VerifyConfig:
+    rom: str
+    steps: int = 2000
+    frames_per_step: int = 1
+    release_after_frames: int = 1
+    actions: str = "seeded_random"
+    seed: int = 0
+    codec: str = "dmg_buttons_v0"
+    envs: int = 1
+    dut: str = "warp_vec_cpu"
+    regions: tuple[str, ...] = DEFAULT_REGIONS
+    bundle_dir: str = "bundles"
+
+
+@dataclass
+class VerifyResult:
+    ok: bool
+    steps_run: int
+    frames_run: int
+    seconds: float
+    mismatch_step: int | None = None
+    mismatch_env: int | None = None
+    differences: list[str] = field(default_factory=list)
+    bundle: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _make_dut(cfg: VerifyConfig, rom: Rom, schedule: ActionSchedule):
+    from gbxcule.backends.warp_vec import WarpVecBackend
+
+    if cfg.dut not in ("warp_vec_cpu", "warp_vec_cuda"):
+        raise ValueError(f"verify compares against warp_vec_cpu or warp_vec_cuda, not {cfg.dut!r}")
+    device = "cuda" if cfg.dut == "warp_vec_cuda" else "cpu"
+    return WarpVecBackend(rom, cfg.envs, get_codec(cfg.codec), schedule, device=device)
+
+
+def run_verify(cfg: VerifyConfig, rom: Rom) -> VerifyResult:
+    codec = get_codec(cfg.codec)
+    schedule = ActionSchedule(cfg.frames_per_step, cfg.release_after_frames)
+    gen = make_action_gen(cfg.actions, codec, cfg.envs, cfg.seed)
+    refs = [PyBoyGame(rom, codec, schedule) for _ in range(cfg.envs)]
+    dut = _make_dut(cfg, rom, schedule)
+    hints = {"cartridge_type": rom.data[0x147], "ram_size_code": rom.data[0x149]}
+    prev_states = [r.pyboy_state_bytes() for r in refs]
+    prev_cycles = [parse_pyboy_state(b, **hints).cpu.cycles for b in prev_states]
+    trace: list[list[int]] = []
+    t0 = time.perf_counter()
+    try:
+        for k in range(cfg.steps):
+            acts = gen(k)
+            trace.append([int(a) for a in acts])
+            for r, a in zip(refs, acts, strict=True):
+                r.step(int(a))
+            dut.step(acts)
+            for e, r in enumerate(refs):
+                raw = r.pyboy_state_bytes()
+                state = parse_pyboy_state(raw, **hints)
+                rv = reference_view(state, dut.cart.ram_banks)
+                rv["cycles"] -= prev_cycles[e]
+                snap = dut.snapshot(e)
+                dv = dut_view(snap.fields, snap.regions)
+                problems = diff(rv, dv, cfg.regions)
+                if rv["cycles"] != dv["cycles"]:
+                    problems.insert(0, f"cpu.cycles_in_step: ref={rv['cycles']} dut={dv['cycles']}")
+                dut_serial = dut.serial_bytes(e)
+                if bytes(r.serial) != dut_serial:
+                    problems.append(f"serial: ref={bytes(r.serial)[-32:]!r} dut={dut_serial[-32:]!r}")
+                if problems:
+                    bundle = write_bundle(cfg, rom, trace, k, e, raw, prev_states[e], rv, dv, snap, problems)
+                    return VerifyResult(False, k + 1, (k + 1) * cfg.frames_per_step, time.perf_counter() - t0,
+                                        k, e, problems, str(bundle))
+                prev_cycles[e] = state.cpu.cycles
+                prev_states[e] = raw
+        return VerifyResult(True, cfg.steps, cfg.steps * cfg.frames_per_step, time.perf_counter() - t0)
+    finally:
+        for r in refs:
+            r.close()
+        dut.close()
+
+
+def repro_command(cfg: VerifyConfig, rom_path: str, steps: int) -> str:
+    args = ["gbxcule", "verify", "--rom", rom_path, "--dut", cfg.dut, "--steps", str(steps),
+            "--frames-per-step", str(cfg.frames_per_step), "--release-after-frames",
+            str(cfg.release_after_frames), "--actions", cfg.actions, "--seed", str(cfg.seed),
+            "--codec", cfg.codec, "--envs", str(cfg.envs)]
+    return shlex.join(args)
+
+
+def _disasm_around(snap, pc: int) -> str:
+    start = max(0, pc - 8)
+    data = bytes(snap.peek(a) for a in range(start, min(0x10000, pc + 16)))
+    lines = []
+    for ins in disassemble(data, base_addr=start):
+        mark = "=>" if ins.address == pc else "  "
+        lines.append(f"{mark} {ins.address:04X}: {ins.raw.hex(' '):9s} {ins.text}")
+    return "\n".join(lines)
+
+
+def write_bundle(cfg, rom: Rom, trace, step, env, ref_state: bytes, prev_state: bytes, rv, dv, snap, problems):
+    out = Path(cfg.bundle_dir) / f"{Path(rom.path).stem}-step{step}-env{env}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "rom.gb").write_bytes(rom.data)
+    (out / "actions.json").write_text(json.dumps({"codec": cfg.codec, "actions": trace}) + "\n")
+    (out / "ref_before.state").write_bytes(prev_state)
+    (out / "ref_after.state").write_bytes(ref_state)
+    np.savez_compressed(out / "dut_after.npz", **{k: np.asarray(v) for k, v in snap.regions.items()},
+                        fields=np.array(list(snap.fields.values()), dtype=np.int64))
+    (out / "dut_fields.json").write_text(json.dumps(snap.fields, indent=1) + "\n")
+    text = [f"first mismatch after step {step} (env {env}) of {rom.path}", "", *problems, "",
+            f"reference PC={rv['pc']:04X}  dut PC={dv['pc']:04X}", "", "DUT code around PC:",
+            _disasm_around(snap, dv["pc"])]
+    if rv["pc"] != dv["pc"]:
+        text += ["", "DUT memory at the reference PC:", _disasm_around(snap, rv["pc"])]
+    (out / "diff.txt").write_text("\n".join(text) + "\n")
+    (out / "repro.txt").write_text(repro_command(cfg, str(out / "rom.gb"), step + 1) + "\n")
+    return out

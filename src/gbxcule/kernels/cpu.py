@@ -1,0 +1,283 @@
+"""SM83 building blocks shared by the instruction templates: register access by opcode field, the ALU,
+the CB rotate/shift unit, stack pushes and pops, and interrupt dispatch.
+
+Registers are fields of the thread-local `Gb` struct. An 8-bit register operand is selected by the
+3-bit field of the opcode (B C D E H L (HL) A = 0..7; index 6, memory, is handled by the templates), a
+16-bit pair by the 2-bit field (BC DE HL SP, or AF for PUSH/POP). Flags: Z=0x80 N=0x40 H=0x20 C=0x10.
+"""
+
+import warp as wp
+
+from gbxcule.kernels.bus import read8, write8
+from gbxcule.kernels.state import Gb, Mem
+
+FLAG_Z = wp.constant(0x80)
+FLAG_N = wp.constant(0x40)
+FLAG_H = wp.constant(0x20)
+FLAG_C = wp.constant(0x10)
+
+
+@wp.func
+def get_r8(g: wp.ref[Gb], r: wp.int32) -> wp.int32:
+    v = g.a
+    if r == 0:
+        v = g.b
+    elif r == 1:
+        v = g.c
+    elif r == 2:
+        v = g.d
+    elif r == 3:
+        v = g.e
+    elif r == 4:
+        v = g.h
+    elif r == 5:
+        v = g.l
+    return v
+
+
+@wp.func
+def set_r8(g: wp.ref[Gb], r: wp.int32, v: wp.int32):
+    if r == 0:
+        g.b = v
+    elif r == 1:
+        g.c = v
+    elif r == 2:
+        g.d = v
+    elif r == 3:
+        g.e = v
+    elif r == 4:
+        g.h = v
+    elif r == 5:
+        g.l = v
+    elif r == 7:
+        g.a = v
+
+
+@wp.func
+def get_rr(g: wp.ref[Gb], p: wp.int32) -> wp.int32:
+    """BC, DE, HL, SP for p = 0..3."""
+    v = g.sp
+    if p == 0:
+        v = (g.b << 8) | g.c
+    elif p == 1:
+        v = (g.d << 8) | g.e
+    elif p == 2:
+        v = (g.h << 8) | g.l
+    return v
+
+
+@wp.func
+def set_rr(g: wp.ref[Gb], p: wp.int32, v: wp.int32):
+    w = v & 0xFFFF
+    if p == 0:
+        g.b = w >> 8
+        g.c = w & 0xFF
+    elif p == 1:
+        g.d = w >> 8
+        g.e = w & 0xFF
+    elif p == 2:
+        g.h = w >> 8
+        g.l = w & 0xFF
+    else:
+        g.sp = w
+
+
+@wp.func
+def flag_bit(cond: wp.bool, bit: wp.int32) -> wp.int32:
+    return wp.where(cond, bit, 0)
+
+
+@wp.func
+def condition(g: wp.ref[Gb], cc: wp.int32) -> wp.bool:
+    """NZ, Z, NC, C for cc = 0..3."""
+    r = False
+    if cc == 0:
+        r = (g.f & FLAG_Z) == 0
+    elif cc == 1:
+        r = (g.f & FLAG_Z) != 0
+    elif cc == 2:
+        r = (g.f & FLAG_C) == 0
+    else:
+        r = (g.f & FLAG_C) != 0
+    return r
+
+
+@wp.func
+def alu(g: wp.ref[Gb], kind: wp.int32, b: wp.int32):
+    """ADD ADC SUB SBC AND XOR OR CP (kind 0..7) of A and b, into A and F."""
+    a = g.a
+    carry = wp.where((g.f & FLAG_C) != 0, 1, 0)
+    t = 0
+    f = 0
+    if kind == 0:
+        t = a + b
+        f = flag_bit((a & 0xF) + (b & 0xF) > 0xF, FLAG_H) | flag_bit(t > 0xFF, FLAG_C)
+    elif kind == 1:
+        t = a + b + carry
+        f = flag_bit((a & 0xF) + (b & 0xF) + carry > 0xF, FLAG_H) | flag_bit(t > 0xFF, FLAG_C)
+    elif kind == 2 or kind == 7:
+        t = a - b
+        f = FLAG_N | flag_bit((a & 0xF) - (b & 0xF) < 0, FLAG_H) | flag_bit(t < 0, FLAG_C)
+    elif kind == 3:
+        t = a - b - carry
+        f = FLAG_N | flag_bit((a & 0xF) - (b & 0xF) - carry < 0, FLAG_H) | flag_bit(t < 0, FLAG_C)
+    elif kind == 4:
+        t = a & b
+        f = FLAG_H
+    elif kind == 5:
+        t = a ^ b
+    else:
+        t = a | b
+    t = t & 0xFF
+    g.f = f | flag_bit(t == 0, FLAG_Z)
+    if kind != 7:
+        g.a = t
+
+
+@wp.func
+def inc8(g: wp.ref[Gb], v: wp.int32) -> wp.int32:
+    t = (v + 1) & 0xFF
+    g.f = (g.f & FLAG_C) | flag_bit(t == 0, FLAG_Z) | flag_bit((v & 0xF) + 1 > 0xF, FLAG_H)
+    return t
+
+
+@wp.func
+def dec8(g: wp.ref[Gb], v: wp.int32) -> wp.int32:
+    t = (v - 1) & 0xFF
+    g.f = (g.f & FLAG_C) | FLAG_N | flag_bit(t == 0, FLAG_Z) | flag_bit((v & 0xF) - 1 < 0, FLAG_H)
+    return t
+
+
+@wp.func
+def rotate(g: wp.ref[Gb], kind: wp.int32, v: wp.int32) -> wp.int32:
+    """CB RLC RRC RL RR SLA SRA SWAP SRL (kind 0..7); sets Z, clears N and H, C = bit shifted out."""
+    carry = wp.where((g.f & FLAG_C) != 0, 1, 0)
+    t = 0
+    c = 0
+    if kind == 0:
+        c = v >> 7
+        t = ((v << 1) | c) & 0xFF
+    elif kind == 1:
+        c = v & 1
+        t = (v >> 1) | (c << 7)
+    elif kind == 2:
+        c = v >> 7
+        t = ((v << 1) | carry) & 0xFF
+    elif kind == 3:
+        c = v & 1
+        t = (v >> 1) | (carry << 7)
+    elif kind == 4:
+        c = v >> 7
+        t = (v << 1) & 0xFF
+    elif kind == 5:
+        c = v & 1
+        t = (v >> 1) | (v & 0x80)
+    elif kind == 6:
+        t = ((v << 4) | (v >> 4)) & 0xFF
+    else:
+        c = v & 1
+        t = v >> 1
+    g.f = flag_bit(t == 0, FLAG_Z) | flag_bit(c != 0, FLAG_C)
+    return t
+
+
+@wp.func
+def daa(g: wp.ref[Gb]):
+    t = g.a
+    corr = 0
+    if (g.f & FLAG_H) != 0:
+        corr = corr | 0x06
+    if (g.f & FLAG_C) != 0:
+        corr = corr | 0x60
+    if (g.f & FLAG_N) != 0:
+        t = t - corr
+    else:
+        if (t & 0x0F) > 0x09:
+            corr = corr | 0x06
+        if t > 0x99:
+            corr = corr | 0x60
+        t = t + corr
+    g.f = (g.f & FLAG_N) | flag_bit((t & 0xFF) == 0, FLAG_Z) | flag_bit((corr & 0x60) != 0, FLAG_C)
+    g.a = t & 0xFF
+
+
+@wp.func
+def sp_offset(g: wp.ref[Gb], raw: wp.int32) -> wp.int32:
+    """SP + signed byte, with ADD SP,e8 / LD HL,SP+e8 flags (from the unsigned low bytes)."""
+    e = raw - ((raw & 0x80) << 1)
+    g.f = flag_bit((g.sp & 0xF) + (raw & 0xF) > 0xF, FLAG_H) | flag_bit((g.sp & 0xFF) + (raw & 0xFF) > 0xFF, FLAG_C)
+    return (g.sp + e) & 0xFFFF
+
+
+@wp.func
+def push16(g: wp.ref[Gb], m: Mem, v: wp.int32, t_hi: wp.int32, t_lo: wp.int32):
+    write8(g, m, (g.sp - 1) & 0xFFFF, v >> 8, t_hi, 0)
+    write8(g, m, (g.sp - 2) & 0xFFFF, v & 0xFF, t_lo, 0)
+    g.sp = (g.sp - 2) & 0xFFFF
+
+
+@wp.func
+def pop16(g: wp.ref[Gb], m: Mem, t_lo: wp.int32, t_hi: wp.int32) -> wp.int32:
+    lo = read8(g, m, g.sp, t_lo, 0)
+    hi = read8(g, m, (g.sp + 1) & 0xFFFF, t_hi, 0)
+    g.sp = (g.sp + 2) & 0xFFFF
+    return (hi << 8) | lo
+
+
+@wp.func
+def pending_interrupts(g: wp.ref[Gb]) -> wp.int32:
+    return g.if_ & g.ie & 0x1F
+
+
+@wp.func
+def dispatch_interrupt(g: wp.ref[Gb], m: Mem):
+    """Push PC and jump to the highest-priority pending vector; 20 cycles.
+
+    The high byte is pushed first and may land on IE; if that write leaves nothing pending, the dispatch
+    is cancelled and execution continues at 0x0000."""
+    write8(g, m, (g.sp - 1) & 0xFFFF, g.pc >> 8, g.cycles, 0)
+    pending = pending_interrupts(g)
+    if pending == 0:
+        g.pc = 0
+        g.ime = 0
+        return
+    bit = 1
+    vector = 0x40
+    if (pending & 1) != 0:
+        bit = 1
+        vector = 0x40
+    elif (pending & 2) != 0:
+        bit = 2
+        vector = 0x48
+    elif (pending & 4) != 0:
+        bit = 4
+        vector = 0x50
+    elif (pending & 8) != 0:
+        bit = 8
+        vector = 0x58
+    else:
+        bit = 16
+        vector = 0x60
+    g.if_ = g.if_ ^ bit
+    write8(g, m, (g.sp - 2) & 0xFFFF, g.pc & 0xFF, g.cycles, 0)
+    g.sp = (g.sp - 2) & 0xFFFF
+    g.pc = vector
+    g.cycles = g.cycles + 20
+    g.ime = 0
+
+
+@wp.func
+def check_interrupts(g: wp.ref[Gb], m: Mem) -> wp.bool:
+    """At a batch start: wake from HALT and dispatch if an enabled interrupt is pending."""
+    if g.intr_queued != 0 or g.ime_delay != 0:
+        return False
+    if pending_interrupts(g) == 0:
+        g.intr_queued = 0
+        return False
+    if g.halted != 0 and g.halted_during_ei == 0:
+        g.pc = (g.pc + 1) & 0xFFFF  # leave the HALT
+    g.halted_during_ei = 0
+    if g.ime != 0:
+        dispatch_interrupt(g, m)
+    g.intr_queued = 1
+    return True

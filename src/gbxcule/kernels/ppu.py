@@ -1,0 +1,332 @@
+"""PPU timing: modes 2/3/0/1, LY, LYC coincidence, STAT interrupts with STAT blocking, LCD on/off.
+
+The PPU is a state machine advanced lazily by `lcd_advance(g, m, now)`: when the CPU touches a PPU
+register, VRAM or OAM, and at the end of every CPU batch. One call handles at most one transition
+(`lcd_target` is the dot of the next one); the batch loop never lets the CPU run past a transition, so
+the reference model's order of events is kept exactly.
+
+Line timing (DMG): mode 2 for 80 dots, mode 3 for 172 + `mode3_adj` dots (sprites on the line and SCX
+fine scroll lengthen it), mode 0 for the rest of the 456-dot line; LY advances 4 dots before mode 2 of
+the next line. Lines 144-153 are mode 1; VBlank and its STAT source fire at LY=144. The frame ends, and
+`frame_done` is set, when LY wraps from 153 to 0 (or every 70224 cycles while the LCD is off, or at once
+when the LCD is switched on).
+
+The STAT interrupt is raised on a rising edge of the STAT line: the OR of the enabled mode sources (not in
+mode 3) and LY=LYC. While the line stays high no new interrupt is raised (STAT blocking).
+"""
+
+import warp as wp
+
+from gbxcule.kernels.state import Gb, Mem
+
+FRAME_CYCLES = wp.constant(70224)
+INT_VBLANK = wp.constant(1)
+INT_STAT = wp.constant(2)
+
+# stat_transition values
+ST_NONE = wp.constant(0)
+ST_ADVANCE_LY = wp.constant(1)
+ST_START_MODE2 = wp.constant(2)
+
+
+@wp.func
+def stat_update_line(g: wp.ref[Gb]) -> wp.int32:
+    """Recompute the STAT line; returns INT_STAT on its rising edge."""
+    line = 0
+    if g.stat_mode != 3 and (g.stat & (1 << (g.stat_mode + 3))) != 0:
+        line = 1
+    if (g.stat & 0x44) == 0x44:
+        line = 1
+    raised = 0
+    if line == 1 and g.stat_irq_line == 0:
+        raised = INT_STAT
+    g.stat_irq_line = line
+    return raised
+
+
+@wp.func
+def stat_set_mode(g: wp.ref[Gb], mode: wp.int32) -> wp.int32:
+    if g.stat_mode == mode:
+        return 0
+    g.stat_mode = mode
+    g.stat = (g.stat & 0xFC) | mode
+    return stat_update_line(g)
+
+
+@wp.func
+def stat_update_lyc(g: wp.ref[Gb]) -> wp.int32:
+    if g.lyc == g.ly:
+        g.stat = g.stat | 4
+    else:
+        g.stat = g.stat & 0xFB
+    return stat_update_line(g)
+
+
+@wp.func
+def stat_write(g: wp.ref[Gb], value: wp.int32) -> wp.int32:
+    g.stat = (g.stat & 0x87) | (value & 0x78)
+    return stat_update_line(g)
+
+
+@wp.func
+def oam_byte(m: Mem, g: wp.ref[Gb], index: wp.int32) -> wp.int32:
+    return wp.int32(m.ram[(m.oam + (index & 0xFF)) * g.n + g.env])
+
+
+@wp.func
+def mode3_sprite_penalty(g: wp.ref[Gb], m: Mem, ly: wp.int32) -> wp.int32:
+    """Extra mode-3 dots for the sprites on line `ly` (up to 10), by X group and fine alignment."""
+    if (g.lcdc & 2) == 0:
+        return 0
+    height = 8
+    if (g.lcdc & 4) != 0:
+        height = 16
+    count = wp.int32(0)
+    groups = wp.int32(0)
+    penalty = wp.int32(0)
+    seen0 = wp.int32(0)  # X values already seen, 32 per word (X < 168)
+    seen1 = wp.int32(0)
+    seen2 = wp.int32(0)
+    seen3 = wp.int32(0)
+    seen4 = wp.int32(0)
+    seen5 = wp.int32(0)
+    i = wp.int32(0)
+    while i < 40 and count < 10:
+        y = oam_byte(m, g, i * 4) - 16
+        if y <= ly and ly < y + height:
+            x = oam_byte(m, g, i * 4 + 1)
+            if x < 168:
+                penalty = penalty + 6
+                word = x >> 5
+                bit = 1 << (x & 31)
+                dup = 0
+                if word == 0:
+                    dup = seen0 & bit
+                    seen0 = seen0 | bit
+                elif word == 1:
+                    dup = seen1 & bit
+                    seen1 = seen1 | bit
+                elif word == 2:
+                    dup = seen2 & bit
+                    seen2 = seen2 | bit
+                elif word == 3:
+                    dup = seen3 & bit
+                    seen3 = seen3 | bit
+                elif word == 4:
+                    dup = seen4 & bit
+                    seen4 = seen4 | bit
+                else:
+                    dup = seen5 & bit
+                    seen5 = seen5 | bit
+                if dup == 0:
+                    groups = groups + 1
+                    align = 5 - ((x + g.scx - 8) & 7)
+                    if align > 0:
+                        penalty = penalty + align
+            count = count + 1
+        i = i + 1
+    if count > 0 and groups == 0:
+        return -4  # only off-screen sprites: one machine cycle less of mode-3 startup
+    if count == 0:
+        return 0
+    return wp.max(0, penalty - 7)
+
+
+@wp.func
+def mode3_adjustment(g: wp.ref[Gb], m: Mem, ly: wp.int32) -> wp.int32:
+    penalty = mode3_sprite_penalty(g, m, ly)
+    if g.first_frame == 0:
+        penalty = penalty + ((g.scx & 7) + 3) / 4 * 4
+    return penalty
+
+
+@wp.func
+def lcd_schedule(g: wp.ref[Gb]):
+    g.lcd_cti = g.lcd_target - g.lcd_clock
+    g.lcd_ctf = FRAME_CYCLES - g.lcd_clock
+
+
+@wp.func
+def wy_check(g: wp.ref[Gb]):
+    if g.wy == g.ly:
+        g.wy_latch = 1
+
+
+@wp.func
+def lcd_advance(g: wp.ref[Gb], m: Mem, now: wp.int32) -> wp.int32:
+    """Catch the PPU up to cycle `now`, handling at most one transition; returns IF bits raised."""
+    cycles = now - g.lcd_last
+    if cycles == 0:
+        return 0
+    g.lcd_last = now
+    intr = 0
+    g.lcd_clock = g.lcd_clock + cycles
+    if g.lcd_clock >= g.lcd_target:
+        on = (g.lcdc & 0x80) != 0
+        if on and g.lcd_reset != 0:
+            # The LCD was just switched on: line 0 starts in mode 0, without its first mode 2.
+            g.lcd_reset = 0
+            g.frame_done = 1
+            g.ly = 0
+            g.lcd_clock = 0
+            g.lcd_target = 76
+            g.next_mode = 3
+            g.stat_transition = ST_NONE
+            intr = intr | stat_set_mode(g, 0)
+            g.wy_latch = 0
+            wy_check(g)
+            g.win_line = 0
+            intr = intr | stat_update_lyc(g)
+        elif on and g.ly == 153:
+            if g.first_frame != 0 and g.lcd_target < FRAME_CYCLES:
+                g.lcd_target = FRAME_CYCLES  # the start-up line is 8 dots short
+            else:
+                g.frame_done = 1
+                g.ly = 0
+                g.lcd_clock = g.lcd_clock % FRAME_CYCLES
+                g.first_frame = 0
+                g.lcd_target = g.lcd_target % FRAME_CYCLES + 80
+                g.next_mode = 3
+                g.stat_transition = ST_NONE
+                intr = intr | stat_set_mode(g, 2)
+                g.wy_latch = 0
+                wy_check(g)
+                g.win_line = 0
+                intr = intr | stat_update_lyc(g)
+        elif on and g.stat_transition == ST_ADVANCE_LY:
+            g.ly = g.ly + 1
+            if g.first_frame != 0:
+                g.stat = g.stat & 0xFB  # coincidence is compared again when mode 2 starts
+                intr = intr | stat_update_line(g)
+            else:
+                intr = intr | stat_update_lyc(g)
+            g.lcd_target = g.lcd_target + 4
+            g.stat_transition = ST_START_MODE2
+        elif on and g.stat_transition == ST_START_MODE2:
+            intr = intr | stat_set_mode(g, 2)
+            if g.first_frame != 0:
+                intr = intr | stat_update_lyc(g)
+            g.lcd_target = g.lcd_target + 80
+            g.next_mode = 3
+            g.stat_transition = ST_NONE
+            wy_check(g)
+        elif on:
+            intr = intr | stat_set_mode(g, g.next_mode)
+            mode = g.stat_mode
+            if mode == 2:
+                g.ly = g.ly + 1
+                g.lcd_target = g.lcd_target + 80
+                g.next_mode = 3
+                g.stat_transition = ST_NONE
+                intr = intr | stat_update_lyc(g)
+                wy_check(g)
+            elif mode == 3:
+                g.mode3_adj = mode3_adjustment(g, m, g.ly)
+                g.lcd_target = g.lcd_target + 172 + g.mode3_adj
+                g.next_mode = 0
+                g.stat_transition = ST_NONE
+            elif mode == 0:
+                if g.ly < 143:
+                    g.lcd_target = g.lcd_target + 200 - g.mode3_adj
+                    g.next_mode = 2
+                    g.stat_transition = ST_ADVANCE_LY
+                else:
+                    extra = 4
+                    if g.first_frame != 0:
+                        extra = 0
+                    g.lcd_target = g.lcd_target + 200 + extra - g.mode3_adj
+                    g.next_mode = 1
+                    g.stat_transition = ST_NONE
+            else:
+                g.lcd_target = g.lcd_target + 456
+                g.next_mode = 1
+                g.stat_transition = ST_NONE
+                g.ly = g.ly + 1
+                intr = intr | stat_update_lyc(g)
+                if g.ly == 144:
+                    if (g.stat & 0x20) != 0 and g.stat_irq_line == 0:
+                        intr = intr | INT_STAT  # the mode-2 source fires at the start of VBlank too
+                    intr = intr | INT_VBLANK
+                    g.wy_latch = 0
+        else:
+            g.frame_done = 1
+            g.lcd_clock = g.lcd_clock % FRAME_CYCLES
+            g.lcd_target = FRAME_CYCLES
+    lcd_schedule(g)
+    return intr
+
+
+@wp.func
+def lcd_write_lcdc(g: wp.ref[Gb], value: wp.int32) -> wp.int32:
+    was_on = (g.lcdc & 0x80) != 0
+    g.lcdc = value
+    is_on = (value & 0x80) != 0
+    intr = 0
+    if was_on and not is_on:
+        g.lcd_clock = 0
+        g.lcd_target = 0
+        g.lcd_ctf = 0
+        stat_set_mode(g, 0)
+        g.ly = 0
+    elif is_on and not was_on:
+        g.lcd_target = 0  # the next advance restarts the PPU
+        g.first_frame = 1
+        g.lcd_reset = 1
+        if g.lyc_changed_off != 0:
+            g.stat_mode_override = 1
+            g.lyc_changed_off = 0
+        if (g.stat & 0x40) != 0:
+            intr = stat_update_lyc(g)
+    return intr
+
+
+@wp.func
+def lcd_write_lyc(g: wp.ref[Gb], value: wp.int32) -> wp.int32:
+    g.lyc = value
+    intr = 0
+    if (g.lcdc & 0x80) != 0:
+        intr = stat_update_lyc(g)
+    else:
+        g.lyc_changed_off = 1
+    return intr
+
+
+@wp.func
+def lcd_read_stat(g: wp.ref[Gb]) -> wp.int32:
+    value = g.stat
+    if g.stat_mode_override != 0:
+        g.stat_mode_override = 0
+        value = value & 0xFC
+    return value
+
+
+@wp.func
+def vram_blocked_read(g: wp.ref[Gb]) -> wp.bool:
+    """VRAM reads see 0xFF in mode 3 and in the last 4 dots of mode 2."""
+    if (g.lcdc & 0x80) == 0:
+        return False
+    if g.stat_mode == 3:
+        return True
+    return g.stat_mode == 2 and g.lcd_clock <= g.lcd_target and g.lcd_target - g.lcd_clock <= 4
+
+
+@wp.func
+def oam_blocked_read(g: wp.ref[Gb]) -> wp.bool:
+    if (g.lcdc & 0x80) == 0:
+        return False
+    if g.stat_mode == 2 or g.stat_mode == 3:
+        return True
+    return g.first_frame != 0 and g.stat_transition == ST_START_MODE2
+
+
+@wp.func
+def oam_blocked_write(g: wp.ref[Gb]) -> wp.bool:
+    if (g.lcdc & 0x80) == 0:
+        return False
+    if g.stat_mode == 3:
+        return True
+    if g.stat_mode == 2:
+        # OAM opens briefly during the last four start-up dots of mode 2.
+        opening = g.first_frame != 0 and g.lcd_clock <= g.lcd_target and g.lcd_target - g.lcd_clock <= 4
+        return not opening
+    return False

@@ -1,0 +1,133 @@
+"""DIV/TIMA/TMA/TAC (0xFF04-0xFF07) as Warp functions on the thread-local `Gb` state.
+
+The timer is advanced lazily: `timer_advance(g, now)` catches it up to cycle `now` whenever the CPU touches
+a timer register and at the end of every CPU batch. TIMA counts falling edges of one bit of the 16-bit
+internal divider (bit 9, 3, 5 or 7 for TAC rates 0-3), so DIV writes and TAC writes can tick it
+(the "glitches"). An overflow leaves TIMA reading 0 for 4 cycles, then reloads TMA and raises the
+interrupt (`tima_reload` 1 -> 2 -> 0). `timer_cti` is the distance to the next event the CPU batch loop
+must stop for (the overflow), exactly as the reference model keeps it.
+"""
+
+import warp as wp
+
+from gbxcule.kernels.state import BIG, Gb
+
+
+@wp.func
+def timer_bit(tac: wp.int32) -> wp.int32:
+    """The divider bit whose falling edge ticks TIMA at rate TAC & 3."""
+    rate = tac & 3
+    bit = 512
+    if rate == 1:
+        bit = 8
+    elif rate == 2:
+        bit = 32
+    elif rate == 3:
+        bit = 128
+    return bit
+
+
+@wp.func
+def timer_increase_tima(g: wp.ref[Gb]):
+    g.tima = g.tima + 1
+    if g.tima > 0xFF:
+        g.tima = g.tma
+        g.tima_reload = 1
+        g.tima_counter = 4
+
+
+@wp.func
+def timer_schedule(g: wp.ref[Gb]):
+    """Distance to the next TIMA overflow (or to the pending reload), for the batch loop."""
+    if g.tac & 4:
+        period = timer_bit(g.tac) * 2
+        next_edge = ((g.div_counter & ~(period - 1)) + period) - g.div_counter
+        g.timer_cti = next_edge + (0xFF - g.tima) * period
+        if g.tima_reload == 1:
+            g.timer_cti = wp.min(g.timer_cti, g.tima_counter)
+    else:
+        g.timer_cti = BIG
+
+
+@wp.func
+def timer_advance(g: wp.ref[Gb], now: wp.int32) -> wp.int32:
+    """Catch the timer up to cycle `now`; returns 1 when the timer interrupt is raised."""
+    cycles = now - g.timer_last
+    if cycles == 0:
+        return 0
+    g.timer_last = now
+    tb = timer_bit(g.tac)
+    if g.tima_reload == 0:
+        if g.tac & 4:
+            period = tb * 2
+            start = g.div_counter
+            end = start + cycles
+            edges = end / period - start / period  # both operands >= 0: floor division
+            if g.tima + edges <= 0xFF:
+                g.tima = g.tima + edges
+                g.div_counter = end & 0xFFFF
+                g.timer_cti = ((g.div_counter & ~(period - 1)) + period) - g.div_counter + (0xFF - g.tima) * period
+                return 0
+        else:
+            g.div_counter = (g.div_counter + cycles) & 0xFFFF
+            g.timer_cti = BIG
+            return 0
+    # A reload is pending or TIMA overflows within this span: step cycle by cycle.
+    raised = wp.int32(0)
+    while cycles > 0:
+        if g.tima_reload != 0:
+            g.tima_counter = g.tima_counter - 1
+            if g.tima_counter == 0:
+                if g.tima_reload == 1:
+                    g.tima_reload = 2
+                    g.tima_counter = 4
+                    raised = 1
+                else:
+                    g.tima_reload = 0
+        counter = g.div_counter
+        new_counter = (counter + 1) & 0xFFFF
+        if (g.tac & 4) != 0 and (counter & tb) != 0 and (new_counter & tb) == 0:
+            timer_increase_tima(g)
+        g.div_counter = new_counter
+        cycles = cycles - 1
+    timer_schedule(g)
+    return raised
+
+
+@wp.func
+def timer_write_div(g: wp.ref[Gb]):
+    """A write to DIV clears the divider; a falling edge of the selected bit ticks TIMA."""
+    if (g.tac & 4) != 0 and (g.div_counter & timer_bit(g.tac)) != 0:
+        timer_increase_tima(g)
+    g.div_counter = 0
+
+
+@wp.func
+def timer_write_tac(g: wp.ref[Gb], value: wp.int32):
+    old_bit = timer_bit(g.tac)
+    new_bit = timer_bit(value)
+    if (g.tac & 4) != 0 and (g.div_counter & old_bit) != 0:
+        if (value & 4) == 0 or (g.div_counter & new_bit) == 0:
+            timer_increase_tima(g)
+    g.tac = value & 7
+
+
+@wp.func
+def timer_write_tima(g: wp.ref[Gb], value: wp.int32):
+    if g.tima_reload != 2:
+        g.tima = value
+
+
+@wp.func
+def timer_write_tma(g: wp.ref[Gb], value: wp.int32):
+    g.tma = value
+    if g.tima_reload != 0:
+        g.tima = value
+
+
+@wp.func
+def timer_read_tima(g: wp.ref[Gb]) -> wp.int32:
+    value = g.tima
+    if g.tima_reload == 1:
+        value = 0
+    return value

@@ -1,0 +1,113 @@
+"""The ROMs gbxcule builds from Python source: the micro-ROM suite (and, later, its game).
+
+Every ROM is an entry in `SUITE` with its manifest: what it tests, the verify settings it is meant to be
+run with, how many frames it needs to finish its work, and the memory signature it must leave by then,
+computed in Python independently of the ROM's code. ROMs are built at run time, never committed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+from gbxcule.core.errors import GbxculeError
+from gbxcule.core.paths import cache_dir
+
+
+@dataclass(frozen=True)
+class VerifySettings:
+    """How `gbxcule verify` is meant to exercise a ROM."""
+
+    frames_per_step: int = 1
+    release_after_frames: int = 1
+    steps: int = 2000
+    actions: str = "seeded_random"
+
+
+@dataclass(frozen=True)
+class RomSpec:
+    """A built-in ROM and its manifest entry."""
+
+    name: str
+    description: str
+    covers: tuple[str, ...]
+    source: Callable[[], str]  # assembly text
+    header: Callable[[], object]  # -> gbxcule.asm.CartridgeHeader
+    frames: int  # frames (from power-on, no buttons) after which the signature holds
+    signature: Callable[[], dict[int, bytes]]  # address -> expected bytes there
+    verify: VerifySettings = field(default_factory=VerifySettings)
+
+    def build(self):
+        """Assemble the ROM; returns gbxcule.asm.AsmResult."""
+        from gbxcule.asm import assemble
+
+        return assemble(self.source(), header=self.header(), name=self.name)
+
+    def manifest(self) -> dict:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "covers": list(self.covers),
+            "frames": self.frames,
+            "verify": self.verify.__dict__,
+            "signature": {f"{addr:04X}": data.hex() for addr, data in sorted(self.signature().items())},
+        }
+
+
+def _load_suite() -> dict[str, RomSpec]:
+    from gbxcule.roms.micro import MICRO_ROMS
+
+    return {r.name: r for r in MICRO_ROMS}
+
+
+@cache
+def suite() -> dict[str, RomSpec]:
+    return _load_suite()
+
+
+def get_spec(name: str) -> RomSpec:
+    specs = suite()
+    key = name.upper()
+    if key not in specs:
+        raise GbxculeError(f"unknown built-in ROM {name!r}; known: {', '.join(specs)}")
+    return specs[key]
+
+
+@cache
+def build_rom(name: str) -> bytes:
+    return get_spec(name).build().rom
+
+
+def write_rom(name: str, out_dir: Path) -> Path:
+    """Build a ROM into out_dir/NAME.gb (rewritten only when its bytes change)."""
+    data = build_rom(name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{get_spec(name).name}.gb"
+    if not path.is_file() or path.read_bytes() != data:
+        tmp = path.with_suffix(".gb.tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    return path
+
+
+def write_manifest(out_dir: Path) -> Path:
+    entries = []
+    for spec in suite().values():
+        m = spec.manifest()
+        m["sha1"] = hashlib.sha1(build_rom(spec.name)).hexdigest()
+        entries.append(m)
+    path = out_dir / "manifest.json"
+    path.write_text(json.dumps({"roms": entries}, indent=2) + "\n")
+    return path
+
+
+def resolve_rom(arg: str) -> Path:
+    """A ROM argument on the command line: an existing file, or a built-in ROM's name (built on demand)."""
+    p = Path(arg)
+    if p.exists() or "/" in arg or p.suffix or arg.upper() not in suite():
+        return p
+    return write_rom(arg, cache_dir() / "roms")
