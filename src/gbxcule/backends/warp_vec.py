@@ -75,11 +75,28 @@ def power_on_fields(cart: CartConfig, boot: bool) -> np.ndarray:
     return v
 
 
+BOOT_MODES = ("pyboy", "skip", "dmg")
+BOOT_FRAME_LIMIT = 600
+
+
+def apply_dmg_boot_values(fields: np.ndarray, rom: bytes) -> None:
+    """Overwrite CPU and IO registers with a real DMG's values at the hand-over to 0x0100 (Pan Docs,
+    "Power Up Sequence"). The PPU position and VRAM stay as PyBoy's boot ROM left them."""
+    f = {name: i for i, (name, _) in enumerate(FIELDS)}
+    checksum_zero = rom[0x14D] == 0
+    values = dict(a=0x01, f=0x80 if checksum_zero else 0xB0, b=0x00, c=0x13, d=0x00, e=0xD8, h=0x01, l=0x4D,
+                  sp=0xFFFE, pc=0x0100, ime=0, ie=0x00, if_=0x01, div_counter=0xABCC, tima=0, tma=0, tac=0,
+                  lcdc=0x91, scy=0, scx=0, lyc=0, bgp=0xFC, obp0=0xFF, obp1=0xFF, wy=0, wx=0, sb=0x00,
+                  sc=0x7E, joyp=0xCF, dma_source=0xFF)
+    for k, v in values.items():
+        fields[f[k]] = v
+
+
 class WarpVecBackend:
     """N envs in Warp device arrays, stepped by the generated kernel."""
 
     def __init__(self, rom: str | Rom, num_envs: int = 1, codec: str | ActionCodec = DEFAULT_CODEC,
-                 schedule: ActionSchedule | None = None, device: str = "cpu"):
+                 schedule: ActionSchedule | None = None, device: str = "cpu", boot: str = "pyboy"):
         import warp as wp
 
         from gbxcule.kernels import init_warp
@@ -101,7 +118,7 @@ class WarpVecBackend:
         self.layout = ram_layout(self.cart.ram_banks * 0x2000)
         self._wp = wp
         self._kernels = load_kernels()
-        boot = pyboy_boot_rom()
+        boot_rom = pyboy_boot_rom()
         n = num_envs
         self.fields = wp.zeros(NUM_FIELDS * n, dtype=wp.int32, device=device)
         self.ram = wp.zeros(self.layout.total * n, dtype=wp.uint8, device=device)
@@ -112,7 +129,7 @@ class WarpVecBackend:
         mem = Mem()
         mem.rom = wp.array(np.frombuffer(self.rom.data, dtype=np.uint8), dtype=wp.uint8, device=device)
         mem.rom_banks = self.cart.rom_banks
-        mem.boot = wp.array(np.frombuffer(boot, dtype=np.uint8), dtype=wp.uint8, device=device)
+        mem.boot = wp.array(np.frombuffer(boot_rom, dtype=np.uint8), dtype=wp.uint8, device=device)
         mem.ram = self.ram
         mem.serial = self.serial
         mem.opfam = wp.array(fams, dtype=wp.int32, device=device)
@@ -126,14 +143,48 @@ class WarpVecBackend:
         for region, base in self.layout.bases.items():
             setattr(mem, region, base)
         self.mem = mem
-        self._start = np.tile(power_on_fields(self.cart, boot=True)[:, None], (1, n)).reshape(-1)
+        if boot not in BOOT_MODES:
+            raise ValueError(f"unknown boot mode {boot!r}; choose one of {', '.join(BOOT_MODES)}")
+        self.boot = boot
+        fields, ram = self._start_state(boot)
+        self._start_fields = np.ascontiguousarray(np.repeat(fields[:, None], n, axis=1).reshape(-1))
+        self._start_ram = None if ram is None else np.ascontiguousarray(np.repeat(ram[:, None], n, axis=1).reshape(-1))
         self.reset()
+
+    def _launch(self, frames: int, release_after: int, stop_at_boot_exit: int = 0) -> None:
+        self._wp.launch(self._kernels.step_kernel, dim=self.num_envs, device=self.device,
+                        inputs=[self.fields, self.mem, self.actions, self.masks, self.codec.num_actions,
+                                frames, release_after, stop_at_boot_exit])
+
+    def _start_state(self, boot: str) -> tuple[np.ndarray, np.ndarray | None]:
+        """Fields (and RAM, when not all zero) every env starts from."""
+        power_on = power_on_fields(self.cart, boot=True)
+        if boot == "pyboy":
+            return power_on, None
+        # Run PyBoy's boot ROM once, stopping right after it unmaps itself (PC = 0x0100).
+        wp = self._wp
+        wp.copy(self.fields, wp.array(np.repeat(power_on[:, None], self.num_envs, axis=1).reshape(-1),
+                                      dtype=wp.int32, device=self.device))
+        self.ram.zero_()
+        self._launch(BOOT_FRAME_LIMIT, 0, stop_at_boot_exit=1)
+        fields = self.fields.numpy().reshape(NUM_FIELDS, self.num_envs)[:, 0].copy()
+        ram = self.ram.numpy().reshape(self.layout.total, self.num_envs)[:, 0].copy()
+        if fields[FIELD_INDEX["bootrom"]] != 0:
+            raise GbxculeError(f"the boot ROM did not hand over to the cartridge within {BOOT_FRAME_LIMIT} frames")
+        fields[FIELD_INDEX["frames"]] = 0
+        fields[FIELD_INDEX["instructions"]] = 0
+        if boot == "dmg":
+            apply_dmg_boot_values(fields, self.rom.data)
+        return fields, ram
 
     # --- VecBackend ---------------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> None:
         wp = self._wp
-        wp.copy(self.fields, wp.array(self._start, dtype=wp.int32, device=self.device))
-        self.ram.zero_()
+        wp.copy(self.fields, wp.array(self._start_fields, dtype=wp.int32, device=self.device))
+        if self._start_ram is None:
+            self.ram.zero_()
+        else:
+            wp.copy(self.ram, wp.array(self._start_ram, dtype=wp.uint8, device=self.device))
         self.serial.zero_()
 
     def step(self, actions) -> None:
@@ -143,9 +194,7 @@ class WarpVecBackend:
         else:
             acts = check_actions(self, actions)
             wp.copy(self.actions, wp.array(acts, dtype=wp.int32, device=self.device))
-        wp.launch(self._kernels.step_kernel, dim=self.num_envs, device=self.device,
-                  inputs=[self.fields, self.mem, self.actions, self.masks, self.codec.num_actions,
-                          self.schedule.frames_per_step, self.schedule.release_after_frames])
+        self._launch(self.schedule.frames_per_step, self.schedule.release_after_frames)
 
     def get_cpu_state(self, env: int) -> CpuState:
         f = self.env_fields(env)

@@ -15,6 +15,9 @@ def register(sub) -> None:
     p.add_argument("rom", help="test ROM file")
     p.add_argument("--backend", default="warp_vec_cpu", choices=BACKENDS, help="backend (default warp_vec_cpu)")
     p.add_argument("--frames", type=int, default=3600, help="frame limit (default 3600 = 1 minute)")
+    p.add_argument("--boot", default="pyboy", choices=["pyboy", "skip", "dmg"],
+                   help="start through PyBoy's boot ROM (default), right after it (skip), or with a real "
+                        "DMG's after-boot registers (dmg); see docs/step_abi.md")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -24,7 +27,7 @@ def run(args) -> int:
 
     if args.frames < 1:
         raise ValueError("--frames must be >= 1")
-    result = run_test_rom(load_rom(args.rom), args.backend, args.frames)
+    result = run_test_rom(load_rom(args.rom), args.backend, args.frames, boot=args.boot)
     verdict = "PASS" if result.passed else "FAIL" if result.decided else "NO VERDICT"
     emit(args, {**result.to_dict(), "rom": args.rom, "backend": args.backend, "verdict": verdict},
          lambda d: f"{d['verdict']} {d['rom']} ({d['protocol']}, {d['frames']} frames)\n{d['text'].strip()}")

@@ -59,10 +59,13 @@ def _judge(backend) -> tuple[bool, bool, str, str] | None:
     return None
 
 
-def run_test_rom(rom, backend_name: str = "warp_vec_cpu", frames: int = 3600, check_every: int = 30
-                 ) -> TestRomResult:
+def run_test_rom(rom, backend_name: str = "warp_vec_cpu", frames: int = 3600, check_every: int = 30,
+                 boot: str = "pyboy") -> TestRomResult:
     schedule = ActionSchedule(check_every, 0)
-    backend = make_backend(backend_name, rom, num_envs=1, codec="dmg_buttons_v0", schedule=schedule)
+    extra = {"boot": boot} if backend_name.startswith("warp") else {}
+    if boot != "pyboy" and not extra:
+        raise ValueError(f"--boot {boot} needs a warp backend; PyBoy always runs its own boot ROM")
+    backend = make_backend(backend_name, rom, num_envs=1, codec="dmg_buttons_v0", schedule=schedule, **extra)
     try:
         backend.reset(0)
         done = 0

@@ -219,10 +219,13 @@ def cpu_batch(g: wp.ref[Gb], m: Mem, budget: wp.int32):
 
 
 @wp.func
-def run_frame(g: wp.ref[Gb], m: Mem):
-    """Emulate until the PPU ends a frame; events are processed between CPU batches."""
+def run_frame(g: wp.ref[Gb], m: Mem, stop_at_boot_exit: wp.int32):
+    """Emulate until the PPU ends a frame; events are processed between CPU batches. With
+    stop_at_boot_exit, return right after the instruction that unmaps the boot ROM."""
     g.frame_done = 0
     while g.frame_done == 0:
+        if stop_at_boot_exit != 0 and g.bootrom == 0:
+            return
         budget = wp.min(wp.min(g.timer_cti, g.lcd_cti), wp.min(g.lcd_ctf, g.serial_cti))
         cpu_batch(g, m, wp.max(4, budget))
         if g.dma_active != 0:
@@ -245,7 +248,7 @@ $REBASE
 @wp.kernel(enable_backward=False)
 def step_kernel(fields: wp.array(dtype=wp.int32), mem: Mem, actions: wp.array(dtype=wp.int32),
                 masks: wp.array(dtype=wp.int32), num_actions: wp.int32, frames_per_step: wp.int32,
-                release_after: wp.int32):
+                release_after: wp.int32, stop_at_boot_exit: wp.int32):
     e = wp.tid()
     n = mem.n_envs
     g = Gb()
@@ -271,7 +274,9 @@ $LOAD
         elif frame == release_after:
             g.joy_dpad = 15
             g.joy_buttons = 15
-        run_frame(g, mem)
+        run_frame(g, mem, stop_at_boot_exit)
+        if stop_at_boot_exit != 0 and g.bootrom == 0:
+            break
 $STORE
 '''
 
