@@ -72,7 +72,7 @@ class PyBoyGame:
         from gbxcule.core.pyboy_state import snapshot_pyboy
 
         s = snapshot_pyboy(self.pyboy)
-        return CpuState(a=r.A, f=r.F, b=r.B, c=r.C, d=r.D, e=r.E, h=r.H, l=r.L, sp=r.SP, pc=r.PC,
+        return CpuState(a=r.A, f=r.F, b=r.B, c=r.C, d=r.D, e=r.E, h=r.HL >> 8, l=r.HL & 0xFF, sp=r.SP, pc=r.PC,
                         ime=bool(s.cpu.ime), halted=bool(s.cpu.halted))
 
     def read_memory(self, lo: int, hi: int) -> np.ndarray:

@@ -1,0 +1,58 @@
+"""`gbxcule bench`: throughput of backends on a ROM, as a table and a JSON artifact."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gbxcule.backends import BACKENDS
+from gbxcule.core.action_codec import CODECS, DEFAULT_CODEC
+from gbxcule.core.cartridge import load_rom
+from gbxcule.core.schedule import ActionSchedule
+from gbxcule.harness.actions import GENERATORS
+from gbxcule.harness.bench import artifact, measure, table, write_artifact
+from gbxcule.roms import resolve_rom
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="measure env-steps/s, frames/s and instructions/s; write a JSON artifact",
+                       description="Benchmark one or more backends over a sweep of env counts on one ROM. "
+                                   "Warm-up steps are excluded. Prints a table and writes a JSON artifact.")
+    p.add_argument("--rom", default="JOY_DIVERGE_PERSIST", help="ROM file or built-in ROM name")
+    p.add_argument("--backends", default="warp_vec_cpu",
+                   help=f"comma-separated, from {','.join(BACKENDS)} (default warp_vec_cpu)")
+    p.add_argument("--envs", default="1,8,64", help="comma-separated env counts (default 1,8,64)")
+    p.add_argument("--steps", type=int, default=20, help="timed steps per measurement (default 20)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
+    p.add_argument("--frames-per-step", type=int, default=24, help="frames per step (default 24)")
+    p.add_argument("--release-after-frames", type=int, default=8, help="frames buttons are held (default 8)")
+    p.add_argument("--codec", default=DEFAULT_CODEC, choices=list(CODECS), help="action codec")
+    p.add_argument("--actions", default="seeded_random", choices=GENERATORS, help="action generator")
+    p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    p.add_argument("--sync-every", type=int, default=0, help="synchronise every N steps (default: at the end)")
+    p.add_argument("--out", default="bench_out/bench.json", help="JSON artifact path (default bench_out/bench.json)")
+    p.add_argument("--json", action="store_true", help="print the artifact as one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from gbxcule.cli.main import emit
+
+    backends = [b for b in args.backends.split(",") if b]
+    bad = [b for b in backends if b not in BACKENDS]
+    if bad:
+        raise ValueError(f"unknown backend(s) {', '.join(bad)}; choose from {', '.join(BACKENDS)}")
+    try:
+        env_counts = [int(x) for x in args.envs.split(",") if x]
+    except ValueError:
+        raise ValueError(f"--envs must be comma-separated integers, got {args.envs!r}") from None
+    if not env_counts or min(env_counts) < 1 or args.steps < 1:
+        raise ValueError("--envs values and --steps must be >= 1")
+    schedule = ActionSchedule(args.frames_per_step, args.release_after_frames)
+    rom = load_rom(resolve_rom(args.rom))
+    results = [measure(b, rom, n, args.steps, schedule, args.codec, args.actions, args.seed, args.warmup,
+                       args.sync_every) for b in backends for n in env_counts]
+    data = artifact(results, rom, args.codec, schedule, args.actions)
+    path = write_artifact(data, Path(args.out))
+    data["artifact"] = str(path)
+    emit(args, data, lambda d: table(results) + f"\nartifact: {d['artifact']}")
+    return 0

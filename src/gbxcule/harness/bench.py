@@ -1,0 +1,142 @@
+"""Benchmarks: throughput of a backend on a ROM, as a table and a JSON artifact.
+
+Each measurement constructs the backend, resets it, runs `warmup` steps (not timed: kernel compilation and
+caches), then times `steps` steps, synchronising once at the end (and every `sync_every` steps if given).
+Reported: env-steps/s (SPS), frames/s, emulated instructions/s where the backend counts them, ms per step.
+Every artifact records what was measured and on what: backend, ROM sha1, codec, schedule, env count,
+device, package versions and git revision.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from gbxcule.backends import make_backend
+from gbxcule.core.action_codec import get_codec
+from gbxcule.core.cartridge import Rom
+from gbxcule.core.schedule import ActionSchedule
+from gbxcule.harness.actions import make_action_gen
+
+
+@dataclass
+class BenchResult:
+    backend: str
+    rom: str
+    envs: int
+    steps: int
+    frames_per_step: int
+    seconds: float
+    env_steps_per_s: float
+    frames_per_s: float
+    instructions_per_s: float | None
+    ms_per_step: float
+    distinct_pcs: int | None
+
+
+def _instruction_counts(backend) -> np.ndarray | None:
+    """Per-env wrapping instruction counters (warp backends only)."""
+    if not hasattr(backend, "fields"):
+        return None
+    from gbxcule.kernels.state import FIELD_INDEX
+
+    host = backend.fields.numpy().reshape(-1, backend.num_envs)
+    return host[FIELD_INDEX["instructions"]].astype(np.uint32)
+
+
+def _distinct_pcs(backend) -> int | None:
+    if not hasattr(backend, "fields"):
+        return None
+    from gbxcule.kernels.state import FIELD_INDEX
+
+    return int(np.unique(backend.fields.numpy().reshape(-1, backend.num_envs)[FIELD_INDEX["pc"]]).size)
+
+
+def _sync(backend) -> None:
+    if hasattr(backend, "_wp"):
+        backend._wp.synchronize_device(backend.device)
+
+
+def measure(backend_name: str, rom: Rom, envs: int, steps: int, schedule: ActionSchedule, codec: str,
+            actions: str = "seeded_random", seed: int = 0, warmup: int = 2, sync_every: int = 0,
+            **backend_kwargs) -> BenchResult:
+    cdc = get_codec(codec)
+    backend = make_backend(backend_name, rom, num_envs=envs, codec=cdc, schedule=schedule, **backend_kwargs)
+    gen = make_action_gen(actions, cdc, envs, seed)
+    try:
+        backend.reset(seed)
+        for k in range(warmup):
+            backend.step(gen(k))
+        _sync(backend)
+        before = _instruction_counts(backend)
+        plan = [gen(warmup + k) for k in range(steps)]
+        t0 = time.perf_counter()
+        for k, acts in enumerate(plan):
+            backend.step(acts)
+            if sync_every and (k + 1) % sync_every == 0:
+                _sync(backend)
+        _sync(backend)
+        seconds = time.perf_counter() - t0
+        after = _instruction_counts(backend)
+        instr = None
+        if before is not None and after is not None:
+            instr = float((after - before).astype(np.int64).sum()) / seconds  # uint32 difference: wrap-safe
+        return BenchResult(backend_name, rom.path, envs, steps, schedule.frames_per_step, seconds,
+                           envs * steps / seconds, envs * steps * schedule.frames_per_step / seconds, instr,
+                           1000 * seconds / steps, _distinct_pcs(backend))
+    finally:
+        backend.close()
+
+
+def environment() -> dict:
+    """What the numbers were measured with."""
+    versions = {}
+    for pkg in ("gbxcule", "warp-lang", "pyboy", "numpy", "torch", "pufferlib"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+                             cwd=Path(__file__).resolve().parent).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        sha = None
+    return {"host": platform.node(), "machine": platform.machine(), "processor": platform.processor(),
+            "python": platform.python_version(), "packages": versions, "git_sha": sha,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def artifact(results: list[BenchResult], rom: Rom, codec: str, schedule: ActionSchedule, actions: str) -> dict:
+    return {
+        "rom": {"path": rom.path, "sha1": hashlib.sha1(rom.data).hexdigest(), "title": rom.info.title},
+        "codec": get_codec(codec).describe(), "schedule": schedule.describe(), "actions": actions,
+        "environment": environment(), "results": [asdict(r) for r in results],
+    }
+
+
+def write_artifact(data: dict, path: str | Path) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(p.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(p)
+    return p
+
+
+def table(results: list[BenchResult]) -> str:
+    head = f"{'backend':14s} {'envs':>6s} {'SPS':>10s} {'frames/s':>11s} {'instr/s':>10s} {'ms/step':>9s} {'PCs':>5s}"
+    rows = [head, "-" * len(head)]
+    for r in results:
+        instr = f"{r.instructions_per_s / 1e6:8.1f}M" if r.instructions_per_s is not None else f"{'-':>9s}"
+        pcs = str(r.distinct_pcs) if r.distinct_pcs is not None else "-"
+        rows.append(f"{r.backend:14s} {r.envs:6d} {r.env_steps_per_s:10.1f} {r.frames_per_s:11.0f} {instr:>10s} "
+                    f"{r.ms_per_step:9.2f} {pcs:>5s}")
+    return "\n".join(rows)

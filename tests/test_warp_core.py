@@ -1,0 +1,92 @@
+"""The Warp emulator core on the CPU device: start states, locking, serial capture, determinism."""
+
+import numpy as np
+import pytest
+
+from gbxcule.asm import CartridgeHeader, assemble
+from gbxcule.backends.warp_vec import WarpVecBackend
+from gbxcule.core.cartridge import Rom, parse_header
+from gbxcule.core.schedule import ActionSchedule
+from gbxcule.core.isa import BASE, CB
+from gbxcule.kernels.gen import family, kernel_source, op_tables
+from gbxcule.kernels.templates import TEMPLATES
+
+
+def build(body: str, **header) -> Rom:
+    src = f'SECTION "e", ROM0[$0100]\n nop\n jp main\nSECTION "m", ROM0[$0150]\nmain:\n{body}\n'
+    h = dict(title="CORE", cartridge_type=0, rom_size=0, ram_size=0) | header
+    data = assemble(src, header=CartridgeHeader(**h)).rom
+    return Rom(data=data, info=parse_header(data), path="<test>")
+
+
+def backend(rom, n=1, frames=1, boot="skip"):
+    return WarpVecBackend(rom, n, "dmg_buttons_v0", ActionSchedule(frames, 0), boot=boot)
+
+
+def test_every_opcode_has_a_template_and_timing_table():
+    fams, info = op_tables()
+    assert fams.shape == (512,) and info.shape == (512,)
+    for op in (*BASE, *CB):
+        fam = family(op)
+        assert fam is None or fam in TEMPLATES, op.text
+        i = op.code + (256 if op.prefixed else 0)
+        assert (info[i] & 0xFF) == op.cycles and (info[i] >> 28) & 3 == op.length
+    assert "def execute" in kernel_source() and "step_kernel" in kernel_source()
+
+
+def test_skip_boot_starts_at_0100_with_boot_rom_unmapped():
+    b = backend(build(" jr @"))
+    f = b.env_fields(0)
+    assert f["pc"] == 0x0100 and f["bootrom"] == 0 and f["sp"] == 0xFFFE
+    assert f["lcdc"] & 0x80  # the boot ROM left the LCD on
+
+
+def test_dmg_boot_values():
+    f = backend(build(" jr @"), boot="dmg").env_fields(0)
+    assert (f["a"], f["f"], f["b"], f["c"], f["d"], f["e"], f["h"], f["l"]) == (1, 0xB0, 0, 0x13, 0, 0xD8, 1, 0x4D)
+    assert f["pc"] == 0x100 and f["sp"] == 0xFFFE and f["div_counter"] == 0xABCC
+
+
+def test_boot_through_pyboy_rom_unmaps_it():
+    b = backend(build(" ld a, $42\n ld [$C000], a\n jr @"), frames=120, boot="pyboy")
+    assert b.env_fields(0)["bootrom"] == 1 and b.env_fields(0)["pc"] == 0
+    b.step(np.zeros(1, np.int32))
+    assert b.env_fields(0)["bootrom"] == 0
+    assert b.read_memory(0, 0xC000, 0xC001)[0] == 0x42
+
+
+def test_illegal_opcode_locks_only_that_env_and_time_goes_on():
+    rom = build(" ld a, [$C100]\n or a\n jr z, .ok\n db $D3\n.ok:\n ld hl, $C000\n inc [hl]\n jr .ok")
+    b = backend(rom, n=2, frames=2)
+    ram = b.ram.numpy().reshape(b.layout.total, 2)
+    ram[b.layout.bases["wram"] + 0x100, 1] = 1  # env 1 takes the illegal opcode (CPU device: a live view)
+    b.step(np.zeros(2, np.int32))
+    f0, f1 = b.env_fields(0), b.env_fields(1)
+    assert f0["locked"] == 0 and f1["locked"] == 1
+    assert b.read_memory(0, 0xC000, 0xC001)[0] > 0 and b.read_memory(1, 0xC000, 0xC001)[0] == 0
+    assert f1["frames"] == f0["frames"] == 2  # the locked env's PPU still finishes frames
+
+
+def test_serial_bytes_are_captured():
+    body = "\n".join(f" ld a, {ord(c)}\n ldh [$01], a\n ld a, $81\n ldh [$02], a\n.w{i}:\n ldh a, [$02]\n"
+                     f" bit 7, a\n jr nz, .w{i}" for i, c in enumerate("hi!")) + "\n jr @"
+    b = backend(build(body), frames=5)
+    b.step(np.zeros(1, np.int32))
+    assert b.serial_bytes(0) == b"hi!"
+
+
+def test_runs_are_deterministic():
+    rom = build(" ld hl, $C000\n.l:\n ldh a, [$04]\n xor [hl]\n ld [hl+], a\n res 5, h\n jr .l")
+    out = []
+    for _ in range(2):
+        b = backend(rom, n=3, frames=3)
+        for k in range(3):
+            b.step(np.array([k, 1, 2], np.int32))
+        out.append((b.fields.numpy().copy(), b.ram.numpy().copy()))
+    assert np.array_equal(out[0][0], out[1][0]) and np.array_equal(out[0][1], out[1][1])
+
+
+def test_out_of_range_action_is_rejected_before_launch():
+    b = backend(build(" jr @"))
+    with pytest.raises(ValueError, match="dmg_buttons_v0"):
+        b.step(np.array([99]))
