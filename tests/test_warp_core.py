@@ -6,8 +6,8 @@ import pytest
 from gbxcule.asm import CartridgeHeader, assemble
 from gbxcule.backends.warp_vec import WarpVecBackend
 from gbxcule.core.cartridge import Rom, parse_header
-from gbxcule.core.schedule import ActionSchedule
 from gbxcule.core.isa import BASE, CB
+from gbxcule.core.schedule import ActionSchedule
 from gbxcule.kernels.gen import family, kernel_source, op_tables
 from gbxcule.kernels.templates import TEMPLATES
 

@@ -18,6 +18,7 @@ from gbxcule.backends.base import CpuState, check_actions, check_env
 from gbxcule.core.action_codec import DEFAULT_CODEC, ActionCodec, get_codec
 from gbxcule.core.cartridge import Rom, load_rom
 from gbxcule.core.schedule import ActionSchedule
+from gbxcule.core.screen import PYBOY_GREYS, pyboy_shades
 
 os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
@@ -30,7 +31,7 @@ def _new_pyboy(rom: Rom, render: bool = False):
     # A file-like ROM: PyBoy then never reads or writes .ram/.rtc files next to a user's ROM. DMG mode
     # always (gbxcule emulates the DMG), sound off (the APU is not emulated; see docs/hardware.md).
     return PyBoy(io.BytesIO(rom.data), window="null", sound_emulated=False, cgb=False, log_level="ERROR",
-                 no_input=True)
+                 no_input=True, color_palette=PYBOY_GREYS)
 
 
 class PyBoyGame:
@@ -56,16 +57,26 @@ class PyBoyGame:
         return buf.getvalue()
 
     def step(self, action: int, render: bool = False) -> None:
+        """One step of the schedule; with `render`, PyBoy draws every frame (`tick(1, True)` each): its
+        window line counter only advances on drawn frames, so drawing only the last one can be stale."""
         buttons = self.codec.pyboy_buttons(action)
         for frames, held in self.schedule.segments():
             for name in buttons:
                 (self.pyboy.button_press if held else self.pyboy.button_release)(name)
-            self.pyboy.tick(frames, render)
+            if render:
+                for _ in range(frames):
+                    self.pyboy.tick(1, True)
+            else:
+                self.pyboy.tick(frames, False)
         if self.schedule.release_after_frames == self.schedule.frames_per_step:
             for name in buttons:
                 self.pyboy.button_release(name)
         self.frames += self.schedule.frames_per_step
         self.serial += self.pyboy._serial().encode("latin-1")  # PyBoy keeps only the last 1024 bytes
+
+    def screen_shades(self) -> np.ndarray:
+        """PyBoy's screen as shade indices 0-3, uint8 [144,160] (255 where it shows no palette colour)."""
+        return pyboy_shades(self.pyboy.screen.ndarray)
 
     def cpu_state(self) -> CpuState:
         r = self.pyboy.register_file

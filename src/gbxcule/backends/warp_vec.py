@@ -2,7 +2,11 @@
 
 All state lives in device arrays laid out by `gbxcule.kernels.state`; a step is one launch of the
 generated step kernel with no host synchronisation. Introspection (`get_cpu_state`, `read_memory`,
-`snapshot`) copies state to the host and is meant for verification, not the hot path.
+`snapshot`, `frames_host`) copies state to the host and is meant for verification, not the hot path.
+
+Screens (docs/rendering.md): `step(actions, render=...)` draws nothing (default), the step's last frame
+(`True`/"last") or every frame ("all") into `frame_buffer()`, uint8 [N,144,160] shade indices 0-3 on the
+device; `observation()` derives the 72x80 view from it on the device.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from gbxcule.kernels.state import BIG, FIELD_INDEX, FIELDS, NUM_FIELDS, SERIAL_C
 # PyBoy's RAM-size table: 8 KiB banks allocated for each header RAM code (MBC2 uses bank 0).
 _RAM_BANKS = {0x00: 1, 0x01: 1, 0x02: 1, 0x03: 4, 0x04: 16, 0x05: 8}
 _MBC_KIND = {"none": 0, "mbc1": 1, "mbc2": 2, "mbc3": 3, "mbc5": 5}
+RENDER_MODES = {"none": 0, "last": 1, "all": 2}
+OBS_MODES = ("stride", "mean")
 
 
 def pyboy_boot_rom() -> bytes:
@@ -92,6 +98,15 @@ def apply_dmg_boot_values(fields: np.ndarray, rom: bytes) -> None:
         fields[f[k]] = v
 
 
+def render_mode(render: bool | str) -> int:
+    """The step kernel's render argument for `step(render=...)`."""
+    if isinstance(render, bool):
+        return int(render)
+    if render in RENDER_MODES:
+        return RENDER_MODES[render]
+    raise ValueError(f"render must be True, False or one of {', '.join(RENDER_MODES)}, not {render!r}")
+
+
 class WarpVecBackend:
     """N envs in Warp device arrays, stepped by the generated kernel."""
 
@@ -132,8 +147,7 @@ class WarpVecBackend:
         mem.boot = wp.array(np.frombuffer(boot_rom, dtype=np.uint8), dtype=wp.uint8, device=device)
         mem.ram = self.ram
         mem.serial = self.serial
-        mem.opfam = wp.array(fams, dtype=wp.int32, device=device)
-        mem.opinfo = wp.array(info, dtype=wp.int32, device=device)
+        mem.ops = wp.array(np.concatenate([fams, info]), dtype=wp.int32, device=device)
         mem.n_envs = n
         mem.cart_ram_banks = self.cart.ram_banks
         mem.mbc = self.cart.mbc
@@ -142,7 +156,10 @@ class WarpVecBackend:
         mem.mbc1_multicart = int(self.cart.mbc1_multicart)
         for region, base in self.layout.bases.items():
             setattr(mem, region, base)
+        mem.frame = wp.zeros(1, dtype=wp.uint32, device=device)  # the real buffer comes with the first render
         self.mem = mem
+        self._frame = self._frame_words = None
+        self._obs: dict[tuple[str, bool], object] = {}
         if boot not in BOOT_MODES:
             raise ValueError(f"unknown boot mode {boot!r}; choose one of {', '.join(BOOT_MODES)}")
         self.boot = boot
@@ -151,10 +168,10 @@ class WarpVecBackend:
         self._start_ram = None if ram is None else np.ascontiguousarray(np.repeat(ram[:, None], n, axis=1).reshape(-1))
         self.reset()
 
-    def _launch(self, frames: int, release_after: int, stop_at_boot_exit: int = 0) -> None:
+    def _launch(self, frames: int, release_after: int, stop_at_boot_exit: int = 0, render: int = 0) -> None:
         self._wp.launch(self._kernels.step_kernel, dim=self.num_envs, device=self.device,
                         inputs=[self.fields, self.mem, self.actions, self.masks, self.codec.num_actions,
-                                frames, release_after, stop_at_boot_exit])
+                                frames, release_after, stop_at_boot_exit, render])
 
     def _start_state(self, boot: str) -> tuple[np.ndarray, np.ndarray | None]:
         """Fields (and RAM, when not all zero) every env starts from."""
@@ -186,15 +203,59 @@ class WarpVecBackend:
         else:
             wp.copy(self.ram, wp.array(self._start_ram, dtype=wp.uint8, device=self.device))
         self.serial.zero_()
+        if self._frame is not None:
+            self._frame.zero_()
 
-    def step(self, actions) -> None:
+    def step(self, actions, render: bool | str = False) -> None:
+        """Advance every env one step; `render`: False/"none", True/"last" (the step's last frame), "all"."""
         wp = self._wp
+        mode = render_mode(render)
+        if mode:
+            self.frame_buffer()
         if isinstance(actions, wp.array):
             self.actions = actions
         else:
             acts = check_actions(self, actions)
             wp.copy(self.actions, wp.array(acts, dtype=wp.int32, device=self.device))
-        self._launch(self.schedule.frames_per_step, self.schedule.release_after_frames)
+        self._launch(self.schedule.frames_per_step, self.schedule.release_after_frames, render=mode)
+
+    # --- screens ------------------------------------------------------------------------------------
+    def frame_buffer(self):
+        """The device frame buffer, uint8 [N,144,160] shade indices, written in place by rendering steps
+        (all 0 until the first one)."""
+        if self._frame is None:
+            wp = self._wp
+            n = self.num_envs
+            self._frame = wp.zeros((n, 144, 160), dtype=wp.uint8, device=self.device)
+            # The kernel writes 4 pixels at a time through a uint32 alias of the same memory.
+            self._frame_words = wp.array(ptr=self._frame.ptr, dtype=wp.uint32, shape=(n * 144 * 40,),
+                                         device=self.device)
+            self.mem.frame = self._frame_words
+        return self._frame
+
+    def frames_host(self, env: int | None = None) -> np.ndarray:
+        """Frame buffer on the host: [144,160] for one env, [N,144,160] without `env` (synchronises)."""
+        if env is None:
+            return self.frame_buffer().numpy()
+        return self.frame_buffer()[check_env(self, env)].numpy().copy()
+
+    def observation(self, mode: str = "stride", packed: bool = False):
+        """The 72x80 view of the frame buffer on the device, recomputed into the same array on each call:
+        uint8 [N,72,80] (`packed`: [N,72,20], 4 pixels a byte, first pixel in bits 7-6). `mode`
+        "stride" takes pixel (2r, 2c); "mean" the 2x2 block's mean rounded half up, (sum + 2) // 4."""
+        if mode not in OBS_MODES:
+            raise ValueError(f"observation mode must be one of {', '.join(OBS_MODES)}, not {mode!r}")
+        from gbxcule.kernels.render import obs_kernel
+
+        wp = self._wp
+        key = (mode, bool(packed))
+        if key not in self._obs:
+            self._obs[key] = wp.zeros((self.num_envs, 72, 20 if packed else 80), dtype=wp.uint8,
+                                      device=self.device)
+        out = self._obs[key]
+        wp.launch(obs_kernel, dim=(self.num_envs, 72, 20), device=self.device,
+                  inputs=[self.frame_buffer(), out, int(mode == "mean"), int(bool(packed))])
+        return out
 
     def get_cpu_state(self, env: int) -> CpuState:
         f = self.env_fields(env)

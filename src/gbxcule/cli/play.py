@@ -1,13 +1,21 @@
-"""`gbxcule play ROM`: run envs under an action generator and report what they did."""
+"""`gbxcule play ROM`: run envs under an action generator and report what they did.
+
+`--record out.gif` draws the last frame of every step of one env into an animated GIF (run with
+`--frames-per-step 1` to keep every frame); `--mosaic out.png` tiles every env's last screen into one PNG.
+Both need a warp backend (docs/rendering.md).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import time
+from pathlib import Path
 
 from gbxcule.backends import make_backend
 from gbxcule.cli.common import add_run_args, schedule_from
 from gbxcule.core.action_codec import get_codec
+from gbxcule.core.errors import GbxculeError
+from gbxcule.core.screen import mosaic, write_gif, write_png
 from gbxcule.harness.actions import make_action_gen
 from gbxcule.roms import resolve_rom
 
@@ -18,6 +26,10 @@ def register(sub) -> None:
                                    "where each env ended up.")
     p.add_argument("rom", help="ROM file or built-in ROM name")
     add_run_args(p)
+    p.add_argument("--record", metavar="GIF",
+                   help="write one env's screen after every step as an animated GIF")
+    p.add_argument("--record-env", type=int, default=0, help="the env --record follows (default 0)")
+    p.add_argument("--mosaic", metavar="PNG", help="write every env's last screen, tiled, as a PNG")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -29,7 +41,17 @@ def _text(d: dict) -> str:
         lines.append(f"  env {e['env']:3d}: pc=${e['pc']:04X} wram sha1 {e['wram_sha1'][:12]}")
     if len(d["final"]) > 8:
         lines.append(f"  ... {len(d['final']) - 8} more envs")
+    lines += [f"{what}: {d[what]}" for what in ("record", "mosaic") if d[what]]
     return "\n".join(lines)
+
+
+def _write(path: str, write) -> None:
+    out = Path(path)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write(out)
+    except OSError as exc:
+        raise GbxculeError(f"cannot write {out}: {exc.strerror or exc}") from None
 
 
 def run(args) -> int:
@@ -39,15 +61,30 @@ def run(args) -> int:
         raise ValueError("--envs must be >= 1 and --steps >= 0")
     codec = get_codec(args.codec)
     schedule = schedule_from(args)
+    if (args.record or args.mosaic) and not args.backend.startswith("warp"):
+        raise ValueError("--record and --mosaic need a warp backend (warp_vec_cpu or warp_vec_cuda)")
+    if args.record and not (args.steps >= 1 and 0 <= args.record_env < args.envs):
+        raise ValueError("--record needs --steps >= 1 and --record-env within --envs")
     gen = make_action_gen(args.actions, codec, args.envs, args.seed, args.fixed_action)
     backend = make_backend(args.backend, str(resolve_rom(args.rom)), num_envs=args.envs, codec=codec,
                            schedule=schedule)
+    recorded = []
     try:
         backend.reset(args.seed)
         t0 = time.perf_counter()
         for k in range(args.steps):
-            backend.step(gen(k))
+            if args.record or (args.mosaic and k == args.steps - 1):
+                backend.step(gen(k), render=True)
+            else:
+                backend.step(gen(k))
+            if args.record:
+                recorded.append(backend.frames_host(args.record_env))
         seconds = time.perf_counter() - t0
+        if args.mosaic:
+            _write(args.mosaic, lambda p: write_png(mosaic(backend.frames_host()), p))
+        if args.record:
+            frame_ms = max(20, round(schedule.frames_per_step * 1000 / 59.7275))
+            _write(args.record, lambda p: write_gif(recorded, p, frame_ms))
         final = [{"env": e, "pc": backend.get_cpu_state(e).pc,
                   "wram_sha1": hashlib.sha1(backend.read_memory(e, 0xC000, 0xE000).tobytes()).hexdigest()}
                  for e in range(args.envs)]
@@ -60,6 +97,6 @@ def run(args) -> int:
         "frames_per_step": schedule.frames_per_step, "seconds": seconds,
         "env_steps_per_s": env_steps / seconds if seconds > 0 else 0.0,
         "frames_per_s": env_steps * schedule.frames_per_step / seconds if seconds > 0 else 0.0,
-        "final": final,
+        "final": final, "record": args.record, "mosaic": args.mosaic,
     }, _text)
     return 0

@@ -29,6 +29,8 @@ def register(sub) -> None:
     p.add_argument("--envs", type=int, default=1, help="envs compared side by side (default 1)")
     p.add_argument("--regions", default=",".join(DEFAULT_REGIONS),
                    help=f"memory regions compared, from {','.join(REGIONS)} (default %(default)s)")
+    p.add_argument("--screens", action="store_true",
+                   help="draw every frame on both sides and compare the screens too")
     p.add_argument("--bundle-dir", default="bundles", help="where mismatch bundles go (default bundles/)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
@@ -36,7 +38,8 @@ def register(sub) -> None:
 
 def _text(d: dict) -> str:
     head = (f"{'OK' if d['ok'] else 'MISMATCH'}: {d['steps_run']} steps ({d['frames_run']} frames) of "
-            f"{d['rom']} on {d['dut']} vs {d['ref']} in {d['seconds']:.1f} s")
+            f"{d['rom']} on {d['dut']} vs {d['ref']}{' with screens' if d['config']['screens'] else ''} "
+            f"in {d['seconds']:.1f} s")
     if d["ok"]:
         return head
     return "\n".join([head, f"first difference after step {d['mismatch_step']} in env {d['mismatch_env']}:",
@@ -60,7 +63,8 @@ def run(args) -> int:
         frames_per_step=pick(args.frames_per_step, "frames_per_step", 1),
         release_after_frames=pick(args.release_after_frames, "release_after_frames", 1),
         actions=pick(args.actions, "actions", "seeded_random"), seed=args.seed, codec=args.codec,
-        envs=args.envs, dut=args.dut, regions=regions, bundle_dir=args.bundle_dir)
+        envs=args.envs, dut=args.dut, regions=regions, bundle_dir=args.bundle_dir,
+        screens=args.screens)
     cfg.release_after_frames = min(cfg.release_after_frames, cfg.frames_per_step)
     rom = load_rom(resolve_rom(args.rom))
     result = run_verify(cfg, rom)

@@ -9,6 +9,7 @@ device, package versions and git revision.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import platform
@@ -100,10 +101,8 @@ def environment() -> dict:
     """What the numbers were measured with."""
     versions = {}
     for pkg in ("gbxcule", "warp-lang", "pyboy", "numpy", "torch", "pufferlib"):
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             versions[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            pass
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
                              cwd=Path(__file__).resolve().parent).stdout.strip() or None

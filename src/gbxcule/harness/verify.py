@@ -6,6 +6,9 @@ registers, IME and its delay, HALT, IE/IF, timer and PPU state, DMA, MBC registe
 registers, the bytes sent over serial, and memory (WRAM, HRAM, OAM, VRAM, cartridge RAM by default).
 On the first mismatch a self-contained bundle is written: the ROM, the action trace, both states before
 and after the step, a readable diff with disassembly around PC, and a one-line repro command.
+
+With `screens`, both sides draw every frame (PyBoy `tick(1, True)` per frame, the DUT `render="all"`) and
+each env's screen is compared too, as shade indices; a mismatch bundle then holds both screens as PNGs.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from gbxcule.core.action_codec import get_codec
 from gbxcule.core.cartridge import Rom
 from gbxcule.core.pyboy_state import parse_pyboy_state
 from gbxcule.core.schedule import ActionSchedule
+from gbxcule.core.screen import write_png
 from gbxcule.harness.actions import make_action_gen
 from gbxcule.harness.compare import DEFAULT_REGIONS, diff, dut_view, reference_view
 
@@ -41,6 +45,7 @@ class VerifyConfig:
     dut: str = "warp_vec_cpu"
     regions: tuple[str, ...] = DEFAULT_REGIONS
     bundle_dir: str = "bundles"
+    screens: bool = False
 
 
 @dataclass
@@ -83,8 +88,9 @@ def run_verify(cfg: VerifyConfig, rom: Rom) -> VerifyResult:
             acts = gen(k)
             trace.append([int(a) for a in acts])
             for r, a in zip(refs, acts, strict=True):
-                r.step(int(a))
-            dut.step(acts)
+                r.step(int(a), render=cfg.screens)
+            dut.step(acts, render="all" if cfg.screens else False)
+            screens = dut.frames_host() if cfg.screens else None
             for e, r in enumerate(refs):
                 raw = r.pyboy_state_bytes()
                 state = parse_pyboy_state(raw, **hints)
@@ -98,8 +104,13 @@ def run_verify(cfg: VerifyConfig, rom: Rom) -> VerifyResult:
                 dut_serial = dut.serial_bytes(e)
                 if bytes(r.serial) != dut_serial:
                     problems.append(f"serial: ref={bytes(r.serial)[-32:]!r} dut={dut_serial[-32:]!r}")
+                shots = None
+                if screens is not None:
+                    shots = (r.screen_shades(), screens[e])
+                    problems += screen_diff(*shots)
                 if problems:
-                    bundle = write_bundle(cfg, rom, trace, k, e, raw, prev_states[e], rv, dv, snap, problems)
+                    bundle = write_bundle(cfg, rom, trace, k, e, raw, prev_states[e], rv, dv, snap, problems,
+                                          shots)
                     return VerifyResult(False, k + 1, (k + 1) * cfg.frames_per_step, time.perf_counter() - t0,
                                         k, e, problems, str(bundle))
                 prev_cycles[e] = state.cpu.cycles
@@ -111,11 +122,20 @@ def run_verify(cfg: VerifyConfig, rom: Rom) -> VerifyResult:
         dut.close()
 
 
+def screen_diff(ref: np.ndarray, dut: np.ndarray) -> list[str]:
+    """One line describing how two shade screens differ, or nothing when they are equal."""
+    bad = np.argwhere(ref != dut)
+    if not bad.size:
+        return []
+    y, x = (int(v) for v in bad[0])
+    return [f"screen: {len(bad)} pixels differ (first at y={y} x={x}: ref={ref[y, x]} dut={dut[y, x]})"]
+
+
 def repro_command(cfg: VerifyConfig, rom_path: str, steps: int) -> str:
     args = ["gbxcule", "verify", "--rom", rom_path, "--dut", cfg.dut, "--steps", str(steps),
             "--frames-per-step", str(cfg.frames_per_step), "--release-after-frames",
             str(cfg.release_after_frames), "--actions", cfg.actions, "--seed", str(cfg.seed),
-            "--codec", cfg.codec, "--envs", str(cfg.envs)]
+            "--codec", cfg.codec, "--envs", str(cfg.envs)] + (["--screens"] if cfg.screens else [])
     return shlex.join(args)
 
 
@@ -129,7 +149,8 @@ def _disasm_around(snap, pc: int) -> str:
     return "\n".join(lines)
 
 
-def write_bundle(cfg, rom: Rom, trace, step, env, ref_state: bytes, prev_state: bytes, rv, dv, snap, problems):
+def write_bundle(cfg, rom: Rom, trace, step, env, ref_state: bytes, prev_state: bytes, rv, dv, snap, problems,
+                 shots=None):
     out = Path(cfg.bundle_dir) / f"{Path(rom.path).stem}-step{step}-env{env}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     (out / "rom.gb").write_bytes(rom.data)
@@ -146,4 +167,8 @@ def write_bundle(cfg, rom: Rom, trace, step, env, ref_state: bytes, prev_state: 
         text += ["", "DUT memory at the reference PC:", _disasm_around(snap, rv["pc"])]
     (out / "diff.txt").write_text("\n".join(text) + "\n")
     (out / "repro.txt").write_text(repro_command(cfg, str(out / "rom.gb"), step + 1) + "\n")
+    if shots is not None:
+        write_png(shots[0], out / "ref_screen.png")
+        write_png(shots[1], out / "dut_screen.png")
+        write_png(np.where(shots[0] != shots[1], 3, 0), out / "screen_diff.png")
     return out

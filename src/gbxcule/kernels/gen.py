@@ -147,6 +147,7 @@ from gbxcule.kernels.cpu import (FLAG_C, FLAG_H, FLAG_N, FLAG_Z, alu, check_inte
                                  flag_bit, get_r8, get_rr, inc8, pending_interrupts, pop16, push16, rotate,
                                  set_r8, set_rr, sp_offset)
 from gbxcule.kernels.ppu import lcd_advance
+from gbxcule.kernels.render import fill_frame
 from gbxcule.kernels.state import BIG, Gb, Mem
 from gbxcule.kernels.timer import timer_advance
 
@@ -176,8 +177,8 @@ def step_instruction(g: wp.ref[Gb], m: Mem):
     if op == 0xCB:
         op = read8(g, m, (base + 1) & 0xFFFF, t0, 4)
         idx = 256 + op
-    fam = m.opfam[idx]
-    info = m.opinfo[idx]
+    fam = m.ops[idx]
+    info = m.ops[512 + idx]
     length = (info >> 28) & 3
     imm = 0
     if idx < 256 and length >= 2:
@@ -248,13 +249,15 @@ $REBASE
 @wp.kernel(enable_backward=False)
 def step_kernel(fields: wp.array(dtype=wp.int32), mem: Mem, actions: wp.array(dtype=wp.int32),
                 masks: wp.array(dtype=wp.int32), num_actions: wp.int32, frames_per_step: wp.int32,
-                release_after: wp.int32, stop_at_boot_exit: wp.int32):
+                release_after: wp.int32, stop_at_boot_exit: wp.int32, render: wp.int32):
+    """Run every env one step. render: 0 draw nothing, 1 draw the step's last frame, 2 every frame."""
     e = wp.tid()
     n = mem.n_envs
     g = Gb()
 $LOAD
     g.env = e
     g.n = n
+    g.render = 0
     rebase(g)
     action = actions[e]
     if action < 0 or action >= num_actions:
@@ -274,6 +277,10 @@ $LOAD
         elif frame == release_after:
             g.joy_dpad = 15
             g.joy_buttons = 15
+        draw = wp.where(render == 2 or (render == 1 and frame == frames_per_step - 1), 1, 0)
+        if draw != 0 and g.render == 0 and g.screen_fill != 0:
+            fill_frame(g, mem, g.screen_fill - 1)  # the screen was blanked while nothing was drawn
+        g.render = draw
         run_frame(g, mem, stop_at_boot_exit)
         if stop_at_boot_exit != 0 and g.bootrom == 0:
             break

@@ -11,12 +11,16 @@ the next line. Lines 144-153 are mode 1; VBlank and its STAT source fire at LY=1
 `frame_done` is set, when LY wraps from 153 to 0 (or every 70224 cycles while the LCD is off, or at once
 when the LCD is switched on).
 
+When mode 0 starts on a visible line the renderer sees the line (`render.scanline`); the screen is
+blanked at every LCD-off frame end and at VBlank of the first frame after LCD on (`render.blank_screen`).
+
 The STAT interrupt is raised on a rising edge of the STAT line: the OR of the enabled mode sources (not in
 mode 3) and LY=LYC. While the line stays high no new interrupt is raised (STAT blocking).
 """
 
 import warp as wp
 
+from gbxcule.kernels.render import blank_screen, oam_byte, scanline
 from gbxcule.kernels.state import Gb, Mem
 
 FRAME_CYCLES = wp.constant(70224)
@@ -66,11 +70,6 @@ def stat_update_lyc(g: wp.ref[Gb]) -> wp.int32:
 def stat_write(g: wp.ref[Gb], value: wp.int32) -> wp.int32:
     g.stat = (g.stat & 0x87) | (value & 0x78)
     return stat_update_line(g)
-
-
-@wp.func
-def oam_byte(m: Mem, g: wp.ref[Gb], index: wp.int32) -> wp.int32:
-    return wp.int32(m.ram[(m.oam + (index & 0xFF)) * g.n + g.env])
 
 
 @wp.func
@@ -175,7 +174,6 @@ def lcd_advance(g: wp.ref[Gb], m: Mem, now: wp.int32) -> wp.int32:
             intr = intr | stat_set_mode(g, 0)
             g.wy_latch = 0
             wy_check(g)
-            g.win_line = 0
             intr = intr | stat_update_lyc(g)
         elif on and g.ly == 153:
             if g.first_frame != 0 and g.lcd_target < FRAME_CYCLES:
@@ -191,7 +189,6 @@ def lcd_advance(g: wp.ref[Gb], m: Mem, now: wp.int32) -> wp.int32:
                 intr = intr | stat_set_mode(g, 2)
                 g.wy_latch = 0
                 wy_check(g)
-                g.win_line = 0
                 intr = intr | stat_update_lyc(g)
         elif on and g.stat_transition == ST_ADVANCE_LY:
             g.ly = g.ly + 1
@@ -237,6 +234,7 @@ def lcd_advance(g: wp.ref[Gb], m: Mem, now: wp.int32) -> wp.int32:
                     g.lcd_target = g.lcd_target + 200 + extra - g.mode3_adj
                     g.next_mode = 1
                     g.stat_transition = ST_NONE
+                scanline(g, m)
             else:
                 g.lcd_target = g.lcd_target + 456
                 g.next_mode = 1
@@ -248,10 +246,13 @@ def lcd_advance(g: wp.ref[Gb], m: Mem, now: wp.int32) -> wp.int32:
                         intr = intr | INT_STAT  # the mode-2 source fires at the start of VBlank too
                     intr = intr | INT_VBLANK
                     g.wy_latch = 0
+                    if g.first_frame != 0:
+                        blank_screen(g, m)  # the first frame after LCD on is not shown
         else:
             g.frame_done = 1
             g.lcd_clock = g.lcd_clock % FRAME_CYCLES
             g.lcd_target = FRAME_CYCLES
+            blank_screen(g, m)
     lcd_schedule(g)
     return intr
 

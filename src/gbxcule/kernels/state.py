@@ -51,7 +51,8 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("lcd_reset", "LCD was switched on: restart at the next advance"), ("frame_done", "a frame ended"),
     ("mode3_adj", "extra mode-3 dots of the current line"), ("stat_mode_override", "next STAT read shows mode 0"),
     ("lyc_changed_off", "LYC written while the LCD was off"), ("wy_latch", "window Y condition met this frame"),
-    ("win_line", "window internal line counter"),
+    ("win_line", "window line counter, mod 256 (-1 after line 143 is drawn)"),
+    ("screen_fill", "1 + the shade the whole screen was blanked to, until a line is drawn; else 0"),
     # serial
     ("sb", "SB"), ("sc", "SC"), ("serial_on", "transfer in progress"), ("serial_internal", "internal clock"),
     ("serial_left", "cycles until the transfer in progress completes"), ("serial_last", "cycle count last seen"),
@@ -105,8 +106,9 @@ def ram_layout(cart_ram_size: int) -> RamLayout:
     return RamLayout(bases, sizes, off)
 
 
-# Per-thread values that are not state: which env this thread is, and how many envs there are.
-TRANSIENT = ("env", "n")
+# Per-thread values that are not state: which env this thread is, how many envs there are, and whether
+# the current frame is drawn into the frame buffer.
+TRANSIENT = ("env", "n", "render")
 
 
 def _make_struct():
@@ -120,15 +122,15 @@ Gb = _make_struct()
 
 @wp.struct
 class Mem:
-    """Everything a kernel thread reads or writes besides its Gb struct."""
+    """Everything a kernel thread reads or writes besides its Gb struct. Warp functions take it by value,
+    so every field costs on every call: keep it small."""
 
     rom: wp.array(dtype=wp.uint8)  # shared by all envs
     rom_banks: wp.int32  # number of 16 KiB banks in rom
     boot: wp.array(dtype=wp.uint8)  # 256-byte boot ROM (or 1 dummy byte)
     ram: wp.array(dtype=wp.uint8)  # per-env regions, interleaved
     serial: wp.array(dtype=wp.uint8)  # per-env SB capture ring, interleaved
-    opfam: wp.array(dtype=wp.int32)  # instruction family per opcode (512: base, then CB)
-    opinfo: wp.array(dtype=wp.int32)  # packed length, cycles and access timing per opcode
+    ops: wp.array(dtype=wp.int32)  # per opcode (512: base, then CB): family, then at +512 packed info
     n_envs: wp.int32
     cart_ram_banks: wp.int32  # 8 KiB banks of cartridge RAM
     mbc: wp.int32  # 0 none, 1 MBC1, 2 MBC2, 3 MBC3, 5 MBC5
@@ -142,3 +144,4 @@ class Mem:
     io: wp.int32
     hram: wp.int32
     cart: wp.int32
+    frame: wp.array(dtype=wp.uint32)  # frame buffer, 40 words a line (render.py); 1 word when unused

@@ -1,0 +1,213 @@
+"""Scanline renderer: the picture PyBoy 2.8.1's DMG `Renderer` draws, as shade indices 0-3.
+
+The PPU calls `scanline` when mode 0 starts on a visible line (as the reference calls `Renderer.scanline`
+and `scanline_sprites`), and `blank_screen` where the reference blanks the screen (LCD off, first frame
+after the LCD is switched on). Registers, VRAM and OAM are read at that moment; nothing here writes
+emulated memory. A line is drawn only while `g.render` is set; the window line counter and the blank
+bookkeeping run on every line either way, so the picture does not depend on which frames were drawn.
+
+Frame buffer: `m.frame`, uint32 words, 40 per line (4 pixels each, pixel 4w+k in byte k, i.e. the
+little-endian bytes of a uint8 [N,144,160] array), env e's line y at word (e * 144 + y) * 40.
+Observation kernel: `obs_kernel` (stride or 2x2 mean to 72x80, optionally packed 4 pixels a byte).
+docs/rendering.md describes all of it.
+
+The functions the PPU calls are kept out of line (`inline=False`): inlined into `lcd_advance`, which the
+memory map calls from many places, they measurably slowed emulation that draws nothing.
+"""
+
+import warp as wp
+
+from gbxcule.kernels.state import Gb, Mem
+
+LINE_WORDS = wp.constant(40)
+FRAME_WORDS = wp.constant(144 * 40)
+
+vec10i = wp.types.vector(length=10, dtype=wp.int32)
+
+
+@wp.func
+def vram_byte(g: wp.ref[Gb], m: Mem, addr: wp.int32) -> wp.int32:
+    return wp.int32(m.ram[(m.vram + (addr & 0x1FFF)) * g.n + g.env])
+
+
+@wp.func
+def oam_byte(m: Mem, g: wp.ref[Gb], index: wp.int32) -> wp.int32:
+    return wp.int32(m.ram[(m.oam + (index & 0xFF)) * g.n + g.env])
+
+
+@wp.func
+def bg_tile_row(g: wp.ref[Gb], m: Mem, map_base: wp.int32, col: wp.int32, row: wp.int32) -> wp.int32:
+    """Row `row & 7` of the BG/window tile at map position (col, row >> 3): low byte | high byte << 8."""
+    tile = vram_byte(g, m, map_base + ((row >> 3) & 31) * 32 + (col & 31))
+    if (g.lcdc & 0x10) == 0:
+        tile = (tile ^ 0x80) + 128  # signed addressing: tiles 0-127 at 0x9000, 128-255 at 0x8800
+    addr = tile * 16 + (row & 7) * 2
+    return vram_byte(g, m, addr) | (vram_byte(g, m, addr + 1) << 8)
+
+
+@wp.func
+def color_at(bits: wp.int32, col: wp.int32) -> wp.int32:
+    """Colour index of pixel `col` (0 = leftmost) of a tile row (low byte | high byte << 8)."""
+    s = 7 - (col & 7)
+    return ((bits >> s) & 1) | (((bits >> (s + 8)) & 1) << 1)
+
+
+@wp.func(inline=False)
+def fill_frame(g: wp.ref[Gb], m: Mem, shade: wp.int32):
+    if (g.env + 1) * FRAME_WORDS > m.frame.shape[0]:
+        return
+    word = wp.uint32((shade & 3) * 0x01010101)
+    base = g.env * FRAME_WORDS
+    for i in range(FRAME_WORDS):
+        m.frame[base + i] = word
+
+
+@wp.func(inline=False)
+def blank_screen(g: wp.ref[Gb], m: Mem):
+    """The whole screen shows BGP colour 0 (LCD off; first frame after LCD on)."""
+    g.screen_fill = 1 + (g.bgp & 3)
+    if g.render != 0:
+        fill_frame(g, m, g.bgp & 3)
+
+
+@wp.func(inline=False)
+def draw_line(g: wp.ref[Gb], m: Mem, ly: wp.int32, window: wp.int32):
+    """Draw line `ly`: background, window (when `window`), then up to 10 sprites, as the reference does."""
+    if ly < 0 or ly >= 144 or (g.env + 1) * FRAME_WORDS > m.frame.shape[0]:
+        return
+    lcdc = g.lcdc
+    # Sprites on this line: the first 10 in OAM order, kept sorted by (X, OAM index), which is the
+    # reference's DMG priority (first wins). data = tile row bits | attributes << 16.
+    keys = vec10i()
+    datas = vec10i()
+    count = wp.int32(0)
+    if (lcdc & 2) != 0:
+        height = 8 + ((lcdc & 4) << 1)
+        i = wp.int32(0)
+        while i < 40 and count < 10:
+            y = oam_byte(m, g, i * 4) - 16
+            if y <= ly and ly < y + height:
+                tile = oam_byte(m, g, i * 4 + 2)
+                attr = oam_byte(m, g, i * 4 + 3)
+                if height == 16:
+                    tile = tile & 0xFE
+                dy = ly - y
+                if (attr & 0x40) != 0:
+                    dy = height - 1 - dy
+                addr = tile * 16 + dy * 2
+                key = (oam_byte(m, g, i * 4 + 1) << 8) | i
+                data = vram_byte(g, m, addr) | (vram_byte(g, m, addr + 1) << 8) | (attr << 16)
+                j = count
+                while j > 0 and keys[j - 1] > key:
+                    keys[j] = keys[j - 1]
+                    datas[j] = datas[j - 1]
+                    j = j - 1
+                keys[j] = key
+                datas[j] = data
+                count = count + 1
+            i = i + 1
+    spr_lo = wp.int32(0)
+    spr_hi = wp.int32(0)
+    if count > 0:
+        spr_lo = (keys[0] >> 8) - 8
+        spr_hi = keys[count - 1] >> 8
+    # Background and window.
+    bgp = g.bgp
+    use_bg = window != 0 or (lcdc & 1) != 0  # the reference draws BG left of a window even with LCDC.0 off
+    win_x = g.wx - 7
+    win_start = wp.int32(160)
+    if window != 0:
+        win_start = wp.max(win_x, 0)
+    bg_map = 0x1800 | ((lcdc & 0x08) << 7)
+    win_map = 0x1800 | ((lcdc & 0x40) << 4)
+    scx = g.scx
+    bg_row = (ly + g.scy) & 0xFF
+    win_row = g.win_line & 0xFF
+    cached = wp.int32(-1)
+    bits = wp.int32(0)
+    base = (g.env * 144 + ly) * LINE_WORDS
+    for w in range(40):
+        word = wp.int32(0)
+        for k in range(4):
+            x = w * 4 + k
+            shade = bgp & 3
+            opaque = 1  # BG colour is not 0: sprites with the behind-BG flag do not show
+            if x >= win_start:
+                px = x - win_x
+                if cached != 256 + (px >> 3):
+                    cached = 256 + (px >> 3)
+                    bits = bg_tile_row(g, m, win_map, px >> 3, win_row)
+                c = color_at(bits, px)
+                shade = (bgp >> (c * 2)) & 3
+                opaque = wp.where(c != 0, 1, 0)
+            elif use_bg:
+                px = (x + scx) & 0xFF
+                if cached != (px >> 3):
+                    cached = px >> 3
+                    bits = bg_tile_row(g, m, bg_map, px >> 3, bg_row)
+                c = color_at(bits, px)
+                shade = (bgp >> (c * 2)) & 3
+                opaque = wp.where(c != 0, 1, 0)
+            if x >= spr_lo and x < spr_hi:
+                s = wp.int32(0)
+                while s < count:
+                    d = x - ((keys[s] >> 8) - 8)
+                    if d >= 0 and d < 8:
+                        data = datas[s]
+                        col = d
+                        if (data & 0x200000) != 0:
+                            col = 7 - d
+                        c = color_at(data, col)
+                        if c != 0 and ((data & 0x800000) == 0 or opaque == 0):
+                            pal = g.obp0
+                            if (data & 0x100000) != 0:
+                                pal = g.obp1
+                            shade = (pal >> (c * 2)) & 3
+                            s = count
+                    s = s + 1
+            word = word | (shade << (k * 8))
+        m.frame[base + w] = wp.uint32(word)
+
+
+@wp.func(inline=False)
+def scanline(g: wp.ref[Gb], m: Mem):
+    """Mode 0 starts on line LY: count window lines, draw the line when rendering."""
+    window = 0
+    if (g.lcdc & 0x20) != 0 and g.wy_latch != 0 and g.wx < 167:
+        window = 1
+        g.win_line = (g.win_line + 1) & 0xFF  # only its value mod 256 addresses the map
+    if g.render != 0:
+        draw_line(g, m, g.ly, window)
+    g.screen_fill = 0
+    if g.ly == 143:
+        g.win_line = -1
+
+
+@wp.func
+def obs_pixel(frame: wp.array3d(dtype=wp.uint8), e: wp.int32, r: wp.int32, c: wp.int32,
+              mean: wp.int32) -> wp.int32:
+    """Observation pixel (r, c): frame pixel (2r, 2c), or the rounded mean of the 2x2 block there."""
+    y = (2 * r) % 144
+    x = (2 * c) % 160
+    v = wp.int32(frame[e, y, x])
+    if mean != 0:
+        s = v + wp.int32(frame[e, y, x + 1]) + wp.int32(frame[e, y + 1, x]) + wp.int32(frame[e, y + 1, x + 1])
+        v = (s + 2) >> 2
+    return v
+
+
+@wp.kernel(enable_backward=False)
+def obs_kernel(frame: wp.array3d(dtype=wp.uint8), out: wp.array3d(dtype=wp.uint8), mean: wp.int32,
+               packed: wp.int32):
+    """One thread per 4 observation pixels (row r, columns 4q..4q+3) of env e. Packed: one byte, pixel
+    4q in bits 7-6, 4q+1 in bits 5-4, 4q+2 in bits 3-2, 4q+3 in bits 1-0; else one byte per pixel."""
+    e, r, q = wp.tid()
+    byte = wp.int32(0)
+    for k in range(4):
+        v = obs_pixel(frame, e, r, q * 4 + k, mean) & 3
+        if packed != 0:
+            byte = byte | (v << (6 - 2 * k))
+        else:
+            out[e, r, (q * 4 + k) % 80] = wp.uint8(v)
+    if packed != 0:
+        out[e, r, q % 20] = wp.uint8(byte)
