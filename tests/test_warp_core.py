@@ -31,7 +31,7 @@ def test_every_opcode_has_a_template_and_timing_table():
         assert fam is None or fam in TEMPLATES, op.text
         i = op.code + (256 if op.prefixed else 0)
         assert (info[i] & 0xFF) == op.cycles and (info[i] >> 28) & 3 == op.length
-    assert "def execute" in kernel_source() and "step_kernel" in kernel_source()
+    assert "def run_op" in kernel_source() and "step_kernel" in kernel_source()
 
 
 def test_skip_boot_starts_at_0100_with_boot_rom_unmapped():

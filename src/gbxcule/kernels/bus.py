@@ -1,9 +1,12 @@
-"""The memory map: the one read path and the one write path every CPU access goes through.
+"""The memory map: `bus_access`, the one path every CPU memory access goes through.
 
-`read8(g, m, addr, now, mao)` / `write8(g, m, addr, value, now, mao)`: `now` is the cycle count at which
-the access happens (instruction start + its access offset) and `mao` the extra offset the PPU sees for
-that access (the reference model times PPU-visible accesses separately; see docs/timing.md). Every
-subsystem an access touches is first caught up to that time: the timer, serial port, OAM DMA and PPU.
+`bus_access(g, m, addr, value, write, now, mao)` reads (write=0) or writes one byte. `now` is the cycle
+count at which the access happens (instruction start + its access offset) and `mao` the extra offset the
+PPU sees for it (the reference model times PPU-visible accesses separately; see docs/timing.md). Every
+subsystem the access touches is first caught up to that time: the timer, serial port, OAM DMA and PPU.
+Each of those catch-ups appears once in this function, and the CPU calls it from one place, so the
+generated kernel holds one copy of the memory map (compile time, instruction cache, and lanes that take
+different instructions still share this path).
 
 Map: 0000-7FFF ROM (boot ROM over 0000-00FF until 0xFF50 is written), 8000-9FFF VRAM, A000-BFFF
 cartridge RAM/RTC, C000-DFFF WRAM, E000-FDFF echo of C000-DDFF, FE00-FE9F OAM, FEA0-FEFF unusable
@@ -103,15 +106,13 @@ def joypad_value(g: wp.ref[Gb], select: wp.int32) -> wp.int32:
 
 @wp.func
 def dma_source_read(g: wp.ref[Gb], m: Mem, addr: wp.int32, now: wp.int32, mao: wp.int32) -> wp.int32:
+    """A byte the OAM DMA copies. VRAM reads 0xFF when the PPU blocks it for a PPU-visible access (the
+    caller has caught the PPU up to now + mao already)."""
     value = 0xFF
     if addr < 0x8000:
         value = rom_read(g, m, addr)
     elif addr < 0xA000:
-        blocked = False
-        if mao != 0:
-            g.if_ = g.if_ | lcd_advance(g, m, now + mao)
-            blocked = vram_blocked_read(g)
-        if not blocked:
+        if mao == 0 or not vram_blocked_read(g):
             value = wp.int32(m.ram[at(g, m.vram, addr - 0x8000)])
     elif addr < 0xC000:
         if m.has_rtc != 0 and g.ram_bank >= 0x08 and g.ram_bank <= 0x0C:
@@ -127,11 +128,11 @@ def dma_source_read(g: wp.ref[Gb], m: Mem, addr: wp.int32, now: wp.int32, mao: w
 
 
 @wp.func
-def dma_sync(g: wp.ref[Gb], m: Mem, now: wp.int32, mao: wp.int32):
-    """Copy the OAM DMA bytes due by cycle now + mao (one byte per 4 cycles after dma_start)."""
+def dma_sync(g: wp.ref[Gb], m: Mem, now: wp.int32, offset: wp.int32, mao: wp.int32):
+    """Copy the OAM DMA bytes due by cycle now + offset (one byte per 4 cycles after dma_start)."""
     if g.dma_active == 0:
         return
-    elapsed = now + mao - g.dma_start
+    elapsed = now + offset - g.dma_start
     if elapsed < 4:
         return
     target = wp.min(0xA0, elapsed / 4)
@@ -157,149 +158,49 @@ def dma_start(g: wp.ref[Gb], value: wp.int32, now: wp.int32):
     g.dma_index = 0
 
 
-# --- reads ----------------------------------------------------------------------------------------
+# --- IO registers ---------------------------------------------------------------------------------
 
 @wp.func
-def io_read(g: wp.ref[Gb], m: Mem, addr: wp.int32, now: wp.int32, mao: wp.int32) -> wp.int32:
-    if g.dma_active != 0:
-        dma_sync(g, m, now, mao)
-    value = 0xFF
-    if addr >= 0xFF80:
-        if addr == 0xFFFF:
-            value = g.ie
-        else:
-            value = wp.int32(m.ram[at(g, m.hram, addr - 0xFF80)])
-    elif addr >= 0xFF4C:
-        value = 0xFF
-    elif addr >= 0xFF40:
-        g.if_ = g.if_ | lcd_advance(g, m, now + mao)
-        r = addr - 0xFF40
+def ppu_reg_access(g: wp.ref[Gb], addr: wp.int32, value: wp.int32, write: wp.int32, now: wp.int32) -> wp.int32:
+    """0xFF40-0xFF4B, after the PPU was caught up. Returns the value read, or IF bits raised by a write."""
+    r = addr - 0xFF40
+    out = 0
+    if write == 0:
         if r == 0:
-            value = g.lcdc
+            out = g.lcdc
         elif r == 1:
-            value = lcd_read_stat(g)
+            out = lcd_read_stat(g)
         elif r == 2:
-            value = g.scy
+            out = g.scy
         elif r == 3:
-            value = g.scx
+            out = g.scx
         elif r == 4:
-            value = g.ly
+            out = g.ly
         elif r == 5:
-            value = g.lyc
+            out = g.lyc
         elif r == 6:
-            value = g.dma_source
+            out = g.dma_source
         elif r == 7:
-            value = g.bgp
+            out = g.bgp
         elif r == 8:
-            value = g.obp0
+            out = g.obp0
         elif r == 9:
-            value = g.obp1
+            out = g.obp1
         elif r == 10:
-            value = g.wy
+            out = g.wy
         else:
-            value = g.wx
-    elif addr >= 0xFF10:
-        value = 0  # APU not emulated
-    elif addr == 0xFF0F:
-        value = g.if_ | 0xE0
-    elif addr >= 0xFF04 and addr <= 0xFF07:
-        if timer_advance(g, now) != 0:
-            g.if_ = g.if_ | INT_TIMER
-        if addr == 0xFF04:
-            value = g.div_counter >> 8
-        elif addr == 0xFF05:
-            value = timer_read_tima(g)
-        elif addr == 0xFF06:
-            value = g.tma
-        else:
-            value = g.tac | 0xF8
-    elif addr == 0xFF01 or addr == 0xFF02:
-        if serial_advance(g, now) != 0:
-            g.if_ = g.if_ | INT_SERIAL
-        if addr == 0xFF01:
-            value = g.sb
-        else:
-            value = g.sc
-    elif addr == 0xFF00:
-        value = g.joyp
-    return value
-
-
-@wp.func
-def read8(g: wp.ref[Gb], m: Mem, addr: wp.int32, now: wp.int32, mao: wp.int32) -> wp.int32:
-    """The CPU reads `addr` at cycle `now` (the PPU sees now + mao)."""
-    value = 0xFF
-    if addr < 0x8000:
-        value = rom_read(g, m, addr)
-    elif addr < 0xA000:
-        blocked = False
-        if mao != 0:
-            g.if_ = g.if_ | lcd_advance(g, m, now + mao)
-            blocked = vram_blocked_read(g)
-        if not blocked:
-            value = wp.int32(m.ram[at(g, m.vram, addr - 0x8000)])
-    elif addr < 0xC000:
-        if m.has_rtc != 0 and g.ram_bank >= 0x08 and g.ram_bank <= 0x0C:
-            rtc_advance(g, now)
-        value = cart_read(g, m, addr)
-    elif addr < 0xFE00:
-        value = wp.int32(m.ram[at(g, m.wram, (addr - 0xC000) & 0x1FFF)])
-    elif addr < 0xFEA0:
-        blocked = False
-        if mao != 0:
-            g.if_ = g.if_ | lcd_advance(g, m, now + mao)
-            blocked = oam_blocked_read(g)
-        if not blocked:
-            if g.dma_active != 0:
-                dma_sync(g, m, now, mao)
-            started = now + mao >= g.dma_start
-            if g.dma_active != 0 and started and ((g.h << 8) | g.l) == addr:
-                dma_sync(g, m, now, wp.max(mao, 4))
-                started = now + mao >= g.dma_start
-            if g.dma_active != 0 and started:
-                value = 0xFF
-            else:
-                value = wp.int32(m.ram[at(g, m.oam, addr - 0xFE00)])
-    elif addr < 0xFF00:
-        value = wp.int32(m.ram[at(g, m.unusable, addr - 0xFEA0)])
+            out = g.wx
     else:
-        value = io_read(g, m, addr, now, mao)
-    return value
-
-
-# --- writes ---------------------------------------------------------------------------------------
-
-@wp.func
-def io_write(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32, now: wp.int32, mao: wp.int32):
-    if g.dma_active != 0:
-        dma_sync(g, m, now, mao)
-    if addr >= 0xFF80:
-        if addr == 0xFFFF:
-            g.ie = value
-            g.bail = 1
-        else:
-            m.ram[at(g, m.hram, addr - 0xFF80)] = wp.uint8(value)
-        return
-    if addr >= 0xFF4C:
-        if addr == 0xFF50 and g.bootrom != 0 and (value == 0x01 or value == 0x11):
-            g.bootrom = 0
-            g.bail = 1
-        return
-    if addr >= 0xFF40:
-        g.if_ = g.if_ | lcd_advance(g, m, now)
-        r = addr - 0xFF40
         if r == 0:
-            g.if_ = g.if_ | lcd_write_lcdc(g, value)
+            out = lcd_write_lcdc(g, value)
         elif r == 1:
-            g.if_ = g.if_ | stat_write(g, value)
+            out = stat_write(g, value)
         elif r == 2:
             g.scy = value
         elif r == 3:
             g.scx = value
-        elif r == 4:
-            return  # LY is read-only (and, as in the reference, this write does not end the batch)
         elif r == 5:
-            g.if_ = g.if_ | lcd_write_lyc(g, value)
+            out = lcd_write_lyc(g, value)
         elif r == 6:
             dma_start(g, value, now)
         elif r == 7:
@@ -310,16 +211,50 @@ def io_write(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32, now: wp.int
             g.obp1 = value
         elif r == 10:
             g.wy = value
-        else:
+        elif r == 11:
             g.wx = value
-    elif addr >= 0xFF10:
-        pass  # APU not emulated: writes are ignored
-    elif addr == 0xFF0F:
-        g.if_ = value & 0x1F
-    elif addr >= 0xFF04 and addr <= 0xFF07:
+        # r == 4: LY is read-only
+    return out
+
+
+@wp.func
+def io_access(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32, write: wp.int32, now: wp.int32) -> wp.int32:
+    """0xFF00-0xFFFF except the PPU registers; the PPU and OAM DMA were caught up by the caller."""
+    out = 0xFF
+    if addr >= 0xFF80:
+        if addr == 0xFFFF:
+            if write != 0:
+                g.ie = value
+                g.bail = 1
+            else:
+                out = g.ie
+        elif write != 0:
+            m.ram[at(g, m.hram, addr - 0xFF80)] = wp.uint8(value)
+        else:
+            out = wp.int32(m.ram[at(g, m.hram, addr - 0xFF80)])
+        return out
+    if addr >= 0xFF4C:
+        if write != 0 and addr == 0xFF50 and g.bootrom != 0 and (value == 0x01 or value == 0x11):
+            g.bootrom = 0
+            g.bail = 1
+        return out
+    if addr >= 0xFF10:
+        if write != 0:
+            g.bail = 1  # APU not emulated: writes are ignored (but end the batch, as any IO write)
+        return 0
+    if addr >= 0xFF04 and addr <= 0xFF07:
         if timer_advance(g, now) != 0:
             g.if_ = g.if_ | INT_TIMER
-        if addr == 0xFF04:
+        if write == 0:
+            if addr == 0xFF04:
+                out = g.div_counter >> 8
+            elif addr == 0xFF05:
+                out = timer_read_tima(g)
+            elif addr == 0xFF06:
+                out = g.tma
+            else:
+                out = g.tac | 0xF8
+        elif addr == 0xFF04:
             timer_write_div(g)
         elif addr == 0xFF05:
             timer_write_tima(g, value)
@@ -330,52 +265,128 @@ def io_write(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32, now: wp.int
     elif addr == 0xFF01 or addr == 0xFF02:
         if serial_advance(g, now) != 0:
             g.if_ = g.if_ | INT_SERIAL
-        if addr == 0xFF01:
+        if write == 0:
+            out = wp.where(addr == 0xFF01, g.sb, g.sc)
+        elif addr == 0xFF01:
             m.serial[(g.serial_count % SERIAL_RING) * g.n + g.env] = wp.uint8(value)
             g.serial_count = g.serial_count + 1
             g.sb = 0xFF  # no link partner: the reference shifts in 1s at once
         else:
             serial_write_sc(g, value)
+    elif addr == 0xFF0F:
+        if write != 0:
+            g.if_ = value & 0x1F
+        else:
+            out = g.if_ | 0xE0
     elif addr == 0xFF00:
-        g.joyp = joypad_value(g, value)
-    else:
+        if write != 0:
+            g.joyp = joypad_value(g, value)
+        else:
+            out = g.joyp
+    elif write != 0:
         m.ram[at(g, m.io, addr - 0xFF00)] = wp.uint8(value)  # unused registers keep what was written
-    g.bail = 1
+    if write != 0:
+        g.bail = 1
+    return out
 
+
+# --- the bus --------------------------------------------------------------------------------------
 
 @wp.func
-def write8(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32, now: wp.int32, mao: wp.int32):
-    """The CPU writes `value` to `addr` at cycle `now` (the PPU sees now + mao)."""
+def bus_access(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32, write: wp.int32, now: wp.int32,
+               mao: wp.int32) -> wp.int32:
+    """Read (write == 0) or write the byte at `addr` at cycle `now`; the PPU sees the access at now + mao.
+    Returns the byte read (0 for writes)."""
+    a = addr & 0xFFFF
     v = value & 0xFF
-    if addr < 0x8000:
-        if m.has_rtc != 0 and addr >= 0x6000:
+    out = 0
+    # Cartridge: ROM, bank registers, cartridge RAM and the RTC.
+    if a < 0x8000 or (a >= 0xA000 and a < 0xC000):
+        rtc_due = False
+        if m.has_rtc != 0:
+            if a < 0x8000:
+                rtc_due = write != 0 and a >= 0x6000
+            else:
+                rtc_due = g.ram_bank >= 0x08 and g.ram_bank <= 0x0C
+        if rtc_due:
             rtc_advance(g, now)
-        mbc_write(g, m, addr, v)
-        g.bail = 1
-    elif addr < 0xA000:
-        blocked = False
-        if mao != 0:
-            g.if_ = g.if_ | lcd_advance(g, m, now + mao)
-            blocked = (g.lcdc & 0x80) != 0 and g.stat_mode == 3
-        if not blocked:
-            m.ram[at(g, m.vram, addr - 0x8000)] = wp.uint8(v)
-    elif addr < 0xC000:
-        if m.has_rtc != 0 and g.ram_bank >= 0x08 and g.ram_bank <= 0x0C:
-            rtc_advance(g, now)
-        mbc_write(g, m, addr, v)
-    elif addr < 0xFE00:
-        m.ram[at(g, m.wram, (addr - 0xC000) & 0x1FFF)] = wp.uint8(v)
-    elif addr < 0xFEA0:
-        blocked = False
-        if mao != 0:
-            g.if_ = g.if_ | lcd_advance(g, m, now + mao)
-            blocked = oam_blocked_write(g)
-        if not blocked:
-            if g.dma_active != 0:
-                dma_sync(g, m, now, mao)
+        if write != 0:
+            mbc_write(g, m, a, v)
+            if a < 0x8000:
+                g.bail = 1
+        elif a < 0x8000:
+            out = rom_read(g, m, a)
+        else:
+            out = cart_read(g, m, a)
+        return out
+    if a >= 0xC000 and a < 0xFE00:
+        idx = at(g, m.wram, (a - 0xC000) & 0x1FFF)
+        if write != 0:
+            m.ram[idx] = wp.uint8(v)
+        else:
+            out = wp.int32(m.ram[idx])
+        return out
+    if a >= 0xFEA0 and a < 0xFF00:
+        idx = at(g, m.unusable, a - 0xFEA0)
+        if write != 0:
+            m.ram[idx] = wp.uint8(v)
+        else:
+            out = wp.int32(m.ram[idx])
+        return out
+    # VRAM, OAM and IO: catch the PPU up first when it can see this access.
+    vram = a < 0xA000
+    oam = a >= 0xFE00 and a < 0xFEA0
+    ppu_reg = a >= 0xFF40 and a < 0xFF4C
+    ppu_time = -1
+    if (vram or oam) and mao != 0:
+        ppu_time = now + mao
+    elif ppu_reg:
+        ppu_time = wp.where(write != 0, now, now + mao)
+    elif a >= 0xFF00 and mao != 0 and g.dma_active != 0 and g.dma_source >= 0x80 and g.dma_source < 0xA0:
+        ppu_time = now + mao  # the OAM DMA below reads VRAM as the PPU sees it at now + mao
+    if ppu_time >= 0:
+        g.if_ = g.if_ | lcd_advance(g, m, ppu_time)
+    blocked = False
+    if mao != 0:
+        if vram:
+            if write != 0:
+                blocked = (g.lcdc & 0x80) != 0 and g.stat_mode == 3
+            else:
+                blocked = vram_blocked_read(g)
+        elif oam:
+            blocked = wp.where(write != 0, oam_blocked_write(g), oam_blocked_read(g))
+    if blocked:
+        return wp.where(write != 0, 0, 0xFF)
+    if vram:
+        idx = at(g, m.vram, a - 0x8000)
+        if write != 0:
+            m.ram[idx] = wp.uint8(v)
+        else:
+            out = wp.int32(m.ram[idx])
+        return out
+    # OAM and IO: the OAM DMA first copies what is due (an OAM read at HL looks 4 cycles ahead).
+    if g.dma_active != 0:
+        offset = mao
+        if oam and write == 0 and now + mao >= g.dma_start and ((g.h << 8) | g.l) == a:
+            offset = wp.max(mao, 4)
+        dma_sync(g, m, now, offset, mao)
+    if oam:
+        idx = at(g, m.oam, a - 0xFE00)
+        if write != 0:
             if g.dma_active == 0:
-                m.ram[at(g, m.oam, addr - 0xFE00)] = wp.uint8(v)
-    elif addr < 0xFF00:
-        m.ram[at(g, m.unusable, addr - 0xFEA0)] = wp.uint8(v)
-    else:
-        io_write(g, m, addr, v, now, mao)
+                m.ram[idx] = wp.uint8(v)
+        elif g.dma_active != 0 and now + mao >= g.dma_start:
+            out = 0xFF
+        else:
+            out = wp.int32(m.ram[idx])
+        return out
+    if ppu_reg:
+        r = ppu_reg_access(g, a, v, write, now)
+        if write != 0:
+            g.if_ = g.if_ | r
+            if a != 0xFF44:
+                g.bail = 1  # (an LY write does not end the batch, as in the reference)
+        else:
+            out = r
+        return out
+    return io_access(g, m, a, v, write, now)

@@ -1,5 +1,6 @@
 """SM83 building blocks shared by the instruction templates: register access by opcode field, the ALU,
-the CB rotate/shift unit, stack pushes and pops, and interrupt dispatch.
+the CB rotate/shift unit, and the interrupt checks. Memory accesses are not made here: templates
+describe them and the sequencer in the generated kernel performs them (see gen.py).
 
 Registers are fields of the thread-local `Gb` struct. An 8-bit register operand is selected by the
 3-bit field of the opcode (B C D E H L (HL) A = 0..7; index 6, memory, is handled by the templates), a
@@ -8,8 +9,7 @@ Registers are fields of the thread-local `Gb` struct. An 8-bit register operand 
 
 import warp as wp
 
-from gbxcule.kernels.bus import read8, write8
-from gbxcule.kernels.state import Gb, Mem
+from gbxcule.kernels.state import Gb
 
 FLAG_Z = wp.constant(0x80)
 FLAG_N = wp.constant(0x40)
@@ -210,74 +210,38 @@ def sp_offset(g: wp.ref[Gb], raw: wp.int32) -> wp.int32:
 
 
 @wp.func
-def push16(g: wp.ref[Gb], m: Mem, v: wp.int32, t_hi: wp.int32, t_lo: wp.int32):
-    write8(g, m, (g.sp - 1) & 0xFFFF, v >> 8, t_hi, 0)
-    write8(g, m, (g.sp - 2) & 0xFFFF, v & 0xFF, t_lo, 0)
-    g.sp = (g.sp - 2) & 0xFFFF
-
-
-@wp.func
-def pop16(g: wp.ref[Gb], m: Mem, t_lo: wp.int32, t_hi: wp.int32) -> wp.int32:
-    lo = read8(g, m, g.sp, t_lo, 0)
-    hi = read8(g, m, (g.sp + 1) & 0xFFFF, t_hi, 0)
-    g.sp = (g.sp + 2) & 0xFFFF
-    return (hi << 8) | lo
-
-
-@wp.func
 def pending_interrupts(g: wp.ref[Gb]) -> wp.int32:
     return g.if_ & g.ie & 0x1F
 
 
 @wp.func
-def dispatch_interrupt(g: wp.ref[Gb], m: Mem):
-    """Push PC and jump to the highest-priority pending vector; 20 cycles.
-
-    The high byte is pushed first and may land on IE; if that write leaves nothing pending, the dispatch
-    is cancelled and execution continues at 0x0000."""
-    write8(g, m, (g.sp - 1) & 0xFFFF, g.pc >> 8, g.cycles, 0)
-    pending = pending_interrupts(g)
-    if pending == 0:
-        g.pc = 0
-        g.ime = 0
-        return
-    bit = 1
-    vector = 0x40
+def interrupt_vector(pending: wp.int32) -> wp.int32:
+    """The IF bit of the highest-priority pending interrupt in bits 0-4, its vector in bits 8-15."""
+    out = 0x1000 | 16
     if (pending & 1) != 0:
-        bit = 1
-        vector = 0x40
+        out = 0x4000 | 1
     elif (pending & 2) != 0:
-        bit = 2
-        vector = 0x48
+        out = 0x4800 | 2
     elif (pending & 4) != 0:
-        bit = 4
-        vector = 0x50
+        out = 0x5000 | 4
     elif (pending & 8) != 0:
-        bit = 8
-        vector = 0x58
+        out = 0x5800 | 8
     else:
-        bit = 16
-        vector = 0x60
-    g.if_ = g.if_ ^ bit
-    write8(g, m, (g.sp - 2) & 0xFFFF, g.pc & 0xFF, g.cycles, 0)
-    g.sp = (g.sp - 2) & 0xFFFF
-    g.pc = vector
-    g.cycles = g.cycles + 20
-    g.ime = 0
+        out = 0x6000 | 16
+    return out
 
 
 @wp.func
-def check_interrupts(g: wp.ref[Gb], m: Mem) -> wp.bool:
-    """At a batch start: wake from HALT and dispatch if an enabled interrupt is pending."""
+def check_interrupts(g: wp.ref[Gb]) -> wp.int32:
+    """At a batch start: 0 nothing to do, 1 an enabled interrupt is pending (wake from HALT), 2 pending
+    and IME set (dispatch it)."""
     if g.intr_queued != 0 or g.ime_delay != 0:
-        return False
+        return 0
     if pending_interrupts(g) == 0:
         g.intr_queued = 0
-        return False
+        return 0
     if g.halted != 0 and g.halted_during_ei == 0:
         g.pc = (g.pc + 1) & 0xFFFF  # leave the HALT
     g.halted_during_ei = 0
-    if g.ime != 0:
-        dispatch_interrupt(g, m)
     g.intr_queued = 1
-    return True
+    return wp.where(g.ime != 0, 2, 1)

@@ -11,8 +11,8 @@ little-endian bytes of a uint8 [N,144,160] array), env e's line y at word (e * 1
 Observation kernel: `obs_kernel` (stride or 2x2 mean to 72x80, optionally packed 4 pixels a byte).
 docs/rendering.md describes all of it.
 
-The functions the PPU calls are kept out of line (`inline=False`): inlined into `lcd_advance`, which the
-memory map calls from many places, they measurably slowed emulation that draws nothing.
+The PPU is advanced from two places only (the bus and the batch loop), so these functions are inlined
+like everything else: out-of-line calls would force the thread's state struct into local memory.
 """
 
 import warp as wp
@@ -52,7 +52,7 @@ def color_at(bits: wp.int32, col: wp.int32) -> wp.int32:
     return ((bits >> s) & 1) | (((bits >> (s + 8)) & 1) << 1)
 
 
-@wp.func(inline=False)
+@wp.func
 def fill_frame(g: wp.ref[Gb], m: Mem, shade: wp.int32):
     if (g.env + 1) * FRAME_WORDS > m.frame.shape[0]:
         return
@@ -62,7 +62,7 @@ def fill_frame(g: wp.ref[Gb], m: Mem, shade: wp.int32):
         m.frame[base + i] = word
 
 
-@wp.func(inline=False)
+@wp.func
 def blank_screen(g: wp.ref[Gb], m: Mem):
     """The whole screen shows BGP colour 0 (LCD off; first frame after LCD on)."""
     g.screen_fill = 1 + (g.bgp & 3)
@@ -70,7 +70,7 @@ def blank_screen(g: wp.ref[Gb], m: Mem):
         fill_frame(g, m, g.bgp & 3)
 
 
-@wp.func(inline=False)
+@wp.func
 def draw_line(g: wp.ref[Gb], m: Mem, ly: wp.int32, window: wp.int32):
     """Draw line `ly`: background, window (when `window`), then up to 10 sprites, as the reference does."""
     if ly < 0 or ly >= 144 or (g.env + 1) * FRAME_WORDS > m.frame.shape[0]:
@@ -169,7 +169,7 @@ def draw_line(g: wp.ref[Gb], m: Mem, ly: wp.int32, window: wp.int32):
         m.frame[base + w] = wp.uint32(word)
 
 
-@wp.func(inline=False)
+@wp.func
 def scanline(g: wp.ref[Gb], m: Mem):
     """Mode 0 starts on line LY: count window lines, draw the line when rendering."""
     window = 0
