@@ -34,7 +34,10 @@ case ${1:-} in
     "$VENV/bin/python" -m pytest -n "${PYTEST_WORKERS:-auto}" -q ${PYTEST_ARGS:-} ;;
   demo)
     setup dev
+    mkdir -p out
     "$VENV/bin/gbxcule" roms build
-    "$VENV/bin/gbxcule" play JOY_DIVERGE_PERSIST --backend pyboy_vec_mp --envs 4 --steps 30 ;;
+    "$VENV/bin/gbxcule" play demo --backend warp_vec_cpu --envs 64 --steps 60 --record out/demo.gif \
+      --mosaic out/demo_mosaic.png
+    echo "a random agent's walk: out/demo.gif; all 64 envs' last screens: out/demo_mosaic.png" ;;
   *) sed -n '2,7p' "$0" >&2; exit 2 ;;
 esac

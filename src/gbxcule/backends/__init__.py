@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gbxcule.backends.base import CpuState, VecBackend
 
-BACKENDS = ("pyboy_single", "pyboy_vec_mp", "warp_vec_cpu", "warp_vec_cuda")
+BACKENDS = ("pyboy_single", "pyboy_vec_mp", "pyboy_puffer_vec", "warp_vec_cpu", "warp_vec_cuda")
 
 
 def make_backend(name: str, rom, **kwargs) -> VecBackend:
@@ -17,6 +17,10 @@ def make_backend(name: str, rom, **kwargs) -> VecBackend:
         from gbxcule.backends.pyboy_vec_mp import PyBoyVecMpBackend
 
         return PyBoyVecMpBackend(rom, **kwargs)
+    if name == "pyboy_puffer_vec":  # options: mode ("sync"/"async"), num_workers, vec, obs_window
+        from gbxcule.backends.pyboy_puffer_vec import PyBoyPufferVecBackend
+
+        return PyBoyPufferVecBackend(rom, **kwargs)
     if name in ("warp_vec_cpu", "warp_vec_cuda"):
         from gbxcule.backends.warp_vec import WarpVecBackend
 

@@ -111,7 +111,8 @@ class WarpVecBackend:
     """N envs in Warp device arrays, stepped by the generated kernel."""
 
     def __init__(self, rom: str | Rom, num_envs: int = 1, codec: str | ActionCodec = DEFAULT_CODEC,
-                 schedule: ActionSchedule | None = None, device: str = "cpu", boot: str = "pyboy"):
+                 schedule: ActionSchedule | None = None, device: str = "cpu", boot: str = "pyboy",
+                 max_registers: int | None = None):
         import warp as wp
 
         from gbxcule.kernels import init_warp
@@ -132,7 +133,7 @@ class WarpVecBackend:
         self.cart = cart_config(self.rom)
         self.layout = ram_layout(self.cart.ram_banks * 0x2000)
         self._wp = wp
-        self._kernels = load_kernels()
+        self._kernels = load_kernels(max_registers)
         boot_rom = pyboy_boot_rom()
         n = num_envs
         self.fields = wp.zeros(NUM_FIELDS * n, dtype=wp.int32, device=device)

@@ -10,14 +10,14 @@ from gbxcule.core.cartridge import load_rom
 from gbxcule.core.schedule import ActionSchedule
 from gbxcule.harness.actions import GENERATORS
 from gbxcule.harness.bench import artifact, measure, table, write_artifact
-from gbxcule.roms import resolve_rom
+from gbxcule.roms import DEFAULT_ROM, resolve_rom
 
 
 def register(sub) -> None:
     p = sub.add_parser("bench", help="measure env-steps/s, frames/s and instructions/s; write a JSON artifact",
                        description="Benchmark one or more backends over a sweep of env counts on one ROM. "
                                    "Warm-up steps are excluded. Prints a table and writes a JSON artifact.")
-    p.add_argument("--rom", default="JOY_DIVERGE_PERSIST", help="ROM file or built-in ROM name")
+    p.add_argument("--rom", default=DEFAULT_ROM, help=f"ROM file or built-in ROM name (default {DEFAULT_ROM})")
     p.add_argument("--backends", default="warp_vec_cpu",
                    help=f"comma-separated, from {','.join(BACKENDS)} (default warp_vec_cpu)")
     p.add_argument("--envs", default="1,8,64", help="comma-separated env counts (default 1,8,64)")
@@ -28,6 +28,8 @@ def register(sub) -> None:
     p.add_argument("--codec", default=DEFAULT_CODEC, choices=list(CODECS), help="action codec")
     p.add_argument("--actions", default="seeded_random", choices=GENERATORS, help="action generator")
     p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    p.add_argument("--puffer-mode", default="sync", choices=("sync", "async"),
+                   help="pyboy_puffer_vec: PufferLib's step (sync) or pipelined send/recv (async) (default sync)")
     p.add_argument("--sync-every", type=int, default=0, help="synchronise every N steps (default: at the end)")
     p.add_argument("--out", default="bench_out/bench.json", help="JSON artifact path (default bench_out/bench.json)")
     p.add_argument("--json", action="store_true", help="print the artifact as one JSON object")
@@ -49,9 +51,12 @@ def run(args) -> int:
         raise ValueError("--envs values and --steps must be >= 1")
     schedule = ActionSchedule(args.frames_per_step, args.release_after_frames)
     rom = load_rom(resolve_rom(args.rom))
+    extra = {"pyboy_puffer_vec": {"mode": args.puffer_mode}}
     results = [measure(b, rom, n, args.steps, schedule, args.codec, args.actions, args.seed, args.warmup,
-                       args.sync_every) for b in backends for n in env_counts]
+                       args.sync_every, **extra.get(b, {})) for b in backends for n in env_counts]
     data = artifact(results, rom, args.codec, schedule, args.actions)
+    if "pyboy_puffer_vec" in backends:
+        data["puffer_mode"] = args.puffer_mode
     path = write_artifact(data, Path(args.out))
     data["artifact"] = str(path)
     emit(args, data, lambda d: table(results) + f"\nartifact: {d['artifact']}")

@@ -7,7 +7,7 @@ from gbxcule.core.cartridge import load_rom
 from gbxcule.harness.actions import GENERATORS
 from gbxcule.harness.compare import DEFAULT_REGIONS, REGIONS
 from gbxcule.harness.verify import VerifyConfig, run_verify
-from gbxcule.roms import get_spec, resolve_rom, suite
+from gbxcule.roms import canonical, get_spec, resolve_rom
 
 
 def register(sub) -> None:
@@ -55,7 +55,7 @@ def run(args) -> int:
         raise ValueError(f"unknown region(s) {', '.join(bad)}; choose from {', '.join(REGIONS)}")
     if args.envs < 1:
         raise ValueError("--envs must be >= 1")
-    manifest = get_spec(args.rom).verify if args.rom.upper() in suite() else None
+    manifest = get_spec(args.rom).verify if canonical(args.rom) else None
     pick = lambda given, attr, default: given if given is not None else (  # noqa: E731
         getattr(manifest, attr) if manifest else default)
     cfg = VerifyConfig(

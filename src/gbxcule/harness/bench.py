@@ -131,11 +131,11 @@ def write_artifact(data: dict, path: str | Path) -> Path:
 
 
 def table(results: list[BenchResult]) -> str:
-    head = f"{'backend':14s} {'envs':>6s} {'SPS':>10s} {'frames/s':>11s} {'instr/s':>10s} {'ms/step':>9s} {'PCs':>5s}"
+    head = f"{'backend':16s} {'envs':>6s} {'SPS':>10s} {'frames/s':>11s} {'instr/s':>10s} {'ms/step':>9s} {'PCs':>5s}"
     rows = [head, "-" * len(head)]
     for r in results:
         instr = f"{r.instructions_per_s / 1e6:8.1f}M" if r.instructions_per_s is not None else f"{'-':>9s}"
         pcs = str(r.distinct_pcs) if r.distinct_pcs is not None else "-"
-        rows.append(f"{r.backend:14s} {r.envs:6d} {r.env_steps_per_s:10.1f} {r.frames_per_s:11.0f} {instr:>10s} "
+        rows.append(f"{r.backend:16s} {r.envs:6d} {r.env_steps_per_s:10.1f} {r.frames_per_s:11.0f} {instr:>10s} "
                     f"{r.ms_per_step:9.2f} {pcs:>5s}")
     return "\n".join(rows)

@@ -329,7 +329,7 @@ def rebase(g: wp.ref[Gb]):
 $REBASE
 
 
-@wp.kernel(enable_backward=False)
+@wp.kernel(enable_backward=False$KERNEL_OPTIONS)
 def step_kernel(fields: wp.array(dtype=wp.int32), mem: Mem, actions: wp.array(dtype=wp.int32),
                 masks: wp.array(dtype=wp.int32), num_actions: wp.int32, frames_per_step: wp.int32,
                 release_after: wp.int32, stop_at_boot_exit: wp.int32, render: wp.int32):
@@ -372,21 +372,24 @@ $STORE
 
 
 @cache
-def kernel_source() -> str:
+def kernel_source(max_registers: int | None = None) -> str:
+    """The generated module. `max_registers` caps the CUDA registers per thread (None: the compiler's
+    choice); lower caps trade spills for occupancy (see BENCHMARKS.md)."""
     load, store = _field_io_source()
     from gbxcule.kernels.state import CYCLE_FIELDS
 
     rebase = "\n".join(f"    g.{f} = g.{f} - c" for f in CYCLE_FIELDS)
     src = _MODULE.replace("$LOAD", load).replace("$STORE", store).replace("$REBASE", rebase)
+    src = src.replace("$KERNEL_OPTIONS", f", cuda_max_registers={max_registers}" if max_registers else "")
     for key, text in _template_sources().items():
         src = src.replace(key, text)
     return src
 
 
 @cache
-def load_kernels() -> ModuleType:
+def load_kernels(max_registers: int | None = None) -> ModuleType:
     """Write the generated module into the cache (named by its hash) and import it."""
-    src = kernel_source()
+    src = kernel_source(max_registers)
     digest = hashlib.sha1((src + "|" + ",".join(TRANSIENT)).encode()).hexdigest()[:16]
     name = f"gbxcule_step_{digest}"
     folder = cache_dir() / "kernels"

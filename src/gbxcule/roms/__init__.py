@@ -1,4 +1,4 @@
-"""The ROMs gbxcule builds from Python source: the micro-ROM suite (and, later, its game).
+"""The ROMs gbxcule builds from Python source: the micro-ROM suite and the overworld game.
 
 Every ROM is an entry in `SUITE` with its manifest: what it tests, the verify settings it is meant to be
 run with, how many frames it needs to finish its work, and the memory signature it must leave by then,
@@ -60,8 +60,13 @@ class RomSpec:
 
 def _load_suite() -> dict[str, RomSpec]:
     from gbxcule.roms.micro import MICRO_ROMS
+    from gbxcule.roms.overworld import OVERWORLD
 
-    return {r.name: r for r in MICRO_ROMS}
+    return {r.name: r for r in (*MICRO_ROMS, OVERWORLD)}
+
+
+DEFAULT_ROM = "OVERWORLD"  # the default workload of the main job, demos and benchmarks
+ALIASES = {"DEMO": DEFAULT_ROM}
 
 
 @cache
@@ -69,12 +74,17 @@ def suite() -> dict[str, RomSpec]:
     return _load_suite()
 
 
+def canonical(name: str) -> str | None:
+    """The suite name a ROM argument refers to (case-insensitive, aliases resolved), or None."""
+    key = ALIASES.get(name.upper(), name.upper())
+    return key if key in suite() else None
+
+
 def get_spec(name: str) -> RomSpec:
-    specs = suite()
-    key = name.upper()
-    if key not in specs:
-        raise GbxculeError(f"unknown built-in ROM {name!r}; known: {', '.join(specs)}")
-    return specs[key]
+    key = canonical(name)
+    if key is None:
+        raise GbxculeError(f"unknown built-in ROM {name!r}; known: {', '.join(suite())} (alias: demo)")
+    return suite()[key]
 
 
 @cache
@@ -108,6 +118,6 @@ def write_manifest(out_dir: Path) -> Path:
 def resolve_rom(arg: str) -> Path:
     """A ROM argument on the command line: an existing file, or a built-in ROM's name (built on demand)."""
     p = Path(arg)
-    if p.exists() or "/" in arg or p.suffix or arg.upper() not in suite():
+    if p.exists() or "/" in arg or p.suffix or canonical(arg) is None:
         return p
-    return write_rom(arg, cache_dir() / "roms")
+    return write_rom(get_spec(arg).name, cache_dir() / "roms")
