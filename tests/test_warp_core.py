@@ -90,3 +90,16 @@ def test_out_of_range_action_is_rejected_before_launch():
     b = backend(build(" jr @"))
     with pytest.raises(ValueError, match="dmg_buttons_v0"):
         b.step(np.array([99]))
+
+
+def test_device_actions_are_used_in_place_and_checked():
+    import warp as wp
+
+    rom = build(" ld hl, $C000\n.l:\n ld a, $20\n ldh [$00], a\n ldh a, [$00]\n ld [hl], a\n jr .l")
+    a, b = backend(rom, n=3, frames=2), backend(rom, n=3, frames=2)
+    acts = np.array([1, 5, 0], np.int32)
+    a.step(acts)
+    b.step(wp.array(acts, dtype=wp.int32, device=b.device))
+    assert np.array_equal(a.fields.numpy(), b.fields.numpy()) and np.array_equal(a.ram.numpy(), b.ram.numpy())
+    with pytest.raises(ValueError, match="shape"):
+        b.step(wp.zeros(2, dtype=wp.int32, device=b.device))

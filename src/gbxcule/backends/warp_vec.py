@@ -140,6 +140,9 @@ class WarpVecBackend:
         self.ram = wp.zeros(self.layout.total * n, dtype=wp.uint8, device=device)
         self.serial = wp.zeros(SERIAL_CAPTURE * n, dtype=wp.uint8, device=device)
         self.actions = wp.zeros(n, dtype=wp.int32, device=device)
+        # Pageable on purpose: the driver stages a pageable upload before returning, so the next step may
+        # overwrite this buffer while the previous upload still waits behind a running kernel.
+        self._actions_host = wp.zeros(n, dtype=wp.int32, device="cpu")
         self.masks = wp.array(self.codec.mask_table.reshape(-1), dtype=wp.int32, device=device)
         fams, info = op_tables()
         mem = Mem()
@@ -169,10 +172,11 @@ class WarpVecBackend:
         self._start_ram = None if ram is None else np.ascontiguousarray(np.repeat(ram[:, None], n, axis=1).reshape(-1))
         self.reset()
 
-    def _launch(self, frames: int, release_after: int, stop_at_boot_exit: int = 0, render: int = 0) -> None:
+    def _launch(self, frames: int, release_after: int, stop_at_boot_exit: int = 0, render: int = 0,
+                actions=None) -> None:
         self._wp.launch(self._kernels.step_kernel, dim=self.num_envs, device=self.device,
-                        inputs=[self.fields, self.mem, self.actions, self.masks, self.codec.num_actions,
-                                frames, release_after, stop_at_boot_exit, render])
+                        inputs=[self.fields, self.mem, self.actions if actions is None else actions, self.masks,
+                                self.codec.num_actions, frames, release_after, stop_at_boot_exit, render])
 
     def _start_state(self, boot: str) -> tuple[np.ndarray, np.ndarray | None]:
         """Fields (and RAM, when not all zero) every env starts from."""
@@ -208,17 +212,33 @@ class WarpVecBackend:
             self._frame.zero_()
 
     def step(self, actions, render: bool | str = False) -> None:
-        """Advance every env one step; `render`: False/"none", True/"last" (the step's last frame), "all"."""
+        """Advance every env one step; `render`: False/"none", True/"last" (the step's last frame), "all".
+
+        `actions`: a host int array (validated here: an out-of-range action raises ValueError), or an int32
+        device array / torch tensor on the backend's device, used in place with no copy and no
+        synchronisation (out-of-range values are read as action 0 by the kernel). Nothing here waits for
+        the device."""
         wp = self._wp
         mode = render_mode(render)
         if mode:
             self.frame_buffer()
+        self._launch(self.schedule.frames_per_step, self.schedule.release_after_frames, render=mode,
+                     actions=self._device_actions(actions))
+
+    def _device_actions(self, actions):
+        wp = self._wp
         if isinstance(actions, wp.array):
-            self.actions = actions
+            dev = actions
+        elif type(actions).__module__.startswith("torch"):
+            dev = wp.from_torch(actions, dtype=wp.int32)
         else:
-            acts = check_actions(self, actions)
-            wp.copy(self.actions, wp.array(acts, dtype=wp.int32, device=self.device))
-        self._launch(self.schedule.frames_per_step, self.schedule.release_after_frames, render=mode)
+            self._actions_host.numpy()[:] = check_actions(self, actions)
+            wp.copy(self.actions, self._actions_host)
+            return self.actions
+        if dev.shape != (self.num_envs,) or dev.dtype != wp.int32 or str(dev.device) != str(self.actions.device):
+            raise ValueError(f"{self.name} expects int32 actions of shape ({self.num_envs},) on {self.device}, "
+                             f"got {dev.dtype.__name__} {dev.shape} on {dev.device}")
+        return dev
 
     # --- screens ------------------------------------------------------------------------------------
     def frame_buffer(self):

@@ -158,6 +158,7 @@ from gbxcule.kernels.bus import INT_JOYPAD, INT_SERIAL, INT_TIMER, bus_access, d
 from gbxcule.kernels.cpu import (FLAG_C, FLAG_H, FLAG_N, FLAG_Z, alu, check_interrupts, condition, daa, dec8,
                                  flag_bit, get_r8, get_rr, inc8, interrupt_vector, pending_interrupts,
                                  rotate, set_r8, set_rr, sp_offset)
+from gbxcule.kernels.mbc import rom_read
 from gbxcule.kernels.ppu import lcd_advance
 from gbxcule.kernels.render import fill_frame
 from gbxcule.kernels.state import BIG, Gb, Mem
@@ -202,6 +203,22 @@ def run_op(g: wp.ref[Gb], m: Mem, dispatch: wp.int32):
     elif g.halt_bug != 0:
         g.halt_bug = 0
         base = (pc - 1) & 0xFFFF  # the byte after HALT is read again
+    elif g.bootrom == 0 and pc < 0x7FFE:
+        # Fast path: the whole instruction lies in ROM, whose reads have no side effects to time.
+        op = rom_read(g, m, pc)
+        b1 = rom_read(g, m, pc + 1)
+        if op == 0xCB:
+            op = b1
+            fam = m.ops[256 + b1]
+            info = m.ops[768 + b1]
+        else:
+            fam = m.ops[op]
+            info = m.ops[512 + op]
+            if ((info >> 28) & 3) == 3:
+                imm = b1 | (rom_read(g, m, pc + 2) << 8)
+            else:
+                imm = b1
+        n_fetch = 0
     k = wp.int32(0)
     while True:
         if ready == 0 and k >= n_fetch:
