@@ -103,3 +103,32 @@ def test_device_actions_are_used_in_place_and_checked():
     assert np.array_equal(a.fields.numpy(), b.fields.numpy()) and np.array_equal(a.ram.numpy(), b.ram.numpy())
     with pytest.raises(ValueError, match="shape"):
         b.step(wp.zeros(2, dtype=wp.int32, device=b.device))
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_stages_share_the_step_and_write_their_outputs(packed):
+    """full_step = emulate_only + the reward and the observation epilogues, computed on the device."""
+    from gbxcule.roms import resolve_rom
+
+    rom = str(resolve_rom("PPU_SPRITES"))
+    sched = ActionSchedule(4, 2)
+    runs = {}
+    for stage in ("emulate_only", "reward_only", "obs_only", "full_step"):
+        b = WarpVecBackend(rom, 3, "dmg_buttons_v0", sched, boot="skip", stage=stage, obs_packed=packed,
+                           reward_window=(0xC000, 0xC010))
+        for k in range(6):
+            b.step(np.array([k % 9, 3, 0], np.int32))
+        runs[stage] = b
+    base = runs["emulate_only"]
+    for stage, b in runs.items():  # the epilogues never change the emulation
+        assert np.array_equal(b.fields.numpy(), base.fields.numpy()), stage
+        assert np.array_equal(b.ram.numpy(), base.ram.numpy()), stage
+    full = runs["full_step"]
+    assert np.array_equal(full.obs.numpy(), full.observation("stride", packed).numpy())
+    assert np.array_equal(full.obs.numpy(), runs["obs_only"].obs.numpy())
+    assert full.obs.numpy().any()
+    for e in range(3):
+        wram = full.read_memory(e, 0xC000, 0xC010).astype(int)
+        expect = ((full.env_fields(e)["a"] + wram.sum()) & 0xFF) / 255.0
+        assert full.rewards.numpy()[e] == pytest.approx(expect)
+    assert np.array_equal(full.rewards.numpy(), runs["reward_only"].rewards.numpy())

@@ -112,7 +112,8 @@ class WarpVecBackend:
 
     def __init__(self, rom: str | Rom, num_envs: int = 1, codec: str | ActionCodec = DEFAULT_CODEC,
                  schedule: ActionSchedule | None = None, device: str = "cpu", boot: str = "pyboy",
-                 max_registers: int | None = None):
+                 max_registers: int | None = None, stage: str = "emulate_only", obs_mode: str = "stride",
+                 obs_packed: bool = False, reward_window: tuple[int, int] = (0xC100, 0xC110)):
         import warp as wp
 
         from gbxcule.kernels import init_warp
@@ -133,7 +134,14 @@ class WarpVecBackend:
         self.cart = cart_config(self.rom)
         self.layout = ram_layout(self.cart.ram_banks * 0x2000)
         self._wp = wp
-        self._kernels = load_kernels(max_registers)
+        if obs_mode not in OBS_MODES:
+            raise ValueError(f"observation mode must be one of {', '.join(OBS_MODES)}, not {obs_mode!r}")
+        lo, hi = reward_window
+        if not 0xC000 <= lo <= hi <= 0xE000:
+            raise ValueError(f"reward_window must lie in WRAM 0xC000-0xDFFF, got {lo:#x}-{hi:#x}")
+        self.stage = stage
+        self._kernels = load_kernels(max_registers, stage)
+        self._stage_args = (int(obs_mode == "mean"), int(obs_packed), lo, hi)
         boot_rom = pyboy_boot_rom()
         n = num_envs
         self.fields = wp.zeros(NUM_FIELDS * n, dtype=wp.int32, device=device)
@@ -161,9 +169,18 @@ class WarpVecBackend:
         for region, base in self.layout.bases.items():
             setattr(mem, region, base)
         mem.frame = wp.zeros(1, dtype=wp.uint32, device=device)  # the real buffer comes with the first render
+        self._no_frame = wp.zeros((1, 1, 1), dtype=wp.uint8, device=device)
         self.mem = mem
         self._frame = self._frame_words = None
         self._obs: dict[tuple[str, bool], object] = {}
+        # Stage outputs (written by the step kernel's epilogue; see kernels/gen.py STAGES).
+        self.rewards = wp.zeros(n if "reward" in stage or stage == "full_step" else 1, dtype=wp.float32,
+                                device=device)
+        with_obs = stage in ("obs_only", "full_step")
+        self.obs = wp.zeros((n, 72, 20 if obs_packed else 80) if with_obs else (1, 1, 1), dtype=wp.uint8,
+                            device=device)
+        if with_obs:
+            self.frame_buffer()
         if boot not in BOOT_MODES:
             raise ValueError(f"unknown boot mode {boot!r}; choose one of {', '.join(BOOT_MODES)}")
         self.boot = boot
@@ -174,9 +191,12 @@ class WarpVecBackend:
 
     def _launch(self, frames: int, release_after: int, stop_at_boot_exit: int = 0, render: int = 0,
                 actions=None) -> None:
+        mean, packed, lo, hi = self._stage_args
+        frame8 = self._frame if self._frame is not None else self._no_frame
         self._wp.launch(self._kernels.step_kernel, dim=self.num_envs, device=self.device,
                         inputs=[self.fields, self.mem, self.actions if actions is None else actions, self.masks,
-                                self.codec.num_actions, frames, release_after, stop_at_boot_exit, render])
+                                self.codec.num_actions, frames, release_after, stop_at_boot_exit, render, frame8,
+                                self.obs, mean, packed, self.rewards, lo, hi])
 
     def _start_state(self, boot: str) -> tuple[np.ndarray, np.ndarray | None]:
         """Fields (and RAM, when not all zero) every env starts from."""
@@ -220,6 +240,8 @@ class WarpVecBackend:
         the device."""
         wp = self._wp
         mode = render_mode(render)
+        if self.stage in ("obs_only", "full_step"):
+            mode = max(mode, 1)  # the observation comes from the step's last frame
         if mode:
             self.frame_buffer()
         self._launch(self.schedule.frames_per_step, self.schedule.release_after_frames, render=mode,

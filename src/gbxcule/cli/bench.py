@@ -30,6 +30,9 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     p.add_argument("--puffer-mode", default="sync", choices=("sync", "async"),
                    help="pyboy_puffer_vec: PufferLib's step (sync) or pipelined send/recv (async) (default sync)")
+    p.add_argument("--stage", default="emulate_only",
+                   choices=("emulate_only", "reward_only", "obs_only", "full_step"),
+                   help="warp backends: what each step produces on the device (default emulate_only)")
     p.add_argument("--sync-every", type=int, default=0, help="synchronise every N steps (default: at the end)")
     p.add_argument("--out", default="bench_out/bench.json", help="JSON artifact path (default bench_out/bench.json)")
     p.add_argument("--json", action="store_true", help="print the artifact as one JSON object")
@@ -51,12 +54,14 @@ def run(args) -> int:
         raise ValueError("--envs values and --steps must be >= 1")
     schedule = ActionSchedule(args.frames_per_step, args.release_after_frames)
     rom = load_rom(resolve_rom(args.rom))
-    extra = {"pyboy_puffer_vec": {"mode": args.puffer_mode}}
+    extra = {"pyboy_puffer_vec": {"mode": args.puffer_mode}, "warp_vec_cpu": {"stage": args.stage},
+             "warp_vec_cuda": {"stage": args.stage}}
     results = [measure(b, rom, n, args.steps, schedule, args.codec, args.actions, args.seed, args.warmup,
                        args.sync_every, **extra.get(b, {})) for b in backends for n in env_counts]
     data = artifact(results, rom, args.codec, schedule, args.actions)
     if "pyboy_puffer_vec" in backends:
         data["puffer_mode"] = args.puffer_mode
+    data["stage"] = args.stage
     path = write_artifact(data, Path(args.out))
     data["artifact"] = str(path)
     emit(args, data, lambda d: table(results) + f"\nartifact: {d['artifact']}")

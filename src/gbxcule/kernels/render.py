@@ -196,12 +196,11 @@ def obs_pixel(frame: wp.array3d(dtype=wp.uint8), e: wp.int32, r: wp.int32, c: wp
     return v
 
 
-@wp.kernel(enable_backward=False)
-def obs_kernel(frame: wp.array3d(dtype=wp.uint8), out: wp.array3d(dtype=wp.uint8), mean: wp.int32,
-               packed: wp.int32):
-    """One thread per 4 observation pixels (row r, columns 4q..4q+3) of env e. Packed: one byte, pixel
-    4q in bits 7-6, 4q+1 in bits 5-4, 4q+2 in bits 3-2, 4q+3 in bits 1-0; else one byte per pixel."""
-    e, r, q = wp.tid()
+@wp.func
+def obs_write(frame: wp.array3d(dtype=wp.uint8), out: wp.array3d(dtype=wp.uint8), e: wp.int32, r: wp.int32,
+              q: wp.int32, mean: wp.int32, packed: wp.int32):
+    """Observation pixels (row r, columns 4q..4q+3) of env e. Packed: one byte, pixel 4q in bits 7-6,
+    4q+1 in bits 5-4, 4q+2 in bits 3-2, 4q+3 in bits 1-0; else one byte per pixel."""
     byte = wp.int32(0)
     for k in range(4):
         v = obs_pixel(frame, e, r, q * 4 + k, mean) & 3
@@ -211,3 +210,11 @@ def obs_kernel(frame: wp.array3d(dtype=wp.uint8), out: wp.array3d(dtype=wp.uint8
             out[e, r, (q * 4 + k) % 80] = wp.uint8(v)
     if packed != 0:
         out[e, r, q % 20] = wp.uint8(byte)
+
+
+@wp.kernel(enable_backward=False)
+def obs_kernel(frame: wp.array3d(dtype=wp.uint8), out: wp.array3d(dtype=wp.uint8), mean: wp.int32,
+               packed: wp.int32):
+    """One thread per 4 observation pixels: row r, columns 4q..4q+3 of env e."""
+    e, r, q = wp.tid()
+    obs_write(frame, out, e, r, q, mean, packed)
