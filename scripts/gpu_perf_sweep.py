@@ -35,7 +35,8 @@ def main() -> None:
                              "wall": time.time() - t0})
                 print(f"cap={cap:3d} {name:20s} envs={n:6d} SPS={r.env_steps_per_s:9.1f} "
                       f"fps={r.frames_per_s:10.0f} instr/s={r.instructions_per_s / 1e9:6.2f}G", flush=True)
-                json.dump(rows, open(args.out, "w"), indent=1)
+                with open(args.out, "w") as f:
+                    json.dump(rows, f, indent=1)
 
 
 if __name__ == "__main__":

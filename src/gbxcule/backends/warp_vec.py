@@ -238,7 +238,6 @@ class WarpVecBackend:
         device array / torch tensor on the backend's device, used in place with no copy and no
         synchronisation (out-of-range values are read as action 0 by the kernel). Nothing here waits for
         the device."""
-        wp = self._wp
         mode = render_mode(render)
         if self.stage in ("obs_only", "full_step"):
             mode = max(mode, 1)  # the observation comes from the step's last frame
