@@ -9,7 +9,7 @@ from gbxcule.core.action_codec import CODECS, DEFAULT_CODEC
 from gbxcule.core.cartridge import load_rom
 from gbxcule.core.schedule import ActionSchedule
 from gbxcule.harness.actions import GENERATORS
-from gbxcule.harness.bench import artifact, measure, table, write_artifact
+from gbxcule.harness.bench import artifact, measure, scaling_plot, table, write_artifact
 from gbxcule.roms import DEFAULT_ROM, resolve_rom
 
 
@@ -62,7 +62,8 @@ def run(args) -> int:
     if "pyboy_puffer_vec" in backends:
         data["puffer_mode"] = args.puffer_mode
     data["stage"] = args.stage
+    data["plot"] = str(scaling_plot(results, Path(args.out).with_suffix(".png")))
     path = write_artifact(data, Path(args.out))
     data["artifact"] = str(path)
-    emit(args, data, lambda d: table(results) + f"\nartifact: {d['artifact']}")
+    emit(args, data, lambda d: table(results) + f"\nartifact: {d['artifact']}\nplot: {d['plot']}")
     return 0

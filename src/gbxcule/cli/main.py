@@ -26,12 +26,12 @@ def emit(args: argparse.Namespace, payload: dict, text: Callable[[dict], str]) -
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gbxcule.cli import bench, info, play, roms, screenshot, testrom, verify
+    from gbxcule.cli import bench, devcheck, info, play, roms, screenshot, testrom, verify
 
     parser = argparse.ArgumentParser(prog="gbxcule", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"gbxcule {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (roms, info, play, verify, testrom, bench, screenshot):
+    for module in (roms, info, play, verify, testrom, bench, screenshot, devcheck):
         module.register(sub)
     return parser
 

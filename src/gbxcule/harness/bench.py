@@ -41,6 +41,8 @@ class BenchResult:
     instructions_per_s: float | None
     ms_per_step: float
     distinct_pcs: int | None
+    device_bytes_per_env: int | None = None
+    mode_histogram: dict[str, int] | None = None  # JOY_DIVERGE_PERSIST: envs per inner loop (mode & 3)
 
 
 def _instruction_counts(backend) -> np.ndarray | None:
@@ -59,6 +61,27 @@ def _distinct_pcs(backend) -> int | None:
     from gbxcule.kernels.state import FIELD_INDEX
 
     return int(np.unique(backend.fields.numpy().reshape(-1, backend.num_envs)[FIELD_INDEX["pc"]]).size)
+
+
+def _device_bytes_per_env(backend) -> int | None:
+    """Bytes of per-env device state: fields, RAM, serial capture and any stage outputs."""
+    if not hasattr(backend, "fields"):
+        return None
+    arrays = [backend.fields, backend.ram, backend.serial, backend.obs, backend.rewards]
+    if backend._frame is not None:
+        arrays.append(backend._frame)
+    return sum(a.capacity for a in arrays) // backend.num_envs
+
+
+def _mode_histogram(backend, rom: Rom) -> dict[str, int] | None:
+    """For JOY_DIVERGE_PERSIST, how many envs run each of its four inner loops (its mode byte & 3)."""
+    if rom.info.title != "JOY_DIVERGE" or not hasattr(backend, "ram"):
+        return None
+    from gbxcule.roms.micro.joy_diverge import MODE
+
+    host = backend.ram.numpy().reshape(-1, backend.num_envs)
+    modes = host[backend.layout.bases["wram"] + MODE - 0xC000] & 3
+    return {str(k): int((modes == k).sum()) for k in range(4)}
 
 
 def _sync(backend) -> None:
@@ -92,7 +115,8 @@ def measure(backend_name: str, rom: Rom, envs: int, steps: int, schedule: Action
             instr = float((after - before).astype(np.int64).sum()) / seconds  # uint32 difference: wrap-safe
         return BenchResult(backend_name, rom.path, envs, steps, schedule.frames_per_step, seconds,
                            envs * steps / seconds, envs * steps * schedule.frames_per_step / seconds, instr,
-                           1000 * seconds / steps, _distinct_pcs(backend))
+                           1000 * seconds / steps, _distinct_pcs(backend), _device_bytes_per_env(backend),
+                           _mode_histogram(backend, rom))
     finally:
         backend.close()
 
@@ -139,3 +163,46 @@ def table(results: list[BenchResult]) -> str:
         rows.append(f"{r.backend:16s} {r.envs:6d} {r.env_steps_per_s:10.1f} {r.frames_per_s:11.0f} {instr:>10s} "
                     f"{r.ms_per_step:9.2f} {pcs:>5s}")
     return "\n".join(rows)
+
+
+def scaling_plot(results: list[BenchResult], path: str | Path) -> Path:
+    """Env-steps/s against env count, one line per backend, log-log, as a PNG (Pillow only)."""
+    import math
+
+    from PIL import Image, ImageDraw
+
+    w, h, pad = 720, 440, 60
+    img = Image.new("RGB", (w, h), "white")
+    d = ImageDraw.Draw(img)
+    xs = [math.log2(r.envs) for r in results] or [0.0]
+    ys = [math.log10(max(r.env_steps_per_s, 1e-3)) for r in results] or [0.0]
+    x0, x1 = min(xs), max(max(xs), min(xs) + 1)
+    y0, y1 = math.floor(min(ys)), math.ceil(max(max(ys), min(ys) + 1))
+
+    def at(x: float, y: float) -> tuple[float, float]:
+        return pad + (x - x0) / (x1 - x0) * (w - 2 * pad), h - pad - (y - y0) / (y1 - y0) * (h - 2 * pad)
+
+    d.rectangle([pad, pad, w - pad, h - pad], outline="black")
+    for y in range(int(y0), int(y1) + 1):
+        px, py = at(x0, y)
+        d.line([px, py, w - pad, py], fill=(220, 220, 220))
+        d.text((8, py - 6), f"1e{y}", fill="black")
+    for x in sorted(set(xs)):
+        px, py = at(x, y0)
+        d.text((px - 10, h - pad + 6), str(2 ** int(round(x))), fill="black")
+    d.text((w // 2 - 40, h - 24), "envs (log2)", fill="black")
+    d.text((8, 8), "env-steps/s (log10)", fill="black")
+    colours = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14)]
+    for i, name in enumerate(dict.fromkeys(r.backend for r in results)):
+        pts = [at(math.log2(r.envs), math.log10(max(r.env_steps_per_s, 1e-3)))
+               for r in sorted(results, key=lambda r: r.envs) if r.backend == name]
+        colour = colours[i % len(colours)]
+        if len(pts) > 1:
+            d.line(pts, fill=colour, width=2)
+        for px, py in pts:
+            d.ellipse([px - 3, py - 3, px + 3, py + 3], fill=colour)
+        d.text((pad + 10, pad + 10 + 14 * i), name, fill=colour)
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    img.save(p)
+    return p
