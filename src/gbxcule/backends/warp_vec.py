@@ -133,6 +133,10 @@ class WarpVecBackend:
         self.name = "warp_vec_cuda" if device.startswith("cuda") else "warp_vec_cpu"
         self.cart = cart_config(self.rom)
         self.layout = ram_layout(self.cart.ram_banks * 0x2000)
+        if self.layout.total * num_envs >= 2**31:
+            raise GbxculeError(f"{num_envs} envs need {self.layout.total * num_envs} bytes of interleaved RAM, more "
+                               f"than int32 indexing reaches; this ROM allows at most "
+                               f"{(2**31 - 1) // self.layout.total} envs")
         self._wp = wp
         if obs_mode not in OBS_MODES:
             raise ValueError(f"observation mode must be one of {', '.join(OBS_MODES)}, not {obs_mode!r}")
@@ -334,6 +338,99 @@ class WarpVecBackend:
     def snapshot(self, env: int) -> EnvSnapshot:
         return EnvSnapshot(self.env_fields(env), {r: self.env_region(env, r) for r in self.layout.bases},
                            self.rom.data, self.cart)
+
+    # --- save states and device slots (docs/state_format.md) ----------------------------------------
+    def load_state(self, state, envs=None) -> None:
+        """Put `envs` (default: all) in a saved state: a PyBoy `.state` or a native snapshot, as bytes or a
+        file path. The i-th env listed takes state i mod M of the M states the file holds. The file is
+        decoded and checked completely before any env changes."""
+        from gbxcule.core.savestate import decode_states, read_state_source
+
+        self.put_states(decode_states(read_state_source(state), self.rom), envs)
+
+    def put_states(self, states, envs=None) -> None:
+        """Write host `EnvState`s into `envs` (default: all; the i-th listed takes states[i mod M])."""
+        from gbxcule.kernels.snapshot import SlotStore
+
+        wp, n = self._wp, self.num_envs
+        ids = np.arange(n) if envs is None else np.array([check_env(self, int(e)) for e in envs], dtype=np.int64)
+        store = SlotStore(len(states), NUM_FIELDS, self.layout.total, self.device)
+        for k, s in enumerate(states):
+            store.upload(k, s.fields, s.ram)
+        mask, slots = np.zeros(n, dtype=np.int32), np.zeros(n, dtype=np.int32)
+        mask[ids], slots[ids] = 1, np.arange(len(ids)) % len(states)
+        store.restore(self.fields, self.ram, n, wp.array(mask, dtype=wp.int32, device=self.device),
+                      wp.array(slots, dtype=wp.int32, device=self.device))
+        ring = self.serial.numpy().reshape(SERIAL_CAPTURE, n).copy()
+        ring[:, ids] = np.stack([states[i % len(states)].serial for i in range(len(ids))], axis=1)
+        wp.copy(self.serial, wp.array(ring.reshape(-1), dtype=wp.uint8, device=self.device))
+
+    def env_states(self, envs=None) -> list:
+        """`EnvState`s (fields, RAM, SB ring) of `envs` (default: all) on the host (synchronises)."""
+        from gbxcule.core.snapshot import EnvState
+
+        n = self.num_envs
+        ids = range(n) if envs is None else [check_env(self, int(e)) for e in envs]
+        fields = self.fields.numpy().reshape(NUM_FIELDS, n)
+        ram = self.ram.numpy().reshape(self.layout.total, n)
+        ring = self.serial.numpy().reshape(SERIAL_CAPTURE, n)
+        return [EnvState(fields[:, e].copy(), ram[:, e].copy(), ring[:, e].copy()) for e in ids]
+
+    def save_state(self, path=None, envs=None) -> bytes:
+        """A native snapshot of `envs` (default: all); written atomically to `path` when given."""
+        from gbxcule.core.snapshot import Snapshot, encode_snapshot, write_snapshot
+
+        data = encode_snapshot(Snapshot(self.rom.info.sha1, self.rom.info.title, self.env_states(envs),
+                                        self.schedule.frames_per_step, self.schedule.release_after_frames,
+                                        self.codec.name))
+        if path is not None:
+            write_snapshot(path, data)
+        return data
+
+    def pyboy_state(self, env: int) -> bytes:
+        """A PyBoy 2.8.1 `.state` of env `env` (PyBoy's `load_state` reads it)."""
+        from gbxcule.backends.pyboy_single import power_on_state
+        from gbxcule.core.pyboy_state import write_pyboy_state
+        from gbxcule.core.savestate import env_to_pyboy
+
+        return write_pyboy_state(env_to_pyboy(self.env_states([env])[0], self.rom, power_on_state(self.rom)))
+
+    def alloc_slots(self, num_slots: int, seed: int = 0) -> None:
+        """A device store of `num_slots` empty env states; `seed` keys the reset rule of `restore`."""
+        from gbxcule.kernels.snapshot import SlotStore
+
+        self.slots = SlotStore(num_slots, NUM_FIELDS, self.layout.total, self.device, seed)
+
+    def load_slots(self, state, seed: int = 0) -> None:
+        """The reset cache: a slot store holding the M states of a saved state (PyBoy or native)."""
+        from gbxcule.core.savestate import decode_states, read_state_source
+
+        states = decode_states(read_state_source(state), self.rom)
+        self.alloc_slots(len(states), seed)
+        for k, s in enumerate(states):
+            self.slots.upload(k, s.fields, s.ram)
+
+    def save_slot(self, env: int, slot: int) -> None:
+        """Copy env `env` into slot `slot` on the device (no synchronisation)."""
+        self._slot_store().save(self.fields, self.ram, self.num_envs, check_env(self, env), slot)
+
+    def restore(self, mask, slots=None, chunk: int | None = None) -> None:
+        """Reset every env whose `mask` entry is non-zero to a slot: `slots[e]` (int32 [N]), or without
+        `slots` the seeded rule hash(seed, env, restore count) mod K. `mask`/`slots`: device arrays or torch
+        tensors on the backend's device. One launch, no synchronisation; the SB ring and the frame buffer
+        are not touched. `chunk`: slot words per thread (default per device, see kernels/snapshot.py)."""
+        from gbxcule.kernels.snapshot import default_chunk
+
+        wp = self._wp
+        as_wp = lambda a: wp.from_torch(a) if type(a).__module__.startswith("torch") else a  # noqa: E731
+        self._slot_store().restore(self.fields, self.ram, self.num_envs, as_wp(mask),
+                                   None if slots is None else as_wp(slots),
+                                   default_chunk(self.device) if chunk is None else chunk)
+
+    def _slot_store(self):
+        if getattr(self, "slots", None) is None:
+            raise GbxculeError("no slot store: call alloc_slots(K) or load_slots(state) first")
+        return self.slots
 
 
 @dataclass

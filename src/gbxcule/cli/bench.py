@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from gbxcule.backends import BACKENDS
 from gbxcule.core.action_codec import CODECS, DEFAULT_CODEC
 from gbxcule.core.cartridge import load_rom
+from gbxcule.core.errors import GbxculeError
 from gbxcule.core.schedule import ActionSchedule
 from gbxcule.harness.actions import GENERATORS
 from gbxcule.harness.bench import artifact, measure, scaling_plot, table, write_artifact
@@ -56,9 +58,19 @@ def run(args) -> int:
     rom = load_rom(resolve_rom(args.rom))
     extra = {"pyboy_puffer_vec": {"mode": args.puffer_mode}, "warp_vec_cpu": {"stage": args.stage},
              "warp_vec_cuda": {"stage": args.stage}}
-    results = [measure(b, rom, n, args.steps, schedule, args.codec, args.actions, args.seed, args.warmup,
-                       args.sync_every, **extra.get(b, {})) for b in backends for n in env_counts]
+    results, skipped = [], []
+    for b in backends:
+        for n in env_counts:
+            try:
+                results.append(measure(b, rom, n, args.steps, schedule, args.codec, args.actions, args.seed,
+                                       args.warmup, args.sync_every, **extra.get(b, {})))
+            except GbxculeError as exc:  # e.g. too many envs for this ROM: keep the rest of the sweep
+                skipped.append({"backend": b, "envs": n, "error": str(exc)})
+                sys.stderr.write(f"gbxcule bench: skipped {b} x {n}: {exc}\n")
+    if not results:
+        raise GbxculeError("no measurement succeeded")
     data = artifact(results, rom, args.codec, schedule, args.actions)
+    data["skipped"] = skipped
     if "pyboy_puffer_vec" in backends:
         data["puffer_mode"] = args.puffer_mode
     data["stage"] = args.stage

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One GPU visit's work (see DEVELOPERS.md "device"): run from the repository root on the GPU machine after
+# .gpu/install.sh. Usage: bash scripts/gpu_visit.sh PART   (PART: check | cuda | cpu)
+set -uo pipefail
+export PYTHONPATH=/root/gpu:/root/gpu/puffer/site:$PWD/src GBXCULE_CACHE_DIR=/tmp/gbxc
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+case $1 in
+  puffer)  # PufferLib (pure Python here) and psutil for the baseline
+    mkdir -p /root/gpu/puffer && tar -xJf .gpu/puffer.tar.xz -C /root/gpu/puffer
+    python3 -m pip install -q --no-index --no-deps --target /root/gpu/puffer/site .gpu/puffer_wheels/*.whl ;;
+  check)
+    python3 -m gbxcule devcheck --envs 64 --steps 3 --seeds 0,1 --json > "$OUT/devcheck.json"; echo "devcheck rc=$?"
+    python3 -c "import json; d=json.load(open('$OUT/devcheck.json')); print(d['ok'], sum(r['ok'] for r in d['results']), len(d['results']))" ;;
+  cuda)
+    for rom in JOY_DIVERGE_PERSIST OVERWORLD; do
+      for stage in emulate_only full_step; do
+        python3 -m gbxcule bench --rom $rom --backends warp_vec_cuda --stage $stage --envs 1024,4096,16384,65536 \
+          --steps 3 --warmup 5 --out "$OUT/cuda_${stage}_${rom}.json" | tail -6
+      done
+    done ;;
+  cpu)
+    nproc
+    for rom in JOY_DIVERGE_PERSIST OVERWORLD; do
+      python3 -m gbxcule bench --rom $rom --backends pyboy_vec_mp,pyboy_puffer_vec --envs 16,64,128 --steps 4 \
+        --warmup 5 --out "$OUT/cpu_${rom}.json" | tail -8
+    done ;;
+esac
