@@ -21,6 +21,7 @@ from gbxcule.core.cartridge import Rom, load_rom
 from gbxcule.core.schedule import ActionSchedule
 from gbxcule.core.screen import image_shades
 from gbxcule.harness.verify import VerifyConfig, run_verify
+from gbxcule.roms.micro.common import MEMCPY
 
 ROMS = Path(os.environ["GBXCULE_TEST_ROMS"]) if os.environ.get("GBXCULE_TEST_ROMS") else None
 needs_roms = pytest.mark.skipif(ROMS is None, reason="GBXCULE_TEST_ROMS is not set")
@@ -74,16 +75,7 @@ frame:
 {midframe}
     jp frame
 
-memcpy:
-    ld a, [hl+]
-    ld [de], a
-    inc de
-    dec bc
-    ld a, b
-    or c
-    jr nz, memcpy
-    ret
-
+{MEMCPY}
 move_sprites:  ; add B to the X of every sprite and C to the Y of every fourth
     ld hl, $FE00
     ld d, 40
@@ -138,7 +130,7 @@ def scene_rom(tmp_path, name: str, *, lcdc: int, vblank: str = "", midframe: str
     oam[:, 1] = rng.integers(0, 176, 40)
     oam[:, 2] = rng.integers(0, 256, 40)
     oam[:, 3] = rng.integers(0, 256, 40) & 0xF0
-    src = PROGRAM.format(lcdc=f"${lcdc:02X}", vblank=vblank, midframe=midframe, midline=midline,
+    src = PROGRAM.format(lcdc=f"${lcdc:02X}", vblank=vblank, midframe=midframe, midline=midline, MEMCPY=MEMCPY,
                          tiles=_db(tiles.tobytes()), maps=_db(maps.tobytes()), sprites=_db(oam.tobytes()))
     data = assemble(src, header=CartridgeHeader(title=name[:11].upper(), cartridge_type=0, rom_size=0)).rom
     path = tmp_path / f"{name}.gb"

@@ -18,6 +18,19 @@ HRAM_DMA = 0xFF80
 # Interrupt flag / enable bits.
 INT_VBLANK, INT_STAT, INT_TIMER, INT_SERIAL, INT_JOYPAD = 0x01, 0x02, 0x04, 0x08, 0x10
 
+# Shared by every ROM gbxcule builds (and the tests' small ROMs).
+MEMCPY = """; memcpy: copy BC (> 0) bytes from HL to DE.
+memcpy:
+    ld a, [hl+]
+    ld [de], a
+    inc de
+    dec bc
+    ld a, b
+    or c
+    jr nz, memcpy
+    ret
+"""
+
 HARDWARE = """
 rJOYP EQU $FF00
 rSB   EQU $FF01
@@ -54,17 +67,7 @@ finish:
     halt
     jr .stop
 
-; memcpy: copy BC (> 0) bytes from HL to DE.
-memcpy:
-    ld a, [hl+]
-    ld [de], a
-    inc de
-    dec bc
-    ld a, b
-    or c
-    jr nz, memcpy
-    ret
-
+{MEMCPY}
 ; memset: fill BC (> 0) bytes from HL with E.
 memset:
     ld a, e

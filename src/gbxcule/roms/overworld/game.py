@@ -13,7 +13,7 @@ from functools import cache
 
 from gbxcule.asm import CartridgeHeader
 from gbxcule.roms import RomSpec, VerifySettings
-from gbxcule.roms.micro.common import DONE_ADDR, DONE_VALUE, HARDWARE, HRAM_DMA
+from gbxcule.roms.micro.common import DONE_ADDR, DONE_VALUE, HARDWARE, HRAM_DMA, MEMCPY
 from gbxcule.roms.overworld import art
 from gbxcule.roms.overworld.world import (
     DOWN,
@@ -435,18 +435,7 @@ save_game:
 COPY16 = "copy16:\n" + "    ld a, [hl+]\n    ld [de], a\n    inc de\n" * 16 + "    ret\n"
 
 # Small routines: memory, banks, LCD, joypad, frame wait and the VRAM job queue.
-LIBRARY = """
-; memcpy: copy BC (> 0) bytes from HL to DE.
-memcpy:
-    ld a, [hl+]
-    ld [de], a
-    inc de
-    dec bc
-    ld a, b
-    or c
-    jr nz, memcpy
-    ret
-
+LIBRARY = MEMCPY + """
 ; zero_fill: clear BC (> 0) bytes from HL.
 zero_fill:
     xor a
