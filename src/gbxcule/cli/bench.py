@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 from gbxcule.backends import BACKENDS
-from gbxcule.cli.common import add_state_arg
 from gbxcule.core.action_codec import CODECS, DEFAULT_CODEC
 from gbxcule.core.cartridge import load_rom
 from gbxcule.core.errors import GbxculeError
@@ -37,7 +36,6 @@ def register(sub) -> None:
                    choices=("emulate_only", "reward_only", "obs_only", "full_step"),
                    help="warp backends: what each step produces on the device (default emulate_only)")
     p.add_argument("--sync-every", type=int, default=0, help="synchronise every N steps (default: at the end)")
-    add_state_arg(p)
     p.add_argument("--out", default="bench_out/bench.json", help="JSON artifact path (default bench_out/bench.json)")
     p.add_argument("--json", action="store_true", help="print the artifact as one JSON object")
     p.set_defaults(func=run)
@@ -65,7 +63,7 @@ def run(args) -> int:
         for n in env_counts:
             try:
                 results.append(measure(b, rom, n, args.steps, schedule, args.codec, args.actions, args.seed,
-                                       args.warmup, args.sync_every, state=args.state, **extra.get(b, {})))
+                                       args.warmup, args.sync_every, **extra.get(b, {})))
             except GbxculeError as exc:  # e.g. too many envs for this ROM: keep the rest of the sweep
                 skipped.append({"backend": b, "envs": n, "error": str(exc)})
     if not results:
@@ -77,7 +75,6 @@ def run(args) -> int:
     if "pyboy_puffer_vec" in backends:
         data["puffer_mode"] = args.puffer_mode
     data["stage"] = args.stage
-    data["state"] = args.state
     data["plot"] = str(scaling_plot(results, Path(args.out).with_suffix(".png")))
     path = write_artifact(data, Path(args.out))
     data["artifact"] = str(path)
