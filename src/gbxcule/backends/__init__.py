@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gbxcule.backends.base import CpuState, VecBackend
+from gbxcule.core.errors import GbxculeError
 
 BACKENDS = ("pyboy_single", "pyboy_vec_mp", "pyboy_puffer_vec", "warp_vec_cpu", "warp_vec_cuda")
 
@@ -28,4 +29,12 @@ def make_backend(name: str, rom, **kwargs) -> VecBackend:
     raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
 
 
-__all__ = ["BACKENDS", "CpuState", "VecBackend", "make_backend"]
+def load_start_state(backend: VecBackend, state) -> None:
+    """Put every env of `backend` in a saved state: a PyBoy `.state` or a native snapshot, as bytes or a
+    file path (docs/state_format.md). Backends that cannot load states refuse."""
+    if not hasattr(backend, "load_state"):
+        raise GbxculeError(f"{backend.name} cannot start from a save state")
+    backend.load_state(state)
+
+
+__all__ = ["BACKENDS", "CpuState", "VecBackend", "load_start_state", "make_backend"]

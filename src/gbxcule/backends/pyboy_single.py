@@ -11,12 +11,14 @@ from __future__ import annotations
 import io
 import logging
 import os
+from functools import cache
 
 import numpy as np
 
 from gbxcule.backends.base import CpuState, check_actions, check_env
-from gbxcule.core.action_codec import DEFAULT_CODEC, ActionCodec, get_codec
+from gbxcule.core.action_codec import BUTTONS, DEFAULT_CODEC, ActionCodec, get_codec
 from gbxcule.core.cartridge import Rom, load_rom
+from gbxcule.core.pyboy_state import PyBoyState, parse_pyboy_state, restore_pyboy, snapshot_pyboy
 from gbxcule.core.schedule import ActionSchedule
 from gbxcule.core.screen import PYBOY_GREYS, pyboy_shades
 
@@ -30,8 +32,28 @@ def _new_pyboy(rom: Rom, render: bool = False):
     logging.getLogger("pyboy").setLevel(logging.ERROR)
     # A file-like ROM: PyBoy then never reads or writes .ram/.rtc files next to a user's ROM. DMG mode
     # always (gbxcule emulates the DMG), sound off (the APU is not emulated; see docs/hardware.md).
-    return PyBoy(io.BytesIO(rom.data), window="null", sound_emulated=False, cgb=False, log_level="ERROR",
+    # pyboy.logging ranks INFO (4) above CRITICAL (3), so only a level past INFO keeps an MBC3 clock's "No RTC
+    # file found" notice off stdout (it would break --json output).
+    return PyBoy(io.BytesIO(rom.data), window="null", sound_emulated=False, cgb=False, log_level=5,
                  no_input=True, color_palette=PYBOY_GREYS)
+
+
+@cache
+def power_on_state(rom: Rom) -> PyBoyState:
+    """The state of a fresh PyBoy for `rom` (the template `core.savestate.env_to_pyboy` fills in)."""
+    pyboy = _new_pyboy(rom)
+    try:
+        return snapshot_pyboy(pyboy)
+    finally:
+        pyboy.stop(save=False)
+
+
+def pyboy_states(state, rom: Rom, num_envs: int) -> list[bytes]:
+    """PyBoy state bytes for each of `num_envs` envs from a saved state of either format."""
+    from gbxcule.core.savestate import pyboy_bytes, read_state_source
+
+    data = read_state_source(state)
+    return [pyboy_bytes(data, rom, power_on_state(rom), e) for e in range(num_envs)]
 
 
 class PyBoyGame:
@@ -50,6 +72,18 @@ class PyBoyGame:
         self.pyboy = _new_pyboy(self.rom)
         self.frames = 0
         self.serial = bytearray()
+
+    def load_state(self, data: bytes) -> None:
+        """Continue from PyBoy state bytes, loaded into a fresh PyBoy. A running MBC3 clock is not advanced
+        by the wall-clock time since the save (the state's save time is moved to the far future), and
+        every button is released at the next frame start (each step sets all buttons, as gbxcule does)."""
+        state = parse_pyboy_state(data, cartridge_type=self.rom.data[0x147], ram_size_code=self.rom.data[0x149])
+        if state.cartridge.rtc is not None:
+            state.cartridge.rtc.saved_time = float("inf")
+        self.reset()
+        restore_pyboy(self.pyboy, state)
+        for name in BUTTONS:
+            self.pyboy.button_release(name)
 
     def pyboy_state_bytes(self) -> bytes:
         buf = io.BytesIO()
@@ -80,8 +114,6 @@ class PyBoyGame:
 
     def cpu_state(self) -> CpuState:
         r = self.pyboy.register_file
-        from gbxcule.core.pyboy_state import snapshot_pyboy
-
         s = snapshot_pyboy(self.pyboy)
         return CpuState(a=r.A, f=r.F, b=r.B, c=r.C, d=r.D, e=r.E, h=r.HL >> 8, l=r.HL & 0xFF, sp=r.SP, pc=r.PC,
                         ime=bool(s.cpu.ime), halted=bool(s.cpu.halted))
@@ -110,6 +142,12 @@ class PyBoySingleBackend:
     def reset(self, seed: int | None = None) -> None:
         for g in self.games:
             g.reset()
+
+    def load_state(self, state) -> None:
+        """Every env continues from a saved state (PyBoy `.state` or native snapshot, bytes or a path); env e
+        takes the snapshot's env e mod M."""
+        for g, data in zip(self.games, pyboy_states(state, self.rom, self.num_envs), strict=True):
+            g.load_state(data)
 
     def step(self, actions) -> None:
         acts = check_actions(self, actions)

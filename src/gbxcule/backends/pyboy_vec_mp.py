@@ -13,7 +13,7 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 from gbxcule.backends.base import CpuState, check_actions, check_env
-from gbxcule.backends.pyboy_single import PyBoyGame
+from gbxcule.backends.pyboy_single import PyBoyGame, pyboy_states
 from gbxcule.core.action_codec import DEFAULT_CODEC, ActionCodec, get_codec
 from gbxcule.core.cartridge import Rom, load_rom
 from gbxcule.core.errors import GbxculeError
@@ -33,6 +33,10 @@ def _worker(conn: Connection, rom: Rom, codec_name: str, schedule: ActionSchedul
             elif cmd == "reset":
                 for g in games:
                     g.reset()
+                out = None
+            elif cmd == "load":
+                for g, data in zip(games, arg, strict=True):
+                    g.load_state(data)
                 out = None
             elif cmd == "cpu":
                 out = games[arg].cpu_state()
@@ -101,6 +105,14 @@ class PyBoyVecMpBackend:
     def reset(self, seed: int | None = None) -> None:
         for c in self._conns:
             c.send(("reset", None))
+        for c in self._conns:
+            self._recv(c)
+
+    def load_state(self, state) -> None:
+        """Every env continues from a saved state (see `PyBoySingleBackend.load_state`)."""
+        states = pyboy_states(state, self.rom, self.num_envs)
+        for c, (lo, hi) in zip(self._conns, self._slices, strict=True):
+            c.send(("load", states[lo:hi]))
         for c in self._conns:
             self._recv(c)
 

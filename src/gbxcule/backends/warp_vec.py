@@ -3,6 +3,8 @@
 All state lives in device arrays laid out by `gbxcule.kernels.state`; a step is one launch of the
 generated step kernel with no host synchronisation. Introspection (`get_cpu_state`, `read_memory`,
 `snapshot`, `frames_host`) copies state to the host and is meant for verification, not the hot path.
+Save states (`load_state`, `save_state`, `pyboy_state`) and the device slot store with masked reset
+(`alloc_slots`/`load_slots`, `save_slot`, `restore`): docs/state_format.md.
 
 Screens (docs/rendering.md): `step(actions, render=...)` draws nothing (default), the step's last frame
 (`True`/"last") or every frame ("all") into `frame_buffer()`, uint8 [N,144,160] shade indices 0-3 on the
@@ -338,6 +340,97 @@ class WarpVecBackend:
     def snapshot(self, env: int) -> EnvSnapshot:
         return EnvSnapshot(self.env_fields(env), {r: self.env_region(env, r) for r in self.layout.bases},
                            self.rom.data, self.cart)
+
+    # --- save states and device slots (docs/state_format.md) ----------------------------------------
+    def load_state(self, state, envs=None) -> None:
+        """Put `envs` (default: all) in a saved state: a PyBoy `.state` or a native snapshot, as bytes or a
+        file path. The i-th env listed takes state i mod M of the M states the file holds. The file is
+        decoded and checked completely before any env changes."""
+        from gbxcule.core.savestate import decode_states, read_state_source
+
+        self.put_states(decode_states(read_state_source(state), self.rom), envs)
+
+    def put_states(self, states, envs=None) -> None:
+        """Write host `EnvState`s into `envs` (default: all; the i-th listed takes states[i mod M])."""
+        from gbxcule.kernels.snapshot import SlotStore
+
+        wp, n = self._wp, self.num_envs
+        ids = np.arange(n) if envs is None else np.array([check_env(self, int(e)) for e in envs], dtype=np.int64)
+        store = SlotStore(len(states), NUM_FIELDS, self.layout.total, self.device)
+        store.upload(0, np.stack([s.fields for s in states]), np.stack([s.ram for s in states]))
+        mask, slots = np.zeros(n, dtype=np.int32), np.zeros(n, dtype=np.int32)
+        mask[ids], slots[ids] = 1, np.arange(len(ids)) % len(states)
+        store.restore(self.fields, self.ram, n, wp.array(mask, dtype=wp.int32, device=self.device),
+                      wp.array(slots, dtype=wp.int32, device=self.device))
+        ring = self.serial.numpy().reshape(SERIAL_CAPTURE, n).copy()
+        ring[:, ids] = np.stack([states[i % len(states)].serial for i in range(len(ids))], axis=1)
+        wp.copy(self.serial, wp.array(ring.reshape(-1), dtype=wp.uint8, device=self.device))
+
+    def env_states(self, envs=None) -> list:
+        """`EnvState`s (fields, RAM, SB ring) of `envs` (default: all) on the host (synchronises)."""
+        from gbxcule.core.snapshot import EnvState
+
+        n = self.num_envs
+        ids = range(n) if envs is None else [check_env(self, int(e)) for e in envs]
+        fields = self.fields.numpy().reshape(NUM_FIELDS, n)
+        ram = self.ram.numpy().reshape(self.layout.total, n)
+        ring = self.serial.numpy().reshape(SERIAL_CAPTURE, n)
+        return [EnvState(fields[:, e].copy(), ram[:, e].copy(), ring[:, e].copy()) for e in ids]
+
+    def save_state(self, path=None, envs=None) -> bytes:
+        """A native snapshot of `envs` (default: all); written atomically to `path` when given."""
+        from gbxcule.core.snapshot import Snapshot, encode_snapshot, write_snapshot
+
+        data = encode_snapshot(Snapshot(self.rom.info.sha1, self.rom.info.title, self.env_states(envs),
+                                        self.schedule.frames_per_step, self.schedule.release_after_frames,
+                                        self.codec.name))
+        if path is not None:
+            write_snapshot(path, data)
+        return data
+
+    def pyboy_state(self, env: int) -> bytes:
+        """A PyBoy 2.8.1 `.state` of env `env` (PyBoy's `load_state` reads it)."""
+        from gbxcule.backends.pyboy_single import power_on_state
+        from gbxcule.core.pyboy_state import write_pyboy_state
+        from gbxcule.core.savestate import env_to_pyboy
+
+        return write_pyboy_state(env_to_pyboy(self.env_states([env])[0], self.rom, power_on_state(self.rom)))
+
+    def alloc_slots(self, num_slots: int, seed: int = 0) -> None:
+        """A device store of `num_slots` empty env states; `seed` keys the reset rule of `restore`."""
+        from gbxcule.kernels.snapshot import SlotStore
+
+        self.slots = SlotStore(num_slots, NUM_FIELDS, self.layout.total, self.device, seed)
+
+    def load_slots(self, state, seed: int = 0) -> None:
+        """The reset cache: a slot store holding the M states of a saved state (PyBoy or native)."""
+        from gbxcule.core.savestate import decode_states, read_state_source
+
+        states = decode_states(read_state_source(state), self.rom)
+        self.alloc_slots(len(states), seed)
+        self.slots.upload(0, np.stack([s.fields for s in states]), np.stack([s.ram for s in states]))
+
+    def save_slot(self, env: int, slot: int) -> None:
+        """Copy env `env` into slot `slot` on the device (no synchronisation)."""
+        self._slot_store().save(self.fields, self.ram, self.num_envs, check_env(self, env), slot)
+
+    def restore(self, mask, slots=None, chunk: int | None = None) -> None:
+        """Reset every env whose `mask` entry is non-zero to a slot: `slots[e]` (int32 [N]), or without
+        `slots` the seeded rule hash(seed, env, restore count) mod K. `mask`/`slots`: device arrays or torch
+        tensors on the backend's device. One launch, no synchronisation; the SB ring and the frame buffer
+        are not touched. `chunk`: slot words per thread (default per device, see kernels/snapshot.py)."""
+        from gbxcule.kernels.snapshot import default_chunk
+
+        wp = self._wp
+        as_wp = lambda a: wp.from_torch(a) if type(a).__module__.startswith("torch") else a  # noqa: E731
+        self._slot_store().restore(self.fields, self.ram, self.num_envs, as_wp(mask),
+                                   None if slots is None else as_wp(slots),
+                                   default_chunk(self.device) if chunk is None else chunk)
+
+    def _slot_store(self):
+        if getattr(self, "slots", None) is None:
+            raise GbxculeError("no slot store: call alloc_slots(K) or load_slots(state) first")
+        return self.slots
 
 
 @dataclass

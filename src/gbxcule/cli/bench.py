@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from gbxcule.backends import BACKENDS
+from gbxcule.cli.common import add_state_arg
 from gbxcule.core.action_codec import CODECS, DEFAULT_CODEC
 from gbxcule.core.cartridge import load_rom
 from gbxcule.core.errors import GbxculeError
@@ -36,6 +37,7 @@ def register(sub) -> None:
                    choices=("emulate_only", "reward_only", "obs_only", "full_step"),
                    help="warp backends: what each step produces on the device (default emulate_only)")
     p.add_argument("--sync-every", type=int, default=0, help="synchronise every N steps (default: at the end)")
+    add_state_arg(p)
     p.add_argument("--out", default="bench_out/bench.json", help="JSON artifact path (default bench_out/bench.json)")
     p.add_argument("--json", action="store_true", help="print the artifact as one JSON object")
     p.set_defaults(func=run)
@@ -56,6 +58,10 @@ def run(args) -> int:
         raise ValueError("--envs values and --steps must be >= 1")
     schedule = ActionSchedule(args.frames_per_step, args.release_after_frames)
     rom = load_rom(resolve_rom(args.rom))
+    if args.state:  # a bad state is one error up front, not a skip per measurement
+        from gbxcule.core.savestate import decode_states, read_state_source
+
+        decode_states(read_state_source(args.state), rom)
     extra = {"pyboy_puffer_vec": {"mode": args.puffer_mode}, "warp_vec_cpu": {"stage": args.stage},
              "warp_vec_cuda": {"stage": args.stage}}
     results, skipped = [], []
@@ -63,7 +69,7 @@ def run(args) -> int:
         for n in env_counts:
             try:
                 results.append(measure(b, rom, n, args.steps, schedule, args.codec, args.actions, args.seed,
-                                       args.warmup, args.sync_every, **extra.get(b, {})))
+                                       args.warmup, args.sync_every, state=args.state, **extra.get(b, {})))
             except GbxculeError as exc:  # e.g. too many envs for this ROM: keep the rest of the sweep
                 skipped.append({"backend": b, "envs": n, "error": str(exc)})
     if not results:
@@ -75,6 +81,7 @@ def run(args) -> int:
     if "pyboy_puffer_vec" in backends:
         data["puffer_mode"] = args.puffer_mode
     data["stage"] = args.stage
+    data["state"] = args.state
     data["plot"] = str(scaling_plot(results, Path(args.out).with_suffix(".png")))
     path = write_artifact(data, Path(args.out))
     data["artifact"] = str(path)

@@ -21,5 +21,10 @@ def add_run_args(p, backend: str = "pyboy_single", steps: int = 100) -> None:
     p.add_argument("--fixed-action", type=int, default=0, help="the action for --actions fixed (default 0)")
 
 
+def add_state_arg(p) -> None:
+    p.add_argument("--state", metavar="FILE",
+                   help="start every env from this save state: a PyBoy .state or a gbxcule snapshot")
+
+
 def schedule_from(args) -> ActionSchedule:
     return ActionSchedule(args.frames_per_step, args.release_after_frames)

@@ -11,8 +11,8 @@ import hashlib
 import time
 from pathlib import Path
 
-from gbxcule.backends import make_backend
-from gbxcule.cli.common import add_run_args, schedule_from
+from gbxcule.backends import load_start_state, make_backend
+from gbxcule.cli.common import add_run_args, add_state_arg, schedule_from
 from gbxcule.core.action_codec import get_codec
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.screen import mosaic, write_gif, write_png
@@ -26,6 +26,7 @@ def register(sub) -> None:
                                    "where each env ended up.")
     p.add_argument("rom", help="ROM file or built-in ROM name")
     add_run_args(p)
+    add_state_arg(p)
     p.add_argument("--record", metavar="GIF",
                    help="write one env's screen after every step as an animated GIF")
     p.add_argument("--record-env", type=int, default=0, help="the env --record follows (default 0)")
@@ -71,6 +72,8 @@ def run(args) -> int:
     recorded = []
     try:
         backend.reset(args.seed)
+        if args.state:
+            load_start_state(backend, args.state)
         t0 = time.perf_counter()
         for k in range(args.steps):
             if args.record or (args.mosaic and k == args.steps - 1):

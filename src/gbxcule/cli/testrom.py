@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gbxcule.backends import BACKENDS
+from gbxcule.cli.common import add_state_arg
 from gbxcule.core.cartridge import load_rom
 from gbxcule.harness.testrom import run_test_rom
 
@@ -18,6 +19,7 @@ def register(sub) -> None:
     p.add_argument("--boot", default="pyboy", choices=["pyboy", "skip", "dmg"],
                    help="start through PyBoy's boot ROM (default), right after it (skip), or with a real "
                         "DMG's after-boot registers (dmg); see docs/step_abi.md")
+    add_state_arg(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -27,7 +29,7 @@ def run(args) -> int:
 
     if args.frames < 1:
         raise ValueError("--frames must be >= 1")
-    result = run_test_rom(load_rom(args.rom), args.backend, args.frames, boot=args.boot)
+    result = run_test_rom(load_rom(args.rom), args.backend, args.frames, boot=args.boot, state=args.state)
     verdict = "PASS" if result.passed else "FAIL" if result.decided else "NO VERDICT"
     emit(args, {**result.to_dict(), "rom": args.rom, "backend": args.backend, "verdict": verdict},
          lambda d: f"{d['verdict']} {d['rom']} ({d['protocol']}, {d['frames']} frames)\n{d['text'].strip()}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gbxcule.cli.common import add_state_arg
 from gbxcule.core.action_codec import CODECS
 from gbxcule.core.cartridge import load_rom
 from gbxcule.harness.actions import GENERATORS
@@ -32,6 +33,7 @@ def register(sub) -> None:
     p.add_argument("--screens", action="store_true",
                    help="draw every frame on both sides and compare the screens too")
     p.add_argument("--bundle-dir", default="bundles", help="where mismatch bundles go (default bundles/)")
+    add_state_arg(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -64,7 +66,7 @@ def run(args) -> int:
         release_after_frames=pick(args.release_after_frames, "release_after_frames", 1),
         actions=pick(args.actions, "actions", "seeded_random"), seed=args.seed, codec=args.codec,
         envs=args.envs, dut=args.dut, regions=regions, bundle_dir=args.bundle_dir,
-        screens=args.screens)
+        screens=args.screens, state=args.state)
     cfg.release_after_frames = min(cfg.release_after_frames, cfg.frames_per_step)
     rom = load_rom(resolve_rom(args.rom))
     result = run_verify(cfg, rom)

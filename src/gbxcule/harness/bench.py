@@ -1,7 +1,8 @@
 """Benchmarks: throughput of a backend on a ROM, as a table and a JSON artifact.
 
-Each measurement constructs the backend, resets it, runs `warmup` steps (not timed: kernel compilation and
-caches), then times `steps` steps, synchronising once at the end (and every `sync_every` steps if given).
+Each measurement constructs the backend, resets it (then loads `state` when given), runs `warmup` steps
+(not timed: kernel compilation and caches), then times `steps` steps, synchronising once at the end (and
+every `sync_every` steps if given).
 Reported: env-steps/s (SPS), frames/s, emulated instructions/s where the backend counts them, ms per step.
 Every artifact records what was measured and on what: backend, ROM sha1, codec, schedule, env count,
 device, package versions and git revision.
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gbxcule.backends import make_backend
+from gbxcule.backends import load_start_state, make_backend
 from gbxcule.core.action_codec import get_codec
 from gbxcule.core.cartridge import Rom
 from gbxcule.core.schedule import ActionSchedule
@@ -91,12 +92,14 @@ def _sync(backend) -> None:
 
 def measure(backend_name: str, rom: Rom, envs: int, steps: int, schedule: ActionSchedule, codec: str,
             actions: str = "seeded_random", seed: int = 0, warmup: int = 2, sync_every: int = 0,
-            **backend_kwargs) -> BenchResult:
+            state=None, **backend_kwargs) -> BenchResult:
     cdc = get_codec(codec)
     backend = make_backend(backend_name, rom, num_envs=envs, codec=cdc, schedule=schedule, **backend_kwargs)
     gen = make_action_gen(actions, cdc, envs, seed)
     try:
         backend.reset(seed)
+        if state:
+            load_start_state(backend, state)
         for k in range(warmup):
             backend.step(gen(k))
         _sync(backend)

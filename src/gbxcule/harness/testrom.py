@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from gbxcule.backends import make_backend
+from gbxcule.backends import load_start_state, make_backend
 from gbxcule.core.schedule import ActionSchedule
 
 MOONEYE_PASS = (3, 5, 8, 13, 21, 34)
@@ -60,7 +60,7 @@ def _judge(backend) -> tuple[bool, bool, str, str] | None:
 
 
 def run_test_rom(rom, backend_name: str = "warp_vec_cpu", frames: int = 3600, check_every: int = 30,
-                 boot: str = "pyboy") -> TestRomResult:
+                 boot: str = "pyboy", state=None) -> TestRomResult:
     schedule = ActionSchedule(check_every, 0)
     extra = {"boot": boot} if backend_name.startswith("warp") else {}
     if boot != "pyboy" and not extra:
@@ -68,6 +68,8 @@ def run_test_rom(rom, backend_name: str = "warp_vec_cpu", frames: int = 3600, ch
     backend = make_backend(backend_name, rom, num_envs=1, codec="dmg_buttons_v0", schedule=schedule, **extra)
     try:
         backend.reset(0)
+        if state:
+            load_start_state(backend, state)
         done = 0
         while done < frames:
             backend.step(np.zeros(1, dtype=np.int32))

@@ -7,6 +7,9 @@ registers, the bytes sent over serial, and memory (WRAM, HRAM, OAM, VRAM, cartri
 On the first mismatch a self-contained bundle is written: the ROM, the action trace, both states before
 and after the step, a readable diff with disassembly around PC, and a one-line repro command.
 
+With `state` (a PyBoy `.state` or a native snapshot), both sides start from that state instead of power-on
+(`start_from_state`) and are compared once before the first step.
+
 With `screens`, both sides draw every frame (PyBoy `tick(1, True)` per frame, the DUT `render="all"`) and
 each env's screen is compared too, as shade indices; a mismatch bundle then holds both screens as PNGs.
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -46,6 +50,7 @@ class VerifyConfig:
     regions: tuple[str, ...] = DEFAULT_REGIONS
     bundle_dir: str = "bundles"
     screens: bool = False
+    state: str | None = None  # a PyBoy .state or native snapshot file both sides start from
 
 
 @dataclass
@@ -72,6 +77,20 @@ def _make_dut(cfg: VerifyConfig, rom: Rom, schedule: ActionSchedule):
     return WarpVecBackend(rom, cfg.envs, get_codec(cfg.codec), schedule, device=device)
 
 
+def start_from_state(path: str, rom: Rom, refs: list[PyBoyGame], dut) -> None:
+    """Both sides start from a saved state: a PyBoy state as it is, a native snapshot as the DUT loads it
+    and the reference from its PyBoy conversion. The reference's serial log starts as the DUT's."""
+    from gbxcule.backends.pyboy_single import power_on_state
+    from gbxcule.core.savestate import pyboy_bytes, read_state_source
+
+    data = read_state_source(path)
+    dut.load_state(data)
+    template = power_on_state(rom)
+    for e, r in enumerate(refs):
+        r.load_state(pyboy_bytes(data, rom, template, e))
+        r.serial = bytearray(dut.serial_bytes(e))
+
+
 def run_verify(cfg: VerifyConfig, rom: Rom) -> VerifyResult:
     codec = get_codec(cfg.codec)
     schedule = ActionSchedule(cfg.frames_per_step, cfg.release_after_frames)
@@ -79,11 +98,44 @@ def run_verify(cfg: VerifyConfig, rom: Rom) -> VerifyResult:
     refs = [PyBoyGame(rom, codec, schedule) for _ in range(cfg.envs)]
     dut = _make_dut(cfg, rom, schedule)
     hints = {"cartridge_type": rom.data[0x147], "ram_size_code": rom.data[0x149]}
-    prev_states = [r.pyboy_state_bytes() for r in refs]
-    prev_cycles = [parse_pyboy_state(b, **hints).cpu.cycles for b in prev_states]
     trace: list[list[int]] = []
-    t0 = time.perf_counter()
     try:
+        if cfg.state is not None:
+            start_from_state(cfg.state, rom, refs, dut)
+        prev_states = [r.pyboy_state_bytes() for r in refs]
+        prev_cycles = [parse_pyboy_state(b, **hints).cpu.cycles for b in prev_states]
+        t0 = time.perf_counter()
+
+        def check(k: int, e: int, screens) -> VerifyResult | None:
+            """Compare env e after step k (-1: the start state); a failed result on a mismatch."""
+            r = refs[e]
+            raw = r.pyboy_state_bytes()
+            state = parse_pyboy_state(raw, **hints)
+            rv = reference_view(state, dut.cart.ram_banks)
+            rv["cycles"] -= prev_cycles[e]
+            snap = dut.snapshot(e)
+            dv = dut_view(snap.fields, snap.regions)
+            problems = diff(rv, dv, cfg.regions)
+            if k >= 0 and rv["cycles"] != dv["cycles"]:  # a loaded state's cycle count is its last step's
+                problems.insert(0, f"cpu.cycles_in_step: ref={rv['cycles']} dut={dv['cycles']}")
+            dut_serial = dut.serial_bytes(e)
+            if bytes(r.serial) != dut_serial:
+                problems.append(f"serial: ref={bytes(r.serial)[-32:]!r} dut={dut_serial[-32:]!r}")
+            shots = None
+            if screens is not None:
+                shots = (r.screen_shades(), screens[e])
+                problems += screen_diff(*shots)
+            if problems:
+                bundle = write_bundle(cfg, rom, trace, k, e, raw, prev_states[e], rv, dv, snap, problems, shots)
+                return VerifyResult(False, k + 1, (k + 1) * cfg.frames_per_step, time.perf_counter() - t0,
+                                    k, e, problems, str(bundle))
+            prev_cycles[e] = state.cpu.cycles
+            prev_states[e] = raw
+            return None
+
+        for e in range(cfg.envs if cfg.state is not None else 0):
+            if failed := check(-1, e, None):
+                return failed
         for k in range(cfg.steps):
             acts = gen(k)
             trace.append([int(a) for a in acts])
@@ -91,30 +143,9 @@ def run_verify(cfg: VerifyConfig, rom: Rom) -> VerifyResult:
                 r.step(int(a), render=cfg.screens)
             dut.step(acts, render="all" if cfg.screens else False)
             screens = dut.frames_host() if cfg.screens else None
-            for e, r in enumerate(refs):
-                raw = r.pyboy_state_bytes()
-                state = parse_pyboy_state(raw, **hints)
-                rv = reference_view(state, dut.cart.ram_banks)
-                rv["cycles"] -= prev_cycles[e]
-                snap = dut.snapshot(e)
-                dv = dut_view(snap.fields, snap.regions)
-                problems = diff(rv, dv, cfg.regions)
-                if rv["cycles"] != dv["cycles"]:
-                    problems.insert(0, f"cpu.cycles_in_step: ref={rv['cycles']} dut={dv['cycles']}")
-                dut_serial = dut.serial_bytes(e)
-                if bytes(r.serial) != dut_serial:
-                    problems.append(f"serial: ref={bytes(r.serial)[-32:]!r} dut={dut_serial[-32:]!r}")
-                shots = None
-                if screens is not None:
-                    shots = (r.screen_shades(), screens[e])
-                    problems += screen_diff(*shots)
-                if problems:
-                    bundle = write_bundle(cfg, rom, trace, k, e, raw, prev_states[e], rv, dv, snap, problems,
-                                          shots)
-                    return VerifyResult(False, k + 1, (k + 1) * cfg.frames_per_step, time.perf_counter() - t0,
-                                        k, e, problems, str(bundle))
-                prev_cycles[e] = state.cpu.cycles
-                prev_states[e] = raw
+            for e in range(cfg.envs):
+                if failed := check(k, e, screens):
+                    return failed
         return VerifyResult(True, cfg.steps, cfg.steps * cfg.frames_per_step, time.perf_counter() - t0)
     finally:
         for r in refs:
@@ -131,12 +162,12 @@ def screen_diff(ref: np.ndarray, dut: np.ndarray) -> list[str]:
     return [f"screen: {len(bad)} pixels differ (first at y={y} x={x}: ref={ref[y, x]} dut={dut[y, x]})"]
 
 
-def repro_command(cfg: VerifyConfig, rom_path: str, steps: int) -> str:
+def repro_command(cfg: VerifyConfig, rom_path: str, steps: int, state_path: str | None = None) -> str:
     args = ["gbxcule", "verify", "--rom", rom_path, "--dut", cfg.dut, "--steps", str(steps),
             "--frames-per-step", str(cfg.frames_per_step), "--release-after-frames",
             str(cfg.release_after_frames), "--actions", cfg.actions, "--seed", str(cfg.seed),
             "--codec", cfg.codec, "--envs", str(cfg.envs)] + (["--screens"] if cfg.screens else [])
-    return shlex.join(args)
+    return shlex.join(args + (["--state", state_path] if state_path else []))
 
 
 def _disasm_around(snap, pc: int) -> str:
@@ -166,7 +197,11 @@ def write_bundle(cfg, rom: Rom, trace, step, env, ref_state: bytes, prev_state: 
     if rv["pc"] != dv["pc"]:
         text += ["", "DUT memory at the reference PC:", _disasm_around(snap, rv["pc"])]
     (out / "diff.txt").write_text("\n".join(text) + "\n")
-    (out / "repro.txt").write_text(repro_command(cfg, str(out / "rom.gb"), step + 1) + "\n")
+    state_path = None
+    if cfg.state is not None:
+        state_path = str(out / "start.state")
+        shutil.copyfile(cfg.state, state_path)
+    (out / "repro.txt").write_text(repro_command(cfg, str(out / "rom.gb"), step + 1, state_path) + "\n")
     if shots is not None:
         write_png(shots[0], out / "ref_screen.png")
         write_png(shots[1], out / "dut_screen.png")

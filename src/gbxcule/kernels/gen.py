@@ -158,7 +158,7 @@ from gbxcule.kernels.bus import INT_JOYPAD, INT_SERIAL, INT_TIMER, at, bus_acces
 from gbxcule.kernels.cpu import (FLAG_C, FLAG_H, FLAG_N, FLAG_Z, alu, check_interrupts, condition, daa, dec8,
                                  flag_bit, get_r8, get_rr, inc8, interrupt_vector, pending_interrupts,
                                  rotate, set_r8, set_rr, sp_offset)
-from gbxcule.kernels.mbc import rom_read
+from gbxcule.kernels.mbc import rom_read, rtc_advance
 from gbxcule.kernels.ppu import lcd_advance
 from gbxcule.kernels.render import fill_frame, obs_write
 from gbxcule.kernels.state import BIG, Gb, Mem
@@ -341,7 +341,11 @@ def run_frame(g: wp.ref[Gb], m: Mem, stop_at_boot_exit: wp.int32):
 
 @wp.func
 def rebase(g: wp.ref[Gb]):
-    """Keep cycle counts small: shift every absolute cycle field so that g.cycles is 0."""
+    """Keep cycle counts small: shift every absolute cycle field so that g.cycles is 0. The RTC's
+    last-access count is the one that can lag far behind (it moves only on RTC accesses): past 2^30
+    cycles (256 s) it is caught up first, so the int32 difference never wraps."""
+    if g.cycles - g.rtc_last > 0x40000000:
+        rtc_advance(g, g.cycles)
     c = g.cycles
 $REBASE
 
