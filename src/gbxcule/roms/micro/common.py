@@ -31,6 +31,18 @@ memcpy:
     ret
 """
 
+# The OAM DMA routine (source page in A): copied to HRAM and run there while the DMA blocks the bus.
+DMA_ROUTINE = """; dma_code: the OAM DMA routine (source page in A), copied to HRAM and run there.
+dma_code:
+    ldh [rDMA], a
+    ld a, 40
+.wait:
+    dec a
+    jr nz, .wait
+    ret
+dma_code_end:
+"""
+
 HARDWARE = """
 rJOYP EQU $FF00
 rSB   EQU $FF01
@@ -99,16 +111,7 @@ lcd_off:
     ldh [rLCDC], a
     ret
 
-; dma_code: the OAM DMA routine (source page in A), copied to HRAM by install_dma and run there.
-dma_code:
-    ldh [rDMA], a
-    ld a, 40
-.wait:
-    dec a
-    jr nz, .wait
-    ret
-dma_code_end:
-
+{DMA_ROUTINE}
 install_dma:
     ld hl, dma_code
     ld de, ${HRAM_DMA:04X}

@@ -13,7 +13,7 @@ from functools import cache
 
 from gbxcule.asm import CartridgeHeader
 from gbxcule.roms import RomSpec, VerifySettings
-from gbxcule.roms.micro.common import DONE_ADDR, DONE_VALUE, HARDWARE, HRAM_DMA, MEMCPY
+from gbxcule.roms.micro.common import DMA_ROUTINE, DONE_ADDR, DONE_VALUE, HARDWARE, HRAM_DMA, MEMCPY
 from gbxcule.roms.overworld import art
 from gbxcule.roms.overworld.world import (
     DOWN,
@@ -366,16 +366,7 @@ main_loop:
     call update_view
     jr main_loop
 
-; The OAM DMA routine (source page in A), copied to HRAM_DMA and run there.
-dma_code:
-    ldh [rDMA], a
-    ld a, 40
-.wait:
-    dec a
-    jr nz, .wait
-    ret
-dma_code_end:
-
+""" + DMA_ROUTINE + """
 ; sram_boot: stamp the cartridge RAM on first use and count this power-on.
 sram_boot:
     ld a, $0A
