@@ -14,6 +14,7 @@ device; `observation()` derives the 72x80 view from it on the device.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from importlib import resources
 
 import numpy as np
@@ -32,6 +33,7 @@ RENDER_MODES = {"none": 0, "last": 1, "all": 2}
 OBS_MODES = ("stride", "mean")
 
 
+@cache
 def pyboy_boot_rom() -> bytes:
     """The DMG boot ROM shipped inside the installed pyboy package (never stored in this repository)."""
     try:
