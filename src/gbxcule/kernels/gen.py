@@ -159,7 +159,7 @@ from gbxcule.kernels.cpu import (FLAG_C, FLAG_H, FLAG_N, FLAG_Z, alu, check_inte
                                  flag_bit, get_r8, get_rr, inc8, interrupt_vector, pending_interrupts,
                                  rotate, set_r8, set_rr, sp_offset)
 from gbxcule.kernels.mbc import rom_read, rtc_advance
-from gbxcule.kernels.ppu import lcd_advance
+from gbxcule.kernels.ppu import lcd_advance, lcd_skip_lines
 from gbxcule.kernels.render import fill_frame, obs_write
 from gbxcule.kernels.state import BIG, Gb, Mem
 from gbxcule.kernels.timer import timer_advance
@@ -321,14 +321,21 @@ def cpu_batch(g: wp.ref[Gb], m: Mem, budget: wp.int32):
 
 @wp.func
 def run_frame(g: wp.ref[Gb], m: Mem, stop_at_boot_exit: wp.int32):
-    """Emulate until the PPU ends a frame; events are processed between CPU batches. With
+    """Emulate until the PPU ends a frame; events are processed between CPU batches. A halted CPU that
+    nothing can wake skips whole PPU lines at once when no frame is drawn (`lcd_skip_lines`). With
     stop_at_boot_exit, return right after the instruction that unmaps the boot ROM."""
     g.frame_done = 0
     while g.frame_done == 0:
         if stop_at_boot_exit != 0 and g.bootrom == 0:
             return
-        budget = wp.min(wp.min(g.timer_cti, g.lcd_cti), wp.min(g.lcd_ctf, g.serial_cti))
-        cpu_batch(g, m, wp.max(4, budget))
+        skipped = wp.int32(0)
+        if g.halted != 0 and g.render == 0 and g.dma_active == 0 and g.ime_delay == 0 and pending_interrupts(g) == 0:
+            skipped = lcd_skip_lines(g, m, wp.min(g.timer_cti, g.serial_cti))  # HALT over whole lines
+        if skipped != 0:
+            g.cycles = g.cycles + skipped
+        else:
+            budget = wp.min(wp.min(g.timer_cti, g.lcd_cti), wp.min(g.lcd_ctf, g.serial_cti))
+            cpu_batch(g, m, wp.max(4, budget))
         if g.dma_active != 0:
             dma_sync(g, m, g.cycles, 0, 0)
         if serial_advance(g, g.cycles) != 0:

@@ -258,6 +258,60 @@ def lcd_advance(g: wp.ref[Gb], m: Mem, now: wp.int32) -> wp.int32:
 
 
 @wp.func
+def lcd_skip_lines(g: wp.ref[Gb], m: Mem, limit: wp.int32) -> wp.int32:
+    """Fast-forward a PPU that nobody watches over whole visible lines; returns the cycles skipped (0: none).
+
+    For a halted CPU with nothing to wake it (the caller checks that, and that nothing is drawn and no
+    OAM DMA runs), the event loop would otherwise stop at four PPU transitions a line. From the point
+    right after mode 0 started on line L (`stat_transition == ST_ADVANCE_LY`), lines L+1 .. L+k can be
+    applied at once when their transitions cannot raise an interrupt or depend on anything that changes
+    meanwhile: no mode STAT sources enabled, LY never equal to LYC on them, no frame end (L+k <= 142), and
+    the mode-0 start of line L+k earlier than `limit` cycles from now (the next timer or serial event).
+    The result is the state the transitions leave, ending at that mode-0 start: LY, the STAT bits and
+    line, the WY latch and window line counter, and the mode-3 length of line L+k."""
+    if (g.lcdc & 0x80) == 0 or g.stat_transition != ST_ADVANCE_LY or g.first_frame != 0 or g.lcd_reset != 0:
+        return 0
+    if (g.stat & 0x38) != 0:
+        return 0
+    first = g.ly + 1
+    last = 142
+    if g.lyc >= first and g.lyc <= last:
+        last = g.lyc - 1
+    # line L+k's mode 0 starts at lcd_target + 456 (k - 1) + 256 + its mode-3 extra dots (>= 0, < 200)
+    base = g.lcd_target + 256 - g.lcd_clock
+    if base >= limit:
+        return 0
+    last = wp.min(last, g.ly + 1 + (limit - 1 - base) / 456)
+    if last < first:
+        return 0
+    adj = mode3_adjustment(g, m, last)
+    if base + 456 * (last - first) + adj >= limit:
+        last = last - 1
+        if last < first:
+            return 0
+        adj = mode3_adjustment(g, m, last)
+    skipped = base + 456 * (last - first) + adj
+    start = first  # the first line the window counts on
+    if g.wy_latch == 0:
+        start = last + 1
+        if g.wy >= first and g.wy <= last:
+            g.wy_latch = 1
+            start = g.wy
+    if (g.lcdc & 0x20) != 0 and g.wx < 167 and start <= last:
+        g.win_line = (g.win_line + last - start + 1) & 0xFF
+    g.screen_fill = 0
+    g.ly = last
+    g.stat = g.stat & 0xF8  # mode 0, LY != LYC
+    g.stat_irq_line = 0
+    g.mode3_adj = adj
+    g.lcd_clock = g.lcd_clock + skipped
+    g.lcd_target = g.lcd_target + 456 * (last - first + 1)
+    g.lcd_last = g.lcd_last + skipped
+    lcd_schedule(g)
+    return skipped
+
+
+@wp.func
 def lcd_write_lcdc(g: wp.ref[Gb], value: wp.int32) -> wp.int32:
     was_on = (g.lcdc & 0x80) != 0
     g.lcdc = value

@@ -1,0 +1,126 @@
+"""`lcd_skip_lines` (a halted CPU skips whole PPU lines) leaves the PPU exactly as stepping its transitions
+one by one does, and the step kernel's state does not depend on it."""
+
+import numpy as np
+import pytest
+import warp as wp
+
+from gbxcule.backends.warp_vec import WarpVecBackend
+from gbxcule.core.schedule import ActionSchedule
+from gbxcule.kernels import init_warp
+from gbxcule.kernels.ppu import ST_ADVANCE_LY, lcd_advance, lcd_skip_lines, mode3_adjustment
+from gbxcule.kernels.state import Gb, Mem, ram_layout
+from gbxcule.roms import resolve_rom
+
+# inputs per case: ly, lyc, wy, wx, lcdc, stat, scx, wy_latch, win_line, clock_offset, limit
+OUT = ("ly", "stat", "stat_mode", "stat_irq_line", "wy_latch", "win_line", "mode3_adj", "lcd_clock", "lcd_target",
+       "lcd_cti", "lcd_ctf", "next_mode", "stat_transition", "screen_fill", "lcd_last", "frame_done")
+
+
+@wp.func
+def ppu_case(c: wp.array2d(dtype=wp.int32), i: wp.int32, m: Mem) -> Gb:
+    g = Gb()
+    g.n = c.shape[0]
+    g.env = i
+    g.ly = c[i, 0]
+    g.lyc = c[i, 1]
+    g.wy = c[i, 2]
+    g.wx = c[i, 3]
+    g.lcdc = c[i, 4]
+    g.stat = (c[i, 5] & 0x78) | wp.where(g.ly == g.lyc, 4, 0)
+    g.scx = c[i, 6]
+    g.wy_latch = c[i, 7]
+    g.win_line = c[i, 8]
+    g.screen_fill = 1
+    g.stat_irq_line = wp.where((g.stat & 0x44) == 0x44, 1, 0)
+    g.mode3_adj = mode3_adjustment(g, m, g.ly)
+    g.lcd_target = (g.ly + 1) * 456 - 4  # mode 0 of line ly has just started: LY advances next
+    g.lcd_clock = wp.min(g.ly * 456 + 252 + g.mode3_adj + c[i, 9], g.lcd_target - 1)
+    g.lcd_last = 1000
+    g.lcd_cti = g.lcd_target - g.lcd_clock
+    g.lcd_ctf = 70224 - g.lcd_clock
+    g.next_mode = 2
+    g.stat_transition = ST_ADVANCE_LY
+    return g
+
+
+@wp.func
+def ppu_out(g: Gb, out: wp.array3d(dtype=wp.int32), i: wp.int32, k: wp.int32):
+    vals = wp.vector(g.ly, g.stat, g.stat_mode, g.stat_irq_line, g.wy_latch, g.win_line, g.mode3_adj, g.lcd_clock,
+                     g.lcd_target, g.lcd_cti, g.lcd_ctf, g.next_mode, g.stat_transition, g.screen_fill, g.lcd_last,
+                     g.frame_done, length=16, dtype=wp.int32)
+    for j in range(16):
+        out[i, k, j] = vals[j]
+
+
+@wp.kernel(enable_backward=False)
+def skip_vs_step(cases: wp.array2d(dtype=wp.int32), m: Mem, out: wp.array3d(dtype=wp.int32),
+                 info: wp.array2d(dtype=wp.int32)):
+    i = wp.tid()
+    g = ppu_case(cases, i, m)
+    skipped = lcd_skip_lines(g, m, cases[i, 10])
+    ppu_out(g, out, i, 0)
+    h = ppu_case(cases, i, m)
+    now = h.lcd_last
+    intr = wp.int32(0)
+    done = wp.int32(0)
+    while done < skipped:  # the batch loop of a halted CPU: stop at every transition
+        d = wp.max(1, wp.min(h.lcd_cti, skipped - done))
+        now = now + d
+        done = done + d
+        intr = intr | lcd_advance(h, m, now)
+    ppu_out(h, out, i, 1)
+    info[i, 0] = skipped
+    info[i, 1] = intr
+
+
+def test_skip_equals_stepping_the_transitions():
+    init_warp()
+    rng = np.random.default_rng(7)
+    n = 4000
+    ly = rng.integers(0, 150, n)
+    cases = np.stack([
+        ly, np.where(rng.random(n) < 0.5, rng.integers(0, 154, n), 255), rng.integers(0, 150, n),
+        rng.integers(0, 175, n), rng.choice([0x91, 0x93, 0x97, 0xB3, 0xF7, 0xE3], n),
+        rng.choice([0x00, 0x40, 0x08, 0x48, 0x20], n, p=[0.4, 0.3, 0.1, 0.1, 0.1]), rng.integers(0, 256, n),
+        rng.integers(0, 2, n), rng.integers(-1, 256, n), rng.integers(0, 150, n),
+        np.where(rng.random(n) < 0.5, 0x3FFFFFFF, rng.integers(1, 70224, n)),
+    ], axis=1).astype(np.int32)
+    layout = ram_layout(0)
+    ram = np.zeros((layout.total, n), dtype=np.uint8)
+    oam = rng.integers(0, 170, (n, 160)).astype(np.uint8)  # sprites all over the screen
+    ram[layout.bases["oam"]:layout.bases["oam"] + 160] = oam.T
+    m = Mem()
+    m.ram = wp.array(ram.reshape(-1), dtype=wp.uint8, device="cpu")
+    m.oam, m.n_envs = layout.bases["oam"], n
+    m.frame = wp.zeros(1, dtype=wp.uint32, device="cpu")
+    out = wp.zeros((n, 2, len(OUT)), dtype=wp.int32, device="cpu")
+    info = wp.zeros((n, 2), dtype=wp.int32, device="cpu")
+    wp.launch(skip_vs_step, dim=n, inputs=[wp.array(cases, dtype=wp.int32, device="cpu"), m, out, info],
+              device="cpu")
+    out, info = out.numpy(), info.numpy()
+    skipped = info[:, 0] > 0
+    assert skipped.mean() > 0.3  # the cases do exercise the skip
+    assert not info[skipped, 1].any(), "a skipped line raised an interrupt"
+    bad = np.nonzero((out[:, 0] != out[:, 1]).any(axis=1))[0]
+    assert bad.size == 0, [(cases[i].tolist(), info[i].tolist(), dict(zip(OUT, out[i, 0].tolist())), dict(zip(OUT, out[i, 1].tolist())))
+                           for i in bad[:3]]
+    # never past line 142, an LY=LYC line or the limit
+    assert (out[skipped, 0, 0] <= 142).all()
+    lo, hi, lyc = cases[skipped, 0], out[skipped, 0, 0], cases[skipped, 1]
+    assert not ((lyc > lo) & (lyc <= hi)).any()
+    assert (info[skipped, 0] < cases[skipped, 10]).all()
+
+
+@pytest.mark.parametrize("name", ["OVERWORLD", "PPU_WINDOW"])
+def test_step_state_does_not_depend_on_skipping(name):
+    """Drawing every frame turns the skip off; fields and RAM must match a run that skips."""
+    rom = str(resolve_rom(name))
+    plain, drawn = (WarpVecBackend(rom, 4, schedule=ActionSchedule(1, 1)) for _ in range(2))
+    rng = np.random.default_rng(3)
+    for _ in range(120):
+        acts = rng.integers(0, plain.codec.num_actions, 4).astype(np.int32)
+        plain.step(acts)
+        drawn.step(acts, render="all")
+        assert np.array_equal(plain.fields.numpy(), drawn.fields.numpy())
+    assert np.array_equal(plain.ram.numpy(), drawn.ram.numpy())
