@@ -12,16 +12,18 @@ case $1 in
   check)
     python3 -m gbxcule devcheck --envs 64 --steps 3 --seeds 0,1 --json > "$OUT/devcheck.json"; echo "devcheck rc=$?"
     python3 -c "import json; d=json.load(open('$OUT/devcheck.json')); print(d['ok'], sum(r['ok'] for r in d['results']), len(d['results']))" ;;
-  cuda)
-    for rom in JOY_DIVERGE_PERSIST OVERWORLD; do
+  cuda)  # ROMS and ENVS override the sweep (OVERWORLD fits at most 43,241 envs: BENCHMARKS.md)
+    for rom in ${ROMS:-JOY_DIVERGE_PERSIST OVERWORLD}; do
+      envs=${ENVS:-1024,4096,16384,65536}
+      [ "$rom" = OVERWORLD ] && envs=${ENVS:-1024,4096,16384,32768}
       for stage in emulate_only full_step; do
-        python3 -m gbxcule bench --rom $rom --backends warp_vec_cuda --stage $stage --envs 1024,4096,16384,65536 \
+        python3 -m gbxcule bench --rom $rom --backends warp_vec_cuda --stage $stage --envs $envs \
           --steps 3 --warmup 5 --out "$OUT/cuda_${stage}_${rom}.json" | tail -6
       done
     done ;;
   cpu)
     nproc
-    for rom in JOY_DIVERGE_PERSIST OVERWORLD; do
+    for rom in ${ROMS:-JOY_DIVERGE_PERSIST OVERWORLD}; do
       python3 -m gbxcule bench --rom $rom --backends pyboy_vec_mp,pyboy_puffer_vec --envs 16,64,128 --steps 4 \
         --warmup 5 --out "$OUT/cpu_${rom}.json" | tail -8
     done ;;
