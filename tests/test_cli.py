@@ -94,3 +94,14 @@ def test_bad_codec_choice_is_usage_error(tmp_path):
 def test_help_everywhere(cmd):
     r = run_cli(*cmd, "--help")
     assert r.returncode == 0 and "usage:" in r.stdout
+
+
+def test_source_digest_names_the_code(tmp_path):
+    from gbxcule.harness.bench import source_digest
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("x = 1\n")
+    first = source_digest(tmp_path)
+    assert source_digest(tmp_path) == first
+    (tmp_path / "pkg" / "a.py").write_text("x = 2\n")
+    assert source_digest(tmp_path) != first

@@ -1,0 +1,89 @@
+"""Read the compiled CUDA step kernel without a GPU: registers, stack and spills (ptxas -v), SASS size and
+the spill loads in its largest loops (nvdisasm). The figures in BENCHMARKS.md "Where the time goes".
+
+    .venv/bin/python scripts/kernel_report.py [--stage full_step] [--arch 90] [--ptxas ptxas] [--nvdisasm nvdisasm]
+
+Warp writes the kernel's PTX (NVRTC, no GPU needed); ptxas comes with a CUDA toolkit, nvdisasm with one or in
+Triton's wheel (triton/backends/nvidia/bin). A PTX newer than the ptxas is relabelled to the version the
+ptxas names in its error message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def sass_loops(sass: str) -> tuple[int, int, int, list[tuple[int, int]]]:
+    """(instructions, spill loads, spill stores, [(size, spill loads)] of the 5 largest loops)."""
+    ins, labels, pending = [], {}, []
+    for line in sass.splitlines():
+        lab = re.match(r"^(\.L_x_\d+):", line.strip())
+        if lab:
+            pending.append(lab.group(1))
+            continue
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", line)
+        if m:
+            addr = int(m.group(1), 16)
+            ins.append((addr, m.group(2)))
+            labels.update((p, addr) for p in pending)
+            pending = []
+    loops = []
+    for addr, text in ins:
+        b = re.search(r"BRA\s+`\((\.L_x_\d+)\)", text)
+        if b and labels.get(b.group(1), addr) < addr:
+            body = [t for a, t in ins if labels[b.group(1)] <= a <= addr]
+            loops.append((len(body), sum("LDL" in t for t in body)))
+    loops.sort(reverse=True)
+    return len(ins), sum("LDL" in t for _, t in ins), sum("STL" in t for _, t in ins), loops[:5]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--stage", default="full_step")
+    p.add_argument("--arch", type=int, default=90)
+    p.add_argument("--ptxas", default="ptxas")
+    p.add_argument("--nvdisasm", default="nvdisasm")
+    args = p.parse_args()
+    import warp as wp
+
+    from gbxcule.kernels import init_warp
+    from gbxcule.kernels.gen import load_kernels
+
+    init_warp()
+    work = Path(tempfile.mkdtemp(prefix="gbxcule_kernel_"))
+    [ptx_path] = wp.compile_aot_module(load_kernels(None, args.stage), arch=args.arch, module_dir=work, use_ptx=True)
+    ptx = Path(ptx_path).read_bytes().replace(b"\0", b"")
+    cubin = work / "step.cubin"
+    for _ in range(2):
+        (work / "step.ptx").write_bytes(ptx)
+        r = subprocess.run([args.ptxas, f"-arch=sm_{args.arch}", "-v", str(work / "step.ptx"), "-o", str(cubin)],
+                           capture_output=True, text=True)
+        newest = re.search(r"current version is '(\d+\.\d+)'", r.stderr)
+        if r.returncode == 0 or not newest:
+            break
+        ptx = re.sub(rb"^\.version \S+", b".version " + newest.group(1).encode(), ptx, count=1, flags=re.M)
+    if r.returncode != 0:
+        print(f"error: ptxas failed: {r.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+        return 1
+    print(f"stage {args.stage}, sm_{args.arch}")
+    for line in r.stderr.splitlines():
+        if "registers" in line or "spill" in line:
+            print("ptxas:", line.split("info    :")[-1].strip())
+    d = subprocess.run([args.nvdisasm, "-c", str(cubin)], capture_output=True, text=True)
+    if d.returncode != 0:
+        print("nvdisasm not available: SASS counts skipped", file=sys.stderr)
+        return 0
+    n, ldl, stl, loops = sass_loops(d.stdout)
+    print(f"SASS: {n} instructions, {ldl} spill loads (LDL), {stl} spill stores (STL)")
+    for size, loads in loops:
+        print(f"  loop of {size} instructions, {loads} spill loads")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
