@@ -322,14 +322,14 @@ def cpu_batch(g: wp.ref[Gb], m: Mem, budget: wp.int32):
 @wp.func
 def run_frame(g: wp.ref[Gb], m: Mem, stop_at_boot_exit: wp.int32):
     """Emulate until the PPU ends a frame; events are processed between CPU batches. A halted CPU that
-    nothing can wake skips whole PPU lines at once when no frame is drawn (`lcd_skip_lines`). With
+    nothing can wake skips whole PPU lines at once (`lcd_skip_lines`). With
     stop_at_boot_exit, return right after the instruction that unmaps the boot ROM."""
     g.frame_done = 0
     while g.frame_done == 0:
         if stop_at_boot_exit != 0 and g.bootrom == 0:
             return
         skipped = wp.int32(0)
-        if g.halted != 0 and g.render == 0 and g.dma_active == 0 and g.ime_delay == 0 and pending_interrupts(g) == 0:
+        if g.halted != 0 and g.dma_active == 0 and g.ime_delay == 0 and pending_interrupts(g) == 0:
             skipped = lcd_skip_lines(g, m, wp.min(g.timer_cti, g.serial_cti))  # HALT over whole lines
         if skipped != 0:
             g.cycles = g.cycles + skipped

@@ -261,14 +261,15 @@ def lcd_advance(g: wp.ref[Gb], m: Mem, now: wp.int32) -> wp.int32:
 def lcd_skip_lines(g: wp.ref[Gb], m: Mem, limit: wp.int32) -> wp.int32:
     """Fast-forward a PPU that nobody watches over whole visible lines; returns the cycles skipped (0: none).
 
-    For a halted CPU with nothing to wake it (the caller checks that, and that nothing is drawn and no
-    OAM DMA runs), the event loop would otherwise stop at four PPU transitions a line. From the point
+    For a halted CPU with nothing to wake it (the caller checks that, and that no OAM DMA runs), the
+    event loop would otherwise stop at four PPU transitions a line. From the point
     right after mode 0 started on line L (`stat_transition == ST_ADVANCE_LY`), lines L+1 .. L+k can be
     applied at once when their transitions cannot raise an interrupt or depend on anything that changes
     meanwhile: no mode STAT sources enabled, LY never equal to LYC on them, no frame end (L+k <= 142), and
     the mode-0 start of line L+k earlier than `limit` cycles from now (the next timer or serial event).
     The result is the state the transitions leave, ending at that mode-0 start: LY, the STAT bits and
-    line, the WY latch and window line counter, and the mode-3 length of line L+k."""
+    line, the WY latch and window line counter, the mode-3 length of line L+k, and, on a drawn frame, the
+    lines drawn."""
     if (g.lcdc & 0x80) == 0 or g.stat_transition != ST_ADVANCE_LY or g.first_frame != 0 or g.lcd_reset != 0:
         return 0
     if (g.stat & 0x38) != 0:
@@ -291,15 +292,25 @@ def lcd_skip_lines(g: wp.ref[Gb], m: Mem, limit: wp.int32) -> wp.int32:
             return 0
         adj = mode3_adjustment(g, m, last)
     skipped = base + 456 * (last - first) + adj
-    start = first  # the first line the window counts on
-    if g.wy_latch == 0:
-        start = last + 1
-        if g.wy >= first and g.wy <= last:
-            g.wy_latch = 1
-            start = g.wy
-    if (g.lcdc & 0x20) != 0 and g.wx < 167 and start <= last:
-        g.win_line = (g.win_line + last - start + 1) & 0xFF
-    g.screen_fill = 0
+    if g.render != 0:
+        # drawn frame: each line as its transitions would (WY check at mode 2, the line at mode 0); the
+        # registers, VRAM and OAM those read cannot change while the CPU is halted and no DMA runs
+        line = first
+        while line <= last:
+            g.ly = line
+            wy_check(g)
+            scanline(g, m)
+            line = line + 1
+    else:
+        start = first  # the first line the window counts on
+        if g.wy_latch == 0:
+            start = last + 1
+            if g.wy >= first and g.wy <= last:
+                g.wy_latch = 1
+                start = g.wy
+        if (g.lcdc & 0x20) != 0 and g.wx < 167 and start <= last:
+            g.win_line = (g.win_line + last - start + 1) & 0xFF
+        g.screen_fill = 0
     g.ly = last
     g.stat = g.stat & 0xF8  # mode 0, LY != LYC
     g.stat_irq_line = 0
