@@ -132,3 +132,23 @@ def test_stages_share_the_step_and_write_their_outputs(packed):
         expect = ((full.env_fields(e)["a"] + wram.sum()) & 0xFF) / 255.0
         assert full.rewards.numpy()[e] == pytest.approx(expect)
     assert np.array_equal(full.rewards.numpy(), runs["reward_only"].rewards.numpy())
+
+
+@pytest.mark.parametrize("boot", ["pyboy", "skip"])
+def test_reset_restores_the_start_state_and_reads_gather_single_envs(boot):
+    """reset() copies the one start state into every env on the device; per-env reads gather only that env
+    and agree with a full download."""
+    b = WarpVecBackend(build(" ld hl, $C000\nloop:\n inc [hl]\n jr loop"), 3, "dmg_buttons_v0",
+                       ActionSchedule(2, 0), boot=boot)
+    start = b.env_states()
+    assert all(np.array_equal(s.ram, start[0].ram) and np.array_equal(s.fields, start[0].fields) for s in start)
+    b.step(np.array([0, 1, 2], dtype=np.int32))
+    full = b.fields.numpy().reshape(-1, 3), b.ram.numpy().reshape(-1, 3)
+    picked = b.env_states([2, 0])
+    assert np.array_equal(picked[0].fields, full[0][:, 2]) and np.array_equal(picked[1].ram, full[1][:, 0])
+    wram = b.layout.bases["wram"]
+    assert np.array_equal(b.env_region(1, "wram"), full[1][wram:wram + 0x2000, 1])
+    assert not np.array_equal(picked[1].fields, start[0].fields)
+    b.reset()
+    for s, s0 in zip(b.env_states(), start, strict=True):
+        assert np.array_equal(s.fields, s0.fields) and np.array_equal(s.ram, s0.ram)

@@ -193,15 +193,17 @@ class WarpVecBackend:
             raise ValueError(f"unknown boot mode {boot!r}; choose one of {', '.join(BOOT_MODES)}")
         self.boot = boot
         fields, ram = self._start_state(boot)
-        self._start_fields = np.ascontiguousarray(np.repeat(fields[:, None], n, axis=1).reshape(-1))
-        self._start_ram = None if ram is None else np.ascontiguousarray(np.repeat(ram[:, None], n, axis=1).reshape(-1))
+        # The start state once on the device; reset() copies it into every env (no per-env host copy).
+        self._start_fields = wp.array(fields, dtype=wp.int32, device=device)
+        self._start_ram = wp.array(np.zeros(self.layout.total, dtype=np.uint8) if ram is None else ram,
+                                   dtype=wp.uint8, device=device)
         self.reset()
 
     def _launch(self, frames: int, release_after: int, stop_at_boot_exit: int = 0, render: int = 0,
-                actions=None) -> None:
+                actions=None, dim: int | None = None) -> None:
         mean, packed, lo, hi = self._stage_args
         frame8 = self._frame if self._frame is not None else self._no_frame
-        self._wp.launch(self._kernels.step_kernel, dim=self.num_envs, device=self.device,
+        self._wp.launch(self._kernels.step_kernel, dim=self.num_envs if dim is None else dim, device=self.device,
                         inputs=[self.fields, self.mem, self.actions if actions is None else actions, self.masks,
                                 self.codec.num_actions, frames, release_after, stop_at_boot_exit, render, frame8,
                                 self.obs, mean, packed, self.rewards, lo, hi])
@@ -211,14 +213,14 @@ class WarpVecBackend:
         power_on = power_on_fields(self.cart, boot=True)
         if boot == "pyboy":
             return power_on, None
-        # Run PyBoy's boot ROM once, stopping right after it unmaps itself (PC = 0x0100).
+        # Run PyBoy's boot ROM once in env 0, stopping right after it unmaps itself (PC = 0x0100).
         wp = self._wp
-        wp.copy(self.fields, wp.array(np.repeat(power_on[:, None], self.num_envs, axis=1).reshape(-1),
-                                      dtype=wp.int32, device=self.device))
-        self.ram.zero_()
-        self._launch(BOOT_FRAME_LIMIT, 0, stop_at_boot_exit=1)
-        fields = self.fields.numpy().reshape(NUM_FIELDS, self.num_envs)[:, 0].copy()
-        ram = self.ram.numpy().reshape(self.layout.total, self.num_envs)[:, 0].copy()
+        self._start_fields = wp.array(power_on, dtype=wp.int32, device=self.device)
+        self._start_ram = wp.zeros(self.layout.total, dtype=wp.uint8, device=self.device)
+        self.reset()
+        self._launch(BOOT_FRAME_LIMIT, 0, stop_at_boot_exit=1, dim=1)
+        fields = self._gather(self.fields, NUM_FIELDS, [0])[:, 0].copy()
+        ram = self._gather(self.ram, self.layout.total, [0])[:, 0].copy()
         if fields[FIELD_INDEX["bootrom"]] != 0:
             raise GbxculeError(f"the boot ROM did not hand over to the cartridge within {BOOT_FRAME_LIMIT} frames")
         fields[FIELD_INDEX["frames"]] = 0
@@ -229,12 +231,11 @@ class WarpVecBackend:
 
     # --- VecBackend ---------------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> None:
-        wp = self._wp
-        wp.copy(self.fields, wp.array(self._start_fields, dtype=wp.int32, device=self.device))
-        if self._start_ram is None:
-            self.ram.zero_()
-        else:
-            wp.copy(self.ram, wp.array(self._start_ram, dtype=wp.uint8, device=self.device))
+        from gbxcule.kernels.snapshot import broadcast_kernel
+
+        self._wp.launch(broadcast_kernel, dim=(NUM_FIELDS + self.layout.total, self.num_envs), device=self.device,
+                        inputs=[self._start_fields, self._start_ram, self.fields, self.ram, self.num_envs,
+                                NUM_FIELDS])
         self.serial.zero_()
         if self._frame is not None:
             self._frame.zero_()
@@ -320,28 +321,39 @@ class WarpVecBackend:
         self._wp.synchronize_device(self.device)
 
     # --- introspection ------------------------------------------------------------------------------
+    def _gather(self, arr, rows: int, ids: list[int]) -> np.ndarray:
+        """[rows, len(ids)] host copy of the envs `ids` of an interleaved device array (synchronises)."""
+        from gbxcule.kernels.snapshot import gather_kernel
+
+        wp = self._wp
+        if len(ids) == self.num_envs and ids == list(range(self.num_envs)):
+            return arr.numpy().reshape(rows, self.num_envs)
+        out = wp.empty(rows * len(ids), dtype=arr.dtype, device=self.device)
+        wp.launch(gather_kernel, dim=(rows, len(ids)), device=self.device,
+                  inputs=[arr, wp.array(np.asarray(ids, dtype=np.int32), dtype=wp.int32, device=self.device), out,
+                          self.num_envs])
+        return out.numpy().reshape(rows, len(ids))
+
     def env_fields(self, env: int) -> dict[str, int]:
-        check_env(self, env)
-        host = self.fields.numpy().reshape(NUM_FIELDS, self.num_envs)[:, env]
+        host = self._gather(self.fields, NUM_FIELDS, [check_env(self, env)])[:, 0]
         return {name: int(host[i]) for i, (name, _) in enumerate(FIELDS)}
 
     def env_region(self, env: int, region: str) -> np.ndarray:
-        check_env(self, env)
         base, size = self.layout.bases[region], self.layout.sizes[region]
-        host = self.ram.numpy().reshape(self.layout.total, self.num_envs)
-        return host[base:base + size, env].copy()
+        return self._gather(self.ram, self.layout.total, [check_env(self, env)])[base:base + size, 0].copy()
 
     def serial_bytes(self, env: int) -> bytes:
         count = self.env_fields(env)["serial_count"]
-        ring = self.serial.numpy().reshape(SERIAL_CAPTURE, self.num_envs)[:, env]
+        ring = self._gather(self.serial, SERIAL_CAPTURE, [env])[:, 0]
         if count <= SERIAL_CAPTURE:
             return bytes(ring[:count])
         start = count % SERIAL_CAPTURE
         return bytes(np.concatenate([ring[start:], ring[:start]]))
 
     def snapshot(self, env: int) -> EnvSnapshot:
-        return EnvSnapshot(self.env_fields(env), {r: self.env_region(env, r) for r in self.layout.bases},
-                           self.rom.data, self.cart)
+        ram = self._gather(self.ram, self.layout.total, [check_env(self, env)])[:, 0]
+        regions = {r: ram[b:b + self.layout.sizes[r]].copy() for r, b in self.layout.bases.items()}
+        return EnvSnapshot(self.env_fields(env), regions, self.rom.data, self.cart)
 
     # --- save states and device slots (docs/state_format.md) ----------------------------------------
     def load_state(self, state, envs=None) -> None:
@@ -372,12 +384,11 @@ class WarpVecBackend:
         """`EnvState`s (fields, RAM, SB ring) of `envs` (default: all) on the host (synchronises)."""
         from gbxcule.core.snapshot import EnvState
 
-        n = self.num_envs
-        ids = range(n) if envs is None else [check_env(self, int(e)) for e in envs]
-        fields = self.fields.numpy().reshape(NUM_FIELDS, n)
-        ram = self.ram.numpy().reshape(self.layout.total, n)
-        ring = self.serial.numpy().reshape(SERIAL_CAPTURE, n)
-        return [EnvState(fields[:, e].copy(), ram[:, e].copy(), ring[:, e].copy()) for e in ids]
+        ids = list(range(self.num_envs)) if envs is None else [check_env(self, int(e)) for e in envs]
+        fields = self._gather(self.fields, NUM_FIELDS, ids)
+        ram = self._gather(self.ram, self.layout.total, ids)
+        ring = self._gather(self.serial, SERIAL_CAPTURE, ids)
+        return [EnvState(fields[:, j].copy(), ram[:, j].copy(), ring[:, j].copy()) for j in range(len(ids))]
 
     def save_state(self, path=None, envs=None) -> bytes:
         """A native snapshot of `envs` (default: all); written atomically to `path` when given."""

@@ -11,6 +11,8 @@ little-endian uint32 word (the last word zero-padded). Envs live interleaved (`f
   spread one env over many GPU threads. Lanes of one warp are consecutive envs at the same word, so their
   stores to the interleaved arrays are adjacent. The slot of env e is `slots[e]` (reduced into range), or
   by the seeded rule `reset_slot(seed, e, epoch) % K`.
+- `gather_kernel`: the rows of a few envs, for reading them on the host.
+- `broadcast_kernel`: one state into every env (the backend's reset to its start state).
 - `pyboy_loader_kernel`: what PyBoy's state loader recomputes instead of loading (the STAT line, the
   mode-3 length, the RTC catch-up), run on the CPU device with the kernels' own functions.
 
@@ -98,6 +100,27 @@ def restore_kernel(mask: wp.array(dtype=Any), slots: wp.array(dtype=wp.int32), f
 
 
 # regs of pyboy_loader_kernel: inputs, then outputs
+@wp.kernel(enable_backward=False)
+def broadcast_kernel(src_fields: wp.array(dtype=wp.int32), src_ram: wp.array(dtype=wp.uint8),
+                     fields: wp.array(dtype=wp.int32), ram: wp.array(dtype=wp.uint8), n: wp.int32,
+                     num_fields: wp.int32):
+    """Every env gets one state (fields, then RAM bytes); dim = (fields + RAM bytes, n). Consecutive
+    threads are consecutive envs at the same word: adjacent stores on both devices."""
+    w, e = wp.tid()
+    if w < num_fields:
+        fields[w * n + e] = src_fields[w]
+    else:
+        ram[(w - num_fields) * n + e] = src_ram[w - num_fields]
+
+
+@wp.kernel(enable_backward=False)
+def gather_kernel(src: wp.array(dtype=Any), ids: wp.array(dtype=wp.int32), out: wp.array(dtype=Any), n: wp.int32):
+    """Rows of the envs `ids` from an interleaved array ([rows * n]) into a compact one ([rows * len(ids)]),
+    so reading a few envs moves only their bytes off the device; dim = (rows, len(ids))."""
+    w, j = wp.tid()
+    out[w * ids.shape[0] + j] = src[w * n + ids[j]]
+
+
 LOADER_IN = ("stat", "lcdc", "scx", "ly", "first_frame")
 LOADER_OUT = ("stat_irq_line", "mode3_adj")
 LOADER_RTC = ("rtc_s", "rtc_m", "rtc_h", "rtc_dl", "rtc_dh", "rtc_carry")
