@@ -117,7 +117,8 @@ class WarpVecBackend:
     def __init__(self, rom: str | Rom, num_envs: int = 1, codec: str | ActionCodec = DEFAULT_CODEC,
                  schedule: ActionSchedule | None = None, device: str = "cpu", boot: str = "pyboy",
                  max_registers: int | None = None, stage: str = "emulate_only", obs_mode: str = "stride",
-                 obs_packed: bool = False, reward_window: tuple[int, int] = (0xC100, 0xC110)):
+                 obs_packed: bool = False, reward_window: tuple[int, int] = (0xC100, 0xC110),
+                 sort_envs: bool = False):
         import warp as wp
 
         from gbxcule.kernels import init_warp
@@ -179,6 +180,15 @@ class WarpVecBackend:
         mem.frame = wp.zeros(1, dtype=wp.uint32, device=device)  # the real buffer comes with the first render
         self._no_frame = wp.zeros((1, 1, 1), dtype=wp.uint8, device=device)
         self.mem = mem
+        # sort_envs: before each step, order the threads by each env's PC (a stable radix sort), so envs at
+        # the same code share warps; results still land at each env's own index.
+        self.sort_envs = bool(sort_envs)
+        self._no_perm = wp.zeros(1, dtype=wp.int32, device=device)
+        if self.sort_envs:
+            self._sort_keys = wp.zeros(2 * n, dtype=wp.int32, device=device)
+            self._sort_vals = wp.zeros(2 * n, dtype=wp.int32, device=device)
+            self._iota = wp.array(np.arange(n, dtype=np.int32), dtype=wp.int32, device=device)
+            self._perm = self._sort_vals[:n]
         self._frame = self._frame_words = None
         self._obs: dict[tuple[str, bool], object] = {}
         # Stage outputs (written by the step kernel's epilogue; see kernels/gen.py STAGES).
@@ -201,12 +211,19 @@ class WarpVecBackend:
 
     def _launch(self, frames: int, release_after: int, stop_at_boot_exit: int = 0, render: int = 0,
                 actions=None, dim: int | None = None) -> None:
+        wp, n = self._wp, self.num_envs
         mean, packed, lo, hi = self._stage_args
         frame8 = self._frame if self._frame is not None else self._no_frame
-        self._wp.launch(self._kernels.step_kernel, dim=self.num_envs if dim is None else dim, device=self.device,
-                        inputs=[self.fields, self.mem, self.actions if actions is None else actions, self.masks,
-                                self.codec.num_actions, frames, release_after, stop_at_boot_exit, render, frame8,
-                                self.obs, mean, packed, self.rewards, lo, hi])
+        perm = self._no_perm
+        if self.sort_envs and dim is None:
+            wp.copy(self._sort_keys, self.fields, src_offset=FIELD_INDEX["pc"] * n, count=n)
+            wp.copy(self._sort_vals, self._iota, count=n)
+            wp.utils.radix_sort_pairs(self._sort_keys, self._sort_vals, n, end_bit=16)
+            perm = self._perm
+        wp.launch(self._kernels.step_kernel, dim=n if dim is None else dim, device=self.device,
+                  inputs=[self.fields, self.mem, self.actions if actions is None else actions, self.masks,
+                          self.codec.num_actions, frames, release_after, stop_at_boot_exit, render, frame8,
+                          self.obs, mean, packed, self.rewards, lo, hi, perm])
 
     def _start_state(self, boot: str) -> tuple[np.ndarray, np.ndarray | None]:
         """Fields (and RAM, when not all zero) every env starts from."""

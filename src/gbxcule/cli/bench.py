@@ -36,6 +36,8 @@ def register(sub) -> None:
     p.add_argument("--stage", default="emulate_only",
                    choices=("emulate_only", "reward_only", "obs_only", "full_step"),
                    help="warp backends: what each step produces on the device (default emulate_only)")
+    p.add_argument("--sort-envs", action="store_true",
+                   help="warp backends: order threads by each env's PC before every step (envs at the same code share warps)")
     p.add_argument("--sync-every", type=int, default=0, help="synchronise every N steps (default: at the end)")
     add_state_arg(p)
     p.add_argument("--out", default="bench_out/bench.json", help="JSON artifact path (default bench_out/bench.json)")
@@ -62,8 +64,8 @@ def run(args) -> int:
         from gbxcule.core.savestate import decode_states, read_state_source
 
         decode_states(read_state_source(args.state), rom)
-    extra = {"pyboy_puffer_vec": {"mode": args.puffer_mode}, "warp_vec_cpu": {"stage": args.stage},
-             "warp_vec_cuda": {"stage": args.stage}}
+    warp = {"stage": args.stage, "sort_envs": args.sort_envs}
+    extra = {"pyboy_puffer_vec": {"mode": args.puffer_mode}, "warp_vec_cpu": warp, "warp_vec_cuda": warp}
     results, skipped = [], []
     for b in backends:
         for n in env_counts:
@@ -81,6 +83,7 @@ def run(args) -> int:
     if "pyboy_puffer_vec" in backends:
         data["puffer_mode"] = args.puffer_mode
     data["stage"] = args.stage
+    data["sort_envs"] = args.sort_envs
     data["state"] = args.state
     data["plot"] = str(scaling_plot(results, Path(args.out).with_suffix(".png")))
     path = write_artifact(data, Path(args.out))

@@ -363,11 +363,17 @@ def step_kernel(fields: wp.array(dtype=wp.int32), mem: Mem, actions: wp.array(dt
                 release_after: wp.int32, stop_at_boot_exit: wp.int32, render: wp.int32,
                 frame8: wp.array3d(dtype=wp.uint8), obs: wp.array3d(dtype=wp.uint8), obs_mean: wp.int32,
                 obs_packed: wp.int32, rewards: wp.array(dtype=wp.float32), reward_lo: wp.int32,
-                reward_hi: wp.int32):
+                reward_hi: wp.int32, perm: wp.array(dtype=wp.int32)):
     """Run every env one step. render: 0 draw nothing, 1 draw the step's last frame, 2 every frame.
+    Thread t runs env perm[t] when perm holds n entries (envs grouped by state share warps), else env t.
     Stage $STAGE: the epilogue after the last frame writes $STAGE_WRITES."""
-    e = wp.tid()
+    t = wp.tid()
     n = mem.n_envs
+    e = t
+    if perm.shape[0] == n:
+        e = perm[t]
+        if e < 0 or e >= n:
+            e = t
     g = Gb()
 $LOAD
     g.env = e
