@@ -118,7 +118,7 @@ class WarpVecBackend:
                  schedule: ActionSchedule | None = None, device: str = "cpu", boot: str = "pyboy",
                  max_registers: int | None = None, stage: str = "emulate_only", obs_mode: str = "stride",
                  obs_packed: bool = False, reward_window: tuple[int, int] = (0xC100, 0xC110),
-                 sort_envs: bool = False):
+                 sort_envs: bool | None = None):
         import warp as wp
 
         from gbxcule.kernels import init_warp
@@ -180,14 +180,14 @@ class WarpVecBackend:
         mem.frame = wp.zeros(1, dtype=wp.uint32, device=device)  # the real buffer comes with the first render
         self._no_frame = wp.zeros((1, 1, 1), dtype=wp.uint8, device=device)
         self.mem = mem
-        # sort_envs: before each step, order the threads by each env's PC (a stable radix sort), so envs at
-        # the same code share warps; results still land at each env's own index.
-        self.sort_envs = bool(sort_envs)
+        # sort_envs (default: on for CUDA, off for the CPU device, which has no warps): before each step,
+        # order the threads by each env's (PC, action) (a stable radix sort), so envs at the same code with
+        # the same input share warps; results still land at each env's own index, bit for bit.
+        self.sort_envs = device.startswith("cuda") if sort_envs is None else bool(sort_envs)
         self._no_perm = wp.zeros(1, dtype=wp.int32, device=device)
         if self.sort_envs:
             self._sort_keys = wp.zeros(2 * n, dtype=wp.int32, device=device)
             self._sort_vals = wp.zeros(2 * n, dtype=wp.int32, device=device)
-            self._iota = wp.array(np.arange(n, dtype=np.int32), dtype=wp.int32, device=device)
             self._perm = self._sort_vals[:n]
         self._frame = self._frame_words = None
         self._obs: dict[tuple[str, bool], object] = {}
@@ -216,9 +216,12 @@ class WarpVecBackend:
         frame8 = self._frame if self._frame is not None else self._no_frame
         perm = self._no_perm
         if self.sort_envs and dim is None:
-            wp.copy(self._sort_keys, self.fields, src_offset=FIELD_INDEX["pc"] * n, count=n)
-            wp.copy(self._sort_vals, self._iota, count=n)
-            wp.utils.radix_sort_pairs(self._sort_keys, self._sort_vals, n, end_bit=16)
+            from gbxcule.kernels.snapshot import sort_key_kernel
+
+            wp.launch(sort_key_kernel, dim=n, device=self.device,
+                      inputs=[self.fields, self.actions if actions is None else actions, self._sort_keys,
+                              self._sort_vals, n, FIELD_INDEX["pc"]])
+            wp.utils.radix_sort_pairs(self._sort_keys, self._sort_vals, n, end_bit=24)
             perm = self._perm
         wp.launch(self._kernels.step_kernel, dim=n if dim is None else dim, device=self.device,
                   inputs=[self.fields, self.mem, self.actions if actions is None else actions, self.masks,

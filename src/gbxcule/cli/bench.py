@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -36,8 +37,9 @@ def register(sub) -> None:
     p.add_argument("--stage", default="emulate_only",
                    choices=("emulate_only", "reward_only", "obs_only", "full_step"),
                    help="warp backends: what each step produces on the device (default emulate_only)")
-    p.add_argument("--sort-envs", action="store_true",
-                   help="warp backends: order threads by each env's PC before every step (envs at the same code share warps)")
+    p.add_argument("--sort-envs", default=None, action=argparse.BooleanOptionalAction,
+                   help="warp backends: order threads by each env's (PC, action) before every step so envs at the "
+                        "same code share warps (default: on for CUDA, off for the CPU device)")
     p.add_argument("--sync-every", type=int, default=0, help="synchronise every N steps (default: at the end)")
     add_state_arg(p)
     p.add_argument("--out", default="bench_out/bench.json", help="JSON artifact path (default bench_out/bench.json)")

@@ -12,6 +12,7 @@ little-endian uint32 word (the last word zero-padded). Envs live interleaved (`f
   stores to the interleaved arrays are adjacent. The slot of env e is `slots[e]` (reduced into range), or
   by the seeded rule `reset_slot(seed, e, epoch) % K`.
 - `gather_kernel`: the rows of a few envs, for reading them on the host.
+- `sort_key_kernel`: the (PC, action) key the backend's `sort_envs` orders threads by.
 - `broadcast_kernel`: one state into every env (the backend's reset to its start state).
 - `pyboy_loader_kernel`: what PyBoy's state loader recomputes instead of loading (the STAT line, the
   mode-3 length, the RTC catch-up), run on the CPU device with the kernels' own functions.
@@ -119,6 +120,15 @@ def gather_kernel(src: wp.array(dtype=Any), ids: wp.array(dtype=wp.int32), out: 
     so reading a few envs moves only their bytes off the device; dim = (rows, len(ids))."""
     w, j = wp.tid()
     out[w * ids.shape[0] + j] = src[w * n + ids[j]]
+
+
+@wp.kernel(enable_backward=False)
+def sort_key_kernel(fields: wp.array(dtype=wp.int32), actions: wp.array(dtype=wp.int32), keys: wp.array(dtype=wp.int32),
+                    envs: wp.array(dtype=wp.int32), n: wp.int32, pc_row: wp.int32):
+    """Key of env e for grouping envs into warps: its PC, then its action this step (low 8 bits)."""
+    e = wp.tid()
+    keys[e] = ((fields[pc_row * n + e] & 0xFFFF) << 8) | (actions[e] & 0xFF)
+    envs[e] = e
 
 
 LOADER_IN = ("stat", "lcdc", "scx", "ly", "first_frame")
