@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU visit's work (see DEVELOPERS.md "device"): run from the repository root on the GPU machine after
-# .gpu/install.sh. Usage: bash scripts/gpu_visit.sh PART   (PART: check | cuda | cpu)
+# .gpu/install.sh. Usage: bash scripts/gpu_visit.sh PART   (PART: puffer | check | cuda | sweep | cpu)
 set -uo pipefail
 export PYTHONPATH=/root/gpu:/root/gpu/puffer/site:$PWD/src GBXCULE_CACHE_DIR=/tmp/gbxc
 OUT=${OUT:-out}
@@ -15,12 +15,22 @@ case $1 in
   cuda)  # ROMS and ENVS override the sweep (OVERWORLD fits at most 43,241 envs: BENCHMARKS.md)
     for rom in ${ROMS:-JOY_DIVERGE_PERSIST OVERWORLD}; do
       envs=${ENVS:-1024,4096,16384,65536}
-      [ "$rom" = OVERWORLD ] && envs=${ENVS:-1024,4096,16384,32768}
+      [ "$rom" = OVERWORLD ] && envs=${ENVS:-1024,4096,16384,32768,40960}
       for stage in emulate_only full_step; do
         python3 -m gbxcule bench --rom $rom --backends warp_vec_cuda --stage $stage --envs $envs \
           --steps 3 --warmup 5 --out "$OUT/cuda_${stage}_${rom}.json" | tail -6
       done
     done ;;
+  sweep)  # step variants, full_step: VARIANTS holds NAME=FLAG,FLAG,... words; results packed in one file
+    mkdir -p sweep
+    for rom in ${ROMS:-OVERWORLD}; do
+      for v in $VARIANTS; do
+        flags=${v#*=}
+        python3 -m gbxcule bench --rom $rom --backends warp_vec_cuda --stage full_step --envs ${ENVS:-32768} \
+          --steps ${STEPS:-3} --warmup ${WARMUP:-5} ${flags//,/ } --out "sweep/${rom}_${v%%=*}.json" | tail -3
+      done
+    done
+    tar -czf "$OUT/sweep_${SWEEP:-0}.tgz" sweep ;;
   cpu)
     nproc
     for rom in ${ROMS:-JOY_DIVERGE_PERSIST OVERWORLD}; do

@@ -113,8 +113,8 @@ def test_skip_equals_stepping_the_transitions():
     assert skipped.mean() > 0.3  # the cases do exercise the skip
     assert not info[skipped, 1].any(), "a skipped line raised an interrupt"
     bad = np.nonzero((out[:, 0] != out[:, 1]).any(axis=1))[0]
-    assert bad.size == 0, [(cases[i].tolist(), info[i].tolist(), dict(zip(OUT, out[i, 0].tolist())), dict(zip(OUT, out[i, 1].tolist())))
-                           for i in bad[:3]]
+    assert bad.size == 0, [(cases[i].tolist(), info[i].tolist(), dict(zip(OUT, out[i, 0].tolist(), strict=True)),
+                            dict(zip(OUT, out[i, 1].tolist(), strict=True))) for i in bad[:3]]
     drawn = skipped & (cases[:, 11] == 1)
     assert drawn.sum() > 100 and frames[0][drawn].any()
     assert np.array_equal(frames[0], frames[1])

@@ -155,17 +155,24 @@ def test_reset_restores_the_start_state_and_reads_gather_single_envs(boot):
 
 
 def test_sorting_envs_by_pc_changes_no_result():
-    """sort_envs permutes which thread runs which env; every env's state must come out the same."""
+    """sort_envs permutes which thread runs which env, once per step or (sort_every) once per frame with a
+    launch per frame, and the lean kernel runs the frames that draw nothing: every env's state, reward and
+    observation must come out the same as with one plain launch per step."""
     from gbxcule.roms import resolve_rom
 
     rom = str(resolve_rom("JOY_DIVERGE_PERSIST"))
-    plain, sorted_ = (WarpVecBackend(rom, 6, schedule=ActionSchedule(2, 1), boot="skip", sort_envs=s)
-                      for s in (False, True))
+    plain, sorted_, every = (WarpVecBackend(rom, 6, schedule=ActionSchedule(3, 1), boot="skip", stage="full_step",
+                                            sort_envs=s, sort_every=k, lean=k == 1)
+                             for s, k in ((False, 1), (True, 3), (True, 1)))
     rng = np.random.default_rng(1)
-    for _ in range(6):
+    for _ in range(5):
         acts = rng.integers(0, plain.codec.num_actions, 6).astype(np.int32)
-        plain.step(acts)
-        sorted_.step(acts)
-    assert len(set(sorted_.fields.numpy().reshape(-1, 6)[9])) > 1  # the envs did end at different PCs
-    assert np.array_equal(plain.fields.numpy(), sorted_.fields.numpy())
-    assert np.array_equal(plain.ram.numpy(), sorted_.ram.numpy())
+        for b in (plain, sorted_, every):
+            b.step(acts)
+        assert len(set(sorted_.fields.numpy().reshape(-1, 6)[9])) > 1  # the envs did end at different PCs
+        for b in (sorted_, every):
+            assert np.array_equal(plain.fields.numpy(), b.fields.numpy())
+            assert np.array_equal(plain.ram.numpy(), b.ram.numpy())
+            assert np.array_equal(plain.rewards.numpy(), b.rewards.numpy())
+            assert np.array_equal(plain.obs.numpy(), b.obs.numpy())
+    assert plain.obs.numpy().any()

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from itertools import pairwise
 
 import numpy as np
 
@@ -118,7 +119,7 @@ class WarpVecBackend:
                  schedule: ActionSchedule | None = None, device: str = "cpu", boot: str = "pyboy",
                  max_registers: int | None = None, stage: str = "emulate_only", obs_mode: str = "stride",
                  obs_packed: bool = False, reward_window: tuple[int, int] = (0xC100, 0xC110),
-                 sort_envs: bool | None = None):
+                 sort_envs: bool | None = None, sort_every: int = 1, lean: bool | None = None):
         import warp as wp
 
         from gbxcule.kernels import init_warp
@@ -150,6 +151,10 @@ class WarpVecBackend:
             raise ValueError(f"reward_window must lie in WRAM 0xC000-0xDFFF, got {lo:#x}-{hi:#x}")
         self.stage = stage
         self._kernels = load_kernels(max_registers, stage)
+        self._max_registers = max_registers
+        # lean (default: on for CUDA): frames that draw nothing run a second kernel built without the
+        # renderer (kernels/gen.py kernel_source(draws=False)); off, every frame runs the one full kernel.
+        self.lean = device.startswith("cuda") if lean is None else bool(lean)
         self._stage_args = (int(obs_mode == "mean"), int(obs_packed), lo, hi)
         boot_rom = pyboy_boot_rom()
         n = num_envs
@@ -180,10 +185,14 @@ class WarpVecBackend:
         mem.frame = wp.zeros(1, dtype=wp.uint32, device=device)  # the real buffer comes with the first render
         self._no_frame = wp.zeros((1, 1, 1), dtype=wp.uint8, device=device)
         self.mem = mem
-        # sort_envs (default: on for CUDA, off for the CPU device, which has no warps): before each step,
-        # order the threads by each env's (PC, action) (a stable radix sort), so envs at the same code with
-        # the same input share warps; results still land at each env's own index, bit for bit.
+        # sort_envs (default: on for CUDA, off for the CPU device, which has no warps): every `sort_every`
+        # frames (default 1; a step then takes one launch per sort), order the threads by each env's
+        # (PC, action) (a stable radix sort), so envs at the same code with the same input share warps;
+        # results still land at each env's own index, bit for bit. BENCHMARKS.md has the measurements.
         self.sort_envs = device.startswith("cuda") if sort_envs is None else bool(sort_envs)
+        if sort_every < 1:
+            raise ValueError(f"sort_every must be >= 1 frame, got {sort_every}")
+        self.sort_every = sort_every
         self._no_perm = wp.zeros(1, dtype=wp.int32, device=device)
         if self.sort_envs:
             self._sort_keys = wp.zeros(2 * n, dtype=wp.int32, device=device)
@@ -211,22 +220,42 @@ class WarpVecBackend:
 
     def _launch(self, frames: int, release_after: int, stop_at_boot_exit: int = 0, render: int = 0,
                 actions=None, dim: int | None = None) -> None:
+        """One step of `frames` frames. One kernel launch, or several: with sort_envs a sort of the envs by
+        (PC, action) before every `sort_every` frames, and with the lean kernel, frames that draw nothing
+        apart from the drawn ones. Nothing here waits for the device."""
         wp, n = self._wp, self.num_envs
         mean, packed, lo, hi = self._stage_args
         frame8 = self._frame if self._frame is not None else self._no_frame
-        perm = self._no_perm
-        if self.sort_envs and dim is None:
+        actions = self.actions if actions is None else actions
+        sort = self.sort_envs and dim is None
+        every = self.sort_every if sort else frames
+        lean = self.lean and render != 2 and dim is None
+        starts = set(range(0, frames, every))
+        if lean and render == 1:
+            starts.add(frames - 1)  # the drawn last frame runs alone in the full kernel
+        bounds = sorted(starts) + [frames]
+        if sort:
             from gbxcule.kernels.snapshot import sort_key_kernel
+        for begin, end in pairwise(bounds):
+            perm = self._no_perm
+            if sort and begin % every == 0:
+                wp.launch(sort_key_kernel, dim=n, device=self.device,
+                          inputs=[self.fields, actions, self._sort_keys, self._sort_vals, n, FIELD_INDEX["pc"]])
+                wp.utils.radix_sort_pairs(self._sort_keys, self._sort_vals, n, end_bit=24)
+            if sort:
+                perm = self._perm
+            kernels = self._kernels
+            if lean and not (render == 1 and end == frames):
+                kernels = self._lean_kernels()
+            wp.launch(kernels.step_kernel, dim=n if dim is None else dim, device=self.device,
+                      inputs=[self.fields, self.mem, actions, self.masks, self.codec.num_actions, begin, end, frames,
+                              release_after, stop_at_boot_exit, render, frame8, self.obs, mean, packed,
+                              self.rewards, lo, hi, perm])
 
-            wp.launch(sort_key_kernel, dim=n, device=self.device,
-                      inputs=[self.fields, self.actions if actions is None else actions, self._sort_keys,
-                              self._sort_vals, n, FIELD_INDEX["pc"]])
-            wp.utils.radix_sort_pairs(self._sort_keys, self._sort_vals, n, end_bit=24)
-            perm = self._perm
-        wp.launch(self._kernels.step_kernel, dim=n if dim is None else dim, device=self.device,
-                  inputs=[self.fields, self.mem, self.actions if actions is None else actions, self.masks,
-                          self.codec.num_actions, frames, release_after, stop_at_boot_exit, render, frame8,
-                          self.obs, mean, packed, self.rewards, lo, hi, perm])
+    def _lean_kernels(self):
+        from gbxcule.kernels.gen import load_kernels
+
+        return load_kernels(self._max_registers, self.stage, draws=False)
 
     def _start_state(self, boot: str) -> tuple[np.ndarray, np.ndarray | None]:
         """Fields (and RAM, when not all zero) every env starts from."""

@@ -38,8 +38,13 @@ def register(sub) -> None:
                    choices=("emulate_only", "reward_only", "obs_only", "full_step"),
                    help="warp backends: what each step produces on the device (default emulate_only)")
     p.add_argument("--sort-envs", default=None, action=argparse.BooleanOptionalAction,
-                   help="warp backends: order threads by each env's (PC, action) before every step so envs at the "
-                        "same code share warps (default: on for CUDA, off for the CPU device)")
+                   help="warp backends: order threads by each env's (PC, action) so envs at the same code share "
+                        "warps (default: on for CUDA, off for the CPU device)")
+    p.add_argument("--sort-every", type=int, default=1, metavar="FRAMES",
+                   help="warp backends with --sort-envs: sort every FRAMES frames, one launch each (default 1)")
+    p.add_argument("--lean", default=None, action=argparse.BooleanOptionalAction,
+                   help="warp backends: run frames that draw nothing in a kernel built without the renderer "
+                        "(default: on for CUDA, off for the CPU device)")
     p.add_argument("--sync-every", type=int, default=0, help="synchronise every N steps (default: at the end)")
     add_state_arg(p)
     p.add_argument("--out", default="bench_out/bench.json", help="JSON artifact path (default bench_out/bench.json)")
@@ -66,7 +71,9 @@ def run(args) -> int:
         from gbxcule.core.savestate import decode_states, read_state_source
 
         decode_states(read_state_source(args.state), rom)
-    warp = {"stage": args.stage, "sort_envs": args.sort_envs}
+    if args.sort_every < 1:
+        raise ValueError(f"--sort-every must be >= 1, got {args.sort_every}")
+    warp = {"stage": args.stage, "sort_envs": args.sort_envs, "sort_every": args.sort_every, "lean": args.lean}
     extra = {"pyboy_puffer_vec": {"mode": args.puffer_mode}, "warp_vec_cpu": warp, "warp_vec_cuda": warp}
     results, skipped = [], []
     for b in backends:
@@ -86,6 +93,8 @@ def run(args) -> int:
         data["puffer_mode"] = args.puffer_mode
     data["stage"] = args.stage
     data["sort_envs"] = args.sort_envs
+    data["sort_every"] = args.sort_every
+    data["lean"] = args.lean
     data["state"] = args.state
     data["plot"] = str(scaling_plot(results, Path(args.out).with_suffix(".png")))
     path = write_artifact(data, Path(args.out))

@@ -4,7 +4,7 @@ field-by-field mapping.
 
 PyBoy -> gbxcule (`env_from_pyboy`) loads what PyBoy 2.8.1's own `load_state` loads into a fresh PyBoy,
 and derives the rest the way that loader does: PyBoy's absolute 64-bit cycle counters become cycles
-relative to `cpu.cycles` (gbxcule's cycle fields count from the start of the current launch); what the
+relative to `cpu.cycles` (gbxcule's cycle fields count from the start of the current step); what the
 loader leaves at a fresh instance's values stays at them (`halted_during_ei`, `stat_mode_override`,
 `lyc_changed_while_disabled`, the MBC1 low ROM bank, the RTC latches, the window line counter); what it
 recomputes is recomputed with the kernels' own functions (the STAT interrupt line; the mode-3 length in

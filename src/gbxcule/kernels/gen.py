@@ -347,6 +347,17 @@ def run_frame(g: wp.ref[Gb], m: Mem, stop_at_boot_exit: wp.int32):
 
 
 @wp.func
+def thread_env(perm: wp.array(dtype=wp.int32), t: wp.int32, n: wp.int32) -> wp.int32:
+    """The env thread t runs: perm[t] when the backend sorted the envs (perm holds n entries), else t."""
+    e = t
+    if perm.shape[0] == n:
+        e = perm[t]
+        if e < 0 or e >= n:
+            e = t
+    return e
+
+
+@wp.func
 def rebase(g: wp.ref[Gb]):
     """Keep cycle counts small: shift every absolute cycle field so that g.cycles is 0. The RTC's
     last-access count is the one that can lag far behind (it moves only on RTC accesses): past 2^30
@@ -359,33 +370,32 @@ $REBASE
 
 @wp.kernel(enable_backward=False$KERNEL_OPTIONS)
 def step_kernel(fields: wp.array(dtype=wp.int32), mem: Mem, actions: wp.array(dtype=wp.int32),
-                masks: wp.array(dtype=wp.int32), num_actions: wp.int32, frames_per_step: wp.int32,
-                release_after: wp.int32, stop_at_boot_exit: wp.int32, render: wp.int32,
+                masks: wp.array(dtype=wp.int32), num_actions: wp.int32, frame_begin: wp.int32,
+                frame_end: wp.int32, frames_per_step: wp.int32, release_after: wp.int32,
+                stop_at_boot_exit: wp.int32, render: wp.int32,
                 frame8: wp.array3d(dtype=wp.uint8), obs: wp.array3d(dtype=wp.uint8), obs_mean: wp.int32,
                 obs_packed: wp.int32, rewards: wp.array(dtype=wp.float32), reward_lo: wp.int32,
                 reward_hi: wp.int32, perm: wp.array(dtype=wp.int32)):
-    """Run every env one step. render: 0 draw nothing, 1 draw the step's last frame, 2 every frame.
+    """Run frames [frame_begin, frame_end) of a step of frames_per_step frames in every env (a step may
+    take several launches). render: 0 draw nothing, 1 draw the step's last frame, 2 every frame.
     Thread t runs env perm[t] when perm holds n entries (envs grouped by state share warps), else env t.
-    Stage $STAGE: the epilogue after the last frame writes $STAGE_WRITES."""
+    Stage $STAGE: the epilogue after the step's last frame writes $STAGE_WRITES."""
     t = wp.tid()
     n = mem.n_envs
-    e = t
-    if perm.shape[0] == n:
-        e = perm[t]
-        if e < 0 or e >= n:
-            e = t
+    e = thread_env(perm, t, n)
     g = Gb()
 $LOAD
     g.env = e
     g.n = n
     g.render = 0
-    rebase(g)
+    if frame_begin == 0:
+        rebase(g)  # cycle fields count from the start of the step, however many launches it takes
     action = actions[e]
     if action < 0 or action >= num_actions:
         action = 0
     dpad = masks[action * 2]
     buttons = masks[action * 2 + 1]
-    for frame in range(frames_per_step):
+    for frame in range(frame_begin, frame_end):
         if frame == 0:
             if release_after > 0 and (dpad | buttons) != 0:
                 g.if_ = g.if_ | INT_JOYPAD  # buttons go down at the start of the step
@@ -398,7 +408,7 @@ $LOAD
         elif frame == release_after:
             g.joy_dpad = 15
             g.joy_buttons = 15
-        draw = wp.where(render == 2 or (render == 1 and frame == frames_per_step - 1), 1, 0)
+        draw = $DRAW
         if draw != 0 and g.render == 0 and g.screen_fill != 0:
             fill_frame(g, mem, g.screen_fill - 1)  # the screen was blanked while nothing was drawn
         g.render = draw
@@ -406,6 +416,9 @@ $LOAD
         if stop_at_boot_exit != 0 and g.bootrom == 0:
             break
 $EPILOGUE
+    # The env index again, from memory: store addresses computed afresh here cost less than keeping the
+    # load's 64-bit addresses live (spilled) through the whole step.
+    e = thread_env(perm, t, n)
 $STORE
 '''
 
@@ -431,10 +444,15 @@ STAGES: dict[str, tuple[str, str]] = {
 }
 
 
+_DRAW = "wp.where(render == 2 or (render == 1 and frame == frames_per_step - 1), 1, 0)"
+
+
 @cache
-def kernel_source(max_registers: int | None = None, stage: str = "emulate_only") -> str:
+def kernel_source(max_registers: int | None = None, stage: str = "emulate_only", draws: bool = True) -> str:
     """The generated module for one stage. `max_registers` caps the CUDA registers per thread (None: the
-    compiler's choice); lower caps trade spills for occupancy (see BENCHMARKS.md)."""
+    compiler's choice); lower caps trade spills for occupancy (see BENCHMARKS.md). `draws=False` builds
+    the lean kernel for frames that draw nothing: the render argument is ignored, `g.render` is always
+    0, and the compiler drops the renderer (a quarter of the code and of the spill stack on CUDA)."""
     epilogue, writes = STAGES[stage]
     load, store = _field_io_source()
     from gbxcule.kernels.state import CYCLE_FIELDS
@@ -442,6 +460,9 @@ def kernel_source(max_registers: int | None = None, stage: str = "emulate_only")
     rebase = "\n".join(f"    g.{f} = g.{f} - c" for f in CYCLE_FIELDS)
     src = _MODULE.replace("$LOAD", load).replace("$STORE", store).replace("$REBASE", rebase)
     src = src.replace("$KERNEL_OPTIONS", f", cuda_max_registers={max_registers}" if max_registers else "")
+    if epilogue:  # only the launch that ends the step writes the stage outputs
+        epilogue = "    if frame_end >= frames_per_step:" + textwrap.indent(epilogue, "    ")
+    src = src.replace("$DRAW", _DRAW if draws else "0")
     src = src.replace("$EPILOGUE", epilogue).replace("$STAGE_WRITES", writes).replace("$STAGE", stage)
     for key, text in _template_sources().items():
         src = src.replace(key, text)
@@ -449,11 +470,11 @@ def kernel_source(max_registers: int | None = None, stage: str = "emulate_only")
 
 
 @cache
-def load_kernels(max_registers: int | None = None, stage: str = "emulate_only") -> ModuleType:
+def load_kernels(max_registers: int | None = None, stage: str = "emulate_only", draws: bool = True) -> ModuleType:
     """Write the generated module into the cache (named by its hash) and import it."""
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}")
-    src = kernel_source(max_registers, stage)
+    src = kernel_source(max_registers, stage, draws)
     digest = hashlib.sha1((src + "|" + ",".join(TRANSIENT)).encode()).hexdigest()[:16]
     name = f"gbxcule_step_{digest}"
     folder = cache_dir() / "kernels"

@@ -32,7 +32,7 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("halt_bug", "the next opcode fetch does not advance PC (HALT with IME=0 and a pending interrupt)"),
     ("locked", "an illegal opcode locked the CPU; the rest of the machine runs on"),
     ("if_", "IF (0xFF0F), low 5 bits"), ("ie", "IE (0xFFFF)"),
-    ("cycles", "T-cycles since the start of the current launch"),
+    ("cycles", "T-cycles since the start of the current step"),
     ("bail", "end the current CPU batch after this instruction"),
     ("bootrom", "boot ROM mapped at 0x0000-0x00FF"),
     # timer
@@ -79,7 +79,7 @@ FIELDS: tuple[tuple[str, str], ...] = (
 FIELD_INDEX: dict[str, int] = {name: i for i, (name, _) in enumerate(FIELDS)}
 NUM_FIELDS = len(FIELDS)
 
-# Fields that hold absolute cycle counts; rebased to 0 with `cycles` at every launch.
+# Fields that hold absolute cycle counts; rebased to 0 with `cycles` at the start of every step.
 CYCLE_FIELDS = ("cycles", "timer_last", "lcd_last", "serial_last", "dma_start", "rtc_last")
 
 BIG = 0x3FFFFFFF  # "never" in cycle arithmetic
