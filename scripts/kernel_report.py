@@ -1,7 +1,8 @@
 """Read the compiled CUDA step kernel without a GPU: registers, stack and spills (ptxas -v), SASS size and
 the spill loads in its largest loops (nvdisasm). The figures in BENCHMARKS.md "Where the time goes".
 
-    .venv/bin/python scripts/kernel_report.py [--stage full_step] [--arch 90] [--ptxas ptxas] [--nvdisasm nvdisasm]
+    .venv/bin/python scripts/kernel_report.py [--stage full_step] [--lean] [--arch 90]
+                                              [--ptxas ptxas] [--nvdisasm nvdisasm]
 
 Warp writes the kernel's PTX (NVRTC, no GPU needed); ptxas comes with a CUDA toolkit, nvdisasm with one or in
 Triton's wheel (triton/backends/nvidia/bin). A PTX newer than the ptxas is relabelled to the version the
@@ -45,6 +46,7 @@ def sass_loops(sass: str) -> tuple[int, int, int, list[tuple[int, int]]]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--stage", default="full_step")
+    p.add_argument("--lean", action="store_true", help="the kernel without the renderer (docs/step_abi.md)")
     p.add_argument("--arch", type=int, default=90)
     p.add_argument("--ptxas", default="ptxas")
     p.add_argument("--nvdisasm", default="nvdisasm")
@@ -56,7 +58,8 @@ def main() -> int:
 
     init_warp()
     work = Path(tempfile.mkdtemp(prefix="gbxcule_kernel_"))
-    [ptx_path] = wp.compile_aot_module(load_kernels(None, args.stage), arch=args.arch, module_dir=work, use_ptx=True)
+    module = load_kernels(None, args.stage, draws=not args.lean)
+    [ptx_path] = wp.compile_aot_module(module, arch=args.arch, module_dir=work, use_ptx=True)
     ptx = Path(ptx_path).read_bytes().replace(b"\0", b"")
     cubin = work / "step.cubin"
     for _ in range(2):
@@ -70,7 +73,7 @@ def main() -> int:
     if r.returncode != 0:
         print(f"error: ptxas failed: {r.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
         return 1
-    print(f"stage {args.stage}, sm_{args.arch}")
+    print(f"stage {args.stage}{' (lean)' if args.lean else ''}, sm_{args.arch}")
     for line in r.stderr.splitlines():
         if "registers" in line or "spill" in line:
             print("ptxas:", line.split("info    :")[-1].strip())
