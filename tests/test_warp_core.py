@@ -1,5 +1,7 @@
 """The Warp emulator core on the CPU device: start states, locking, serial capture, determinism."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -176,3 +178,26 @@ def test_sorting_envs_by_pc_changes_no_result():
             assert np.array_equal(plain.rewards.numpy(), b.rewards.numpy())
             assert np.array_equal(plain.obs.numpy(), b.obs.numpy())
     assert plain.obs.numpy().any()
+
+
+def test_step_block_dim_spreads_warps_over_the_sms():
+    """The default block size: 256 once 256-thread blocks cover every SM; below that, no SM gets more warps
+    than it must, the largest block that achieves it; the H100 choices BENCHMARKS.md measured."""
+    from gbxcule.backends.warp_vec import BLOCK_DIMS, step_block_dim
+    from gbxcule.roms import resolve_rom
+
+    def busiest(n, sms, b):
+        blocks = math.ceil(n / b)
+        return math.ceil(blocks / sms) * (b // 32)
+
+    assert [step_block_dim(n, 132) for n in (4096, 16384, 32768, 40960, 65536)] == [32, 128, 256, 256, 256]
+    for sms in (1, 2, 46, 108, 132, 144):
+        for n in (1, 31, 33, 500, 1024, 5000, 16384, 40000):
+            b = step_block_dim(n, sms)
+            assert b in BLOCK_DIMS
+            if n >= 256 * sms:
+                assert b == 256
+            else:
+                assert busiest(n, sms, b) == min(busiest(n, sms, c) for c in BLOCK_DIMS)
+    with pytest.raises(ValueError, match="block_dim"):
+        WarpVecBackend(str(resolve_rom("ALU_LOOP")), 2, block_dim=48)

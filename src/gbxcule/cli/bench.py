@@ -45,6 +45,9 @@ def register(sub) -> None:
     p.add_argument("--lean", default=None, action=argparse.BooleanOptionalAction,
                    help="warp backends: run frames that draw nothing in a kernel built without the renderer "
                         "(default: on for CUDA, off for the CPU device)")
+    p.add_argument("--block-dim", type=int, default=None, metavar="THREADS",
+                   help="warp backends: threads per block of the step kernel (default on CUDA: chosen from the env "
+                        "count and the GPU's SM count, backends/warp_vec.py step_block_dim)")
     p.add_argument("--sync-every", type=int, default=0, help="synchronise every N steps (default: at the end)")
     add_state_arg(p)
     p.add_argument("--out", default="bench_out/bench.json", help="JSON artifact path (default bench_out/bench.json)")
@@ -73,7 +76,8 @@ def run(args) -> int:
         decode_states(read_state_source(args.state), rom)
     if args.sort_every < 1:
         raise ValueError(f"--sort-every must be >= 1, got {args.sort_every}")
-    warp = {"stage": args.stage, "sort_envs": args.sort_envs, "sort_every": args.sort_every, "lean": args.lean}
+    warp = {"stage": args.stage, "sort_envs": args.sort_envs, "sort_every": args.sort_every, "lean": args.lean,
+            "block_dim": args.block_dim}
     extra = {"pyboy_puffer_vec": {"mode": args.puffer_mode}, "warp_vec_cpu": warp, "warp_vec_cuda": warp}
     results, skipped = [], []
     for b in backends:
@@ -95,6 +99,7 @@ def run(args) -> int:
     data["sort_envs"] = args.sort_envs
     data["sort_every"] = args.sort_every
     data["lean"] = args.lean
+    data["block_dim"] = args.block_dim
     data["state"] = args.state
     data["plot"] = str(scaling_plot(results, Path(args.out).with_suffix(".png")))
     path = write_artifact(data, Path(args.out))

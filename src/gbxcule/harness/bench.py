@@ -44,6 +44,7 @@ class BenchResult:
     distinct_pcs: int | None
     device_bytes_per_env: int | None = None
     mode_histogram: dict[str, int] | None = None  # JOY_DIVERGE_PERSIST: envs per inner loop (mode & 3)
+    block_dim: int | None = None  # warp backends on CUDA: threads per block of the step kernel
 
 
 def _instruction_counts(backend) -> np.ndarray | None:
@@ -119,7 +120,7 @@ def measure(backend_name: str, rom: Rom, envs: int, steps: int, schedule: Action
         return BenchResult(backend_name, rom.path, envs, steps, schedule.frames_per_step, seconds,
                            envs * steps / seconds, envs * steps * schedule.frames_per_step / seconds, instr,
                            1000 * seconds / steps, _distinct_pcs(backend), _device_bytes_per_env(backend),
-                           _mode_histogram(backend, rom))
+                           _mode_histogram(backend, rom), getattr(backend, "block_dim", None))
     finally:
         backend.close()
 
