@@ -11,11 +11,12 @@ case $1 in
     python3 -m pip install -q --no-index --no-deps --target /root/gpu/puffer/site .gpu/puffer_wheels/*.whl ;;
   check)
     python3 -m gbxcule devcheck --envs 64 --steps 3 --seeds 0,1 --json > "$OUT/devcheck.json"; echo "devcheck rc=$?"
-    python3 -c "import json; d=json.load(open('$OUT/devcheck.json')); print(d['ok'], sum(r['ok'] for r in d['results']), len(d['results']))" ;;
-  cuda)  # ROMS and ENVS override the sweep (OVERWORLD fits at most 43,241 envs: BENCHMARKS.md)
+    python3 -c "import json; d=json.load(open('$OUT/devcheck.json')); print(d['ok'], sum(r['ok'] for r in d['results']), len(d['results']))"
+    python3 scripts/check_wide_ram.py --envs 65536 | tee "$OUT/check_wide_ram.txt" ;;
+  cuda)  # ROMS and ENVS override the sweep
     for rom in ${ROMS:-JOY_DIVERGE_PERSIST OVERWORLD}; do
       envs=${ENVS:-1024,4096,16384,65536}
-      [ "$rom" = OVERWORLD ] && envs=${ENVS:-1024,4096,16384,32768,40960}
+      [ "$rom" = OVERWORLD ] && envs=${ENVS:-1024,4096,16384,32768,40960,65536}
       for stage in emulate_only full_step; do
         python3 -m gbxcule bench --rom $rom --backends warp_vec_cuda --stage $stage --envs $envs \
           --steps 3 --warmup 5 --out "$OUT/cuda_${stage}_${rom}.json" | tail -6

@@ -99,7 +99,7 @@ def test_skip_equals_stepping_the_transitions():
     mems = []
     for _ in range(2):
         m = Mem()
-        m.ram = wp.array(ram.reshape(-1), dtype=wp.uint8, device="cpu")
+        m.ram = wp.array(ram, dtype=wp.uint8, device="cpu")
         m.oam, m.vram, m.n_envs = layout.bases["oam"], layout.bases["vram"], n
         m.frame = wp.zeros(n * 144 * 40, dtype=wp.uint32, device="cpu")
         mems.append(m)

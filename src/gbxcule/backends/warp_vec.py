@@ -104,6 +104,8 @@ def apply_dmg_boot_values(fields: np.ndarray, rom: bytes) -> None:
 
 
 BLOCK_DIMS = (256, 128, 64, 32)
+# Flat int32 indexes (`row * num_envs + env`) into the 1D per-env arrays must stay below 2**31; RAM is 2D.
+MAX_ENVS = (2**31 - 1) // max(NUM_FIELDS, SERIAL_CAPTURE, 144 * 40)
 
 
 def step_block_dim(num_envs: int, sm_count: int) -> int:
@@ -159,10 +161,9 @@ class WarpVecBackend:
         self.name = "warp_vec_cuda" if device.startswith("cuda") else "warp_vec_cpu"
         self.cart = cart_config(self.rom)
         self.layout = ram_layout(self.cart.ram_banks * 0x2000)
-        if self.layout.total * num_envs >= 2**31:
-            raise GbxculeError(f"{num_envs} envs need {self.layout.total * num_envs} bytes of interleaved RAM, more "
-                               f"than int32 indexing reaches; this ROM allows at most "
-                               f"{(2**31 - 1) // self.layout.total} envs")
+        if num_envs > MAX_ENVS:
+            raise GbxculeError(f"at most {MAX_ENVS} envs: the per-env arrays indexed with int32 (serial capture, "
+                               f"fields, drawn frames) stop there; got {num_envs}")
         self._wp = wp
         if obs_mode not in OBS_MODES:
             raise ValueError(f"observation mode must be one of {', '.join(OBS_MODES)}, not {obs_mode!r}")
@@ -179,7 +180,7 @@ class WarpVecBackend:
         boot_rom = pyboy_boot_rom()
         n = num_envs
         self.fields = wp.zeros(NUM_FIELDS * n, dtype=wp.int32, device=device)
-        self.ram = wp.zeros(self.layout.total * n, dtype=wp.uint8, device=device)
+        self.ram = wp.zeros((self.layout.total, n), dtype=wp.uint8, device=device)  # [byte, env]: 64-bit offsets
         self.serial = wp.zeros(SERIAL_CAPTURE * n, dtype=wp.uint8, device=device)
         self.actions = wp.zeros(n, dtype=wp.int32, device=device)
         # Pageable on purpose: the driver stages a pageable upload before returning, so the next step may
@@ -404,11 +405,11 @@ class WarpVecBackend:
         wp = self._wp
         if len(ids) == self.num_envs and ids == list(range(self.num_envs)):
             return arr.numpy().reshape(rows, self.num_envs)
-        out = wp.empty(rows * len(ids), dtype=arr.dtype, device=self.device)
+        out = wp.empty((rows, len(ids)), dtype=arr.dtype, device=self.device)
         wp.launch(gather_kernel, dim=(rows, len(ids)), device=self.device,
-                  inputs=[arr, wp.array(np.asarray(ids, dtype=np.int32), dtype=wp.int32, device=self.device), out,
-                          self.num_envs])
-        return out.numpy().reshape(rows, len(ids))
+                  inputs=[arr.reshape((rows, self.num_envs)),
+                          wp.array(np.asarray(ids, dtype=np.int32), dtype=wp.int32, device=self.device), out])
+        return out.numpy()
 
     def env_fields(self, env: int) -> dict[str, int]:
         host = self._gather(self.fields, NUM_FIELDS, [check_env(self, env)])[:, 0]

@@ -43,12 +43,6 @@ INT_JOYPAD = wp.constant(16)
 SERIAL_RING = wp.constant(SERIAL_CAPTURE)
 
 
-@wp.func
-def at(g: wp.ref[Gb], base: wp.int32, offset: wp.int32) -> wp.int32:
-    """Index of byte `offset` of the region at `base` for this thread's env (interleaved layout)."""
-    return (base + offset) * g.n + g.env
-
-
 # --- serial ---------------------------------------------------------------------------------------
 
 @wp.func
@@ -113,17 +107,17 @@ def dma_source_read(g: wp.ref[Gb], m: Mem, addr: wp.int32, now: wp.int32, mao: w
         value = rom_read(g, m, addr)
     elif addr < 0xA000:
         if mao == 0 or not vram_blocked_read(g):
-            value = wp.int32(m.ram[at(g, m.vram, addr - 0x8000)])
+            value = wp.int32(m.ram[m.vram + (addr - 0x8000), g.env])
     elif addr < 0xC000:
         if m.has_rtc != 0 and g.ram_bank >= 0x08 and g.ram_bank <= 0x0C:
             rtc_advance(g, now)
         value = cart_read(g, m, addr)
     elif addr < 0xFE00:
-        value = wp.int32(m.ram[at(g, m.wram, (addr - 0xC000) & 0x1FFF)])
+        value = wp.int32(m.ram[m.wram + ((addr - 0xC000) & 0x1FFF), g.env])
     elif addr < 0xFEA0:
-        value = wp.int32(m.ram[at(g, m.oam, addr - 0xFE00)])
+        value = wp.int32(m.ram[m.oam + (addr - 0xFE00), g.env])
     elif addr < 0xFF00:
-        value = wp.int32(m.ram[at(g, m.unusable, addr - 0xFEA0)])
+        value = wp.int32(m.ram[m.unusable + (addr - 0xFEA0), g.env])
     return value
 
 
@@ -141,7 +135,7 @@ def dma_sync(g: wp.ref[Gb], m: Mem, now: wp.int32, offset: wp.int32, mao: wp.int
         if src >= 0xFE:
             src = src - 0x20
         value = dma_source_read(g, m, (src << 8) | g.dma_index, now, mao)
-        m.ram[at(g, m.oam, g.dma_index)] = wp.uint8(value)
+        m.ram[m.oam + g.dma_index, g.env] = wp.uint8(value)
         g.dma_index = g.dma_index + 1
     if g.dma_index == 0xA0:
         g.dma_active = 0
@@ -229,9 +223,9 @@ def io_access(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32, write: wp.
             else:
                 out = g.ie
         elif write != 0:
-            m.ram[at(g, m.hram, addr - 0xFF80)] = wp.uint8(value)
+            m.ram[m.hram + (addr - 0xFF80), g.env] = wp.uint8(value)
         else:
-            out = wp.int32(m.ram[at(g, m.hram, addr - 0xFF80)])
+            out = wp.int32(m.ram[m.hram + (addr - 0xFF80), g.env])
         return out
     if addr >= 0xFF4C:
         if write != 0 and addr == 0xFF50 and g.bootrom != 0 and (value == 0x01 or value == 0x11):
@@ -284,7 +278,7 @@ def io_access(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32, write: wp.
         else:
             out = g.joyp
     elif write != 0:
-        m.ram[at(g, m.io, addr - 0xFF00)] = wp.uint8(value)  # unused registers keep what was written
+        m.ram[m.io + (addr - 0xFF00), g.env] = wp.uint8(value)  # unused registers keep what was written
     if write != 0:
         g.bail = 1
     return out
@@ -320,18 +314,18 @@ def bus_access(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32, write: wp
             out = cart_read(g, m, a)
         return out
     if a >= 0xC000 and a < 0xFE00:
-        idx = at(g, m.wram, (a - 0xC000) & 0x1FFF)
+        row = m.wram + ((a - 0xC000) & 0x1FFF)
         if write != 0:
-            m.ram[idx] = wp.uint8(v)
+            m.ram[row, g.env] = wp.uint8(v)
         else:
-            out = wp.int32(m.ram[idx])
+            out = wp.int32(m.ram[row, g.env])
         return out
     if a >= 0xFEA0 and a < 0xFF00:
-        idx = at(g, m.unusable, a - 0xFEA0)
+        row = m.unusable + (a - 0xFEA0)
         if write != 0:
-            m.ram[idx] = wp.uint8(v)
+            m.ram[row, g.env] = wp.uint8(v)
         else:
-            out = wp.int32(m.ram[idx])
+            out = wp.int32(m.ram[row, g.env])
         return out
     # VRAM, OAM and IO: catch the PPU up first when it can see this access.
     vram = a < 0xA000
@@ -358,11 +352,11 @@ def bus_access(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32, write: wp
     if blocked:
         return wp.where(write != 0, 0, 0xFF)
     if vram:
-        idx = at(g, m.vram, a - 0x8000)
+        row = m.vram + (a - 0x8000)
         if write != 0:
-            m.ram[idx] = wp.uint8(v)
+            m.ram[row, g.env] = wp.uint8(v)
         else:
-            out = wp.int32(m.ram[idx])
+            out = wp.int32(m.ram[row, g.env])
         return out
     # OAM and IO: the OAM DMA first copies what is due (an OAM read at HL looks 4 cycles ahead).
     if g.dma_active != 0:
@@ -371,14 +365,14 @@ def bus_access(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32, write: wp
             offset = wp.max(mao, 4)
         dma_sync(g, m, now, offset, mao)
     if oam:
-        idx = at(g, m.oam, a - 0xFE00)
+        row = m.oam + (a - 0xFE00)
         if write != 0:
             if g.dma_active == 0:
-                m.ram[idx] = wp.uint8(v)
+                m.ram[row, g.env] = wp.uint8(v)
         elif g.dma_active != 0 and now + mao >= g.dma_start:
             out = 0xFF
         else:
-            out = wp.int32(m.ram[idx])
+            out = wp.int32(m.ram[row, g.env])
         return out
     if ppu_reg:
         r = ppu_reg_access(g, a, v, write, now)

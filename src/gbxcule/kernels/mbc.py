@@ -35,12 +35,12 @@ def rom_read(g: wp.ref[Gb], m: Mem, addr: wp.int32) -> wp.int32:
 
 
 @wp.func
-def cart_ram_index(g: wp.ref[Gb], m: Mem, bank: wp.int32, addr: wp.int32) -> wp.int32:
+def cart_ram_row(m: Mem, bank: wp.int32, addr: wp.int32) -> wp.int32:
     idx = bank * 0x2000 + (addr & 0x1FFF)
     size = m.cart_ram_banks * 0x2000
     if idx >= size or idx < 0:
         idx = ((idx % size) + size) % size
-    return (m.cart + idx) * g.n + g.env
+    return m.cart + idx
 
 
 # --- MBC3 real-time clock -------------------------------------------------------------------------
@@ -166,7 +166,7 @@ def mbc_write(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32):
     if kind == 0:
         if cart:
             # ROM only / ROM+RAM: written whether or not RAM is enabled, as in the reference
-            m.ram[cart_ram_index(g, m, g.ram_bank, addr)] = wp.uint8(value)
+            m.ram[cart_ram_row(m, g.ram_bank, addr), g.env] = wp.uint8(value)
         elif addr >= 0x2000 and addr < 0x4000:
             v = value
             if v == 0:
@@ -178,7 +178,7 @@ def mbc_write(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32):
                 g.ram_bank = 0
                 if g.mbc_mode == 1:
                     g.ram_bank = g.mbc_reg2
-                m.ram[cart_ram_index(g, m, g.ram_bank % m.cart_ram_banks, addr)] = wp.uint8(value)
+                m.ram[cart_ram_row(m, g.ram_bank % m.cart_ram_banks, addr), g.env] = wp.uint8(value)
         elif addr < 0x2000:
             g.ram_enabled = wp.where((value & 0x0F) == 0x0A, 1, 0)
         elif addr < 0x4000:
@@ -194,7 +194,7 @@ def mbc_write(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32):
     elif kind == 2:
         if cart:
             if g.ram_enabled != 0:
-                m.ram[cart_ram_index(g, m, 0, addr & 0x1FF)] = wp.uint8(value | 0xF0)
+                m.ram[cart_ram_row(m, 0, addr & 0x1FF), g.env] = wp.uint8(value | 0xF0)
         elif addr < 0x4000:
             v = value & 0x0F
             if (addr & 0x100) == 0:
@@ -210,7 +210,7 @@ def mbc_write(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32):
                 if kind == 30:
                     top = 7
                 if g.ram_bank <= top:
-                    m.ram[cart_ram_index(g, m, g.ram_bank, addr)] = wp.uint8(value)
+                    m.ram[cart_ram_row(m, g.ram_bank, addr), g.env] = wp.uint8(value)
                 elif m.has_rtc != 0 and g.ram_bank >= 0x08 and g.ram_bank <= 0x0C:
                     rtc_write(g, g.ram_bank, value)
         elif addr < 0x2000:
@@ -233,7 +233,7 @@ def mbc_write(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32):
     elif kind == 5:
         if cart:
             if g.ram_enabled != 0:
-                m.ram[cart_ram_index(g, m, g.ram_bank, addr)] = wp.uint8(value)
+                m.ram[cart_ram_row(m, g.ram_bank, addr), g.env] = wp.uint8(value)
         elif addr < 0x2000:
             g.ram_enabled = wp.where(value == 0x0A, 1, 0)
         elif addr < 0x3000:
@@ -251,7 +251,7 @@ def cart_read(g: wp.ref[Gb], m: Mem, addr: wp.int32) -> wp.int32:
         return 0xFF
     kind = m.mbc
     if kind == 2:
-        return wp.int32(m.ram[cart_ram_index(g, m, 0, addr & 0x1FF)]) | 0xF0
+        return wp.int32(m.ram[cart_ram_row(m, 0, addr & 0x1FF), g.env]) | 0xF0
     if kind == 1:
         g.ram_bank = 0
         if g.mbc_mode == 1:
@@ -260,4 +260,4 @@ def cart_read(g: wp.ref[Gb], m: Mem, addr: wp.int32) -> wp.int32:
         return rtc_read(g, g.ram_bank)
     if g.ram_bank >= m.cart_ram_banks:
         return 0  # banks the cartridge lacks read as the reference's zeroed spare banks
-    return wp.int32(m.ram[cart_ram_index(g, m, g.ram_bank, addr)])
+    return wp.int32(m.ram[cart_ram_row(m, g.ram_bank, addr), g.env])

@@ -2,7 +2,7 @@
 
 A slot holds one env's state contiguously: its `FIELDS` (int32), then its RAM regions packed 4 bytes to a
 little-endian uint32 word (the last word zero-padded). Envs live interleaved (`fields[f * n + e]`,
-`ram[o * n + e]`, see `state.py`), so a copy between an env and a slot is a gather or a scatter.
+`ram[o, e]`, see `state.py`), so a copy between an env and a slot is a gather or a scatter.
 
 - `save_slot_kernel`: one thread per word of the slot, copying one env into it.
 - `restore_kernel`: threads over (chunk, env) pairs; a thread of an env whose mask entry is 0 returns at
@@ -50,7 +50,7 @@ def reset_slot(seed: wp.int32, env: wp.int32, epoch: wp.int32, num_slots: wp.int
 
 
 @wp.kernel(enable_backward=False)
-def save_slot_kernel(fields: wp.array(dtype=wp.int32), ram: wp.array(dtype=wp.uint8),
+def save_slot_kernel(fields: wp.array(dtype=wp.int32), ram: wp.array2d(dtype=wp.uint8),
                      slot_fields: wp.array(dtype=wp.int32), slot_ram: wp.array(dtype=wp.uint32),
                      n: wp.int32, env: wp.int32, slot: wp.int32, num_fields: wp.int32, ram_bytes: wp.int32):
     """Copy env `env` into slot `slot`; one thread per slot word (fields, then RAM words)."""
@@ -64,13 +64,13 @@ def save_slot_kernel(fields: wp.array(dtype=wp.int32), ram: wp.array(dtype=wp.ui
     for i in range(4):
         o = q * 4 + i
         if o < ram_bytes:
-            word = word | (wp.uint32(ram[o * n + env]) << wp.uint32(8 * i))
+            word = word | (wp.uint32(ram[o, env]) << wp.uint32(8 * i))
     slot_ram[slot * ram_words + q] = word
 
 
 @wp.kernel(enable_backward=False)
 def restore_kernel(mask: wp.array(dtype=Any), slots: wp.array(dtype=wp.int32), fields: wp.array(dtype=wp.int32),
-                   ram: wp.array(dtype=wp.uint8), slot_fields: wp.array(dtype=wp.int32),
+                   ram: wp.array2d(dtype=wp.uint8), slot_fields: wp.array(dtype=wp.int32),
                    slot_ram: wp.array(dtype=wp.uint32), n: wp.int32, num_slots: wp.int32, seeded: wp.int32,
                    seed: wp.int32, epoch: wp.int32, num_fields: wp.int32, ram_bytes: wp.int32, chunk: wp.int32):
     """Copy the slot of every env whose mask entry is non-zero into it; dim = (chunks, n)."""
@@ -96,14 +96,14 @@ def restore_kernel(mask: wp.array(dtype=Any), slots: wp.array(dtype=wp.int32), f
             for i in range(4):
                 o = q * 4 + i
                 if o < ram_bytes:
-                    ram[o * n + e] = wp.uint8((word >> wp.uint32(8 * i)) & wp.uint32(0xFF))
+                    ram[o, e] = wp.uint8((word >> wp.uint32(8 * i)) & wp.uint32(0xFF))
         w = w + 1
 
 
 # regs of pyboy_loader_kernel: inputs, then outputs
 @wp.kernel(enable_backward=False)
 def broadcast_kernel(src_fields: wp.array(dtype=wp.int32), src_ram: wp.array(dtype=wp.uint8),
-                     fields: wp.array(dtype=wp.int32), ram: wp.array(dtype=wp.uint8), n: wp.int32,
+                     fields: wp.array(dtype=wp.int32), ram: wp.array2d(dtype=wp.uint8), n: wp.int32,
                      num_fields: wp.int32):
     """Every env gets one state (fields, then RAM bytes); dim = (fields + RAM bytes, n). Consecutive
     threads are consecutive envs at the same word: adjacent stores on both devices."""
@@ -111,15 +111,15 @@ def broadcast_kernel(src_fields: wp.array(dtype=wp.int32), src_ram: wp.array(dty
     if w < num_fields:
         fields[w * n + e] = src_fields[w]
     else:
-        ram[(w - num_fields) * n + e] = src_ram[w - num_fields]
+        ram[w - num_fields, e] = src_ram[w - num_fields]
 
 
 @wp.kernel(enable_backward=False)
-def gather_kernel(src: wp.array(dtype=Any), ids: wp.array(dtype=wp.int32), out: wp.array(dtype=Any), n: wp.int32):
-    """Rows of the envs `ids` from an interleaved array ([rows * n]) into a compact one ([rows * len(ids)]),
-    so reading a few envs moves only their bytes off the device; dim = (rows, len(ids))."""
+def gather_kernel(src: wp.array2d(dtype=Any), ids: wp.array(dtype=wp.int32), out: wp.array2d(dtype=Any)):
+    """Columns `ids` of an interleaved array ([rows, n]) into a compact one ([rows, len(ids)]), so reading a
+    few envs moves only their bytes off the device; dim = (rows, len(ids))."""
     w, j = wp.tid()
-    out[w * ids.shape[0] + j] = src[w * n + ids[j]]
+    out[w, j] = src[w, ids[j]]
 
 
 @wp.kernel(enable_backward=False)
@@ -172,7 +172,7 @@ def pyboy_loader_values(regs: dict[str, int], oam: np.ndarray, rtc: dict[str, in
 
     init_warp()
     m = Mem()
-    m.ram = wp.array(np.asarray(oam, dtype=np.uint8), dtype=wp.uint8, device="cpu")
+    m.ram = wp.array(np.asarray(oam, dtype=np.uint8).reshape(-1, 1), dtype=wp.uint8, device="cpu")
     m.oam = 0
     r = wp.array(np.array([regs[k] for k in LOADER_IN] + [0, 0], dtype=np.int32), dtype=wp.int32, device="cpu")
     t = wp.array(np.array([rtc[k] for k in LOADER_RTC], dtype=np.int32), dtype=wp.int32, device="cpu")

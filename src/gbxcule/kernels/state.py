@@ -5,8 +5,9 @@ Two kinds of state:
   In a kernel they live in the thread-local `Gb` struct; between launches they live in one int32 device
   array `fields[f * num_envs + env]` (field-major, so lanes touching the same field coalesce).
 - **RAM regions**: bytes of the address space that belong to an env (VRAM, WRAM, OAM, IO, HRAM,
-  cartridge RAM), interleaved across envs: byte `o` of env `e` is `ram[o * num_envs + e]`, where `o` is
-  the region's base in `ram_layout()` plus the offset inside the region. The ROM is not here: it is
+  cartridge RAM), interleaved across envs in one [bytes, num_envs] array: byte `o` of env `e` is
+  `ram[o, e]` (flat offset `o * num_envs + e`, 64-bit in Warp's indexing, so the array may pass 2 GiB),
+  where `o` is the region's base in `ram_layout()` plus the offset inside the region. The ROM is not here: it is
   stored once and shared by all envs.
 
 Kernel arguments, reset and state I/O are all derived from `FIELDS` and `ram_layout()`; nothing else
@@ -128,7 +129,7 @@ class Mem:
     rom: wp.array(dtype=wp.uint8)  # shared by all envs
     rom_banks: wp.int32  # number of 16 KiB banks in rom
     boot: wp.array(dtype=wp.uint8)  # 256-byte boot ROM (or 1 dummy byte)
-    ram: wp.array(dtype=wp.uint8)  # per-env regions, interleaved
+    ram: wp.array2d(dtype=wp.uint8)  # per-env regions, [bytes, envs]: interleaved
     serial: wp.array(dtype=wp.uint8)  # per-env SB capture ring, interleaved
     ops: wp.array(dtype=wp.int32)  # per opcode (512: base, then CB): family, then at +512 packed info
     n_envs: wp.int32
