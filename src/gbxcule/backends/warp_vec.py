@@ -113,7 +113,7 @@ def step_block_dim(num_envs: int, sm_count: int) -> int:
     runs one 256-thread block (8 warps) at a time, so a grid of fewer 256-thread blocks than SMs leaves SMs
     idle: then take the block size that gives no SM more warps than it must (ceil(blocks / SMs) x warps a
     block), the largest such. Measured on the H100 (132 SMs, BENCHMARKS.md "Block size"): 32 at 4,096 envs
-    (+28% over 256), 128 at 16,384 (+19% to +39%); at 32,768 envs and above 256 was best or within 3%."""
+    (+28% over 256), 128 at 16,384 (+19% to +39%); at 32,768 envs and above 256 was best or within 1%."""
     if num_envs >= BLOCK_DIMS[0] * sm_count:
         return BLOCK_DIMS[0]
 
@@ -264,14 +264,12 @@ class WarpVecBackend:
         bounds = sorted(starts) + [frames]
         if sort:
             from gbxcule.kernels.snapshot import sort_key_kernel
+        perm = self._perm if sort else self._no_perm
         for begin, end in pairwise(bounds):
-            perm = self._no_perm
             if sort and begin % every == 0:
                 wp.launch(sort_key_kernel, dim=n, device=self.device,
                           inputs=[self.fields, actions, self._sort_keys, self._sort_vals, n, FIELD_INDEX["pc"]])
                 wp.utils.radix_sort_pairs(self._sort_keys, self._sort_vals, n, end_bit=24)
-            if sort:
-                perm = self._perm
             kernels = self._kernels
             if lean and not (render == 1 and end == frames):
                 kernels = self._lean_kernels()

@@ -74,8 +74,6 @@ def run(args) -> int:
         from gbxcule.core.savestate import decode_states, read_state_source
 
         decode_states(read_state_source(args.state), rom)
-    if args.sort_every < 1:
-        raise ValueError(f"--sort-every must be >= 1, got {args.sort_every}")
     warp = {"stage": args.stage, "sort_envs": args.sort_envs, "sort_every": args.sort_every, "lean": args.lean,
             "block_dim": args.block_dim}
     extra = {"pyboy_puffer_vec": {"mode": args.puffer_mode}, "warp_vec_cpu": warp, "warp_vec_cuda": warp}
