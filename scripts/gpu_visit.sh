@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU visit's work (see DEVELOPERS.md "device"): run from the repository root on the GPU machine after
-# .gpu/install.sh. Usage: bash scripts/gpu_visit.sh PART   (PART: puffer | check | cuda | sweep | cpu)
+# .gpu/install.sh. Usage: bash scripts/gpu_visit.sh PART   (PART: puffer | check | cuda | sweep | cpu | ncu)
 set -uo pipefail
 export PYTHONPATH=/root/gpu:/root/gpu/puffer/site:$PWD/src GBXCULE_CACHE_DIR=/tmp/gbxc
 OUT=${OUT:-out}
@@ -32,6 +32,14 @@ case $1 in
       done
     done
     tar -czf "$OUT/sweep_${SWEEP:-0}.tgz" sweep ;;
+  ncu)  # Nsight Compute on one lean step-kernel launch mid-step (scripts/profile_step.py); ROMS, ENVS
+    for rom in ${ROMS:-OVERWORLD}; do
+      python3 scripts/profile_step.py --rom $rom --envs 64 --steps 1 > /dev/null  # build the kernels first
+      ncu --clock-control none -k regex:step_kernel --launch-skip 130 --launch-count 1 --set full -f \
+        -o "$OUT/ncu_$rom" python3 scripts/profile_step.py --rom $rom --envs ${ENVS:-65536} --steps 7 | tail -3
+      ncu --import "$OUT/ncu_$rom.ncu-rep" --page details > "$OUT/ncu_${rom}_details.txt"
+      ncu --import "$OUT/ncu_$rom.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_${rom}_sass.csv"
+    done ;;
   cpu)
     nproc
     for rom in ${ROMS:-JOY_DIVERGE_PERSIST OVERWORLD}; do

@@ -339,7 +339,7 @@ def bus_access(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32, write: wp
     elif a >= 0xFF00 and mao != 0 and g.dma_active != 0 and g.dma_source >= 0x80 and g.dma_source < 0xA0:
         ppu_time = now + mao  # the OAM DMA below reads VRAM as the PPU sees it at now + mao
     if ppu_time >= 0:
-        g.if_ = g.if_ | lcd_advance(g, m, ppu_time)
+        lcd_advance(g, m, ppu_time)
     blocked = False
     if mao != 0:
         if vram:

@@ -19,20 +19,19 @@ FLAG_C = wp.constant(0x10)
 
 @wp.func
 def get_r8(g: wp.ref[Gb], r: wp.int32) -> wp.int32:
-    v = g.a
     if r == 0:
-        v = g.b
-    elif r == 1:
-        v = g.c
-    elif r == 2:
-        v = g.d
-    elif r == 3:
-        v = g.e
-    elif r == 4:
-        v = g.h
-    elif r == 5:
-        v = g.l
-    return v
+        return g.b
+    if r == 1:
+        return g.c
+    if r == 2:
+        return g.d
+    if r == 3:
+        return g.e
+    if r == 4:
+        return g.h
+    if r == 5:
+        return g.l
+    return g.a
 
 
 @wp.func
@@ -56,14 +55,13 @@ def set_r8(g: wp.ref[Gb], r: wp.int32, v: wp.int32):
 @wp.func
 def get_rr(g: wp.ref[Gb], p: wp.int32) -> wp.int32:
     """BC, DE, HL, SP for p = 0..3."""
-    v = g.sp
     if p == 0:
-        v = (g.b << 8) | g.c
-    elif p == 1:
-        v = (g.d << 8) | g.e
-    elif p == 2:
-        v = (g.h << 8) | g.l
-    return v
+        return (g.b << 8) | g.c
+    if p == 1:
+        return (g.d << 8) | g.e
+    if p == 2:
+        return (g.h << 8) | g.l
+    return g.sp
 
 
 @wp.func
@@ -90,48 +88,40 @@ def flag_bit(cond: wp.bool, bit: wp.int32) -> wp.int32:
 @wp.func
 def condition(g: wp.ref[Gb], cc: wp.int32) -> wp.bool:
     """NZ, Z, NC, C for cc = 0..3."""
-    r = False
-    if cc == 0:
-        r = (g.f & FLAG_Z) == 0
-    elif cc == 1:
-        r = (g.f & FLAG_Z) != 0
-    elif cc == 2:
-        r = (g.f & FLAG_C) == 0
-    else:
-        r = (g.f & FLAG_C) != 0
-    return r
+    bit = wp.where(cc < 2, FLAG_Z, FLAG_C)
+    return ((g.f & bit) != 0) == ((cc & 1) != 0)
+
+
+@wp.func
+def alu_result(g: wp.ref[Gb], kind: wp.int32, t: wp.int32, f: wp.int32):
+    r = t & 0xFF
+    g.f = f | flag_bit(r == 0, FLAG_Z)
+    if kind != 7:
+        g.a = r
 
 
 @wp.func
 def alu(g: wp.ref[Gb], kind: wp.int32, b: wp.int32):
-    """ADD ADC SUB SBC AND XOR OR CP (kind 0..7) of A and b, into A and F."""
+    """ADD ADC SUB SBC AND XOR OR CP (kind 0..7) of A and b, into A and F. Each case stores its own result
+    (see docs/kernel_style.md: a local assigned in a branch costs a select on every path)."""
     a = g.a
     carry = wp.where((g.f & FLAG_C) != 0, 1, 0)
-    t = 0
-    f = 0
     if kind == 0:
-        t = a + b
-        f = flag_bit((a & 0xF) + (b & 0xF) > 0xF, FLAG_H) | flag_bit(t > 0xFF, FLAG_C)
+        alu_result(g, kind, a + b, flag_bit((a & 0xF) + (b & 0xF) > 0xF, FLAG_H) | flag_bit(a + b > 0xFF, FLAG_C))
     elif kind == 1:
-        t = a + b + carry
-        f = flag_bit((a & 0xF) + (b & 0xF) + carry > 0xF, FLAG_H) | flag_bit(t > 0xFF, FLAG_C)
+        alu_result(g, kind, a + b + carry,
+                   flag_bit((a & 0xF) + (b & 0xF) + carry > 0xF, FLAG_H) | flag_bit(a + b + carry > 0xFF, FLAG_C))
     elif kind == 2 or kind == 7:
-        t = a - b
-        f = FLAG_N | flag_bit((a & 0xF) - (b & 0xF) < 0, FLAG_H) | flag_bit(t < 0, FLAG_C)
+        alu_result(g, kind, a - b, FLAG_N | flag_bit((a & 0xF) - (b & 0xF) < 0, FLAG_H) | flag_bit(a - b < 0, FLAG_C))
     elif kind == 3:
-        t = a - b - carry
-        f = FLAG_N | flag_bit((a & 0xF) - (b & 0xF) - carry < 0, FLAG_H) | flag_bit(t < 0, FLAG_C)
+        alu_result(g, kind, a - b - carry,
+                   FLAG_N | flag_bit((a & 0xF) - (b & 0xF) - carry < 0, FLAG_H) | flag_bit(a - b - carry < 0, FLAG_C))
     elif kind == 4:
-        t = a & b
-        f = FLAG_H
+        alu_result(g, kind, a & b, FLAG_H)
     elif kind == 5:
-        t = a ^ b
+        alu_result(g, kind, a ^ b, 0)
     else:
-        t = a | b
-    t = t & 0xFF
-    g.f = f | flag_bit(t == 0, FLAG_Z)
-    if kind != 7:
-        g.a = t
+        alu_result(g, kind, a | b, 0)
 
 
 @wp.func
@@ -149,36 +139,30 @@ def dec8(g: wp.ref[Gb], v: wp.int32) -> wp.int32:
 
 
 @wp.func
+def rotate_result(g: wp.ref[Gb], t: wp.int32, c: wp.int32) -> wp.int32:
+    g.f = flag_bit(t == 0, FLAG_Z) | flag_bit(c != 0, FLAG_C)
+    return t
+
+
+@wp.func
 def rotate(g: wp.ref[Gb], kind: wp.int32, v: wp.int32) -> wp.int32:
     """CB RLC RRC RL RR SLA SRA SWAP SRL (kind 0..7); sets Z, clears N and H, C = bit shifted out."""
     carry = wp.where((g.f & FLAG_C) != 0, 1, 0)
-    t = 0
-    c = 0
     if kind == 0:
-        c = v >> 7
-        t = ((v << 1) | c) & 0xFF
-    elif kind == 1:
-        c = v & 1
-        t = (v >> 1) | (c << 7)
-    elif kind == 2:
-        c = v >> 7
-        t = ((v << 1) | carry) & 0xFF
-    elif kind == 3:
-        c = v & 1
-        t = (v >> 1) | (carry << 7)
-    elif kind == 4:
-        c = v >> 7
-        t = (v << 1) & 0xFF
-    elif kind == 5:
-        c = v & 1
-        t = (v >> 1) | (v & 0x80)
-    elif kind == 6:
-        t = ((v << 4) | (v >> 4)) & 0xFF
-    else:
-        c = v & 1
-        t = v >> 1
-    g.f = flag_bit(t == 0, FLAG_Z) | flag_bit(c != 0, FLAG_C)
-    return t
+        return rotate_result(g, ((v << 1) | (v >> 7)) & 0xFF, v >> 7)
+    if kind == 1:
+        return rotate_result(g, (v >> 1) | ((v & 1) << 7), v & 1)
+    if kind == 2:
+        return rotate_result(g, ((v << 1) | carry) & 0xFF, v >> 7)
+    if kind == 3:
+        return rotate_result(g, (v >> 1) | (carry << 7), v & 1)
+    if kind == 4:
+        return rotate_result(g, (v << 1) & 0xFF, v >> 7)
+    if kind == 5:
+        return rotate_result(g, (v >> 1) | (v & 0x80), v & 1)
+    if kind == 6:
+        return rotate_result(g, ((v << 4) | (v >> 4)) & 0xFF, 0)
+    return rotate_result(g, v >> 1, v & 1)
 
 
 @wp.func

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import re
 import sys
 import textwrap
 from functools import cache
@@ -24,7 +25,7 @@ import numpy as np
 
 from gbxcule.core.isa import BASE, CB, R8, ROTATES, Opcode
 from gbxcule.core.paths import cache_dir
-from gbxcule.kernels.state import FIELDS, TRANSIENT
+from gbxcule.kernels.state import FIELDS, SEQ_FIELDS, TRANSIENT
 from gbxcule.kernels.templates import TEMPLATES
 
 _PAIRS = ("BC", "DE", "HL", "SP", "AF")
@@ -120,6 +121,10 @@ def op_tables() -> tuple[np.ndarray, np.ndarray]:
     return fams, info
 
 
+# Template names of the sequencer's scratch values become fields of its `Seq` struct (see run_op).
+_SEQ_NAME = re.compile(rf"(?<![.\w])({'|'.join(SEQ_FIELDS)})(?!\w)")
+
+
 def _tree(part: str, fams: list[tuple[str, int]], indent: int) -> str:
     """A two-level if-tree (family group, then family) over the families that have `part`."""
     groups: dict[int, list[tuple[int, str]]] = {}
@@ -128,10 +133,10 @@ def _tree(part: str, fams: list[tuple[str, int]], indent: int) -> str:
             groups.setdefault(i >> 3, []).append((i, fam))
     lines = []
     for gi, (group, members) in enumerate(sorted(groups.items())):
-        lines.append(f"{'if' if gi == 0 else 'elif'} (fam >> 3) == {group}:")
+        lines.append(f"{'if' if gi == 0 else 'elif'} (s.fam >> 3) == {group}:")
         for mi, (i, fam) in enumerate(members):
-            lines.append(f"    {'if' if mi == 0 else 'elif'} fam == {i}:  # {fam}")
-            lines.append(textwrap.indent(TEMPLATES[fam][part].strip("\n"), " " * 8))
+            lines.append(f"    {'if' if mi == 0 else 'elif'} s.fam == {i}:  # {fam}")
+            lines.append(textwrap.indent(_SEQ_NAME.sub(r"s.\1", TEMPLATES[fam][part].strip("\n")), " " * 8))
     return textwrap.indent("\n".join(lines) or "pass", " " * indent)
 
 
@@ -161,125 +166,127 @@ from gbxcule.kernels.cpu import (FLAG_C, FLAG_H, FLAG_N, FLAG_Z, alu, check_inte
 from gbxcule.kernels.mbc import rom_read, rtc_advance
 from gbxcule.kernels.ppu import lcd_advance, lcd_skip_lines
 from gbxcule.kernels.render import fill_frame, obs_write
-from gbxcule.kernels.state import BIG, Gb, Mem
+from gbxcule.kernels.state import BIG, Gb, Mem, Seq
 from gbxcule.kernels.timer import timer_advance
 
 
 @wp.func
-def run_op(g: wp.ref[Gb], m: Mem, dispatch: wp.int32):
+def run_op(g: wp.ref[Gb], s: wp.ref[Seq], m: Mem, dispatch: wp.int32):
     """Execute one instruction at PC, or (dispatch != 0) the interrupt dispatch.
 
     One loop performs every memory access of the operation through the single bus path: first the
     opcode fetch (1-3 bytes; 0xCB fetches its second byte), then the template's access slots. The
-    template's `pre` part runs once the fetch is complete, `mid` between the slots, `post` at the end."""
+    template's `pre` part runs once the fetch is complete, `mid` between the slots, `post` at the end.
+
+    The values the templates and the loop set inside branches live in the scratch struct `s` (by
+    reference), not in locals: Warp merges a local assigned in a branch with a select that runs on every
+    path, and the family tree made hundreds of them (docs/kernel_style.md)."""
     t0 = g.cycles
     pc = g.pc
-    base = pc
-    n_fetch = wp.int32(1)
-    ready = wp.int32(0)
-    fam = wp.int32(0)
-    info = wp.int32(0)
-    op = wp.int32(0)
-    imm = wp.int32(0)
-    nxt = wp.int32(0)
-    cyc_nt = wp.int32(0)
-    a0 = wp.int32(0)
-    k0 = wp.int32(0)
-    a1 = wp.int32(0)
-    k1 = wp.int32(0)
-    n_acc = wp.int32(0)
-    wmask = wp.int32(0)
-    ad0 = wp.int32(0)
-    ad1 = wp.int32(0)
-    wv0 = wp.int32(0)
-    wv1 = wp.int32(0)
-    rv0 = wp.int32(0)
-    rv1 = wp.int32(0)
-    taken = wp.int32(0)
-    tmp = wp.int32(0)
+    s.base = pc
+    s.n_fetch = 1
+    s.ready = 0
+    s.fam = 0
+    s.info = 0
+    s.op = 0
+    s.imm = 0
+    s.nxt = 0
+    s.cyc_nt = 0
+    s.a0 = 0
+    s.k0 = 0
+    s.a1 = 0
+    s.k1 = 0
+    s.n_acc = 0
+    s.wmask = 0
+    s.ad0 = 0
+    s.ad1 = 0
+    s.wv0 = 0
+    s.wv1 = 0
+    s.rv0 = 0
+    s.rv1 = 0
+    s.taken = 0
+    s.tmp = 0
     if dispatch != 0:
-        n_fetch = 0
-        fam = $DISPATCH_FAM
+        s.n_fetch = 0
+        s.fam = $DISPATCH_FAM
     elif g.halt_bug != 0:
         g.halt_bug = 0
-        base = (pc - 1) & 0xFFFF  # the byte after HALT is read again
+        s.base = (pc - 1) & 0xFFFF  # the byte after HALT is read again
     elif g.bootrom == 0 and pc < 0x7FFE:
         # Fast path: the whole instruction lies in ROM, whose reads have no side effects to time.
-        op = rom_read(g, m, pc)
+        s.op = rom_read(g, m, pc)
         b1 = rom_read(g, m, pc + 1)
-        if op == 0xCB:
-            op = b1
-            fam = m.ops[256 + b1]
-            info = m.ops[768 + b1]
+        if s.op == 0xCB:
+            s.op = b1
+            s.fam = m.ops[256 + b1]
+            s.info = m.ops[768 + b1]
         else:
-            fam = m.ops[op]
-            info = m.ops[512 + op]
-            if ((info >> 28) & 3) == 3:
-                imm = b1 | (rom_read(g, m, pc + 2) << 8)
+            s.fam = m.ops[s.op]
+            s.info = m.ops[512 + s.op]
+            if ((s.info >> 28) & 3) == 3:
+                s.imm = b1 | (rom_read(g, m, pc + 2) << 8)
             else:
-                imm = b1
-        n_fetch = 0
+                s.imm = b1
+        s.n_fetch = 0
     k = wp.int32(0)
     while True:
-        if ready == 0 and k >= n_fetch:
+        if s.ready == 0 and k >= s.n_fetch:
             if dispatch == 0:
-                nxt = (base + ((info >> 28) & 3)) & 0xFFFF
-                g.pc = nxt
-                g.cycles = t0 + (info & 0xFF)
-                cyc_nt = (info >> 8) & 0xFF
-                a0 = ((info >> 16) & 15) * 4
-                k0 = ((info >> 20) & 3) * 4
-                a1 = ((info >> 22) & 15) * 4
-                k1 = ((info >> 26) & 3) * 4
+                s.nxt = (s.base + ((s.info >> 28) & 3)) & 0xFFFF
+                g.pc = s.nxt
+                g.cycles = t0 + (s.info & 0xFF)
+                s.cyc_nt = (s.info >> 8) & 0xFF
+                s.a0 = ((s.info >> 16) & 15) * 4
+                s.k0 = ((s.info >> 20) & 3) * 4
+                s.a1 = ((s.info >> 22) & 15) * 4
+                s.k1 = ((s.info >> 26) & 3) * 4
 $PRE
-            ready = 1
-        slot = k - n_fetch
-        if ready != 0 and slot >= n_acc:
+            s.ready = 1
+        slot = k - s.n_fetch
+        if s.ready != 0 and slot >= s.n_acc:
             break
-        addr = pc
-        value = 0
-        write = 0
-        when = t0
-        mao = 4 * k
-        if ready == 0:
-            if k > 0:
-                addr = (base + k) & 0xFFFF
-        elif slot == 0:
-            addr = ad0
-            value = wv0
-            write = wmask & 1
-            when = t0 + a0
-            mao = k0
-        else:
-            addr = ad1
-            value = wv1
-            write = (wmask >> 1) & 1
-            when = t0 + a1
-            mao = k1
-        r = bus_access(g, m, addr, value, write, when, mao)
-        if ready == 0:
-            if k == 0:
-                op = r
-                if r == 0xCB:
-                    n_fetch = 2
-                else:
-                    fam = m.ops[r]
-                    info = m.ops[512 + r]
-                    n_fetch = (info >> 28) & 3
-            elif k == 1 and op == 0xCB:
-                op = r
-                fam = m.ops[256 + r]
-                info = m.ops[768 + r]
-            elif k == 1:
-                imm = r
+        s.addr = wp.where(k == 0, pc, (s.base + k) & 0xFFFF)
+        s.value = 0
+        s.write = 0
+        s.when = t0
+        s.mao = 4 * k
+        if s.ready != 0:
+            if slot == 0:
+                s.addr = s.ad0
+                s.value = s.wv0
+                s.write = s.wmask & 1
+                s.when = t0 + s.a0
+                s.mao = s.k0
             else:
-                imm = imm | (r << 8)
+                s.addr = s.ad1
+                s.value = s.wv1
+                s.write = (s.wmask >> 1) & 1
+                s.when = t0 + s.a1
+                s.mao = s.k1
+        r = bus_access(g, m, s.addr, s.value, s.write, s.when, s.mao)
+        if s.ready == 0:
+            if k == 0:
+                s.op = r
+                if r == 0xCB:
+                    s.n_fetch = 2
+                else:
+                    s.fam = m.ops[r]
+                    s.info = m.ops[512 + r]
+                    s.n_fetch = (s.info >> 28) & 3
+            elif k == 1 and s.op == 0xCB:
+                s.op = r
+                s.fam = m.ops[256 + r]
+                s.info = m.ops[768 + r]
+            elif k == 1:
+                s.imm = r
+            else:
+                s.imm = s.imm | (r << 8)
         elif slot == 0:
-            rv0 = r
-            if n_acc > 1:
+            s.rv0 = r
+            if s.n_acc > 1:
 $MID
         else:
-            rv1 = r
+            s.rv1 = r
         k = k + 1
 $POST
 
@@ -303,8 +310,9 @@ def cpu_batch(g: wp.ref[Gb], m: Mem, budget: wp.int32):
         g.cycles = g.cycles + budget  # HALT: jump straight to the next event
     g.intr_queued = 0
     g.bail = 0
+    s = Seq()
     while dispatch != 0 or (g.cycles < end and g.locked == 0):
-        run_op(g, m, dispatch)
+        run_op(g, s, m, dispatch)
         if dispatch != 0:
             dispatch = 0
             g.bail = 0  # writes made by the dispatch do not end the batch
@@ -342,7 +350,7 @@ def run_frame(g: wp.ref[Gb], m: Mem, stop_at_boot_exit: wp.int32):
             g.if_ = g.if_ | INT_SERIAL
         if timer_advance(g, g.cycles) != 0:
             g.if_ = g.if_ | INT_TIMER
-        g.if_ = g.if_ | lcd_advance(g, m, g.cycles)
+        lcd_advance(g, m, g.cycles)
     g.frames = g.frames + 1
 
 

@@ -73,8 +73,24 @@ def stat_write(g: wp.ref[Gb], value: wp.int32) -> wp.int32:
 
 
 @wp.func
+def sprite_x_seen(g: wp.ref[Gb], m: Mem, ly: wp.int32, height: wp.int32, before: wp.int32, x: wp.int32) -> wp.bool:
+    """Whether one of OAM entries 0..before-1 lies on line ly with X == x."""
+    j = wp.int32(0)
+    while j < before:
+        y = oam_byte(m, g, j * 4) - 16
+        if y <= ly and ly < y + height and oam_byte(m, g, j * 4 + 1) == x:
+            return True
+        j = j + 1
+    return False
+
+
+@wp.func
 def mode3_sprite_penalty(g: wp.ref[Gb], m: Mem, ly: wp.int32) -> wp.int32:
-    """Extra mode-3 dots for the sprites on line `ly` (up to 10), by X group and fine alignment."""
+    """Extra mode-3 dots for the sprites on line `ly` (up to 10), by X group and fine alignment.
+
+    A sprite whose X was already seen on the line adds no alignment penalty. `groups8` holds one bit per
+    8 pixels of X seen so far; only when that bit is set are the earlier entries read again for the exact X
+    (few registers: the kernel keeps its state in registers, docs/kernel_style.md)."""
     if (g.lcdc & 2) == 0:
         return 0
     height = 8
@@ -83,12 +99,7 @@ def mode3_sprite_penalty(g: wp.ref[Gb], m: Mem, ly: wp.int32) -> wp.int32:
     count = wp.int32(0)
     groups = wp.int32(0)
     penalty = wp.int32(0)
-    seen0 = wp.int32(0)  # X values already seen, 32 per word (X < 168)
-    seen1 = wp.int32(0)
-    seen2 = wp.int32(0)
-    seen3 = wp.int32(0)
-    seen4 = wp.int32(0)
-    seen5 = wp.int32(0)
+    groups8 = wp.int32(0)
     i = wp.int32(0)
     while i < 40 and count < 10:
         y = oam_byte(m, g, i * 4) - 16
@@ -96,32 +107,13 @@ def mode3_sprite_penalty(g: wp.ref[Gb], m: Mem, ly: wp.int32) -> wp.int32:
             x = oam_byte(m, g, i * 4 + 1)
             if x < 168:
                 penalty = penalty + 6
-                word = x >> 5
-                bit = 1 << (x & 31)
-                dup = 0
-                if word == 0:
-                    dup = seen0 & bit
-                    seen0 = seen0 | bit
-                elif word == 1:
-                    dup = seen1 & bit
-                    seen1 = seen1 | bit
-                elif word == 2:
-                    dup = seen2 & bit
-                    seen2 = seen2 | bit
-                elif word == 3:
-                    dup = seen3 & bit
-                    seen3 = seen3 | bit
-                elif word == 4:
-                    dup = seen4 & bit
-                    seen4 = seen4 | bit
-                else:
-                    dup = seen5 & bit
-                    seen5 = seen5 | bit
-                if dup == 0:
+                bit = 1 << (x >> 3)
+                if (groups8 & bit) == 0 or not sprite_x_seen(g, m, ly, height, i, x):
                     groups = groups + 1
                     align = 5 - ((x + g.scx - 8) & 7)
                     if align > 0:
                         penalty = penalty + align
+                groups8 = groups8 | bit
             count = count + 1
         i = i + 1
     if count > 0 and groups == 0:
@@ -152,13 +144,12 @@ def wy_check(g: wp.ref[Gb]):
 
 
 @wp.func
-def lcd_advance(g: wp.ref[Gb], m: Mem, now: wp.int32) -> wp.int32:
-    """Catch the PPU up to cycle `now`, handling at most one transition; returns IF bits raised."""
+def lcd_advance(g: wp.ref[Gb], m: Mem, now: wp.int32):
+    """Catch the PPU up to cycle `now`, handling at most one transition; interrupts it raises go to IF."""
     cycles = now - g.lcd_last
     if cycles == 0:
-        return 0
+        return
     g.lcd_last = now
-    intr = 0
     g.lcd_clock = g.lcd_clock + cycles
     if g.lcd_clock >= g.lcd_target:
         on = (g.lcdc & 0x80) != 0
@@ -171,10 +162,10 @@ def lcd_advance(g: wp.ref[Gb], m: Mem, now: wp.int32) -> wp.int32:
             g.lcd_target = 76
             g.next_mode = 3
             g.stat_transition = ST_NONE
-            intr = intr | stat_set_mode(g, 0)
+            g.if_ = g.if_ | stat_set_mode(g, 0)
             g.wy_latch = 0
             wy_check(g)
-            intr = intr | stat_update_lyc(g)
+            g.if_ = g.if_ | stat_update_lyc(g)
         elif on and g.ly == 153:
             if g.first_frame != 0 and g.lcd_target < FRAME_CYCLES:
                 g.lcd_target = FRAME_CYCLES  # the start-up line is 8 dots short
@@ -186,36 +177,36 @@ def lcd_advance(g: wp.ref[Gb], m: Mem, now: wp.int32) -> wp.int32:
                 g.lcd_target = g.lcd_target % FRAME_CYCLES + 80
                 g.next_mode = 3
                 g.stat_transition = ST_NONE
-                intr = intr | stat_set_mode(g, 2)
+                g.if_ = g.if_ | stat_set_mode(g, 2)
                 g.wy_latch = 0
                 wy_check(g)
-                intr = intr | stat_update_lyc(g)
+                g.if_ = g.if_ | stat_update_lyc(g)
         elif on and g.stat_transition == ST_ADVANCE_LY:
             g.ly = g.ly + 1
             if g.first_frame != 0:
                 g.stat = g.stat & 0xFB  # coincidence is compared again when mode 2 starts
-                intr = intr | stat_update_line(g)
+                g.if_ = g.if_ | stat_update_line(g)
             else:
-                intr = intr | stat_update_lyc(g)
+                g.if_ = g.if_ | stat_update_lyc(g)
             g.lcd_target = g.lcd_target + 4
             g.stat_transition = ST_START_MODE2
         elif on and g.stat_transition == ST_START_MODE2:
-            intr = intr | stat_set_mode(g, 2)
+            g.if_ = g.if_ | stat_set_mode(g, 2)
             if g.first_frame != 0:
-                intr = intr | stat_update_lyc(g)
+                g.if_ = g.if_ | stat_update_lyc(g)
             g.lcd_target = g.lcd_target + 80
             g.next_mode = 3
             g.stat_transition = ST_NONE
             wy_check(g)
         elif on:
-            intr = intr | stat_set_mode(g, g.next_mode)
+            g.if_ = g.if_ | stat_set_mode(g, g.next_mode)
             mode = g.stat_mode
             if mode == 2:
                 g.ly = g.ly + 1
                 g.lcd_target = g.lcd_target + 80
                 g.next_mode = 3
                 g.stat_transition = ST_NONE
-                intr = intr | stat_update_lyc(g)
+                g.if_ = g.if_ | stat_update_lyc(g)
                 wy_check(g)
             elif mode == 3:
                 g.mode3_adj = mode3_adjustment(g, m, g.ly)
@@ -240,11 +231,11 @@ def lcd_advance(g: wp.ref[Gb], m: Mem, now: wp.int32) -> wp.int32:
                 g.next_mode = 1
                 g.stat_transition = ST_NONE
                 g.ly = g.ly + 1
-                intr = intr | stat_update_lyc(g)
+                g.if_ = g.if_ | stat_update_lyc(g)
                 if g.ly == 144:
                     if (g.stat & 0x20) != 0 and g.stat_irq_line == 0:
-                        intr = intr | INT_STAT  # the mode-2 source fires at the start of VBlank too
-                    intr = intr | INT_VBLANK
+                        g.if_ = g.if_ | INT_STAT  # the mode-2 source fires at the start of VBlank too
+                    g.if_ = g.if_ | INT_VBLANK
                     g.wy_latch = 0
                     if g.first_frame != 0:
                         blank_screen(g, m)  # the first frame after LCD on is not shown
@@ -254,7 +245,6 @@ def lcd_advance(g: wp.ref[Gb], m: Mem, now: wp.int32) -> wp.int32:
             g.lcd_target = FRAME_CYCLES
             blank_screen(g, m)
     lcd_schedule(g)
-    return intr
 
 
 @wp.func

@@ -111,14 +111,19 @@ def ram_layout(cart_ram_size: int) -> RamLayout:
 # the current frame is drawn into the frame buffer.
 TRANSIENT = ("env", "n", "render")
 
+# The instruction sequencer's per-instruction scratch (kernels/gen.py run_op): not state, never stored.
+SEQ_FIELDS = ("base", "n_fetch", "ready", "fam", "info", "op", "imm", "nxt", "cyc_nt", "a0", "k0", "a1", "k1",
+              "n_acc", "wmask", "ad0", "ad1", "wv0", "wv1", "rv0", "rv1", "taken", "tmp",
+              "addr", "value", "write", "when", "mao")
 
-def _make_struct():
-    names = [name for name, _ in FIELDS] + list(TRANSIENT)
-    cls = type("Gb", (), {"__annotations__": {name: wp.int32 for name in names}, "__module__": __name__})
+
+def _int_struct(name: str, names) -> type:
+    cls = type(name, (), {"__annotations__": {n: wp.int32 for n in names}, "__module__": __name__})
     return wp.struct(cls)
 
 
-Gb = _make_struct()
+Gb = _int_struct("Gb", [name for name, _ in FIELDS] + list(TRANSIENT))
+Seq = _int_struct("Seq", SEQ_FIELDS)
 
 
 @wp.struct
