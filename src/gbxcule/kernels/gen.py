@@ -460,7 +460,7 @@ def kernel_source(max_registers: int | None = None, stage: str = "emulate_only",
     """The generated module for one stage. `max_registers` caps the CUDA registers per thread (None: the
     compiler's choice); lower caps trade spills for occupancy (see BENCHMARKS.md). `draws=False` builds
     the lean kernel for frames that draw nothing: the render argument is ignored, `g.render` is always
-    0, and the compiler drops the renderer (a quarter of the code and of the spill stack on CUDA)."""
+    0, and the compiler drops the renderer (on CUDA 30% of the code and three quarters of the spill stack)."""
     epilogue, writes = STAGES[stage]
     load, store = _field_io_source()
     from gbxcule.kernels.state import CYCLE_FIELDS
