@@ -1,7 +1,7 @@
 """Read the compiled CUDA step kernel without a GPU: registers, stack and spills (ptxas -v), SASS size and
 the spill loads in its largest loops (nvdisasm). The figures in BENCHMARKS.md "Where the time goes".
 
-    .venv/bin/python scripts/kernel_report.py [--stage full_step] [--lean] [--arch 90]
+    .venv/bin/python scripts/kernel_report.py [--stage full_step] [--lean] [--max-registers N] [--arch 90]
                                               [--ptxas ptxas] [--nvdisasm nvdisasm]
 
 Warp writes the kernel's PTX (NVRTC, no GPU needed); ptxas comes with a CUDA toolkit, nvdisasm with one or in
@@ -47,6 +47,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--stage", default="full_step")
     p.add_argument("--lean", action="store_true", help="the kernel without the renderer (docs/step_abi.md)")
+    p.add_argument("--max-registers", type=int, default=None, help="the register cap of WarpVecBackend")
     p.add_argument("--arch", type=int, default=90)
     p.add_argument("--ptxas", default="ptxas")
     p.add_argument("--nvdisasm", default="nvdisasm")
@@ -58,7 +59,7 @@ def main() -> int:
 
     init_warp()
     work = Path(tempfile.mkdtemp(prefix="gbxcule_kernel_"))
-    module = load_kernels(None, args.stage, draws=not args.lean)
+    module = load_kernels(args.max_registers, args.stage, draws=not args.lean)
     [ptx_path] = wp.compile_aot_module(module, arch=args.arch, module_dir=work, use_ptx=True)
     ptx = Path(ptx_path).read_bytes().replace(b"\0", b"")
     cubin = work / "step.cubin"

@@ -106,11 +106,6 @@ def draw_line(g: wp.ref[Gb], m: Mem, ly: wp.int32, window: wp.int32):
                 datas[j] = data
                 count = count + 1
             i = i + 1
-    spr_lo = wp.int32(0)
-    spr_hi = wp.int32(0)
-    if count > 0:
-        spr_lo = (keys[0] >> 8) - 8
-        spr_hi = keys[count - 1] >> 8
     # Background and window.
     bgp = g.bgp
     use_bg = window != 0 or (lcdc & 1) != 0  # the reference draws BG left of a window even with LCDC.0 off
@@ -123,48 +118,37 @@ def draw_line(g: wp.ref[Gb], m: Mem, ly: wp.int32, window: wp.int32):
     scx = g.scx
     bg_row = (ly + g.scy) & 0xFF
     win_row = g.win_line & 0xFF
-    cached = wp.int32(-1)
+    cached = wp.int32(-1)  # the tile row in `bits`: map column, + 256 for the window
     bits = wp.int32(0)
+    first = wp.int32(0)  # sprites before this one end left of the current word
     base = (g.env * 144 + ly) * LINE_WORDS
     for w in range(40):
+        while first < count and (keys[first] >> 8) - 1 < w * 4:  # screen X + 7 < the word's first pixel
+            first = first + 1
         word = wp.int32(0)
         for k in range(4):
             x = w * 4 + k
-            shade = bgp & 3
-            opaque = 1  # BG colour is not 0: sprites with the behind-BG flag do not show
-            if x >= win_start:
-                px = x - win_x
-                if cached != 256 + (px >> 3):
-                    cached = 256 + (px >> 3)
-                    bits = bg_tile_row(g, m, win_map, px >> 3, win_row)
-                c = color_at(bits, px)
-                shade = (bgp >> (c * 2)) & 3
-                opaque = wp.where(c != 0, 1, 0)
-            elif use_bg:
-                px = (x + scx) & 0xFF
-                if cached != (px >> 3):
-                    cached = px >> 3
-                    bits = bg_tile_row(g, m, bg_map, px >> 3, bg_row)
-                c = color_at(bits, px)
-                shade = (bgp >> (c * 2)) & 3
-                opaque = wp.where(c != 0, 1, 0)
-            if x >= spr_lo and x < spr_hi:
-                s = wp.int32(0)
-                while s < count:
-                    d = x - ((keys[s] >> 8) - 8)
-                    if d >= 0 and d < 8:
-                        data = datas[s]
-                        col = d
-                        if (data & 0x200000) != 0:
-                            col = 7 - d
-                        c = color_at(data, col)
-                        if c != 0 and ((data & 0x800000) == 0 or opaque == 0):
-                            pal = g.obp0
-                            if (data & 0x100000) != 0:
-                                pal = g.obp1
-                            shade = (pal >> (c * 2)) & 3
-                            s = count
-                    s = s + 1
+            in_win = x >= win_start
+            px = wp.where(in_win, x - win_x, (x + scx) & 0xFF)
+            tile = wp.where(in_win, 256 + (px >> 3), px >> 3)
+            if tile != cached and (in_win or use_bg):
+                cached = tile
+                bits = bg_tile_row(g, m, wp.where(in_win, win_map, bg_map), px >> 3, wp.where(in_win, win_row, bg_row))
+            c = wp.where(in_win or use_bg, color_at(bits, px), 0)
+            opaque = c != 0 or not (in_win or use_bg)  # BG off: sprites behind BG stay hidden, as in the reference
+            shade = (bgp >> (c * 2)) & 3
+            # sprites in priority order (X, then OAM index) from `first` that start at or left of x: the first
+            # with a non-zero colour that is not hidden behind the BG shows
+            s = first
+            while s < count and (keys[s] >> 8) - 8 <= x:
+                d = x - ((keys[s] >> 8) - 8)
+                if d < 8:
+                    data = datas[s]
+                    sc = color_at(data, wp.where((data & 0x200000) != 0, 7 - d, d))
+                    if sc != 0 and ((data & 0x800000) == 0 or not opaque):
+                        shade = (wp.where((data & 0x100000) != 0, g.obp1, g.obp0) >> (sc * 2)) & 3
+                        s = count
+                s = s + 1
             word = word | (shade << (k * 8))
         m.frame[base + w] = wp.uint32(word)
 
