@@ -70,8 +70,7 @@ def _device_bytes_per_env(backend) -> int | None:
     if not hasattr(backend, "fields"):
         return None
     arrays = [backend.fields, backend.ram, backend.serial, backend.obs, backend.rewards]
-    if backend._frame is not None:
-        arrays.append(backend._frame)
+    arrays += [a for a in (backend._lines, backend._frame) if a is not None]
     return sum(a.capacity for a in arrays) // backend.num_envs
 
 
