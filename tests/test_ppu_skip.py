@@ -101,13 +101,13 @@ def test_skip_equals_stepping_the_transitions():
         m = Mem()
         m.ram = wp.array(ram, dtype=wp.uint8, device="cpu")
         m.oam, m.vram, m.n_envs = layout.bases["oam"], layout.bases["vram"], n
-        m.frame = wp.zeros((144 * 40, n), dtype=wp.uint32, device="cpu")
+        m.frame = wp.zeros(n * 144 * 40, dtype=wp.uint32, device="cpu")
         mems.append(m)
     out = wp.zeros((n, 2, len(OUT)), dtype=wp.int32, device="cpu")
     info = wp.zeros((n, 2), dtype=wp.int32, device="cpu")
     wp.launch(skip_vs_step, dim=n, inputs=[wp.array(cases, dtype=wp.int32, device="cpu"), *mems, out, info],
               device="cpu")
-    frames = [m.frame.numpy().T for m in mems]  # [env, word]
+    frames = [m.frame.numpy().reshape(n, -1) for m in mems]
     out, info = out.numpy(), info.numpy()
     skipped = info[:, 0] > 0
     assert skipped.mean() > 0.3  # the cases do exercise the skip

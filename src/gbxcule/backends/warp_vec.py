@@ -104,8 +104,7 @@ def apply_dmg_boot_values(fields: np.ndarray, rom: bytes) -> None:
 
 
 BLOCK_DIMS = (256, 128, 64, 32)
-# Flat int32 indexes into the 1D per-env arrays (fields and serial `row * num_envs + env`, the frame buffer's
-# uint32 alias `env * 5760 + word`) must stay below 2**31; RAM and the frame lines are 2D.
+# Flat int32 indexes (`row * num_envs + env`) into the 1D per-env arrays must stay below 2**31; RAM is 2D.
 MAX_ENVS = (2**31 - 1) // max(NUM_FIELDS, SERIAL_CAPTURE, 144 * 40)
 
 
@@ -164,7 +163,7 @@ class WarpVecBackend:
         self.layout = ram_layout(self.cart.ram_banks * 0x2000)
         if num_envs > MAX_ENVS:
             raise GbxculeError(f"at most {MAX_ENVS} envs: the per-env arrays indexed with int32 (serial capture, "
-                               f"fields, frame buffer) stop there; got {num_envs}")
+                               f"fields, drawn frames) stop there; got {num_envs}")
         self._wp = wp
         if obs_mode not in OBS_MODES:
             raise ValueError(f"observation mode must be one of {', '.join(OBS_MODES)}, not {obs_mode!r}")
@@ -204,7 +203,8 @@ class WarpVecBackend:
         mem.mbc1_multicart = int(self.cart.mbc1_multicart)
         for region, base in self.layout.bases.items():
             setattr(mem, region, base)
-        mem.frame = wp.zeros((1, 1), dtype=wp.uint32, device=device)  # the frame lines come with the first render
+        mem.frame = wp.zeros(1, dtype=wp.uint32, device=device)  # the real buffer comes with the first render
+        self._no_frame = wp.zeros((1, 1, 1), dtype=wp.uint8, device=device)
         self.mem = mem
         # sort_envs (default: on for CUDA, off for the CPU device, which has no warps): every `sort_every`
         # frames (default 1; a step then takes one launch per sort), order the threads by each env's
@@ -226,7 +226,7 @@ class WarpVecBackend:
             self._sort_keys = wp.zeros(2 * n, dtype=wp.int32, device=device)
             self._sort_vals = wp.zeros(2 * n, dtype=wp.int32, device=device)
             self._perm = self._sort_vals[:n]
-        self._lines = self._frame = self._frame_words = None
+        self._frame = self._frame_words = None
         self._obs: dict[tuple[str, bool], object] = {}
         # Stage outputs (written by the step kernel's epilogue; see kernels/gen.py STAGES).
         self.rewards = wp.zeros(n if "reward" in stage or stage == "full_step" else 1, dtype=wp.float32,
@@ -234,9 +234,8 @@ class WarpVecBackend:
         with_obs = stage in ("obs_only", "full_step")
         self.obs = wp.zeros((n, 72, 20 if obs_packed else 80) if with_obs else (1, 1, 1), dtype=wp.uint8,
                             device=device)
-        self._obs_words = self._words_of(self.obs)
         if with_obs:
-            self.frame_lines()
+            self.frame_buffer()
         if boot not in BOOT_MODES:
             raise ValueError(f"unknown boot mode {boot!r}; choose one of {', '.join(BOOT_MODES)}")
         self.boot = boot
@@ -254,6 +253,7 @@ class WarpVecBackend:
         apart from the drawn ones. Nothing here waits for the device."""
         wp, n = self._wp, self.num_envs
         mean, packed, lo, hi = self._stage_args
+        frame8 = self._frame if self._frame is not None else self._no_frame
         actions = self.actions if actions is None else actions
         sort = self.sort_envs and dim is None
         every = self.sort_every if sort else frames
@@ -275,7 +275,7 @@ class WarpVecBackend:
                 kernels = self._lean_kernels()
             wp.launch(kernels.step_kernel, dim=n if dim is None else dim, device=self.device, block_dim=self.block_dim,
                       inputs=[self.fields, self.mem, actions, self.masks, self.codec.num_actions, begin, end, frames,
-                              release_after, stop_at_boot_exit, render, self._obs_words, self.obs, mean, packed,
+                              release_after, stop_at_boot_exit, render, frame8, self.obs, mean, packed,
                               self.rewards, lo, hi, perm])
 
     def _lean_kernels(self):
@@ -312,8 +312,8 @@ class WarpVecBackend:
                         inputs=[self._start_fields, self._start_ram, self.fields, self.ram, self.num_envs,
                                 NUM_FIELDS])
         self.serial.zero_()
-        if self._lines is not None:
-            self._lines.zero_()
+        if self._frame is not None:
+            self._frame.zero_()
 
     def step(self, actions, render: bool | str = False) -> None:
         """Advance every env one step; `render`: False/"none", True/"last" (the step's last frame), "all".
@@ -326,7 +326,7 @@ class WarpVecBackend:
         if self.stage in ("obs_only", "full_step"):
             mode = max(mode, 1)  # the observation comes from the step's last frame
         if mode:
-            self.frame_lines()
+            self.frame_buffer()
         self._launch(self.schedule.frames_per_step, self.schedule.release_after_frames, render=mode,
                      actions=self._device_actions(actions))
 
@@ -346,49 +346,27 @@ class WarpVecBackend:
         return dev
 
     # --- screens ------------------------------------------------------------------------------------
-    def _words_of(self, arr):
-        """A uint32 alias of a uint8 device array whose size is a multiple of 4 (else a 1-word placeholder)."""
-        wp = self._wp
-        if arr.size % 4:
-            return wp.zeros(1, dtype=wp.uint32, device=self.device)
-        return wp.array(ptr=arr.ptr, dtype=wp.uint32, shape=(arr.size // 4,), device=self.device)
-
-    def frame_lines(self):
-        """The drawn frame as the kernel writes it: uint32 [5760, N], interleaved across envs; word y*40+w of
-        env e (`[y * 40 + w, e]`) holds pixels 4w..4w+3 of line y, pixel 4w+k in byte k. Written in place by
-        drawing steps; all 0 until the first one (and after `reset()`)."""
-        if self._lines is None:
-            from gbxcule.kernels.render import FRAME_WORDS
-
-            self._lines = self._wp.zeros((FRAME_WORDS, self.num_envs), dtype=self._wp.uint32, device=self.device)
-            self.mem.frame = self._lines
-        return self._lines
-
     def frame_buffer(self):
-        """The frame buffer, uint8 [N,144,160] shade indices on the device, brought up to date with the last
-        drawn frame by this call (one launch, no synchronisation): the same array on every call."""
-        from gbxcule.kernels.render import FRAME_WORDS, frame_kernel
-
-        wp = self._wp
-        lines = self.frame_lines()
+        """The device frame buffer, uint8 [N,144,160] shade indices, written in place by rendering steps
+        (all 0 until the first one)."""
         if self._frame is None:
-            self._frame = wp.zeros((self.num_envs, 144, 160), dtype=wp.uint8, device=self.device)
-            self._frame_words = self._words_of(self._frame)
-        wp.launch(frame_kernel, dim=(self.num_envs, FRAME_WORDS), device=self.device,
-                  inputs=[lines, self._frame_words])
+            wp = self._wp
+            n = self.num_envs
+            self._frame = wp.zeros((n, 144, 160), dtype=wp.uint8, device=self.device)
+            # The kernel writes 4 pixels at a time through a uint32 alias of the same memory.
+            self._frame_words = wp.array(ptr=self._frame.ptr, dtype=wp.uint32, shape=(n * 144 * 40,),
+                                         device=self.device)
+            self.mem.frame = self._frame_words
         return self._frame
 
     def frames_host(self, env: int | None = None) -> np.ndarray:
         """Frame buffer on the host: [144,160] for one env, [N,144,160] without `env` (synchronises)."""
         if env is None:
             return self.frame_buffer().numpy()
-        from gbxcule.kernels.render import FRAME_WORDS
-
-        words = self._gather(self.frame_lines(), FRAME_WORDS, [check_env(self, env)])[:, 0]
-        return words.astype("<u4").view(np.uint8).reshape(144, 160).copy()
+        return self.frame_buffer()[check_env(self, env)].numpy().copy()
 
     def observation(self, mode: str = "stride", packed: bool = False):
-        """The 72x80 view of the drawn frame on the device, recomputed into the same array on each call:
+        """The 72x80 view of the frame buffer on the device, recomputed into the same array on each call:
         uint8 [N,72,80] (`packed`: [N,72,20], 4 pixels a byte, first pixel in bits 7-6). `mode`
         "stride" takes pixel (2r, 2c); "mean" the 2x2 block's mean rounded half up, (sum + 2) // 4."""
         if mode not in OBS_MODES:
@@ -398,11 +376,11 @@ class WarpVecBackend:
         wp = self._wp
         key = (mode, bool(packed))
         if key not in self._obs:
-            out = wp.zeros((self.num_envs, 72, 20 if packed else 80), dtype=wp.uint8, device=self.device)
-            self._obs[key] = (out, self._words_of(out))
-        out, words = self._obs[key]
+            self._obs[key] = wp.zeros((self.num_envs, 72, 20 if packed else 80), dtype=wp.uint8,
+                                      device=self.device)
+        out = self._obs[key]
         wp.launch(obs_kernel, dim=(self.num_envs, 72, 20), device=self.device,
-                  inputs=[self.frame_lines(), out, words, int(mode == "mean"), int(bool(packed))])
+                  inputs=[self.frame_buffer(), out, int(mode == "mean"), int(bool(packed))])
         return out
 
     def get_cpu_state(self, env: int) -> CpuState:

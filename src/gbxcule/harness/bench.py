@@ -70,7 +70,8 @@ def _device_bytes_per_env(backend) -> int | None:
     if not hasattr(backend, "fields"):
         return None
     arrays = [backend.fields, backend.ram, backend.serial, backend.obs, backend.rewards]
-    arrays += [a for a in (backend._lines, backend._frame) if a is not None]
+    if backend._frame is not None:
+        arrays.append(backend._frame)
     return sum(a.capacity for a in arrays) // backend.num_envs
 
 

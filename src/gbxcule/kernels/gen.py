@@ -381,7 +381,7 @@ def step_kernel(fields: wp.array(dtype=wp.int32), mem: Mem, actions: wp.array(dt
                 masks: wp.array(dtype=wp.int32), num_actions: wp.int32, frame_begin: wp.int32,
                 frame_end: wp.int32, frames_per_step: wp.int32, release_after: wp.int32,
                 stop_at_boot_exit: wp.int32, render: wp.int32,
-                obs_words: wp.array(dtype=wp.uint32), obs: wp.array3d(dtype=wp.uint8), obs_mean: wp.int32,
+                frame8: wp.array3d(dtype=wp.uint8), obs: wp.array3d(dtype=wp.uint8), obs_mean: wp.int32,
                 obs_packed: wp.int32, rewards: wp.array(dtype=wp.float32), reward_lo: wp.int32,
                 reward_hi: wp.int32, perm: wp.array(dtype=wp.int32)):
     """Run frames [frame_begin, frame_end) of a step of frames_per_step frames in every env (a step may
@@ -443,7 +443,7 @@ _REWARD_V0 = """
 _OBSERVATION = """
     for r in range(72):
         for q in range(20):
-            obs_write(mem.frame, obs, obs_words, e, r, q, obs_mean, obs_packed)"""
+            obs_write(frame8, obs, e, r, q, obs_mean, obs_packed)"""
 STAGES: dict[str, tuple[str, str]] = {
     "emulate_only": ("", "nothing"),
     "reward_only": (_REWARD_V0, "rewards"),

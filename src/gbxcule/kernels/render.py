@@ -6,11 +6,9 @@ after the LCD is switched on). Registers, VRAM and OAM are read at that moment; 
 emulated memory. A line is drawn only while `g.render` is set; the window line counter and the blank
 bookkeeping run on every line either way, so the picture does not depend on which frames were drawn.
 
-Frame lines: `m.frame`, uint32 [5760, N], interleaved across envs like RAM: word `y * 40 + w` of env e,
-`m.frame[y * 40 + w, e]`, holds pixels 4w..4w+3 of line y (pixel 4w+k in byte k), so the lanes of a warp
-that draw the same word store to neighbouring addresses. `frame_kernel` converts them into the
-[N,144,160] uint8 frame buffer when one is asked for; `obs_write` (the step's observation epilogue and
-`obs_kernel`) reads them directly (stride or 2x2 mean to 72x80, optionally packed 4 pixels a byte).
+Frame buffer: `m.frame`, uint32 words, 40 per line (4 pixels each, pixel 4w+k in byte k, i.e. the
+little-endian bytes of a uint8 [N,144,160] array), env e's line y at word (e * 144 + y) * 40.
+Observation kernel: `obs_kernel` (stride or 2x2 mean to 72x80, optionally packed 4 pixels a byte).
 docs/rendering.md describes all of it.
 
 The PPU is advanced from two places only (the bus and the batch loop), so these functions are inlined
@@ -22,7 +20,7 @@ import warp as wp
 from gbxcule.kernels.state import Gb, Mem
 
 LINE_WORDS = wp.constant(40)
-FRAME_WORDS = wp.constant(144 * 40)  # rows of the frame-line array
+FRAME_WORDS = wp.constant(144 * 40)
 
 vec10i = wp.types.vector(length=10, dtype=wp.int32)
 
@@ -55,18 +53,13 @@ def color_at(bits: wp.int32, col: wp.int32) -> wp.int32:
 
 
 @wp.func
-def has_frame(g: wp.ref[Gb], m: Mem) -> wp.bool:
-    """Whether the frame-line array is allocated (a 1x1 placeholder until the first drawing step)."""
-    return m.frame.shape[0] == FRAME_WORDS and g.env < m.frame.shape[1]
-
-
-@wp.func
 def fill_frame(g: wp.ref[Gb], m: Mem, shade: wp.int32):
-    if not has_frame(g, m):
+    if (g.env + 1) * FRAME_WORDS > m.frame.shape[0]:
         return
     word = wp.uint32((shade & 3) * 0x01010101)
+    base = g.env * FRAME_WORDS
     for i in range(FRAME_WORDS):
-        m.frame[i, g.env] = word
+        m.frame[base + i] = word
 
 
 @wp.func
@@ -80,7 +73,7 @@ def blank_screen(g: wp.ref[Gb], m: Mem):
 @wp.func
 def draw_line(g: wp.ref[Gb], m: Mem, ly: wp.int32, window: wp.int32):
     """Draw line `ly`: background, window (when `window`), then up to 10 sprites, as the reference does."""
-    if ly < 0 or ly >= 144 or not has_frame(g, m):
+    if ly < 0 or ly >= 144 or (g.env + 1) * FRAME_WORDS > m.frame.shape[0]:
         return
     lcdc = g.lcdc
     # Sprites on this line: the first 10 in OAM order, kept sorted by (X, OAM index), which is the
@@ -128,7 +121,7 @@ def draw_line(g: wp.ref[Gb], m: Mem, ly: wp.int32, window: wp.int32):
     cached = wp.int32(-1)  # the tile row in `bits`: map column, + 256 for the window
     bits = wp.int32(0)
     first = wp.int32(0)  # sprites before this one end left of the current word
-    row = ly * LINE_WORDS
+    base = (g.env * 144 + ly) * LINE_WORDS
     for w in range(40):
         while first < count and (keys[first] >> 8) - 1 < w * 4:  # screen X + 7 < the word's first pixel
             first = first + 1
@@ -157,7 +150,7 @@ def draw_line(g: wp.ref[Gb], m: Mem, ly: wp.int32, window: wp.int32):
                         s = count
                 s = s + 1
             word = word | (shade << (k * 8))
-        m.frame[row + w, g.env] = wp.uint32(word)
+        m.frame[base + w] = wp.uint32(word)
 
 
 @wp.func
@@ -175,51 +168,37 @@ def scanline(g: wp.ref[Gb], m: Mem):
 
 
 @wp.func
-def obs_word(lines: wp.array2d(dtype=wp.uint32), e: wp.int32, r: wp.int32, q: wp.int32, mean: wp.int32) -> wp.int32:
-    """Observation pixels (row r, columns 4q..4q+3) of env e, pixel 4q+k in byte k: frame pixel (2r, 2c), or
-    the rounded mean of the 2x2 block there. They come from frame words 2q and 2q+1 of line 2r (and 2r+1)."""
-    row = (2 * (r % 72)) * LINE_WORDS + 2 * (q % 20)
-    a0 = wp.int32(lines[row, e])
-    a1 = wp.int32(lines[row + 1, e])
-    out = wp.int32(0)
-    if mean == 0:
-        out = (a0 & 0xFF) | (((a0 >> 16) & 0xFF) << 8) | ((a1 & 0xFF) << 16) | (((a1 >> 16) & 0xFF) << 24)
-    else:
-        b0 = wp.int32(lines[row + LINE_WORDS, e])
-        b1 = wp.int32(lines[row + LINE_WORDS + 1, e])
-        for k in range(4):
-            top = wp.where(k < 2, a0, a1) >> (16 * (k & 1))
-            bottom = wp.where(k < 2, b0, b1) >> (16 * (k & 1))
-            total = (top & 0xFF) + ((top >> 8) & 0xFF) + (bottom & 0xFF) + ((bottom >> 8) & 0xFF)
-            out = out | (((total + 2) >> 2) << (8 * k))
-    return out
+def obs_pixel(frame: wp.array3d(dtype=wp.uint8), e: wp.int32, r: wp.int32, c: wp.int32,
+              mean: wp.int32) -> wp.int32:
+    """Observation pixel (r, c): frame pixel (2r, 2c), or the rounded mean of the 2x2 block there."""
+    y = (2 * r) % 144
+    x = (2 * c) % 160
+    v = wp.int32(frame[e, y, x])
+    if mean != 0:
+        s = v + wp.int32(frame[e, y, x + 1]) + wp.int32(frame[e, y + 1, x]) + wp.int32(frame[e, y + 1, x + 1])
+        v = (s + 2) >> 2
+    return v
 
 
 @wp.func
-def obs_write(lines: wp.array2d(dtype=wp.uint32), obs: wp.array3d(dtype=wp.uint8),
-              obs_words: wp.array(dtype=wp.uint32), e: wp.int32, r: wp.int32, q: wp.int32, mean: wp.int32,
-              packed: wp.int32):
-    """Observation pixels (row r, columns 4q..4q+3) of env e. Packed: one byte of `obs` ([N,72,20]), pixel
-    4q in bits 7-6, 4q+1 in bits 5-4, 4q+2 in bits 3-2, 4q+3 in bits 1-0. Else one word of `obs_words`, the
-    uint32 alias of `obs` ([N,72,80]): four pixels in one store."""
-    v = obs_word(lines, e, r, q, mean) & 0x03030303
+def obs_write(frame: wp.array3d(dtype=wp.uint8), out: wp.array3d(dtype=wp.uint8), e: wp.int32, r: wp.int32,
+              q: wp.int32, mean: wp.int32, packed: wp.int32):
+    """Observation pixels (row r, columns 4q..4q+3) of env e. Packed: one byte, pixel 4q in bits 7-6,
+    4q+1 in bits 5-4, 4q+2 in bits 3-2, 4q+3 in bits 1-0; else one byte per pixel."""
+    byte = wp.int32(0)
+    for k in range(4):
+        v = obs_pixel(frame, e, r, q * 4 + k, mean) & 3
+        if packed != 0:
+            byte = byte | (v << (6 - 2 * k))
+        else:
+            out[e, r, (q * 4 + k) % 80] = wp.uint8(v)
     if packed != 0:
-        byte = ((v & 3) << 6) | (((v >> 8) & 3) << 4) | (((v >> 16) & 3) << 2) | ((v >> 24) & 3)
-        obs[e, r % 72, q % 20] = wp.uint8(byte)
-    else:
-        obs_words[(e * 72 + r % 72) * 20 + q % 20] = wp.uint32(v)
+        out[e, r, q % 20] = wp.uint8(byte)
 
 
 @wp.kernel(enable_backward=False)
-def obs_kernel(lines: wp.array2d(dtype=wp.uint32), obs: wp.array3d(dtype=wp.uint8),
-               obs_words: wp.array(dtype=wp.uint32), mean: wp.int32, packed: wp.int32):
+def obs_kernel(frame: wp.array3d(dtype=wp.uint8), out: wp.array3d(dtype=wp.uint8), mean: wp.int32,
+               packed: wp.int32):
     """One thread per 4 observation pixels: row r, columns 4q..4q+3 of env e."""
     e, r, q = wp.tid()
-    obs_write(lines, obs, obs_words, e, r, q, mean, packed)
-
-
-@wp.kernel(enable_backward=False)
-def frame_kernel(lines: wp.array2d(dtype=wp.uint32), frame_words: wp.array(dtype=wp.uint32)):
-    """The frame lines of env e into the uint32 alias of the [N,144,160] uint8 frame buffer."""
-    e, i = wp.tid()
-    frame_words[e * FRAME_WORDS + i] = lines[i, e]
+    obs_write(frame, out, e, r, q, mean, packed)

@@ -150,4 +150,4 @@ class Mem:
     io: wp.int32
     hram: wp.int32
     cart: wp.int32
-    frame: wp.array2d(dtype=wp.uint32)  # frame lines [144 * 40, envs], interleaved (render.py); 1x1 when unused
+    frame: wp.array(dtype=wp.uint32)  # frame buffer, 40 words a line (render.py); 1 word when unused
