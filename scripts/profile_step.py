@@ -5,7 +5,10 @@
 
 With the CUDA defaults a step is 24 launches of the step kernel (one per frame, the last one the full kernel,
 the others the lean one) after as many sorts; `--launch-skip 130` passes the 5 warm-up steps (120 launches)
-and lands on a lean launch in the middle of a step. BENCHMARKS.md "Where the time goes" reads the result.
+and lands on a lean launch in the middle of a step; `--launch-skip 143` lands on the step's last frame, drawn
+in the full kernel with the stage's epilogue. With `--lineinfo` (and `--import-source yes`), `ncu --page source
+--print-source cuda` attributes the samples to lines of Warp's generated CUDA, which quote the Python source.
+BENCHMARKS.md "Where the time goes" reads the results.
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--stage", default="full_step")
     p.add_argument("--actions", default="seeded_random")
+    p.add_argument("--lineinfo", action="store_true", help="compile with line info (ncu's source page by line)")
     args = p.parse_args()
     import warp as wp
 
+    wp.config.lineinfo = args.lineinfo
     from gbxcule.backends.warp_vec import WarpVecBackend
     from gbxcule.harness.actions import make_action_gen
     from gbxcule.roms import resolve_rom
