@@ -108,7 +108,8 @@ def draw_line(g: wp.ref[Gb], m: Mem, ly: wp.int32, window: wp.int32):
             i = i + 1
     # Background and window.
     bgp = g.bgp
-    use_bg = window != 0 or (lcdc & 1) != 0  # the reference draws BG left of a window even with LCDC.0 off
+    # the reference draws BG left of a window even with LCDC.0 off
+    use_bg = wp.where(window != 0 or (lcdc & 1) != 0, 1, 0)
     win_x = g.wx - 7
     win_start = wp.int32(160)
     if window != 0:
@@ -121,34 +122,44 @@ def draw_line(g: wp.ref[Gb], m: Mem, ly: wp.int32, window: wp.int32):
     cached = wp.int32(-1)  # the tile row in `bits`: map column, + 256 for the window
     bits = wp.int32(0)
     first = wp.int32(0)  # sprites before this one end left of the current word
+    first_x = wp.int32(256)  # screen X of sprite `first` (256: none left)
+    if count > 0:
+        first_x = (keys[0] >> 8) - 8
     base = (g.env * 144 + ly) * LINE_WORDS
     for w in range(40):
-        while first < count and (keys[first] >> 8) - 1 < w * 4:  # screen X + 7 < the word's first pixel
+        while first < count and first_x + 7 < w * 4:
             first = first + 1
+            first_x = wp.where(first < count, (keys[first % 10] >> 8) - 8, 256)
+        sprites = first_x <= w * 4 + 3  # some sprite reaches this word
         word = wp.int32(0)
         for k in range(4):
             x = w * 4 + k
-            in_win = x >= win_start
-            px = wp.where(in_win, x - win_x, (x + scx) & 0xFF)
-            tile = wp.where(in_win, 256 + (px >> 3), px >> 3)
-            if tile != cached and (in_win or use_bg):
+            in_win = wp.where(x >= win_start, 1, 0)
+            shown = in_win | use_bg  # BG or window pixel (else BGP colour 0, and opaque for sprites)
+            px = wp.where(in_win != 0, x - win_x, (x + scx) & 0xFF)
+            tile = (in_win << 8) | (px >> 3)
+            if tile != cached and shown != 0:
                 cached = tile
-                bits = bg_tile_row(g, m, wp.where(in_win, win_map, bg_map), px >> 3, wp.where(in_win, win_row, bg_row))
-            c = wp.where(in_win or use_bg, color_at(bits, px), 0)
-            opaque = c != 0 or not (in_win or use_bg)  # BG off: sprites behind BG stay hidden, as in the reference
+                bits = bg_tile_row(g, m, wp.where(in_win != 0, win_map, bg_map), px >> 3,
+                                   wp.where(in_win != 0, win_row, bg_row))
+            c = color_at(bits, px) * shown
             shade = (bgp >> (c * 2)) & 3
-            # sprites in priority order (X, then OAM index) from `first` that start at or left of x: the first
-            # with a non-zero colour that is not hidden behind the BG shows
-            s = first
-            while s < count and (keys[s] >> 8) - 8 <= x:
-                d = x - ((keys[s] >> 8) - 8)
-                if d < 8:
-                    data = datas[s]
-                    sc = color_at(data, wp.where((data & 0x200000) != 0, 7 - d, d))
-                    if sc != 0 and ((data & 0x800000) == 0 or not opaque):
-                        shade = (wp.where((data & 0x100000) != 0, g.obp1, g.obp0) >> (sc * 2)) & 3
-                        s = count
-                s = s + 1
+            if sprites:
+                # sprites in priority order (X, then OAM index) from `first` that start at or left of x: the
+                # first with a non-zero colour that is not hidden behind an opaque BG pixel shows
+                hidden_behind = c != 0 or shown == 0  # BG off: behind-BG sprites stay hidden, as in the reference
+                s = first
+                while s < count:
+                    d = x - ((keys[s] >> 8) - 8)
+                    if d < 0:
+                        break
+                    if d < 8:
+                        data = datas[s]
+                        sc = color_at(data, wp.where((data & 0x200000) != 0, 7 - d, d))
+                        if sc != 0 and ((data & 0x800000) == 0 or not hidden_behind):
+                            shade = (wp.where((data & 0x100000) != 0, g.obp1, g.obp0) >> (sc * 2)) & 3
+                            break
+                    s = s + 1
             word = word | (shade << (k * 8))
         m.frame[base + w] = wp.uint32(word)
 
