@@ -131,55 +131,23 @@ def draw_line(g: wp.ref[Gb], m: Mem, ly: wp.int32, window: wp.int32):
             first = first + 1
             first_x = wp.where(first < count, (keys[first % 10] >> 8) - 8, 256)
         sprites = first_x <= w * 4 + 3  # some sprite reaches this word
-        # Background colour indices of the word's 4 pixels, 2 bits each (pixel k in bits 2k..2k+1). A word
-        # wholly left of the window takes them from at most two tiles at once; else pixel by pixel.
-        colors = wp.int32(0)
-        bg_word = w * 4 + 3 < win_start
-        if bg_word and use_bg != 0:
-            px = (w * 4 + scx) & 0xFF
-            if (px >> 3) != cached:
-                cached = px >> 3
-                bits = bg_tile_row(g, m, bg_map, cached, bg_row)
-            lo = (bits & 0xFF) << 8
-            hi = bits & 0xFF00
-            if (px & 7) > 4:  # the word runs into the next tile
-                cached = (cached + 1) & 31
-                bits = bg_tile_row(g, m, bg_map, cached, bg_row)
-                lo = lo | (bits & 0xFF)
-                hi = hi | (bits >> 8)
-            for k in range(4):
-                b = 15 - (px & 7) - k
-                colors = colors | ((((lo >> b) & 1) | (((hi >> b) & 1) << 1)) << (2 * k))
-        elif not bg_word:
-            for k in range(4):
-                x = w * 4 + k
-                in_win = wp.where(x >= win_start, 1, 0)
-                if (in_win | use_bg) != 0:
-                    px = wp.where(in_win != 0, x - win_x, (x + scx) & 0xFF)
-                    tile = (in_win << 8) | (px >> 3)
-                    if tile != cached:
-                        cached = tile
-                        bits = bg_tile_row(g, m, wp.where(in_win != 0, win_map, bg_map), px >> 3,
-                                           wp.where(in_win != 0, win_row, bg_row))
-                    colors = colors | (color_at(bits, px) << (2 * k))
-        # a pixel without BG or window (LCDC.0 off, left of any window) shows BGP colour 0, and hides
-        # behind-BG sprites like an opaque pixel, as in the reference
-        shown_mask = wp.int32(15)
-        if not bg_word:
-            shown_mask = 0
-            for k in range(4):
-                shown_mask = shown_mask | (wp.where(w * 4 + k >= win_start, 1, use_bg) << k)
-        elif use_bg == 0:
-            shown_mask = 0
         word = wp.int32(0)
         for k in range(4):
             x = w * 4 + k
-            c = (colors >> (2 * k)) & 3
+            in_win = wp.where(x >= win_start, 1, 0)
+            shown = in_win | use_bg  # BG or window pixel (else BGP colour 0, and opaque for sprites)
+            px = wp.where(in_win != 0, x - win_x, (x + scx) & 0xFF)
+            tile = (in_win << 8) | (px >> 3)
+            if tile != cached and shown != 0:
+                cached = tile
+                bits = bg_tile_row(g, m, wp.where(in_win != 0, win_map, bg_map), px >> 3,
+                                   wp.where(in_win != 0, win_row, bg_row))
+            c = color_at(bits, px) * shown
             shade = (bgp >> (c * 2)) & 3
             if sprites:
                 # sprites in priority order (X, then OAM index) from `first` that start at or left of x: the
                 # first with a non-zero colour that is not hidden behind an opaque BG pixel shows
-                hidden_behind = c != 0 or ((shown_mask >> k) & 1) == 0
+                hidden_behind = c != 0 or shown == 0  # BG off: behind-BG sprites stay hidden, as in the reference
                 s = first
                 while s < count:
                     d = x - ((keys[s] >> 8) - 8)
