@@ -120,8 +120,6 @@ def draw_line(g: wp.ref[Gb], m: Mem, ly: wp.int32, window: wp.int32):
     bg_row = (ly + g.scy) & 0xFF
     win_row = g.win_line & 0xFF
     cached = wp.int32(-1)  # the tile row in `bits`: map column, + 256 for the window
-    ahead = wp.int32(-1)  # the next tile's row, loaded early, in `ahead_bits`
-    ahead_bits = wp.int32(0)
     bits = wp.int32(0)
     first = wp.int32(0)  # sprites before this one end left of the current word
     first_x = wp.int32(256)  # screen X of sprite `first` (256: none left)
@@ -142,15 +140,8 @@ def draw_line(g: wp.ref[Gb], m: Mem, ly: wp.int32, window: wp.int32):
             tile = (in_win << 8) | (px >> 3)
             if tile != cached and shown != 0:
                 cached = tile
-                if tile == ahead:
-                    bits = ahead_bits
-                else:
-                    bits = bg_tile_row(g, m, wp.where(in_win != 0, win_map, bg_map), px >> 3,
-                                       wp.where(in_win != 0, win_row, bg_row))
-                # load the next tile's row now, so its three dependent loads overlap this tile's pixels
-                ahead = (in_win << 8) | ((px >> 3) + 1) & 31
-                ahead_bits = bg_tile_row(g, m, wp.where(in_win != 0, win_map, bg_map), (px >> 3) + 1,
-                                         wp.where(in_win != 0, win_row, bg_row))
+                bits = bg_tile_row(g, m, wp.where(in_win != 0, win_map, bg_map), px >> 3,
+                                   wp.where(in_win != 0, win_row, bg_row))
             c = color_at(bits, px) * shown
             shade = (bgp >> (c * 2)) & 3
             if sprites:
