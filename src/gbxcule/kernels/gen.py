@@ -147,7 +147,8 @@ def _template_sources() -> dict[str, str]:
         raise RuntimeError(f"no template for instruction families: {missing}")
     fams = sorted(ids.items(), key=lambda kv: kv[1])
     return {"$PRE": _tree("pre", fams, 12), "$MID": _tree("mid", fams, 16), "$POST": _tree("post", fams, 4),
-            "$DISPATCH_FAM": str(ids[DISPATCH])}
+            "$DISPATCH_FAM": str(ids[DISPATCH]),
+            "$SEQ_INIT": "\n".join(f"    s.{name} = 0" for name in SEQ_FIELDS)}
 
 
 def _field_io_source() -> tuple[str, str]:
@@ -183,29 +184,9 @@ def run_op(g: wp.ref[Gb], s: wp.ref[Seq], m: Mem, dispatch: wp.int32):
     path, and the family tree made hundreds of them (docs/kernel_style.md)."""
     t0 = g.cycles
     pc = g.pc
+$SEQ_INIT
     s.base = pc
     s.n_fetch = 1
-    s.ready = 0
-    s.fam = 0
-    s.info = 0
-    s.op = 0
-    s.imm = 0
-    s.nxt = 0
-    s.cyc_nt = 0
-    s.a0 = 0
-    s.k0 = 0
-    s.a1 = 0
-    s.k1 = 0
-    s.n_acc = 0
-    s.wmask = 0
-    s.ad0 = 0
-    s.ad1 = 0
-    s.wv0 = 0
-    s.wv1 = 0
-    s.rv0 = 0
-    s.rv1 = 0
-    s.taken = 0
-    s.tmp = 0
     if dispatch != 0:
         s.n_fetch = 0
         s.fam = $DISPATCH_FAM
