@@ -56,7 +56,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from gbxcule.cli.main import emit
+    from gbxcule.cli.report import emit
 
     backends = [b for b in args.backends.split(",") if b]
     bad = [b for b in backends if b not in BACKENDS]

@@ -23,7 +23,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from gbxcule.cli.main import emit
+    from gbxcule.cli.report import emit
 
     seeds = [int(s) for s in args.seeds.split(",") if s]
     schedule = ActionSchedule(args.frames_per_step, min(8, args.frames_per_step))

@@ -38,7 +38,7 @@ def _text(d: dict) -> str:
 
 
 def run(args) -> int:
-    from gbxcule.cli.main import EXIT_ERROR, emit
+    from gbxcule.cli.report import EXIT_ERROR, emit
 
     path = resolve_rom(args.rom)
     info = parse_header(read_rom_bytes(path))

@@ -7,22 +7,11 @@ stdout. Errors are one line on stderr and a non-zero exit, never a traceback.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from collections.abc import Callable
 
 from gbxcule import __version__
+from gbxcule.cli.report import EXIT_ERROR
 from gbxcule.core.errors import GbxculeError
-
-EXIT_ERROR = 2
-
-
-def emit(args: argparse.Namespace, payload: dict, text: Callable[[dict], str]) -> None:
-    """Print a command's report: one JSON object with --json, else the human text."""
-    if getattr(args, "json", False):
-        sys.stdout.write(json.dumps(payload, sort_keys=True) + "\n")
-    else:
-        sys.stdout.write(text(payload).rstrip("\n") + "\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

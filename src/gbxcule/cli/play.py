@@ -56,7 +56,7 @@ def _write(path: str, write) -> None:
 
 
 def run(args) -> int:
-    from gbxcule.cli.main import emit
+    from gbxcule.cli.report import emit
 
     if args.envs < 1 or args.steps < 0:
         raise ValueError("--envs must be >= 1 and --steps >= 0")

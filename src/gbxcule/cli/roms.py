@@ -24,7 +24,7 @@ def register(sub) -> None:
 
 
 def run_build(args) -> int:
-    from gbxcule.cli.main import emit
+    from gbxcule.cli.report import emit
 
     out = Path(args.out)
     names = [get_spec(n).name for n in args.names] or list(suite())
@@ -38,7 +38,7 @@ def run_build(args) -> int:
 
 
 def run_list(args) -> int:
-    from gbxcule.cli.main import emit
+    from gbxcule.cli.report import emit
 
     entries = [{"name": s.name, "description": s.description, "covers": list(s.covers), "frames": s.frames,
                 "verify": s.verify.__dict__} for s in suite().values()]

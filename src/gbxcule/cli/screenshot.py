@@ -54,7 +54,7 @@ def screen_after(rom: Rom, backend: str, frames: int) -> np.ndarray:
 
 
 def run(args) -> int:
-    from gbxcule.cli.main import emit
+    from gbxcule.cli.report import emit
 
     if args.frames < 1:
         raise ValueError("--frames must be >= 1")

@@ -25,7 +25,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from gbxcule.cli.main import emit
+    from gbxcule.cli.report import emit
 
     if args.frames < 1:
         raise ValueError("--frames must be >= 1")

@@ -49,7 +49,7 @@ def _text(d: dict) -> str:
 
 
 def run(args) -> int:
-    from gbxcule.cli.main import emit
+    from gbxcule.cli.report import emit
 
     regions = tuple(r for r in args.regions.split(",") if r)
     bad = [r for r in regions if r not in REGIONS]

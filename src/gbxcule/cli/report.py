@@ -1,0 +1,18 @@
+"""How commands report: one JSON object with --json, else human text; errors exit with EXIT_ERROR."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+
+EXIT_ERROR = 2
+
+
+def emit(args: argparse.Namespace, payload: dict, text: Callable[[dict], str]) -> None:
+    """Print a command's report: one JSON object with --json, else the human text."""
+    if getattr(args, "json", False):
+        sys.stdout.write(json.dumps(payload, sort_keys=True) + "\n")
+    else:
+        sys.stdout.write(text(payload).rstrip("\n") + "\n")
