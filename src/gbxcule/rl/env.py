@@ -1,0 +1,584 @@
+"""`GameEnv`: N Game Boys as one torch-native vector env on the device (docs/rl_env.md).
+
+`reset(seed) -> (obs, info)`, `step(actions) -> (obs, reward, terminated, truncated, info)` with Gymnasium's
+meanings. Observations are uint8 tensors on the env's device, `[N, K, 72, 80]` shade indices 0..3 (or
+`[N, K, 72, 20]`, 4 pixels a byte, with obs="packed"); the newest frame is `obs[:, -1]`. Rewards float32
+`[N]`, terminated/truncated bool `[N]`. Autoreset is Gymnasium's SAME_STEP: an env whose episode ends is
+restored from a start slot inside the same `step()`, and the obs it returns is the new episode's first.
+
+What a step does, all on the device with no host synchronisation and no allocation outside torch's cache:
+one emulator step (kernel launches), distances to the goal template and RAM goal tests (torch), the reward,
+episode counters, and one masked restore launch for the envs that ended plus one launch that writes their
+first frame into the frame ring. The returned tensors are the env's own buffers, overwritten by the next
+step (clone what you keep), as in other GPU vector envs.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from gbxcule.core.action_codec import get_codec
+from gbxcule.core.cartridge import Rom, load_rom
+from gbxcule.core.errors import GbxculeError
+from gbxcule.core.schedule import ActionSchedule
+from gbxcule.rl.goals import (
+    GoalError,
+    GoalTemplate,
+    NoveltyTable,
+    RamGoal,
+    RewardConfig,
+    TemplateMeta,
+    TemplateScorer,
+    frame_key,
+    ram_key,
+    ram_rows,
+)
+from gbxcule.rl.tasks import StartSpec, Task, TaskError, load_task
+
+OBS_MODES = ("pixels", "packed")
+INFO_MODES = ("none", "stats", "full")
+_STAT_NAMES = ("episodes", "return_sum", "length_sum", "success_sum", "truncated", "terminated", "steps",
+               "template_fired", "template_fired_ok", "ram_goal_reached", "bad_actions")
+
+
+class EnvConfigError(GbxculeError):
+    """A GameEnv argument that cannot work (bad count, unknown mode, task that does not fit the ROM)."""
+
+
+def _devices(device: str) -> tuple[str, str]:
+    """(torch device, warp device) names for "cpu", "cuda" or "cuda:N"."""
+    d = str(device)
+    if d == "cpu":
+        return "cpu", "cpu"
+    if d == "cuda" or d.startswith("cuda:"):
+        idx = d.split(":")[1] if ":" in d else "0"
+        return f"cuda:{idx}", f"cuda:{idx}"
+    raise EnvConfigError(f"device must be cpu, cuda or cuda:N, got {device!r}")
+
+
+def _slot_hash(torch, seed: int, env_ids, episodes, k: int):
+    """A start slot per env: a 32-bit hash of (seed, env, episode number) modulo K (int64 math, no overflow)."""
+    m = 0xFFFFFFFF
+    h = ((seed & m) * 0x9E3779B1 + env_ids * 0x85EBCA77 + episodes * 0xC2B2AE3D) & m
+    h = h ^ (h >> 16)
+    h = (h * 0x7FEB352D) & m
+    h = h ^ (h >> 15)
+    h = (h * 0x846CA68B) & m
+    h = h ^ (h >> 16)
+    return torch.remainder(h, k)
+
+
+class GameEnv:
+    """A vector env of `num_envs` Game Boys running `rom` (a file, a built-in ROM's name, or the task's ROM).
+
+    task: a task name ("leave_house"), "pack.toml:name", or a `Task`; it sets the ROM check, codec, schedule,
+        start states, goals, step limit and reward knobs (each may be overridden here).
+    start_states: overrides the task's start: a state file or folder, a list of them, ("random_noops", K) or
+        ("random_noops", K, max_len), or "power_on".
+    goal: a goal template (a path or a `GoalTemplate`) that overrides the task's.
+    reward: a dict or `RewardConfig` of reward knobs over the task's (see `RewardConfig`).
+    info_mode: "none" (empty dict), "stats" (device scalars) or "full" (also per-env tensors).
+    keep_final_obs: put the finished episodes' last observation in info["final_obs"] (a copy each step).
+    """
+
+    def __init__(self, rom: str | Path | Rom | None = None, num_envs: int = 1, device: str = "cpu",
+                 task: str | Task | None = None, start_states=None, stack_k: int = 1, obs: str = "pixels",
+                 frames_per_step: int | None = None, release_after_frames: int | None = None,
+                 codec: str | None = None, max_steps: int | None = None, reward: dict | RewardConfig | None = None,
+                 goal: str | Path | GoalTemplate | None = None, info_mode: str = "stats", seed: int = 0,
+                 keep_final_obs: bool = False, obs_view: str = "stride", backend_options: dict | None = None):
+        import torch
+
+        self.torch = torch
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer) or num_envs < 1:
+            raise EnvConfigError(f"num_envs must be an integer >= 1, got {num_envs!r}")
+        if isinstance(stack_k, bool) or not isinstance(stack_k, int | np.integer) or stack_k < 1:
+            raise EnvConfigError(f"stack_k must be an integer >= 1, got {stack_k!r}")
+        if obs not in OBS_MODES:
+            raise EnvConfigError(f"obs must be one of {', '.join(OBS_MODES)}, got {obs!r}")
+        if info_mode not in INFO_MODES:
+            raise EnvConfigError(f"info_mode must be one of {', '.join(INFO_MODES)}, got {info_mode!r}")
+        self.num_envs, self.stack_k, self.obs_mode, self.info_mode = int(num_envs), int(stack_k), obs, info_mode
+        self.keep_final_obs, self.seed = bool(keep_final_obs), int(seed)
+        self.device, self.wp_device = _devices(device)
+        self.task = None if task is None else load_task(task)
+        t = self.task
+        self.codec = get_codec(self._pick("codec", codec, t and t.codec, "pokemonred_puffer_v1"))
+        self.schedule = ActionSchedule(self._pick("frames_per_step", frames_per_step, t and t.frames_per_step, 24),
+                                       self._pick("release_after_frames", release_after_frames,
+                                                  t and t.release_after_frames, 8))
+        self.rom = self._resolve_rom(rom)
+        self.max_steps = int(max_steps if max_steps is not None else (t.step_limit if t else 10**9))
+        if self.max_steps < 1:
+            raise EnvConfigError(f"max_steps must be >= 1, got {self.max_steps}")
+        if isinstance(reward, RewardConfig):
+            self.reward_cfg = reward
+        else:
+            try:
+                self.reward_cfg = t.reward_config(reward) if t else RewardConfig.from_dict(reward)
+            except GoalError as exc:
+                raise EnvConfigError(str(exc)) from None
+        self.single_obs_shape = (self.stack_k, 72, 80 if obs == "pixels" else 20)
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise GbxculeError("GameEnv on cuda needs an NVIDIA GPU that torch can use; none was found")
+
+        from gbxcule.backends.warp_vec import WarpVecBackend
+
+        opts = dict(backend_options or {})
+        self.backend = WarpVecBackend(self.rom, self.num_envs, self.codec, self.schedule, device=self.wp_device,
+                                      stage="obs_only", obs_mode=obs_view, obs_packed=(obs == "packed"), **opts)
+        import warp as wp
+
+        self._wp = wp
+        if self.device.startswith("cuda"):  # Warp launches on torch's stream: no cross-stream races
+            wp.set_stream(wp.stream_from_torch(torch.device(self.device)), device=self.wp_device)
+        self._build_buffers()
+        self._setup_goals(goal)
+        self._build_starts(start_states)
+        self._reset_all(self.seed)
+
+    # --- construction -------------------------------------------------------------------------------------
+    def _pick(self, what: str, given, from_task, default):
+        if given is not None and from_task is not None and given != from_task:
+            raise EnvConfigError(f"task {self.task.id} is defined with {what}={from_task!r}, not {given!r}")
+        return given if given is not None else (from_task if from_task is not None else default)
+
+    def _resolve_rom(self, rom) -> Rom:
+        t = self.task
+        if rom is None:
+            if t is None or t.rom is None:
+                raise EnvConfigError("give a ROM (a file or a built-in ROM's name)" +
+                                     (f": task {t.id} names no built-in ROM" if t else ""))
+            rom = t.rom
+        if not isinstance(rom, Rom):
+            from gbxcule.roms import resolve_rom
+
+            rom = load_rom(resolve_rom(str(rom)))
+        want = None
+        if t is not None:
+            if t.rom_sha1:
+                want = t.rom_sha1
+            elif t.rom:
+                from gbxcule.roms import build_rom, get_spec
+
+                import hashlib
+
+                want = hashlib.sha1(build_rom(get_spec(t.rom).name)).hexdigest()
+        if want and rom.info.sha1 != want:
+            raise TaskError(f"task {t.id} is for the ROM with SHA-1 {want}, not {rom.info.sha1} ({rom.path})")
+        return rom
+
+    def _build_buffers(self) -> None:
+        torch, wp, n, k = self.torch, self._wp, self.num_envs, self.stack_k
+        dev = self.device
+        self._latest = wp.to_torch(self.backend.obs)  # [N, 72, W], written by the step kernel's epilogue
+        w = self._latest.shape[-1]
+        if k == 1:  # the kernel writes straight into the one slot
+            self._ring = self._latest.view(n, 1, 72, w)
+        else:  # each frame goes to positions p and p + K, so obs is always the contiguous window p+1..p+K
+            self._ring = torch.zeros(n, 2 * k, 72, w, dtype=torch.uint8, device=dev)
+        self._ring_wp = wp.from_torch(self._ring)
+        self._pos = 0
+        self._env_ids = torch.arange(n, dtype=torch.int64, device=dev)
+        self._act32 = torch.zeros(n, dtype=torch.int32, device=dev)
+        self._act_wp = wp.from_torch(self._act32)
+        self._ram = wp.to_torch(self.backend.ram)  # [bytes, N]
+        self.rewards = torch.zeros(n, dtype=torch.float32, device=dev)
+        self.terminated = torch.zeros(n, dtype=torch.bool, device=dev)
+        self.truncated = torch.zeros(n, dtype=torch.bool, device=dev)
+        self._done = torch.zeros(n, dtype=torch.bool, device=dev)
+        self._done_wp = wp.from_torch(self._done)
+        self._slots = torch.zeros(n, dtype=torch.int32, device=dev)
+        self._slots_wp = wp.from_torch(self._slots)
+        self.steps = torch.zeros(n, dtype=torch.int32, device=dev)
+        self.episodes = torch.zeros(n, dtype=torch.int64, device=dev)
+        self.ep_return = torch.zeros(n, dtype=torch.float32, device=dev)
+        self.ep_success = torch.zeros(n, dtype=torch.bool, device=dev)
+        self.success = torch.zeros(n, dtype=torch.bool, device=dev)
+        self.distance = torch.zeros(n, dtype=torch.float32, device=dev)
+        self._prev_dist = torch.zeros(n, dtype=torch.float32, device=dev)
+        self._near = torch.zeros(n, dtype=torch.int32, device=dev)
+        self._stats = torch.zeros(len(_STAT_NAMES), dtype=torch.float64, device=dev)
+        self._n_const = torch.tensor(float(n), dtype=torch.float64, device=dev)
+        self._zero_const = torch.zeros((), dtype=torch.float64, device=dev)
+        self._quantiles = torch.tensor([0.1, 0.5, 0.9], dtype=torch.float32, device=dev)
+        self.final_obs = (torch.zeros(n, *self.single_obs_shape, dtype=torch.uint8, device=dev)
+                          if self.keep_final_obs else None)
+
+    def template_meta(self, task: str = "") -> TemplateMeta:
+        """The config a goal template must have been captured under to fit this env."""
+        return TemplateMeta(self.rom.info.sha1, self.codec.name, self.codec.version, self.schedule.frames_per_step,
+                            self.schedule.release_after_frames, self.stack_k, self.obs_mode, task)
+
+    def _setup_goals(self, goal) -> None:
+        torch, t, cfg = self.torch, self.task, self.reward_cfg
+        self.template = None
+        if goal is not None:
+            self.template = goal if isinstance(goal, GoalTemplate) else GoalTemplate.load(goal)
+        elif t is not None and t.template is not None:
+            from gbxcule.rl.templates import task_template
+
+            self.template = task_template(t, self.template_meta(t.name), self.device)
+        if self.template is not None:
+            self.template.check_fits(self.template_meta())
+        self.scorer = None if self.template is None else TemplateScorer(self.template, self.obs_mode, self.device)
+        tau = cfg.tau if cfg.tau is not None else (self.template.meta.tau if self.template else None)
+        self.tau = 0.1 if tau is None else float(tau)
+        self.ram_goal = RamGoal(t.goal_ram, self.backend.layout, self.device) if t and t.goal_ram else None
+        mode = cfg.terminate_on
+        if mode == "auto":
+            mode = "template" if self.scorer is not None else ("ram" if self.ram_goal is not None else "none")
+        if mode == "template" and self.scorer is None:
+            raise EnvConfigError("terminate_on='template' needs a goal template")
+        if mode == "ram" and self.ram_goal is None:
+            raise EnvConfigError("terminate_on='ram' needs a task with goal_ram conditions")
+        self.terminate_on = mode
+        self._nov_ram = self._nov_px = None
+        if cfg.novelty_ram:
+            if not (t and t.novelty_ram):
+                raise EnvConfigError("novelty_ram reward needs a task that names novelty_ram bytes")
+            self._nov_rows = torch.tensor(ram_rows(t.novelty_ram, self.backend.layout), dtype=torch.int64,
+                                          device=self.device)
+            self._nov_ram = NoveltyTable(self.num_envs, cfg.novelty_size, self.device)
+        if cfg.novelty_pixels:
+            self._nov_px = NoveltyTable(self.num_envs, cfg.novelty_size, self.device)
+
+    def _build_starts(self, start_states) -> None:
+        """Fill the device reset cache: K start slots and each slot's first frame (docs/rl_env.md)."""
+        spec = self._start_spec(start_states)
+        from gbxcule.kernels.snapshot import SlotStore
+        from gbxcule.kernels.state import NUM_FIELDS
+
+        be, n = self.backend, self.num_envs
+        base_states = self._load_start_files(spec.states) if spec.states else None
+        k = spec.count if spec.generator else (len(base_states) if base_states else 1)
+        store = SlotStore(k, NUM_FIELDS, be.layout.total, self.wp_device)
+        slot_obs = np.zeros((k, 72, self._latest.shape[-1]), dtype=np.uint8)
+        rng = np.random.default_rng([self.seed, 0x5EED])
+        for first in range(0, k, n):
+            count = min(n, k - first)
+            be.reset()
+            if base_states:
+                be.put_states([base_states[(first + j) % len(base_states)] for j in range(count)],
+                              envs=range(count))
+            for a in spec.script:
+                be.step(np.full(n, a, dtype=np.int32))
+            if spec.generator:
+                lengths = rng.integers(0, spec.max_len + 1, size=n)
+                prefix = rng.integers(0, self.codec.num_actions, size=(spec.max_len, n))
+                for s in range(spec.max_len):
+                    be.step(np.where(s < lengths, prefix[s], 0).astype(np.int32))
+            be.step(np.zeros(n, dtype=np.int32))  # one NOOP step: every slot starts with a drawn frame
+            latest = self._latest.cpu().numpy()
+            for j in range(count):
+                store.save(be.fields, be.ram, n, j, first + j)
+                slot_obs[first + j] = latest[j]
+        be.slots = store
+        self.num_slots = k
+        self.slot_obs = self.torch.tensor(slot_obs, device=self.device)
+        self._slot_obs_wp = self._wp.from_torch(self.slot_obs)
+        self.slot_dist = (self.scorer.distance(self.slot_obs) if self.scorer is not None
+                          else self.torch.zeros(k, dtype=self.torch.float32, device=self.device))
+
+    def _start_spec(self, start_states) -> StartSpec:
+        t = self.task
+        if start_states is None:
+            return t.start if t is not None else StartSpec()
+        if start_states == "power_on":
+            return StartSpec()
+        script = t.start.script if t is not None else ()
+        if isinstance(start_states, tuple) and start_states and start_states[0] == "random_noops":
+            if len(start_states) not in (2, 3):
+                raise EnvConfigError("start_states=('random_noops', K[, max_len])")
+            base = t.start if t is not None else StartSpec()
+            try:
+                return StartSpec(script, base.states, "random_noops", int(start_states[1]),
+                                 int(start_states[2]) if len(start_states) == 3 else 8)
+            except TaskError as exc:
+                raise EnvConfigError(str(exc)) from None
+        if isinstance(start_states, str | Path):
+            start_states = [start_states]
+        if isinstance(start_states, list | tuple):
+            return StartSpec((), tuple(str(p) for p in start_states))
+        raise EnvConfigError(f"start_states must be a path, a list of paths, ('random_noops', K) or 'power_on', "
+                             f"got {start_states!r}")
+
+    def _load_start_files(self, paths) -> list:
+        from gbxcule.core.savestate import decode_states, read_state_source
+
+        base = Path(self.task.base_dir) if self.task is not None else Path(".")
+        files: list[Path] = []
+        for p in paths:
+            q = Path(p)
+            if not q.is_absolute() and not q.exists() and (base / q).exists():
+                q = base / q
+            if q.is_dir():
+                found = sorted(f for f in q.iterdir() if f.is_file() and not f.name.startswith("."))
+                if not found:
+                    raise EnvConfigError(f"start-state folder {q} holds no state files")
+                files += found
+            elif q.is_file():
+                files.append(q)
+            else:
+                raise EnvConfigError(f"start state not found: {q}")
+        states = []
+        for f in files:
+            try:
+                states += decode_states(read_state_source(f), self.rom)
+            except GbxculeError as exc:
+                raise EnvConfigError(f"start state {f}: {exc}") from None
+        return states
+
+    # --- reset and step -----------------------------------------------------------------------------------
+    def reset(self, seed: int | None = None):
+        """Restore every env from a start slot (chosen by the seeded rule) and return (obs, info)."""
+        self._raise_bad_actions()
+        if seed is not None:
+            self.seed = int(seed)
+        self._reset_all(self.seed)
+        return self.obs, self._info(first=True)
+
+    def _reset_all(self, seed: int) -> None:
+        torch = self.torch
+        self.episodes.zero_()
+        self._done.fill_(True)
+        self._restore_done(seed)
+        for buf in (self.steps, self.ep_return, self.ep_success, self.success, self._near, self.rewards,
+                    self.terminated, self.truncated, self._stats):
+            buf.zero_()
+        self.distance.copy_(self._prev_dist)
+        for table in (self._nov_ram, self._nov_px):
+            if table is not None:
+                table.seen.zero_()
+        self._done.zero_()
+        del torch
+
+    def _restore_done(self, seed: int) -> None:
+        """Envs flagged in `_done`: restore from their slot, write their first frame into the whole ring."""
+        torch = self.torch
+        slots = _slot_hash(torch, seed, self._env_ids, self.episodes, self.num_slots)
+        self._slots.copy_(slots)
+        self.backend.restore(self._done, self._slots)
+        from gbxcule.kernels.ring import ring_reset_kernel
+
+        self._wp.launch(ring_reset_kernel, dim=(self.num_envs, 72), device=self.wp_device,
+                        inputs=[self._done_wp, self._slots_wp, self._slot_obs_wp, self._ring_wp])
+        self._prev_dist.copy_(torch.where(self._done, self.slot_dist[self._slots.long()], self._prev_dist))
+
+    @property
+    def obs(self):
+        """The current observations, uint8 [N, K, 72, W] (a view of the frame ring; oldest frame first)."""
+        k = self.stack_k
+        if k == 1:
+            return self._ring
+        p = self._pos
+        return self._ring[:, p + 1:p + 1 + k]
+
+    def _actions(self, actions):
+        torch = self.torch
+        n, a_max = self.num_envs, self.codec.num_actions
+        if isinstance(actions, torch.Tensor):
+            if actions.shape != (n,):
+                raise ValueError(f"actions must have shape ({n},), got {tuple(actions.shape)}")
+            if actions.dtype not in (torch.int32, torch.int64, torch.int16, torch.uint8, torch.int8):
+                raise TypeError(f"actions must be an integer tensor, got {actions.dtype}")
+            if actions.device != self._act32.device:
+                if actions.device.type != "cpu":
+                    raise ValueError(f"actions are on {actions.device}, the env is on {self.device}")
+                self.codec.check_array(actions.numpy())
+            else:  # flagged on the device, reported at the next point that synchronises anyway
+                bad = ((actions < 0) | (actions >= a_max)).sum()
+                self._stats[_STAT_NAMES.index("bad_actions")] += bad
+            self._act32.copy_(actions)
+        else:
+            arr = np.asarray(actions)
+            if arr.shape != (n,):
+                raise ValueError(f"actions must have shape ({n},), got {arr.shape}")
+            self._act32.copy_(torch.from_numpy(self.codec.check_array(arr)))
+        return self._act_wp
+
+    def _raise_bad_actions(self) -> None:
+        bad = int(self._stats[_STAT_NAMES.index("bad_actions")].item())
+        if bad:
+            self._stats[_STAT_NAMES.index("bad_actions")] = 0
+            raise ValueError(f"{bad} out-of-range action(s) since the last check (codec {self.codec.name} has "
+                             f"{self.codec.num_actions} actions); they ran as action 0")
+
+    def step(self, actions):
+        """Advance every env one step; see the module docstring."""
+        torch, cfg = self.torch, self.reward_cfg
+        self.backend.step(self._actions(actions))
+        latest = self._latest
+        self.steps += 1
+        reward = torch.full_like(self.rewards, cfg.step_cost)
+        if self.scorer is not None:
+            self.scorer.distance(latest, out=self.distance)
+            reward += cfg.alpha * (self._prev_dist - self.distance)
+            self._near.copy_(torch.where(self.distance < self.tau, self._near + 1, 0))
+        if self.ram_goal is not None:
+            self.success.copy_(self.ram_goal.evaluate(self._ram))
+        if self.terminate_on == "template":
+            fired = self._near >= cfg.k_consecutive
+            self.terminated.copy_(fired)
+        elif self.terminate_on == "ram":
+            self.terminated.copy_(self.success)
+        torch.logical_and(self.steps >= self.max_steps, ~self.terminated, out=self.truncated)
+        reward += cfg.goal_bonus * self.terminated
+        if self._nov_ram is not None:
+            reward += cfg.novelty_ram * self._nov_ram.visit(ram_key(self._ram, self._nov_rows))
+        if self._nov_px is not None:
+            reward += cfg.novelty_pixels * self._nov_px.visit(frame_key(latest))
+        self.rewards.copy_(reward)
+        self.ep_return += reward
+        self.ep_success |= self.success
+        torch.logical_or(self.terminated, self.truncated, out=self._done)
+        self._accumulate()
+        if self.stack_k > 1:
+            self._pos = (self._pos + 1) % self.stack_k
+            self._ring[:, self._pos].copy_(latest)
+            self._ring[:, self._pos + self.stack_k].copy_(latest)
+        if self.final_obs is not None:
+            self.final_obs.copy_(self.obs)
+        info = self._info()
+        self.episodes += self._done
+        self._restore_done(self.seed)
+        keep = ~self._done
+        self.steps *= keep
+        self._near *= keep
+        self.ep_return *= keep
+        self.ep_success &= keep
+        for table in (self._nov_ram, self._nov_px):
+            if table is not None:
+                table.clear(self._done)
+        return self.obs, self.rewards, self.terminated, self.truncated, info
+
+    def _accumulate(self) -> None:
+        torch, d = self.torch, self._done
+        fired = self.terminated if self.terminate_on == "template" else None
+        vals = [d.sum(), (self.ep_return * d).sum(), (self.steps * d).sum(), (self.ep_success & d).sum(),
+                self.truncated.sum(), self.terminated.sum(), self._n_const]
+        if fired is not None:
+            vals += [fired.sum(), (fired & self.success).sum()]
+        else:
+            vals += [self._zero_const] * 2
+        vals.append(self.success.sum())
+        self._stats[:len(vals)] += torch.stack([v.to(torch.float64) for v in vals])
+
+    def _info(self, first: bool = False) -> dict:
+        if self.info_mode == "none":
+            return {} if self.final_obs is None or first else {"final_obs": self.final_obs}
+        torch, d = self.torch, self._done
+        count = d.sum()
+        denom = count.clamp(min=1).to(torch.float32)
+        info = {"episodes_done": count, "done_rate": d.float().mean(), "trunc_rate": self.truncated.float().mean(),
+                "reset_rate": d.float().mean(),
+                "episode_return": (self.ep_return * d).sum() / denom,
+                "episode_length": (self.steps * d).sum().to(torch.float32) / denom,
+                "success_rate": (self.ep_success & d).sum().to(torch.float32) / denom}
+        if self.scorer is not None:
+            q = torch.quantile(self.distance, self._quantiles)
+            info.update(dist_p10=q[0], dist_p50=q[1], dist_p90=q[2])
+        if self.info_mode == "full":
+            info.update(distance=self.distance.clone(), success=self.success.clone(), steps=self.steps.clone(),
+                        episode_returns=self.ep_return.clone(), done=d.clone())
+        if self.final_obs is not None and not first:
+            info["final_obs"] = self.final_obs
+        return info
+
+    # --- reading stats (synchronises; once per update) ----------------------------------------------------
+    def episode_stats(self, clear: bool = True) -> dict[str, float]:
+        """Totals since the last call: finished episodes, their mean return, length and success rate, and
+        rates per env-step; reads the device once. Raises ValueError if out-of-range actions were seen."""
+        self._raise_bad_actions()
+        s = dict(zip(_STAT_NAMES, self._stats.tolist(), strict=True))
+        if clear:
+            self._stats.zero_()
+        eps, steps = s["episodes"], max(s["steps"], 1.0)
+        return {"episodes": int(eps), "env_steps": int(s["steps"]),
+                "episode_return": s["return_sum"] / eps if eps else float("nan"),
+                "episode_length": s["length_sum"] / eps if eps else float("nan"),
+                "success_rate": s["success_sum"] / eps if eps else float("nan"),
+                "done_rate": eps / steps, "trunc_rate": s["truncated"] / steps, "term_rate": s["terminated"] / steps,
+                "template_fired": int(s["template_fired"]),
+                "template_precision": (s["template_fired_ok"] / s["template_fired"]) if s["template_fired"]
+                else float("nan")}
+
+    # --- state for checkpoints ------------------------------------------------------------------------------
+    def state_dict(self, emulator: bool = True) -> dict:
+        """Everything needed to continue bit for bit: counters, frame ring, novelty tables and (with
+        `emulator`) every env's emulator state and frame buffer. Host tensors."""
+        torch = self.torch
+        d = {"pos": self._pos, "seed": self.seed, "slot_obs_sum": int(self.slot_obs.to(torch.int64).sum().item())}
+        for name in ("steps", "episodes", "ep_return", "ep_success", "success", "distance", "_prev_dist", "_near",
+                     "_stats", "rewards", "terminated", "truncated"):
+            d[name] = getattr(self, name).detach().cpu().clone()
+        d["ring"] = self._ring.cpu().clone()
+        for name in ("_nov_ram", "_nov_px"):
+            table = getattr(self, name)
+            if table is not None:
+                d[name] = table.seen.cpu().clone()
+        if emulator:
+            be, wp = self.backend, self._wp
+            d["emu"] = {"fields": wp.to_torch(be.fields).cpu().clone(), "ram": self._ram.cpu().clone(),
+                        "serial": wp.to_torch(be.serial).cpu().clone(),
+                        "frame": wp.to_torch(be.frame_buffer()).cpu().clone()}
+        return d
+
+    def load_state_dict(self, d: dict) -> None:
+        torch = self.torch
+        if d.get("slot_obs_sum") != int(self.slot_obs.to(torch.int64).sum().item()):
+            raise EnvConfigError("this env state was saved with other start states (the reset cache differs)")
+        if tuple(d["ring"].shape) != tuple(self._ring.shape):
+            raise EnvConfigError(f"env state is for observations {tuple(d['ring'].shape)}, this env has "
+                                 f"{tuple(self._ring.shape)}")
+        self._pos, self.seed = int(d["pos"]), int(d["seed"])
+        for name in ("steps", "episodes", "ep_return", "ep_success", "success", "distance", "_prev_dist", "_near",
+                     "_stats", "rewards", "terminated", "truncated"):
+            getattr(self, name).copy_(d[name])
+        self._ring.copy_(d["ring"])
+        for name in ("_nov_ram", "_nov_px"):
+            table = getattr(self, name)
+            if table is not None and name in d:
+                table.seen.copy_(d[name])
+        if "emu" in d:
+            be, wp, e = self.backend, self._wp, d["emu"]
+            wp.to_torch(be.fields).copy_(e["fields"])
+            self._ram.copy_(e["ram"])
+            wp.to_torch(be.serial).copy_(e["serial"])
+            wp.to_torch(be.frame_buffer()).copy_(e["frame"])
+        else:
+            warnings.warn("env state without emulator state: every env restarts from a start slot", stacklevel=2)
+            self._done.fill_(True)
+            self._restore_done(self.seed)
+            self._done.zero_()
+
+    def emulator_bytes(self) -> int:
+        """Bytes of emulator state a checkpoint with `emulator=True` stores."""
+        from gbxcule.kernels.state import NUM_FIELDS, SERIAL_CAPTURE
+
+        return self.num_envs * (4 * NUM_FIELDS + self.backend.layout.total + SERIAL_CAPTURE + 144 * 160)
+
+    # --- odds and ends ------------------------------------------------------------------------------------
+    @property
+    def num_actions(self) -> int:
+        return self.codec.num_actions
+
+    def frames(self, envs=None) -> np.ndarray:
+        """The last drawn full-size screens (uint8 [len(envs), 144, 160] shades) on the host."""
+        full = self.torch.as_tensor(self._wp.to_torch(self.backend.frame_buffer()))
+        ids = range(self.num_envs) if envs is None else envs
+        return full[list(ids)].cpu().numpy()
+
+    def close(self) -> None:
+        self.backend.close()
+
+    def describe(self) -> dict:
+        return {"rom_sha1": self.rom.info.sha1, "rom_title": self.rom.info.title,
+                "task": None if self.task is None else self.task.id, "num_envs": self.num_envs,
+                "device": self.device, "stack_k": self.stack_k, "obs": self.obs_mode,
+                "codec": self.codec.describe(), "schedule": self.schedule.describe(), "max_steps": self.max_steps,
+                "start_slots": self.num_slots, "terminate_on": self.terminate_on, "tau": self.tau,
+                "reward": {k: v for k, v in vars(self.reward_cfg).items() if k != "extra"}}

@@ -1,0 +1,375 @@
+"""Goals and reward terms evaluated on the device: pixel goal templates, RAM conditions, novelty tables.
+
+Everything here is pure torch on the env's device (no host work per step) plus the template file format.
+
+- **Goal template**: one or more 72x80 goal frames of shade indices 0..3, a mask of the pixels that count,
+  and the config the frames were captured under (ROM SHA-1, codec, schedule, stack_k, obs mode). The distance
+  of an observation to the template is the smallest, over its frames, of the mean absolute shade difference
+  over the masked pixels divided by 3: 0 is identical, 1 is every counted pixel black against white.
+  Packed observations (4 pixels a byte) are scored through a lookup table, never unpacked.
+- **RAM condition**: `(byte at addr & mask) OP value` on a WRAM/HRAM byte; a goal is a conjunction.
+- **Novelty table**: a per-env bitmap of hashed keys (RAM bytes or a coarse frame hash) seen this episode.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from gbxcule.core.errors import GbxculeError
+
+OBS_H, OBS_W = 72, 80
+TEMPLATE_FORMAT = 1
+_META_KEYS = ("rom_sha1", "codec", "codec_version", "frames_per_step", "release_after_frames", "stack_k", "obs")
+
+
+class TemplateError(GbxculeError):
+    """A goal template that cannot be read or does not fit the env."""
+
+
+class GoalError(GbxculeError):
+    """A goal or reward setting that does not fit the ROM or the env."""
+
+
+@dataclass(frozen=True)
+class TemplateMeta:
+    """The config a template's frames were captured under; an env refuses a template whose meta differs."""
+
+    rom_sha1: str
+    codec: str
+    codec_version: int
+    frames_per_step: int
+    release_after_frames: int
+    stack_k: int
+    obs: str  # "pixels" or "packed"
+    task: str = ""
+    tau: float | None = None  # suggested by `gbxcule goal calibrate`
+    k_consecutive: int | None = None
+    note: str = ""
+
+    def mismatches(self, other: TemplateMeta) -> list[str]:
+        return [f"{k} {getattr(self, k)!r} (env: {getattr(other, k)!r})" for k in _META_KEYS
+                if getattr(self, k) != getattr(other, k)]
+
+
+@dataclass
+class GoalTemplate:
+    frames: np.ndarray  # uint8 [M, 72, 80], shades 0..3
+    mask: np.ndarray  # bool [72, 80]: the pixels that count
+    meta: TemplateMeta
+
+    def __post_init__(self) -> None:
+        f = np.asarray(self.frames)
+        if f.ndim == 2:
+            f = f[None]
+        if f.ndim != 3 or f.shape[1:] != (OBS_H, OBS_W) or len(f) < 1:
+            raise TemplateError(f"template frames must be [M, {OBS_H}, {OBS_W}], got {list(f.shape)}")
+        if f.dtype != np.uint8 or int(f.max(initial=0)) > 3:
+            raise TemplateError("template frames must be uint8 shade indices 0..3")
+        m = np.asarray(self.mask, dtype=bool)
+        if m.shape != (OBS_H, OBS_W):
+            raise TemplateError(f"template mask must be [{OBS_H}, {OBS_W}], got {list(m.shape)}")
+        if not m.any():
+            raise TemplateError("template mask selects no pixel")
+        self.frames, self.mask = np.ascontiguousarray(f), m
+
+    def check_fits(self, env_meta: TemplateMeta) -> None:
+        bad = self.meta.mismatches(env_meta)
+        if bad:
+            raise TemplateError("goal template does not fit this env: " + "; ".join(bad))
+
+    # --- file format: a .npz (zip) of frames, mask and meta.json; no pickles ----------------------------
+    def to_bytes(self) -> bytes:
+        buf = io.BytesIO()
+        meta = json.dumps({"format": TEMPLATE_FORMAT, **asdict(self.meta)}, sort_keys=True).encode()
+        np.savez_compressed(buf, frames=self.frames, mask=self.mask, meta=np.frombuffer(meta, dtype=np.uint8))
+        return buf.getvalue()
+
+    def save(self, path: str | Path) -> Path:
+        from gbxcule.core.snapshot import write_snapshot
+
+        write_snapshot(path, self.to_bytes())
+        return Path(path)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, where: str = "template") -> GoalTemplate:
+        try:
+            with np.load(io.BytesIO(data), allow_pickle=False) as z:
+                frames, mask, raw = z["frames"], z["mask"], z["meta"].tobytes()
+            meta = json.loads(raw.decode())
+            if meta.pop("format", None) != TEMPLATE_FORMAT:
+                raise TemplateError(f"{where}: unknown template format")
+            return cls(frames, mask, TemplateMeta(**meta))
+        except TemplateError:
+            raise
+        except (zipfile.BadZipFile, OSError, EOFError, KeyError, ValueError, TypeError, UnicodeDecodeError) as exc:
+            raise TemplateError(f"{where} is not a readable goal template ({type(exc).__name__})") from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> GoalTemplate:
+        p = Path(path)
+        try:
+            data = p.read_bytes()
+        except OSError as exc:
+            raise TemplateError(f"cannot read goal template {p}: {exc.strerror or exc}") from None
+        return cls.from_bytes(data, str(p))
+
+
+# --- distances on the device ------------------------------------------------------------------------------
+def _pack_lut():
+    """uint8 [256 * 4096]: sum over the 4 pixels of |obs - goal| where the mask nibble is set, indexed by
+    obs_byte << 12 | mask_nibble << 8 | goal_byte (first pixel in bits 7-6, mask bit 3 for it)."""
+    b = np.arange(256)
+    px = np.stack([(b >> (6 - 2 * i)) & 3 for i in range(4)], axis=1)  # [256, 4]
+    nib = np.arange(16)
+    mbits = np.stack([(nib >> (3 - i)) & 1 for i in range(4)], axis=1)  # [16, 4]
+    d = np.abs(px[:, None, None, :] - px[None, None, :, :]) * mbits[None, :, None, :]  # [obs, mask, goal, 4]
+    return d.sum(-1).astype(np.uint8).reshape(-1)
+
+
+class TemplateScorer:
+    """Distance of observations to a template on the device. `obs`: "pixels" ([N, 72, 80]) or "packed"
+    ([N, 72, 20]). Integer sums, then one float division: the same bits on every device."""
+
+    def __init__(self, template: GoalTemplate, obs: str, device):
+        import torch
+
+        self.obs = obs
+        frames = template.frames.astype(np.int16)
+        self.count = int(template.mask.sum())
+        if obs == "pixels":
+            self.goal = torch.tensor(frames.reshape(len(frames), -1), dtype=torch.int16, device=device)
+            self.mask = torch.tensor(template.mask.reshape(-1), dtype=torch.int16, device=device)
+        else:
+            packed = pack_shades(template.frames).astype(np.int32)  # [M, 72, 20]
+            m = template.mask.reshape(OBS_H, OBS_W // 4, 4).astype(np.int32)
+            nib = (m[..., 0] << 3) | (m[..., 1] << 2) | (m[..., 2] << 1) | m[..., 3]
+            self.key = torch.tensor((nib[None] << 8 | packed).reshape(len(frames), -1), dtype=torch.int64,
+                                    device=device)
+            self.lut = torch.tensor(_pack_lut(), dtype=torch.uint8, device=device)
+
+    def distance(self, latest, out=None):
+        """float32 [N]: distance of each env's latest frame (uint8 [N, 72, W]) to the template."""
+        import torch
+
+        n = latest.shape[0]
+        best = None
+        if self.obs == "pixels":
+            flat = latest.reshape(n, -1).to(torch.int16)
+            for g in self.goal:
+                d = ((flat - g).abs_() * self.mask).sum(1, dtype=torch.int32)
+                best = d if best is None else torch.minimum(best, d)
+        else:
+            flat = latest.reshape(n, -1).to(torch.int64) << 12
+            for k in self.key:
+                d = self.lut[flat + k].sum(1, dtype=torch.int32)
+                best = d if best is None else torch.minimum(best, d)
+        assert best is not None
+        res = best.to(torch.float32) / float(3 * self.count)
+        if out is not None:
+            out.copy_(res)
+            return out
+        return res
+
+
+def pack_shades(frames: np.ndarray) -> np.ndarray:
+    """Pack shade indices [..., 80] into [..., 20] bytes, first pixel in bits 7-6 (the backend's format)."""
+    f = np.asarray(frames, dtype=np.uint8).reshape(*np.shape(frames)[:-1], -1, 4)
+    return ((f[..., 0] << 6) | (f[..., 1] << 4) | (f[..., 2] << 2) | f[..., 3]).astype(np.uint8)
+
+
+def unpack_shades(packed):
+    """Torch or numpy: [..., 20] packed bytes -> [..., 80] shades."""
+    if isinstance(packed, np.ndarray):
+        shifts = np.array([6, 4, 2, 0], dtype=np.uint8)
+        return ((packed[..., None] >> shifts) & 3).reshape(*packed.shape[:-1], -1)
+    import torch
+
+    shifts = torch.tensor([6, 4, 2, 0], dtype=torch.uint8, device=packed.device)
+    return ((packed.unsqueeze(-1) >> shifts) & 3).reshape(*packed.shape[:-1], -1)
+
+
+# --- RAM conditions -----------------------------------------------------------------------------------------
+OPS = ("eq", "ne", "ge", "gt", "le", "lt")
+
+
+@dataclass(frozen=True)
+class RamCondition:
+    """`(byte at addr & mask) OP value`, on WRAM (0xC000-0xDFFF, its echo to 0xFDFF) or HRAM (0xFF80-0xFFFE)."""
+
+    addr: int
+    value: int
+    mask: int = 0xFF
+    op: str = "eq"
+
+    def __post_init__(self) -> None:
+        ram_offset(self.addr, "RAM condition")
+        if not 0 <= self.mask <= 0xFF or not 0 <= self.value <= 0xFF:
+            raise GoalError(f"RAM condition at {self.addr:#06x}: mask and value must be bytes")
+        if self.op not in OPS:
+            raise GoalError(f"RAM condition op must be one of {', '.join(OPS)}, got {self.op!r}")
+
+    def holds(self, read) -> bool:
+        """The same test on the host (`read(addr) -> byte`), for tests and tools."""
+        v = read(self.addr) & self.mask
+        return {"eq": v == self.value, "ne": v != self.value, "ge": v >= self.value, "gt": v > self.value,
+                "le": v <= self.value, "lt": v < self.value}[self.op]
+
+
+def ram_offset(addr: int, what: str = "address") -> tuple[str, int]:
+    """(region, offset) of a WRAM or HRAM address; anything else is a GoalError."""
+    if 0xC000 <= addr <= 0xFDFF:
+        return "wram", (addr - 0xC000) & 0x1FFF
+    if 0xFF80 <= addr <= 0xFFFE:
+        return "hram", addr - 0xFF80
+    raise GoalError(f"{what}: {addr:#06x} is not a WRAM (0xC000-0xDFFF) or HRAM (0xFF80-0xFFFE) address")
+
+
+def ram_rows(addrs, layout) -> list[int]:
+    """Row indices in the backend's [bytes, envs] RAM array for the given addresses."""
+    rows = []
+    for a in addrs:
+        region, off = ram_offset(int(a))
+        rows.append(layout.bases[region] + off)
+    return rows
+
+
+class RamGoal:
+    """A conjunction of RAM conditions, evaluated on the backend's device RAM ([bytes, N] uint8 tensor)."""
+
+    def __init__(self, conditions, layout, device):
+        import torch
+
+        self.conditions = tuple(conditions)
+        if not self.conditions:
+            raise GoalError("a RAM goal needs at least one condition")
+        c = self.conditions
+        self.rows = torch.tensor(ram_rows([x.addr for x in c], layout), dtype=torch.int64, device=device)
+        self.mask = torch.tensor([x.mask for x in c], dtype=torch.int16, device=device)[:, None]
+        self.value = torch.tensor([x.value for x in c], dtype=torch.int16, device=device)[:, None]
+        self.ops = [x.op for x in c]
+
+    def evaluate(self, ram):
+        """bool [N]: whether every condition holds in each env."""
+        v = ram.index_select(0, self.rows).to(self.mask.dtype) & self.mask
+        ok = None
+        for i, op in enumerate(self.ops):
+            col, val = v[i], self.value[i]
+            r = {"eq": col == val, "ne": col != val, "ge": col >= val, "gt": col > val, "le": col <= val,
+                 "lt": col < val}[op]
+            ok = r if ok is None else ok & r
+        return ok
+
+    def holds(self, read) -> bool:
+        return all(c.holds(read) for c in self.conditions)
+
+
+# --- novelty ------------------------------------------------------------------------------------------------
+_MIX = 0x9E3779B97F4A7C15 - (1 << 64)  # as int64
+
+
+class NoveltyTable:
+    """Per-env bitmaps of `size` hashed keys seen this episode (bool [N, size]). `visit(keys)` marks each env's
+    key and returns whether it was new. Two keys that hash alike count as one (a bitmap, like a 1-hash Bloom
+    filter): size it well above the number of distinct keys an episode meets."""
+
+    def __init__(self, num_envs: int, size: int, device):
+        import torch
+
+        if size < 1:
+            raise GoalError(f"novelty table size must be >= 1, got {size}")
+        self.size = size
+        self.seen = torch.zeros(num_envs, size, dtype=torch.bool, device=device)
+        self.env_ids = torch.arange(num_envs, device=device)
+
+    def visit(self, keys):
+        import torch
+
+        h = (keys.to(torch.int64) * _MIX) >> 17
+        idx = torch.remainder(h, self.size)
+        new = ~self.seen[self.env_ids, idx]
+        self.seen[self.env_ids, idx] = True
+        return new
+
+    def clear(self, done) -> None:
+        self.seen.masked_fill_(done[:, None], False)
+
+
+def ram_key(ram, rows):
+    """int64 [N]: the bytes at `rows` of the [bytes, N] RAM tensor packed into one integer per env."""
+    import torch
+
+    v = ram.index_select(0, rows).to(torch.int64)
+    key = torch.zeros_like(v[0])
+    for i in range(v.shape[0]):  # at most 8 bytes (checked by the env)
+        key = key | (v[i] << (8 * i))
+    return key
+
+
+def frame_key(latest, cell: int = 8, levels: int = 4):
+    """int64 [N]: a coarse hash of each env's latest frame: the mean shade of each `cell`x`cell` block,
+    quantised to `levels` levels, hashed. Packed frames are unpacked first."""
+    import torch
+
+    x = latest
+    if x.shape[-1] == OBS_W // 4:
+        x = unpack_shades(x)
+    n = x.shape[0]
+    blocks = x.reshape(n, OBS_H // cell, cell, OBS_W // cell, cell).to(torch.int32).sum((2, 4))
+    q = (blocks * levels) // (3 * cell * cell + 1)  # 0..levels-1
+    flat = q.reshape(n, -1).to(torch.int64)
+    weights = _frame_weights(flat.shape[1], flat.device)
+    return (flat * weights).sum(1)
+
+
+_WEIGHTS: dict = {}
+
+
+def _frame_weights(count: int, device):
+    import torch
+
+    key = (count, str(device))
+    if key not in _WEIGHTS:
+        g = np.random.default_rng(12345).integers(1, 2**40, size=count, dtype=np.int64)
+        _WEIGHTS[key] = torch.tensor(g, dtype=torch.int64, device=device)
+    return _WEIGHTS[key]
+
+
+@dataclass
+class RewardConfig:
+    """Reward = step_cost + alpha * (prev_dist - dist) + goal_bonus * terminated + novelty terms."""
+
+    step_cost: float = -0.01
+    alpha: float = 1.0
+    goal_bonus: float = 1.0
+    tau: float | None = None  # template distance below which the goal counts (None: the template's suggestion)
+    k_consecutive: int = 1
+    novelty_ram: float = 0.0  # bonus for the first visit of the task's novelty RAM key in an episode
+    novelty_pixels: float = 0.0  # bonus for the first visit of a coarse frame hash in an episode
+    novelty_size: int = 4096
+    terminate_on: str = "auto"  # "template", "ram" or "auto" (template when there is one, else the RAM goal)
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.k_consecutive < 1:
+            raise GoalError(f"k_consecutive must be >= 1, got {self.k_consecutive}")
+        if self.terminate_on not in ("auto", "template", "ram"):
+            raise GoalError(f"terminate_on must be auto, template or ram, got {self.terminate_on!r}")
+        if self.tau is not None and not 0 <= self.tau <= 1:
+            raise GoalError(f"tau must be in [0, 1], got {self.tau}")
+        if self.novelty_size < 1:
+            raise GoalError(f"novelty_size must be >= 1, got {self.novelty_size}")
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> RewardConfig:
+        d = dict(d or {})
+        known = {f for f in cls.__dataclass_fields__ if f != "extra"}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise GoalError(f"unknown reward setting(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**d)

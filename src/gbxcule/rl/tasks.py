@@ -1,0 +1,220 @@
+"""Task packs: an RL task is data (a TOML file), not code.
+
+A pack names its ROM (a built-in ROM's name, or the SHA-1 of a ROM the user supplies), the action codec and
+schedule, and its tasks. A task says where episodes start (a button script from power-on, save-state files,
+or a generator of several start states), what ends them (RAM conditions, a pixel goal template, the step
+limit) and the reward knobs. `load_task("leave_house")` looks in the built-in packs (`rl/packs/*.toml`);
+`load_task("path/to/pack.toml:name")` reads a pack file. docs/rl_env.md has the format.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from gbxcule.core.action_codec import ActionCodec, get_codec
+from gbxcule.core.errors import GbxculeError
+from gbxcule.rl.goals import GoalError, RamCondition, RewardConfig, ram_offset
+
+SCRIPT_LETTERS = {"N": (), "A": ("a",), "B": ("b",), "S": ("start",), "E": ("select",), "U": ("up",),
+                  "D": ("down",), "L": ("left",), "R": ("right",)}
+GENERATORS = ("random_noops",)
+
+
+class TaskError(GbxculeError):
+    """An unknown task, or a pack file that cannot be read."""
+
+
+def parse_script(text: str, codec: ActionCodec) -> tuple[int, ...]:
+    """Action indices of a script such as "N5 R4 D6 R" under `codec` (letters: `SCRIPT_LETTERS`)."""
+    by_buttons = {buttons: i for i, buttons in enumerate(codec.actions)}
+    out: list[int] = []
+    for token in str(text).split():
+        letter, count = token[0].upper(), token[1:]
+        if letter not in SCRIPT_LETTERS or not (count == "" or count.isdigit()):
+            raise TaskError(f"bad script token {token!r} (letters {''.join(SCRIPT_LETTERS)}, then a count)")
+        buttons = SCRIPT_LETTERS[letter]
+        if buttons not in by_buttons:
+            raise TaskError(f"script letter {letter!r} has no action in codec {codec.name}")
+        out += [by_buttons[buttons]] * int(count or 1)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class StartSpec:
+    """Where episodes start. `script`: actions from power-on. `states`: save-state files or folders (PyBoy
+    `.state` or gbxcule snapshots), each a start slot. `generator` ("random_noops"): `count` states reached
+    from the script's end (or the first state) by random prefixes of up to `max_len` steps."""
+
+    script: tuple[int, ...] = ()
+    states: tuple[str, ...] = ()
+    generator: str | None = None
+    count: int = 1
+    max_len: int = 8
+
+    def __post_init__(self) -> None:
+        if self.generator is not None and self.generator not in GENERATORS:
+            raise TaskError(f"unknown start-state generator {self.generator!r}; known: {', '.join(GENERATORS)}")
+        if self.count < 1 or self.max_len < 0:
+            raise TaskError(f"start-state generator needs count >= 1 and max_len >= 0, got {self.count}, "
+                            f"{self.max_len}")
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    pack: str
+    description: str = ""
+    rom: str | None = None  # a built-in ROM's name
+    rom_sha1: str | None = None  # the ROM the task is for (a built-in ROM's SHA-1 is computed when built)
+    codec: str = "pokemonred_puffer_v1"
+    frames_per_step: int = 24
+    release_after_frames: int = 8
+    start: StartSpec = field(default_factory=StartSpec)
+    step_limit: int = 1000
+    solution: tuple[int, ...] | None = None
+    goal_ram: tuple[RamCondition, ...] = ()
+    template: str | None = None  # "solution" (captured from the solution's last frame) or a template file
+    reward: dict = field(default_factory=dict)
+    novelty_ram: tuple[int, ...] = ()
+    base_dir: str = "."  # relative paths in the pack resolve against this folder
+
+    @property
+    def id(self) -> str:
+        return f"{self.pack}:{self.name}"
+
+    def reward_config(self, overrides: dict | None = None) -> RewardConfig:
+        return RewardConfig.from_dict({**self.reward, **(overrides or {})})
+
+
+def _ram_conditions(items, where: str) -> tuple[RamCondition, ...]:
+    out = []
+    for item in items or ():
+        if not isinstance(item, dict) or "addr" not in item or "value" not in item:
+            raise TaskError(f"{where}: each goal_ram entry needs addr and value")
+        unknown = set(item) - {"addr", "value", "mask", "op"}
+        if unknown:
+            raise TaskError(f"{where}: unknown goal_ram key(s) {', '.join(sorted(unknown))}")
+        out.append(RamCondition(int(item["addr"]), int(item["value"]), int(item.get("mask", 0xFF)),
+                                str(item.get("op", "eq"))))
+    return tuple(out)
+
+
+_TASK_KEYS = {"description", "start", "step_limit", "solution", "goal_ram", "template", "reward", "novelty_ram",
+              "codec", "frames_per_step", "release_after_frames"}
+_PACK_KEYS = {"name", "rom", "rom_sha1", "codec", "frames_per_step", "release_after_frames", "novelty_ram"}
+
+
+def parse_pack(text: str, where: str, base_dir: str = ".") -> dict[str, Task]:
+    """Tasks of a pack file's text, checked completely (a bad pack is one TaskError line)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise TaskError(f"{where}: not valid TOML ({exc})") from None
+    pack = data.get("pack", {})
+    tasks = data.get("tasks", {})
+    if not isinstance(pack, dict) or not isinstance(tasks, dict) or not tasks:
+        raise TaskError(f"{where}: a pack needs a [pack] table and at least one [tasks.NAME] table")
+    unknown = set(pack) - _PACK_KEYS
+    if unknown:
+        raise TaskError(f"{where}: unknown [pack] key(s) {', '.join(sorted(unknown))}")
+    name = str(pack.get("name", Path(where).stem))
+    out = {}
+    for tname, t in tasks.items():
+        w = f"{where}: task {tname}"
+        if not isinstance(t, dict):
+            raise TaskError(f"{w} must be a table")
+        bad = set(t) - _TASK_KEYS
+        if bad:
+            raise TaskError(f"{w}: unknown key(s) {', '.join(sorted(bad))}")
+        try:
+            codec = get_codec(str(t.get("codec", pack.get("codec", "pokemonred_puffer_v1"))))
+        except ValueError as exc:
+            raise TaskError(f"{w}: {exc}") from None
+        s = t.get("start", {})
+        if not isinstance(s, dict) or set(s) - {"script", "states", "generator", "count", "max_len"}:
+            raise TaskError(f"{w}: start takes script, states, generator, count, max_len")
+        states = s.get("states", ())
+        states = (states,) if isinstance(states, str) else tuple(str(x) for x in states)
+        try:
+            start = StartSpec(parse_script(s.get("script", ""), codec), states, s.get("generator"),
+                              int(s.get("count", 1)), int(s.get("max_len", 8)))
+            sol = t.get("solution")
+            novelty = tuple(int(a) for a in t.get("novelty_ram", pack.get("novelty_ram", ())))
+            for a in novelty:
+                ram_offset(a, f"{w}: novelty_ram")
+            if len(novelty) > 8:
+                raise TaskError(f"{w}: novelty_ram names at most 8 bytes")
+            reward = dict(t.get("reward", {}))
+            RewardConfig.from_dict(reward)
+            task = Task(tname, name, str(t.get("description", "")), pack.get("rom"), pack.get("rom_sha1"),
+                        codec.name, int(t.get("frames_per_step", pack.get("frames_per_step", 24))),
+                        int(t.get("release_after_frames", pack.get("release_after_frames", 8))), start,
+                        int(t.get("step_limit", 1000)), None if sol is None else parse_script(sol, codec),
+                        _ram_conditions(t.get("goal_ram"), w), t.get("template"), reward, novelty, base_dir)
+        except GoalError as exc:
+            raise TaskError(f"{w}: {exc}") from None
+        if task.step_limit < 1:
+            raise TaskError(f"{w}: step_limit must be >= 1")
+        if not task.goal_ram and task.template is None:
+            raise TaskError(f"{w}: needs a goal (goal_ram and/or template)")
+        if task.template == "solution" and not task.solution:
+            raise TaskError(f"{w}: template = \"solution\" needs a solution")
+        if not (task.start.script or task.start.states or task.start.generator) and task.start.count == 1:
+            pass  # power-on start
+        out[tname] = task
+    return out
+
+
+@cache
+def builtin_packs() -> dict[str, dict[str, Task]]:
+    folder = resources.files("gbxcule.rl") / "packs"
+    packs = {}
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".toml"):
+            tasks = parse_pack(entry.read_text(), f"built-in pack {entry.name}")
+            packs[next(iter(tasks.values())).pack] = tasks
+    return packs
+
+
+def load_pack(path: str | Path) -> dict[str, Task]:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TaskError(f"cannot read task pack {p}: {getattr(exc, 'strerror', None) or exc}") from None
+    return parse_pack(text, str(p), str(p.resolve().parent))
+
+
+def load_task(spec: str | Task) -> Task:
+    """A task by name ("leave_house", "overworld:leave_house") or from a pack file ("pack.toml:name")."""
+    if isinstance(spec, Task):
+        return spec
+    spec = str(spec)
+    if ".toml" in spec:
+        path, _, name = spec.rpartition(":") if spec.rfind(":") > spec.rfind(".toml") else (spec, "", "")
+        tasks = load_pack(path)
+        if not name:
+            if len(tasks) != 1:
+                raise TaskError(f"{path} holds several tasks ({', '.join(tasks)}): name one as {path}:NAME")
+            return next(iter(tasks.values()))
+        if name not in tasks:
+            raise TaskError(f"no task {name!r} in {path}; it has {', '.join(tasks)}")
+        return tasks[name]
+    packs = builtin_packs()
+    pack, _, name = spec.rpartition(":")
+    if pack:
+        if pack not in packs or name not in packs[pack]:
+            raise TaskError(f"unknown task {spec!r}; known: {', '.join(known_tasks())}")
+        return packs[pack][name]
+    for tasks in packs.values():  # packs in name order: overworld before pokemon_red
+        if name in tasks:
+            return tasks[name]
+    raise TaskError(f"unknown task {spec!r}; known: {', '.join(known_tasks())}")
+
+
+def known_tasks() -> list[str]:
+    return [t.id for tasks in builtin_packs().values() for t in tasks.values()]
