@@ -138,7 +138,7 @@ def heal_kernel_cache(root: Path) -> list[str]:
                    and not _BUILD_DIR.search(f.name)]
     except OSError:
         return healed
-    for folder in folders:
+    for folder in sorted(folders):
         try:
             problem = check_cache_entry(folder)
         except OSError as exc:
