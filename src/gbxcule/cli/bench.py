@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from gbxcule.backends import BACKENDS
+from gbxcule.cli import checks
 from gbxcule.cli.common import add_state_arg
 from gbxcule.core.action_codec import CODECS, DEFAULT_CODEC
-from gbxcule.core.cartridge import load_rom
 from gbxcule.core.errors import GbxculeError
-from gbxcule.core.schedule import ActionSchedule
+from gbxcule.core.outputs import write_output
 from gbxcule.harness.actions import GENERATORS
 from gbxcule.harness.bench import artifact, measure, scaling_plot, table, write_artifact
-from gbxcule.roms import DEFAULT_ROM, resolve_rom
+from gbxcule.roms import DEFAULT_ROM
 
 
 def register(sub) -> None:
@@ -66,10 +65,18 @@ def run(args) -> int:
         env_counts = [int(x) for x in args.envs.split(",") if x]
     except ValueError:
         raise ValueError(f"--envs must be comma-separated integers, got {args.envs!r}") from None
-    if not env_counts or min(env_counts) < 1 or args.steps < 1:
-        raise ValueError("--envs values and --steps must be >= 1")
-    schedule = ActionSchedule(args.frames_per_step, args.release_after_frames)
-    rom = load_rom(resolve_rom(args.rom))
+    if not env_counts or min(env_counts) < 1:
+        raise GbxculeError("--envs values must be >= 1")
+    checks.positive(steps=args.steps)
+    if args.warmup < 0:
+        raise GbxculeError(f"--warmup must be >= 0, got {args.warmup}")
+    schedule = checks.schedule(args.frames_per_step, args.release_after_frames)
+    inputs = (checks.rom_path(args.rom), args.state)
+    out = checks.check_not_input(args.out, inputs)
+    plot = checks.check_not_input(out.with_suffix(".png"), inputs)
+    rom = checks.rom_file(args.rom, "bench")
+    for b in backends:  # the largest env count of each backend must fit before anything runs
+        checks.env_memory(b, max(env_counts), rom, render=args.stage in ("obs_only", "full_step"))
     if args.state:  # a bad state is one error up front, not a skip per measurement
         from gbxcule.core.savestate import decode_states, read_state_source
 
@@ -99,8 +106,7 @@ def run(args) -> int:
     data["lean"] = args.lean
     data["block_dim"] = args.block_dim
     data["state"] = args.state
-    data["plot"] = str(scaling_plot(results, Path(args.out).with_suffix(".png")))
-    path = write_artifact(data, Path(args.out))
-    data["artifact"] = str(path)
+    data["plot"] = str(write_output(plot, lambda p: scaling_plot(results, p), inputs))
+    data["artifact"] = str(write_output(out, lambda p: write_artifact(data, p), inputs))
     emit(args, data, lambda d: table(results) + f"\nartifact: {d['artifact']}\nplot: {d['plot']}")
     return 0

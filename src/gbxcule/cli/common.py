@@ -27,4 +27,6 @@ def add_state_arg(p) -> None:
 
 
 def schedule_from(args) -> ActionSchedule:
-    return ActionSchedule(args.frames_per_step, args.release_after_frames)
+    from gbxcule.cli.checks import schedule
+
+    return schedule(args.frames_per_step, args.release_after_frames)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from gbxcule.cli.checks import cgb_only_note, rom_path
 from gbxcule.core.cartridge import RomError, check_runnable, parse_header, read_rom_bytes
-from gbxcule.roms import resolve_rom
 
 
 def register(sub) -> None:
@@ -34,20 +34,24 @@ def _text(d: dict) -> str:
         f"logo:             {ok[d['logo_valid']]}",
         f"sha1:             {d['sha1']}",
         f"runnable:         {'yes' if d['runnable'] else 'no: ' + d['problem']}",
-    ])
+    ] + ([f"warning:          {d['warning']}"] if d["warning"] else []))
 
 
 def run(args) -> int:
     from gbxcule.cli.report import EXIT_ERROR, emit
 
-    path = resolve_rom(args.rom)
+    path = rom_path(args.rom)
     info = parse_header(read_rom_bytes(path))
+    warning = cgb_only_note(info)
     try:
         check_runnable(info)
         problem = None
     except RomError as exc:
         problem = str(exc)
-    emit(args, {"path": str(path), **info.to_dict(), "runnable": problem is None, "problem": problem}, _text)
+    emit(args, {"path": str(path), **info.to_dict(), "runnable": problem is None, "problem": problem,
+                "warning": warning}, _text)
+    if warning and not problem:
+        sys.stderr.write(f"gbxcule info: warning: {warning}\n")
     if problem:
         sys.stderr.write(f"gbxcule info: error: {problem}\n")
         return EXIT_ERROR

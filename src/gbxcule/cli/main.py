@@ -33,6 +33,18 @@ def main(argv: list[str] | None = None) -> int:
     except (GbxculeError, ValueError) as exc:
         sys.stderr.write(f"gbxcule {args.command}: error: {exc}\n")
         return EXIT_ERROR
+    except OSError as exc:  # a file the checks could not foresee (permissions, disk full): still one line
+        where = f"{exc.filename}: " if exc.filename else ""
+        sys.stderr.write(f"gbxcule {args.command}: error: {where}{exc.strerror or exc}\n")
+        return EXIT_ERROR
+    except MemoryError:
+        sys.stderr.write(f"gbxcule {args.command}: error: out of memory; try fewer envs\n")
+        return EXIT_ERROR
+    except RuntimeError as exc:  # Warp's allocator: "Failed to allocate N bytes on device ..."
+        if "Failed to allocate" not in str(exc):
+            raise
+        sys.stderr.write(f"gbxcule {args.command}: error: {str(exc).splitlines()[0]}; try fewer envs\n")
+        return EXIT_ERROR
     except KeyboardInterrupt:
         sys.stderr.write("gbxcule: interrupted\n")
         return 130

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import time
-from pathlib import Path
 
 from gbxcule.backends import load_start_state, make_backend
+from gbxcule.cli import checks
+from gbxcule.cli.checks import FRAME_BYTES
 from gbxcule.cli.common import add_run_args, add_state_arg, schedule_from
 from gbxcule.core.action_codec import get_codec
 from gbxcule.core.errors import GbxculeError
+from gbxcule.core.outputs import write_output
 from gbxcule.core.screen import mosaic, write_gif, write_png
 from gbxcule.harness.actions import make_action_gen
-from gbxcule.roms import resolve_rom
 
 
 def register(sub) -> None:
@@ -36,8 +37,9 @@ def register(sub) -> None:
 
 
 def _text(d: dict) -> str:
-    lines = [f"{d['backend']}: {d['envs']} envs x {d['steps']} steps x {d['frames_per_step']} frames "
-             f"in {d['seconds']:.2f} s: {d['env_steps_per_s']:.1f} env-steps/s, {d['frames_per_s']:.0f} frames/s"]
+    lines = [f"{d['backend']}: {d['envs']} envs x {d['steps']} steps x {d['frames_per_step']} frames; "
+             f"{d['timed_steps']} timed steps in {d['seconds']:.2f} s (first step apart, {d['first_step_s']:.2f} s): "
+             f"{d['env_steps_per_s']:.1f} env-steps/s, {d['frames_per_s']:.0f} frames/s"]
     for e in d["final"][:8]:
         lines.append(f"  env {e['env']:3d}: pc=${e['pc']:04X} wram sha1 {e['wram_sha1'][:12]}")
     if len(d["final"]) > 8:
@@ -46,35 +48,33 @@ def _text(d: dict) -> str:
     return "\n".join(lines)
 
 
-def _write(path: str, write) -> None:
-    out = Path(path)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        write(out)
-    except OSError as exc:
-        raise GbxculeError(f"cannot write {out}: {exc.strerror or exc}") from None
-
-
 def run(args) -> int:
     from gbxcule.cli.report import emit
 
-    if args.envs < 1 or args.steps < 0:
-        raise ValueError("--envs must be >= 1 and --steps >= 0")
+    checks.positive(envs=args.envs, steps=args.steps)
     codec = get_codec(args.codec)
     schedule = schedule_from(args)
     if (args.record or args.mosaic) and not args.backend.startswith("warp"):
-        raise ValueError("--record and --mosaic need a warp backend (warp_vec_cpu or warp_vec_cuda)")
-    if args.record and not (args.steps >= 1 and 0 <= args.record_env < args.envs):
-        raise ValueError("--record needs --steps >= 1 and --record-env within --envs")
+        raise GbxculeError("--record and --mosaic need a warp backend (warp_vec_cpu or warp_vec_cuda)")
+    if args.record and not 0 <= args.record_env < args.envs:
+        raise GbxculeError("--record-env must be within --envs")
+    rom_path = checks.rom_path(args.rom)
+    inputs = (rom_path, args.state)
+    for out in (args.record, args.mosaic):
+        if out:
+            checks.check_not_input(out, inputs)
+    rom = checks.rom_file(args.rom, "play")
+    host = FRAME_BYTES * (args.steps if args.record else 0) + (FRAME_BYTES * 2 if args.mosaic else 0)
+    checks.env_memory(args.backend, args.envs, rom, render=bool(args.record or args.mosaic),
+                      host_per_env=host + 64)
     gen = make_action_gen(args.actions, codec, args.envs, args.seed, args.fixed_action)
-    backend = make_backend(args.backend, str(resolve_rom(args.rom)), num_envs=args.envs, codec=codec,
-                           schedule=schedule)
+    backend = make_backend(args.backend, str(rom_path), num_envs=args.envs, codec=codec, schedule=schedule)
     recorded = []
     try:
         backend.reset(args.seed)
         if args.state:
             load_start_state(backend, args.state)
-        t0 = time.perf_counter()
+        t0 = t1 = time.perf_counter()
         for k in range(args.steps):
             if args.record or (args.mosaic and k == args.steps - 1):
                 backend.step(gen(k), render=True)
@@ -82,22 +82,28 @@ def run(args) -> int:
                 backend.step(gen(k))
             if args.record:
                 recorded.append(backend.frames_host(args.record_env))
-        seconds = time.perf_counter() - t0
+            if k == 0:  # the first step compiles kernels on a cold cache: it is reported apart
+                t1 = time.perf_counter()
+        t2 = time.perf_counter()
+        first_step_s = t1 - t0
+        timed_steps = args.steps - 1 if args.steps > 1 else args.steps
+        seconds = t2 - t1 if args.steps > 1 else t2 - t0
         if args.mosaic:
-            _write(args.mosaic, lambda p: write_png(mosaic(backend.frames_host()), p))
+            write_output(args.mosaic, lambda p: write_png(mosaic(backend.frames_host()), p), inputs)
         if args.record:
             frame_ms = max(20, round(schedule.frames_per_step * 1000 / 59.7275))
-            _write(args.record, lambda p: write_gif(recorded, p, frame_ms))
+            write_output(args.record, lambda p: write_gif(recorded, p, frame_ms), inputs)
         final = [{"env": e, "pc": backend.get_cpu_state(e).pc,
                   "wram_sha1": hashlib.sha1(backend.read_memory(e, 0xC000, 0xE000).tobytes()).hexdigest()}
                  for e in range(args.envs)]
     finally:
         backend.close()
-    env_steps = args.envs * args.steps
+    env_steps = args.envs * timed_steps
     emit(args, {
         "backend": args.backend, "rom": args.rom, "envs": args.envs, "steps": args.steps,
         "codec": codec.describe(), "schedule": schedule.describe(), "actions": args.actions, "seed": args.seed,
-        "frames_per_step": schedule.frames_per_step, "seconds": seconds,
+        "frames_per_step": schedule.frames_per_step, "seconds": seconds, "timed_steps": timed_steps,
+        "first_step_s": first_step_s,
         "env_steps_per_s": env_steps / seconds if seconds > 0 else 0.0,
         "frames_per_s": env_steps * schedule.frames_per_step / seconds if seconds > 0 else 0.0,
         "final": final, "record": args.record, "mosaic": args.mosaic,

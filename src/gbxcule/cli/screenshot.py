@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
 import numpy as np
 
+from gbxcule.cli import checks
 from gbxcule.core.action_codec import get_codec
-from gbxcule.core.cartridge import Rom, load_rom
-from gbxcule.core.errors import GbxculeError
+from gbxcule.core.cartridge import Rom
+from gbxcule.core.outputs import write_output
 from gbxcule.core.schedule import ActionSchedule
 from gbxcule.core.screen import write_png
-from gbxcule.roms import resolve_rom
 
 SCREENSHOT_BACKENDS = ("warp_vec_cpu", "warp_vec_cuda", "pyboy_single")
 
@@ -56,15 +55,13 @@ def screen_after(rom: Rom, backend: str, frames: int) -> np.ndarray:
 def run(args) -> int:
     from gbxcule.cli.report import emit
 
-    if args.frames < 1:
-        raise ValueError("--frames must be >= 1")
-    shades = screen_after(load_rom(resolve_rom(args.rom)), args.backend, args.frames)
-    out = Path(args.out)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        write_png(shades, out)
-    except OSError as exc:
-        raise GbxculeError(f"cannot write {out}: {exc.strerror or exc}") from None
+    checks.positive(frames=args.frames)
+    inputs = (checks.rom_path(args.rom),)
+    out = checks.check_not_input(args.out, inputs)
+    rom = checks.rom_file(args.rom, "screenshot")
+    checks.env_memory(args.backend, 1, rom)
+    shades = screen_after(rom, args.backend, args.frames)
+    write_output(out, lambda p: write_png(shades, p), inputs)
     emit(args, {"rom": args.rom, "backend": args.backend, "frames": args.frames, "out": str(out),
                 "screen_sha1": hashlib.sha1(shades.tobytes()).hexdigest(),
                 "shade_counts": [int((shades == s).sum()) for s in range(4)]},

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gbxcule.backends import BACKENDS
+from gbxcule.cli import checks
 from gbxcule.cli.common import add_state_arg
-from gbxcule.core.cartridge import load_rom
 from gbxcule.harness.testrom import run_test_rom
 
 
@@ -27,10 +27,15 @@ def register(sub) -> None:
 def run(args) -> int:
     from gbxcule.cli.report import emit
 
-    if args.frames < 1:
-        raise ValueError("--frames must be >= 1")
-    result = run_test_rom(load_rom(args.rom), args.backend, args.frames, boot=args.boot, state=args.state)
+    checks.positive(frames=args.frames)
+    rom = checks.rom_file(args.rom, "testrom")
+    checks.env_memory(args.backend, 1, rom)
+    result = run_test_rom(rom, args.backend, args.frames, boot=args.boot, state=args.state)
     verdict = "PASS" if result.passed else "FAIL" if result.decided else "NO VERDICT"
-    emit(args, {**result.to_dict(), "rom": args.rom, "backend": args.backend, "verdict": verdict},
-         lambda d: f"{d['verdict']} {d['rom']} ({d['protocol']}, {d['frames']} frames)\n{d['text'].strip()}")
+    note = None
+    if not result.decided:
+        note = checks.cgb_only_note(rom.info) or f"the ROM reported no result within {args.frames} frames"
+    emit(args, {**result.to_dict(), "rom": args.rom, "backend": args.backend, "verdict": verdict, "why": note},
+         lambda d: f"{d['verdict']} {d['rom']} ({d['protocol']}, {d['frames']} frames)\n{d['text'].strip()}"
+                   + (f"\nno verdict: {d['why']}" if d["why"] else ""))
     return 0 if result.passed else 1

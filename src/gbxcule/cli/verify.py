@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from gbxcule.cli import checks
 from gbxcule.cli.common import add_state_arg
 from gbxcule.core.action_codec import CODECS
-from gbxcule.core.cartridge import load_rom
+from gbxcule.core.errors import GbxculeError
 from gbxcule.harness.actions import GENERATORS
 from gbxcule.harness.compare import DEFAULT_REGIONS, REGIONS
 from gbxcule.harness.verify import VerifyConfig, run_verify
-from gbxcule.roms import canonical, get_spec, resolve_rom
+from gbxcule.roms import canonical, get_spec
 
 
 def register(sub) -> None:
@@ -55,8 +58,7 @@ def run(args) -> int:
     bad = [r for r in regions if r not in REGIONS]
     if bad:
         raise ValueError(f"unknown region(s) {', '.join(bad)}; choose from {', '.join(REGIONS)}")
-    if args.envs < 1:
-        raise ValueError("--envs must be >= 1")
+    checks.positive(envs=args.envs, steps=args.steps, frames_per_step=args.frames_per_step)
     manifest = get_spec(args.rom).verify if canonical(args.rom) else None
     pick = lambda given, attr, default: given if given is not None else (  # noqa: E731
         getattr(manifest, attr) if manifest else default)
@@ -67,8 +69,18 @@ def run(args) -> int:
         actions=pick(args.actions, "actions", "seeded_random"), seed=args.seed, codec=args.codec,
         envs=args.envs, dut=args.dut, regions=regions, bundle_dir=args.bundle_dir,
         screens=args.screens, state=args.state)
-    cfg.release_after_frames = min(cfg.release_after_frames, cfg.frames_per_step)
-    rom = load_rom(resolve_rom(args.rom))
+    checks.positive(steps=cfg.steps)
+    if args.release_after_frames is None:  # a default hold (the manifest's) fits the step; a given one must
+        cfg.release_after_frames = min(cfg.release_after_frames, cfg.frames_per_step)
+    checks.schedule(cfg.frames_per_step, cfg.release_after_frames)
+    rom = checks.rom_file(args.rom, "verify")
+    if Path(args.bundle_dir).exists() and not Path(args.bundle_dir).is_dir():
+        raise GbxculeError(f"--bundle-dir {args.bundle_dir} is a file, not a directory")
+    # one PyBoy per env on the host plus the DUT's envs: checked before the references are built
+    checks.env_memory("pyboy_single", args.envs, rom, host_per_env=checks.warp_bytes_per_env(rom, args.screens)
+                      if args.dut == "warp_vec_cpu" else 0)
+    if args.dut == "warp_vec_cuda":
+        checks.env_memory("warp_vec_cuda", args.envs, rom, render=args.screens)
     result = run_verify(cfg, rom)
     emit(args, {**result.to_dict(), "rom": args.rom, "ref": args.ref, "dut": args.dut,
                 "config": {k: v for k, v in cfg.__dict__.items() if k != "regions"} | {"regions": list(regions)}},
