@@ -357,7 +357,31 @@ class WarpVecBackend:
         return np.array([snap.peek(a) for a in range(lo, hi)], dtype=np.uint8)
 
     def close(self) -> None:
+        self.synchronize()
+
+    def synchronize(self) -> None:
+        """Wait until every launch so far has finished."""
         self._wp.synchronize_device(self.device)
+
+    def field_values(self, name: str) -> np.ndarray:
+        """Field `name` (`core/schema.py`) of every env, int32 [num_envs] on the host (synchronises)."""
+        n = self.num_envs
+        row = FIELD_INDEX[name]
+        return self.fields[row * n:(row + 1) * n].numpy().copy()
+
+    def wram_bytes(self, addr: int) -> np.ndarray:
+        """The WRAM byte at `addr` (0xC000-0xDFFF) of every env, uint8 [num_envs] (synchronises)."""
+        if not 0xC000 <= addr < 0xE000:
+            raise ValueError(f"WRAM address must lie in 0xC000-0xDFFF, got {addr:#x}")
+        o = self.layout.bases["wram"] + addr - 0xC000
+        return self.ram[o:o + 1].numpy()[0].copy()
+
+    def device_bytes_per_env(self) -> int:
+        """Bytes of per-env device state: fields, RAM, serial capture, stage outputs and the frame buffer."""
+        arrays = [self.fields, self.ram, self.serial, self.obs, self.rewards]
+        if self._frame is not None:
+            arrays.append(self._frame)
+        return sum(a.capacity for a in arrays) // self.num_envs
 
     # --- introspection ------------------------------------------------------------------------------
     def _gather(self, arr, rows: int, ids: list[int]) -> np.ndarray:
