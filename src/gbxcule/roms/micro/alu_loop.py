@@ -7,10 +7,10 @@ never idles.
 
 from __future__ import annotations
 
-from gbxcule.roms import RomSpec, VerifySettings
 from gbxcule.roms.micro import model
 from gbxcule.roms.micro.common import DONE_ADDR, DONE_VALUE, done, header, program
 from gbxcule.roms.micro.model import FC
+from gbxcule.roms.spec import RomSpec, VerifySettings
 
 RESULTS = 0xC000  # H L D E C A F
 ITERATIONS = 256

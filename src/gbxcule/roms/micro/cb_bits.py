@@ -6,9 +6,9 @@ moves the target back into A and pushes AF into the results area, so each case l
 
 from __future__ import annotations
 
-from gbxcule.roms import RomSpec, VerifySettings
 from gbxcule.roms.micro import model
 from gbxcule.roms.micro.common import done, header, program, pushed
+from gbxcule.roms.spec import RomSpec, VerifySettings
 
 TARGETS = ("b", "c", "d", "e", "h", "l", "[hl]", "a")
 SHIFTS = ("rlc", "rrc", "rl", "rr", "sla", "sra", "swap", "srl")

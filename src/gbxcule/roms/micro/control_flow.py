@@ -9,8 +9,8 @@ SP seen three calls deep and a return address pushed by CALL are the signature.
 from __future__ import annotations
 
 from gbxcule.asm import assemble
-from gbxcule.roms import RomSpec, VerifySettings
 from gbxcule.roms.micro.common import done, header, program
+from gbxcule.roms.spec import RomSpec, VerifySettings
 
 TRACE = 0xC100
 RESULTS = 0xC000  # trace end (2), SP three calls deep (2), a return address (2)

@@ -6,9 +6,9 @@ each area fills downwards with (F, A) pairs, the first result at its top.
 
 from __future__ import annotations
 
-from gbxcule.roms import RomSpec, VerifySettings
 from gbxcule.roms.micro import model
 from gbxcule.roms.micro.common import db, done, header, program, pushed
+from gbxcule.roms.spec import RomSpec, VerifySettings
 
 OPS = ("add", "adc", "sub", "sbc", "and", "xor", "or", "cp")
 VALUES = (0x00, 0x01, 0x0F, 0x10, 0x7F, 0x80, 0x99, 0xFF)

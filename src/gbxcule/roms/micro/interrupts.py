@@ -8,7 +8,6 @@ with the LCD on; the rest run with it off, so no PPU event can raise a flag behi
 
 from __future__ import annotations
 
-from gbxcule.roms import RomSpec, VerifySettings
 from gbxcule.roms.micro.common import (
     INT_JOYPAD,
     INT_SERIAL,
@@ -19,6 +18,7 @@ from gbxcule.roms.micro.common import (
     header,
     program,
 )
+from gbxcule.roms.spec import RomSpec, VerifySettings
 
 RESULTS = 0xC000  # 10 read-back values
 COUNTS = 0xC010  # dispatches per source (5)

@@ -13,9 +13,9 @@ with the mode and writes its result. Signature block at $C000-$C010:
 
 from __future__ import annotations
 
-from gbxcule.roms import RomSpec, VerifySettings
 from gbxcule.roms.micro import model
 from gbxcule.roms.micro.common import DONE_ADDR, DONE_VALUE, done, header, program
+from gbxcule.roms.spec import RomSpec, VerifySettings
 
 BLOCK = 0xC000
 MODE, RESULTS, RAN, LAST, LOOP_INDEX = 0xC000, 0xC001, 0xC00B, 0xC00F, 0xC010

@@ -8,8 +8,8 @@ the start and loads never change it); stores land in a WRAM buffer and in HRAM.
 
 from __future__ import annotations
 
-from gbxcule.roms import RomSpec, VerifySettings
 from gbxcule.roms.micro.common import db, done, header, program, pushed
+from gbxcule.roms.spec import RomSpec, VerifySettings
 
 REGS = ("b", "c", "d", "e", "h", "l", "a")
 DUMP_END = 0xC800  # register dumps grow down from here (about 500 bytes)

@@ -9,8 +9,8 @@ rewritten with the same bytes every pass, so they belong to the signature too.
 
 from __future__ import annotations
 
-from gbxcule.roms import RomSpec, VerifySettings
 from gbxcule.roms.micro.common import DONE_ADDR, DONE_VALUE, done, header, program
+from gbxcule.roms.spec import RomSpec, VerifySettings
 
 SUMS = 0xC000
 R1 = 0xC100  # 512 bytes, stride 1

@@ -8,8 +8,8 @@ both read-backs, the final OAM, the routine in HRAM.
 
 from __future__ import annotations
 
-from gbxcule.roms import RomSpec, VerifySettings
 from gbxcule.roms.micro.common import HRAM_DMA, db, done, header, program
+from gbxcule.roms.spec import RomSpec, VerifySettings
 
 WRAM_SOURCE = 0xC100
 COPY1, COPY2 = 0xC200, 0xC300

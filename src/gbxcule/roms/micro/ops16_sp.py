@@ -7,9 +7,9 @@ pointer after every case that moves it) and SP values are stored with LD (a16),S
 
 from __future__ import annotations
 
-from gbxcule.roms import RomSpec, VerifySettings
 from gbxcule.roms.micro import model
 from gbxcule.roms.micro.common import STACK_TOP, done, header, program, pushed
+from gbxcule.roms.spec import RomSpec, VerifySettings
 
 PUSH_END = 0xC400  # the pushed results end here (they grow downwards)
 SP_RESULTS = 0xC400  # LD (a16),SP results, upwards

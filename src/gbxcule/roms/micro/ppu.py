@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gbxcule.roms import RomSpec, VerifySettings
 from gbxcule.roms.micro.common import (
     DONE_ADDR,
     DONE_VALUE,
@@ -23,6 +22,7 @@ from gbxcule.roms.micro.common import (
     header,
     program,
 )
+from gbxcule.roms.spec import RomSpec, VerifySettings
 
 REGS = 0xC000  # read-back of READBACK (STAT masked to its enable bits, $78)
 READBACK = ("rLCDC", "rBGP", "rOBP0", "rOBP1", "rSCX", "rSCY", "rLYC", "rSTAT", "rWX", "rWY")

@@ -9,8 +9,8 @@ sent for each transfer (copied from the ROM text), from $C200 SB after each tran
 
 from __future__ import annotations
 
-from gbxcule.roms import RomSpec, VerifySettings
 from gbxcule.roms.micro.common import INT_SERIAL, db, done, header, program
+from gbxcule.roms.spec import RomSpec, VerifySettings
 
 TEXT = b"GBXCULE SERIAL OK\n"
 POLLED = 9  # bytes sent by polling; the rest by interrupt

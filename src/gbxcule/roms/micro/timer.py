@@ -12,8 +12,8 @@ E sits half a period away from the nearest edge, which makes each result robust 
 from __future__ import annotations
 
 from gbxcule.core.isa import BASE
-from gbxcule.roms import RomSpec, VerifySettings
 from gbxcule.roms.micro.common import INT_TIMER, done, header, program
+from gbxcule.roms.spec import RomSpec, VerifySettings
 
 RESULTS = 0xC000
 COUNT = 0xC0F0  # timer interrupt counter
