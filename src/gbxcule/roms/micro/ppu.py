@@ -12,11 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gbxcule.roms.micro.common import (
-    DONE_ADDR,
-    DONE_VALUE,
     HRAM_DMA,
     INT_STAT,
     INT_VBLANK,
+    MARK_DONE,
     db,
     done,
     header,
@@ -150,8 +149,7 @@ class Scene:
     xor a
     ldh [rIF], a
     ei
-    ld a, ${DONE_VALUE:02X}
-    ld [${DONE_ADDR:04X}], a
+{MARK_DONE}
 .idle:
     halt
     nop
