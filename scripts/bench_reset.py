@@ -22,8 +22,8 @@ import numpy as np
 from gbxcule.backends.warp_vec import WarpVecBackend
 from gbxcule.core.cartridge import load_rom
 from gbxcule.core.schedule import ActionSchedule
+from gbxcule.core.schema import NUM_FIELDS
 from gbxcule.harness.bench import environment
-from gbxcule.kernels.state import NUM_FIELDS
 from gbxcule.roms import resolve_rom
 
 

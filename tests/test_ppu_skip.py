@@ -7,9 +7,10 @@ import warp as wp
 
 from gbxcule.backends.warp_vec import WarpVecBackend
 from gbxcule.core.schedule import ActionSchedule
+from gbxcule.core.schema import ram_layout
 from gbxcule.kernels import init_warp
 from gbxcule.kernels.ppu import ST_ADVANCE_LY, lcd_advance, lcd_skip_lines, mode3_adjustment, mode3_sprite_penalty
-from gbxcule.kernels.state import Gb, Mem, ram_layout
+from gbxcule.kernels.state import Gb, Mem
 from gbxcule.roms import resolve_rom
 
 # inputs per case: ly, lyc, wy, wx, lcdc, stat, scx, wy_latch, win_line, clock_offset, limit, render

@@ -21,11 +21,12 @@ import pytest
 
 from gbxcule.asm import assemble
 from gbxcule.backends.pyboy_single import _new_pyboy, power_on_state
-from gbxcule.backends.warp_vec import WarpVecBackend
+from gbxcule.backends.warp_vec import WarpVecBackend, load_env_states
 from gbxcule.core.cartridge import Rom, load_rom
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.pyboy_state import parse_pyboy_state, write_pyboy_state
-from gbxcule.core.savestate import decode_states, env_to_pyboy
+from gbxcule.core.savestate import env_to_pyboy
+from gbxcule.core.schema import FIELDS, NUM_FIELDS
 from gbxcule.core.snapshot import (
     FORMAT_VERSION,
     MAGIC,
@@ -35,7 +36,6 @@ from gbxcule.core.snapshot import (
     write_snapshot,
 )
 from gbxcule.harness.verify import VerifyConfig, run_verify
-from gbxcule.kernels.state import FIELDS, NUM_FIELDS
 from gbxcule.roms import resolve_rom
 from gbxcule.roms.micro.common import header, program
 
@@ -223,7 +223,7 @@ def test_hooked_states_lockstep(stress, tmp_path):
     rom, states = stress
     seen = {"mode3_sprites": 0, "dma": 0, "serial": 0, "stat_line": 0}
     for i, data in enumerate(states):
-        env = decode_states(data, rom)[0]
+        env = load_env_states(data, rom)[0]
         seen["mode3_sprites"] += env.field("stat_mode") == 3 and env.field("mode3_adj") > 0
         seen["dma"] += env.field("dma_active")
         seen["serial"] += env.field("serial_on")
@@ -240,7 +240,7 @@ def test_rtc_advances_on_load(stress):
     stress ROM reads the clock into WRAM on every pass."""
     rom, states = stress
     s = parse_pyboy_state(states[0])
-    env = decode_states(states[0], rom)[0]
+    env = load_env_states(states[0], rom)[0]
     total = s.cartridge.rtc.seconds + (s.cartridge.rtc.rtc_cycles + s.cpu.cycles + env.field("rtc_last")) // 4194304
     assert s.cpu.cycles > 4194304 and env.field("rtc_s") == total % 60 and env.field("rtc_s") != s.cartridge.rtc.seconds
 
@@ -252,8 +252,8 @@ def test_import_export_import_is_exact(stress, tmp_path):
         r, path = frame_state(name, frames, tmp_path)
         cases.append((r, path.read_bytes()))
     for r, data in cases:
-        first = decode_states(data, r)[0]
-        again = decode_states(write_pyboy_state(env_to_pyboy(first, r, power_on_state(r))), r)[0]
+        first = load_env_states(data, r)[0]
+        again = load_env_states(write_pyboy_state(env_to_pyboy(first, r, power_on_state(r))), r)[0]
         diff = [FIELDS[i][0] for i in np.flatnonzero(first.fields != again.fields)]
         assert not diff and np.array_equal(first.ram, again.ram), diff
 
@@ -284,7 +284,7 @@ def running(stress):
     """A 4-env backend whose envs hold different states and have run a few steps."""
     rom, states = stress
     b = WarpVecBackend(rom, 4)
-    b.put_states([decode_states(d, rom)[0] for d in states[:4]])
+    b.put_states([load_env_states(d, rom)[0] for d in states[:4]])
     b.step(np.array([0, 1, 2, 3]))
     return b
 
@@ -420,7 +420,7 @@ def slotted(stress, request):
     """48 envs in 4 different states, 5 slots saved from envs 0, 7, 13, 22, 31, then the envs stepped on."""
     rom, states = stress
     b = WarpVecBackend(rom, 48, device=request.param)
-    b.put_states([decode_states(d, rom)[0] for d in states[:4]])
+    b.put_states([load_env_states(d, rom)[0] for d in states[:4]])
     b.step(np.arange(48) % b.codec.num_actions)
     b.alloc_slots(5)
     for k, e in enumerate((0, 7, 13, 22, 31)):
@@ -464,7 +464,7 @@ def test_seeded_restore_rule(stress, device):
 
     rom, states = stress
     src = WarpVecBackend(rom, 3)
-    src.put_states([decode_states(d, rom)[0] for d in states[6:9]])
+    src.put_states([load_env_states(d, rom)[0] for d in states[6:9]])
     b = WarpVecBackend(rom, 64, device=device)
     b.load_slots(src.save_state(), seed=11)
     assert b.slots.num_slots == 3

@@ -201,3 +201,18 @@ def test_step_block_dim_spreads_warps_over_the_sms():
                 assert busiest(n, sms, b) == min(busiest(n, sms, c) for c in BLOCK_DIMS)
     with pytest.raises(ValueError, match="block_dim"):
         WarpVecBackend(str(resolve_rom("ALU_LOOP")), 2, block_dim=48)
+
+
+def test_field_values_and_wram_bytes_read_every_env():
+    """What the bench harness reads (PCs, instruction counters, a WRAM byte) matches the per-env views."""
+    rom = build(" ld a, [$FF00]\n and $0F\n ld [$C123], a\n jr @")
+    b = backend(rom, n=4, frames=2)
+    b.step(np.array([0, 1, 2, 3], np.int32))
+    pcs, wram = b.field_values("pc"), b.wram_bytes(0xC123)
+    assert pcs.shape == wram.shape == (4,)
+    for e in range(4):
+        assert pcs[e] == b.get_cpu_state(e).pc
+        assert wram[e] == b.read_memory(e, 0xC123, 0xC124)[0]
+        assert b.field_values("instructions")[e] == b.env_fields(e)["instructions"]
+    with pytest.raises(ValueError):
+        b.wram_bytes(0xE000)

@@ -1,6 +1,6 @@
 """`warp_vec_cpu` / `warp_vec_cuda`: N Game Boys as one Warp kernel launch per step.
 
-All state lives in device arrays laid out by `gbxcule.kernels.state`; a step is one launch of the
+All state lives in device arrays laid out by `gbxcule.core.schema`; a step is one launch of the
 generated step kernel with no host synchronisation. Introspection (`get_cpu_state`, `read_memory`,
 `snapshot`, `frames_host`) copies state to the host and is meant for verification, not the hot path.
 Save states (`load_state`, `save_state`, `pyboy_state`) and the device slot store with masked reset
@@ -22,14 +22,22 @@ import numpy as np
 
 from gbxcule.backends.base import CpuState, check_actions, check_env
 from gbxcule.core.action_codec import DEFAULT_CODEC, ActionCodec, get_codec
-from gbxcule.core.cartridge import Rom, load_rom
+from gbxcule.core.cartridge import CartConfig, Rom, cart_config, load_rom
 from gbxcule.core.errors import GbxculeError
+from gbxcule.core.pyboy_state import write_pyboy_state
+from gbxcule.core.savestate import decode_states, env_to_pyboy, read_state_source
 from gbxcule.core.schedule import ActionSchedule
-from gbxcule.kernels.state import BIG, FIELD_INDEX, FIELDS, NUM_FIELDS, SERIAL_CAPTURE, ram_layout
+from gbxcule.core.schema import (
+    FIELD_INDEX,
+    FIELDS,
+    NUM_FIELDS,
+    SERIAL_CAPTURE,
+    apply_dmg_boot_values,
+    power_on_fields,
+    ram_layout,
+)
+from gbxcule.core.snapshot import EnvState, Snapshot, encode_snapshot, write_snapshot
 
-# PyBoy's RAM-size table: 8 KiB banks allocated for each header RAM code (MBC2 uses bank 0).
-_RAM_BANKS = {0x00: 1, 0x01: 1, 0x02: 1, 0x03: 4, 0x04: 16, 0x05: 8}
-_MBC_KIND = {"none": 0, "mbc1": 1, "mbc2": 2, "mbc3": 3, "mbc5": 5}
 RENDER_MODES = {"none": 0, "last": 1, "all": 2}
 OBS_MODES = ("stride", "mean")
 
@@ -47,60 +55,16 @@ def pyboy_boot_rom() -> bytes:
     return data
 
 
-@dataclass(frozen=True)
-class CartConfig:
-    mbc: int
-    rom_banks: int
-    ram_banks: int
-    has_rtc: bool
-    sram: bool
-    mbc1_multicart: bool
-
-
-def cart_config(rom: Rom) -> CartConfig:
-    info = rom.info
-    banks = len(rom.data) // 0x4000
-    if len(rom.data) % 0x4000:
-        raise GbxculeError(f"ROM size {len(rom.data)} is not a whole number of 16 KiB banks")
-    ram_banks = _RAM_BANKS[info.ram_size_code]
-    mbc = _MBC_KIND[info.mbc or "none"]
-    if mbc == 3 and (ram_banks > 4 or banks > 128):
-        mbc = 30
-    multicart = mbc == 1 and banks == 64 and all(
-        rom.data[b * 0x4000 + 0x104:b * 0x4000 + 0x134] == rom.data[0x104:0x134] for b in range(1, banks))
-    sram = mbc == 0 and info.has_ram
-    return CartConfig(mbc, banks, ram_banks, info.has_rtc, sram, multicart)
-
-
-def power_on_fields(cart: CartConfig, boot: bool) -> np.ndarray:
-    """Field values at power-on (boot ROM mapped, PC=0), as the reference initialises them."""
-    v = np.zeros(NUM_FIELDS, dtype=np.int32)
-
-    def put(**kw):
-        for k, x in kw.items():
-            v[FIELD_INDEX[k]] = x
-
-    put(bootrom=1 if boot else 0, stat=0x80, bgp=0xFC, obp0=0xFF, obp1=0xFF, lcd_target=70224,
-        lcd_ctf=70224, next_mode=2, sb=0xFF, sc=0x7E, serial_left=BIG, joy_dpad=15, joy_buttons=15,
-        rom_bank=1, mbc_reg1=1, ram_enabled=1 if cart.sram else 0)
-    return v
-
-
 BOOT_MODES = ("pyboy", "skip", "dmg")
 BOOT_FRAME_LIMIT = 600
 
 
-def apply_dmg_boot_values(fields: np.ndarray, rom: bytes) -> None:
-    """Overwrite CPU and IO registers with a real DMG's values at the hand-over to 0x0100 (Pan Docs,
-    "Power Up Sequence"). The PPU position and VRAM stay as PyBoy's boot ROM left them."""
-    f = {name: i for i, (name, _) in enumerate(FIELDS)}
-    checksum_zero = rom[0x14D] == 0
-    values = dict(a=0x01, f=0x80 if checksum_zero else 0xB0, b=0x00, c=0x13, d=0x00, e=0xD8, h=0x01, l=0x4D,
-                  sp=0xFFFE, pc=0x0100, ime=0, ie=0x00, if_=0x01, div_counter=0xABCC, tima=0, tma=0, tac=0,
-                  lcdc=0x91, scy=0, scx=0, lyc=0, bgp=0xFC, obp0=0xFF, obp1=0xFF, wy=0, wx=0, sb=0x00,
-                  sc=0x7E, joyp=0xCF, dma_source=0xFF)
-    for k, v in values.items():
-        fields[f[k]] = v
+def load_env_states(state, rom: Rom) -> list[EnvState]:
+    """The env states in a saved state for `rom` (bytes or a file path; a native snapshot or a PyBoy
+    `.state`), checked completely; PyBoy's loader values come from the kernels' own functions."""
+    from gbxcule.kernels.snapshot import pyboy_loader_values
+
+    return decode_states(read_state_source(state), rom, pyboy_loader_values)
 
 
 BLOCK_DIMS = (256, 128, 64, 32)
@@ -393,7 +357,31 @@ class WarpVecBackend:
         return np.array([snap.peek(a) for a in range(lo, hi)], dtype=np.uint8)
 
     def close(self) -> None:
+        self.synchronize()
+
+    def synchronize(self) -> None:
+        """Wait until every launch so far has finished."""
         self._wp.synchronize_device(self.device)
+
+    def field_values(self, name: str) -> np.ndarray:
+        """Field `name` (`core/schema.py`) of every env, int32 [num_envs] on the host (synchronises)."""
+        n = self.num_envs
+        row = FIELD_INDEX[name]
+        return self.fields[row * n:(row + 1) * n].numpy().copy()
+
+    def wram_bytes(self, addr: int) -> np.ndarray:
+        """The WRAM byte at `addr` (0xC000-0xDFFF) of every env, uint8 [num_envs] (synchronises)."""
+        if not 0xC000 <= addr < 0xE000:
+            raise ValueError(f"WRAM address must lie in 0xC000-0xDFFF, got {addr:#x}")
+        o = self.layout.bases["wram"] + addr - 0xC000
+        return self.ram[o:o + 1].numpy()[0].copy()
+
+    def device_bytes_per_env(self) -> int:
+        """Bytes of per-env device state: fields, RAM, serial capture, stage outputs and the frame buffer."""
+        arrays = [self.fields, self.ram, self.serial, self.obs, self.rewards]
+        if self._frame is not None:
+            arrays.append(self._frame)
+        return sum(a.capacity for a in arrays) // self.num_envs
 
     # --- introspection ------------------------------------------------------------------------------
     def _gather(self, arr, rows: int, ids: list[int]) -> np.ndarray:
@@ -435,9 +423,7 @@ class WarpVecBackend:
         """Put `envs` (default: all) in a saved state: a PyBoy `.state` or a native snapshot, as bytes or a
         file path. The i-th env listed takes state i mod M of the M states the file holds. The file is
         decoded and checked completely before any env changes."""
-        from gbxcule.core.savestate import decode_states, read_state_source
-
-        self.put_states(decode_states(read_state_source(state), self.rom), envs)
+        self.put_states(load_env_states(state, self.rom), envs)
 
     def put_states(self, states, envs=None) -> None:
         """Write host `EnvState`s into `envs` (default: all; the i-th listed takes states[i mod M])."""
@@ -457,8 +443,6 @@ class WarpVecBackend:
 
     def env_states(self, envs=None) -> list:
         """`EnvState`s (fields, RAM, SB ring) of `envs` (default: all) on the host (synchronises)."""
-        from gbxcule.core.snapshot import EnvState
-
         ids = list(range(self.num_envs)) if envs is None else [check_env(self, int(e)) for e in envs]
         fields = self._gather(self.fields, NUM_FIELDS, ids)
         ram = self._gather(self.ram, self.layout.total, ids)
@@ -467,8 +451,6 @@ class WarpVecBackend:
 
     def save_state(self, path=None, envs=None) -> bytes:
         """A native snapshot of `envs` (default: all); written atomically to `path` when given."""
-        from gbxcule.core.snapshot import Snapshot, encode_snapshot, write_snapshot
-
         data = encode_snapshot(Snapshot(self.rom.info.sha1, self.rom.info.title, self.env_states(envs),
                                         self.schedule.frames_per_step, self.schedule.release_after_frames,
                                         self.codec.name))
@@ -479,8 +461,6 @@ class WarpVecBackend:
     def pyboy_state(self, env: int) -> bytes:
         """A PyBoy 2.8.1 `.state` of env `env` (PyBoy's `load_state` reads it)."""
         from gbxcule.backends.pyboy_single import power_on_state
-        from gbxcule.core.pyboy_state import write_pyboy_state
-        from gbxcule.core.savestate import env_to_pyboy
 
         return write_pyboy_state(env_to_pyboy(self.env_states([env])[0], self.rom, power_on_state(self.rom)))
 
@@ -492,9 +472,7 @@ class WarpVecBackend:
 
     def load_slots(self, state, seed: int = 0) -> None:
         """The reset cache: a slot store holding the M states of a saved state (PyBoy or native)."""
-        from gbxcule.core.savestate import decode_states, read_state_source
-
-        states = decode_states(read_state_source(state), self.rom)
+        states = load_env_states(state, self.rom)
         self.alloc_slots(len(states), seed)
         self.slots.upload(0, np.stack([s.fields for s in states]), np.stack([s.ram for s in states]))
 

@@ -78,9 +78,9 @@ def run(args) -> int:
     for b in backends:  # the largest env count of each backend must fit before anything runs
         checks.env_memory(b, max(env_counts), rom, render=args.stage in ("obs_only", "full_step"))
     if args.state:  # a bad state is one error up front, not a skip per measurement
-        from gbxcule.core.savestate import decode_states, read_state_source
+        from gbxcule.backends.warp_vec import load_env_states
 
-        decode_states(read_state_source(args.state), rom)
+        load_env_states(args.state, rom)
     warp = {"stage": args.stage, "sort_envs": args.sort_envs, "sort_every": args.sort_every, "lean": args.lean,
             "block_dim": args.block_dim}
     extra = {"pyboy_puffer_vec": {"mode": args.puffer_mode}, "warp_vec_cpu": warp, "warp_vec_cuda": warp}

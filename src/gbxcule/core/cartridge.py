@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from gbxcule.core.errors import GbxculeError
+from gbxcule.core.pyboy_state import PYBOY_RAM_BANKS
 
 HEADER_END = 0x150
 MAX_ROM_SIZE = 8 * 1024 * 1024
@@ -201,3 +202,34 @@ def load_rom(path: str | Path) -> Rom:
     info = parse_header(data)
     check_runnable(info)
     return Rom(data=data, info=info, path=str(path))
+
+
+MBC_KINDS = {"none": 0, "mbc1": 1, "mbc2": 2, "mbc3": 3, "mbc5": 5}  # the kernels' `Mem.mbc` codes
+
+
+@dataclass(frozen=True)
+class CartConfig:
+    """How the kernels run a cartridge: MBC code (`MBC_KINDS`; 30 for MBC30), 16 KiB ROM banks, 8 KiB RAM
+    banks as PyBoy allocates them, RTC, always-enabled RAM (ROM+RAM carts), MBC1 multicart wiring."""
+
+    mbc: int
+    rom_banks: int
+    ram_banks: int
+    has_rtc: bool
+    sram: bool
+    mbc1_multicart: bool
+
+
+def cart_config(rom: Rom) -> CartConfig:
+    info = rom.info
+    banks = len(rom.data) // ROM_BANK_SIZE
+    if len(rom.data) % ROM_BANK_SIZE:
+        raise GbxculeError(f"ROM size {len(rom.data)} is not a whole number of 16 KiB banks")
+    ram_banks = PYBOY_RAM_BANKS[info.ram_size_code]
+    mbc = MBC_KINDS[info.mbc or "none"]
+    if mbc == 3 and (ram_banks > 4 or banks > 128):
+        mbc = 30
+    multicart = mbc == 1 and banks == 64 and all(
+        rom.data[b * 0x4000 + 0x104:b * 0x4000 + 0x134] == rom.data[0x104:0x134] for b in range(1, banks))
+    sram = mbc == 0 and info.has_ram
+    return CartConfig(mbc, banks, ram_banks, info.has_rtc, sram, multicart)

@@ -2,15 +2,16 @@
 and the dispatch between them and native snapshots (`core/snapshot.py`). docs/state_format.md has the
 field-by-field mapping.
 
-PyBoy -> gbxcule (`env_from_pyboy`) loads what PyBoy 2.8.1's own `load_state` loads into a fresh PyBoy,
-and derives the rest the way that loader does: PyBoy's absolute 64-bit cycle counters become cycles
-relative to `cpu.cycles` (gbxcule's cycle fields count from the start of the current step); what the
-loader leaves at a fresh instance's values stays at them (`halted_during_ei`, `stat_mode_override`,
+PyBoy -> gbxcule (`env_from_pyboy`) loads what PyBoy 2.8.1's own `load_state` loads into a fresh PyBoy, and
+derives the rest the way that loader does: PyBoy's absolute 64-bit cycle counters become cycles relative to
+`cpu.cycles` (gbxcule's cycle fields count from the start of the current step); what the loader leaves at a
+fresh instance's values stays at them (`halted_during_ei`, `stat_mode_override`,
 `lyc_changed_while_disabled`, the MBC1 low ROM bank, the RTC latches, the window line counter); what it
-recomputes is recomputed with the kernels' own functions (the STAT interrupt line; the mode-3 length in
-mode 3). PyBoy's RTC restarts its cycle bookkeeping at 0, so its first RTC access after a load advances
-the clock by `cpu.cycles` of emulated time: gbxcule applies that advance at load. PyBoy also adds the
-wall-clock time since the save to a running RTC; gbxcule never does (runs stay deterministic).
+recomputes is recomputed with the kernels' own functions, which the caller passes in as `derive` (the STAT
+interrupt line; the mode-3 length in mode 3). This module is pure Python: it imports no Warp. PyBoy's RTC
+restarts its cycle bookkeeping at 0, so its first RTC access after a load advances the clock by `cpu.cycles`
+of emulated time: gbxcule applies that advance at load. PyBoy also adds the wall-clock time since the save
+to a running RTC; gbxcule never does (runs stay deterministic).
 
 gbxcule -> PyBoy (`env_to_pyboy`) fills a PyBoy state of the ROM taken at power-on (the blocks gbxcule does
 not emulate: sound, SGB, the screen buffer) with the env's state, choosing the absolute cycle origin so
@@ -24,11 +25,12 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from gbxcule.core.cartridge import Rom
+from gbxcule.core.cartridge import Rom, cart_config
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.pyboy_state import (
     PyBoyState,
@@ -36,10 +38,17 @@ from gbxcule.core.pyboy_state import (
     parse_pyboy_state,
     write_pyboy_state,
 )
+from gbxcule.core.schema import (
+    BIG,
+    FIELD_INDEX,
+    FRAME_CYCLES,
+    NUM_FIELDS,
+    RTC_CYCLES_PER_SECOND,
+    SERIAL_CAPTURE,
+    power_on_fields,
+    ram_layout,
+)
 from gbxcule.core.snapshot import EnvState, decode_snapshot, is_snapshot
-from gbxcule.kernels.mbc import RTC_CYCLES_PER_SECOND
-from gbxcule.kernels.ppu import FRAME_CYCLES
-from gbxcule.kernels.state import BIG, FIELD_INDEX, NUM_FIELDS, SERIAL_CAPTURE, ram_layout
 
 MAX_CYCLES = 1 << 31  # PyBoy's "never" for cycles-to-interrupt
 RTC_PERIOD = 512 * 86400  # seconds after which the RTC's time of day and day counter repeat
@@ -58,21 +67,23 @@ def read_state_source(source: bytes | str | Path) -> bytes:
         raise GbxculeError(f"cannot read state file {p}: {exc.strerror or exc}") from None
 
 
-def _cart(rom: Rom):
-    from gbxcule.backends.warp_vec import cart_config
-
-    return cart_config(rom)
+# What PyBoy's loader recomputes instead of loading, as `derive(regs, oam, rtc, seconds)`: the STAT line and
+# the mode-3 length from `regs` (stat, lcdc, scx, ly, first_frame) and OAM, and the RTC registers `rtc`
+# advanced by `seconds`; returns {"stat_irq_line", "mode3_adj", rtc names: values}. It must be computed
+# with the kernels' own functions, so the caller passes it: `gbxcule.kernels.snapshot.pyboy_loader_values`.
+Derive = Callable[[dict[str, int], np.ndarray, dict[str, int], int], dict[str, int]]
 
 
 def ram_bytes(rom: Rom) -> int:
-    return ram_layout(_cart(rom).ram_banks * 0x2000).total
+    return ram_layout(cart_config(rom).ram_banks * 0x2000).total
 
 
-def decode_states(data: bytes, rom: Rom) -> list[EnvState]:
-    """The env states in a native snapshot (one or more) or a PyBoy state (one) for `rom`."""
+def decode_states(data: bytes, rom: Rom, derive: Derive) -> list[EnvState]:
+    """The env states in a native snapshot (one or more) or a PyBoy state (one, see `env_from_pyboy`) for
+    `rom`."""
     if is_snapshot(data):
         return decode_snapshot(data, rom.info.sha1, ram_bytes(rom)).envs
-    return [env_from_pyboy(parse_for_rom(data, rom), rom)]
+    return [env_from_pyboy(parse_for_rom(data, rom), rom, derive)]
 
 
 def parse_for_rom(data: bytes, rom: Rom) -> PyBoyState:
@@ -90,12 +101,12 @@ def parse_for_rom(data: bytes, rom: Rom) -> PyBoyState:
         raise PyBoyStateError(
             f"PyBoy state is for another cartridge: it holds {kinds[other.cartridge.kind]} and "
             f"{np.shape(other.cartridge.ram)[0]} RAM bank(s); {rom.info.title!r} is "
-            f"{rom.info.cartridge_name} with {_cart(rom).ram_banks} RAM bank(s)") from None
+            f"{rom.info.cartridge_name} with {cart_config(rom).ram_banks} RAM bank(s)") from None
     banks = len(rom.data) // 0x4000
     if state.cartridge.rom_bank >= banks:
         raise PyBoyStateError(f"PyBoy state is for another ROM: it selects ROM bank {state.cartridge.rom_bank}, "
                               f"{rom.info.title!r} has {banks} banks")
-    if _cart(rom).has_rtc and state.version < MIN_RTC_VERSION:
+    if cart_config(rom).has_rtc and state.version < MIN_RTC_VERSION:
         raise PyBoyStateError(f"PyBoy state version {state.version} keeps the RTC as wall-clock time; "
                               f"RTC cartridges need version {MIN_RTC_VERSION} or later")
     return state
@@ -119,12 +130,10 @@ def live_cycle_fields(get) -> list[str]:
         get("dma_active"))
 
 
-def env_from_pyboy(s: PyBoyState, rom: Rom) -> EnvState:
-    """The gbxcule env state a fresh PyBoy has after `load_state` of `s` (see the module docstring)."""
-    from gbxcule.backends.warp_vec import power_on_fields
-    from gbxcule.kernels.snapshot import pyboy_loader_values
-
-    cart = _cart(rom)
+def env_from_pyboy(s: PyBoyState, rom: Rom, derive: Derive) -> EnvState:
+    """The gbxcule env state a fresh PyBoy has after `load_state` of `s` (see the module docstring);
+    `derive` computes what the loader recomputes (see `Derive`)."""
+    cart = cart_config(rom)
     layout = ram_layout(cart.ram_banks * 0x2000)
     fields = power_on_fields(cart, boot=True)  # what a fresh PyBoy holds where the state says nothing
     c, lcd, t, k = s.cpu, s.lcd, s.timer, s.cartridge
@@ -179,7 +188,7 @@ def env_from_pyboy(s: PyBoyState, rom: Rom) -> EnvState:
                 seconds = RTC_PERIOD + seconds % RTC_PERIOD
         derived = dict(rtc_halt=halt, rtc_cycles=cycles, rtc_last=lag)
     regs = {"stat": lcd.stat, "lcdc": lcd.lcdc, "scx": lcd.scx, "ly": lcd.ly, "first_frame": lcd.first_frame}
-    derived |= pyboy_loader_values(regs, lcd.oam, rtc, seconds)
+    derived |= derive(regs, lcd.oam, rtc, seconds)
     for name, value in derived.items():
         fields[FIELD_INDEX[name]] = int(value)
     b = layout.bases
@@ -196,7 +205,7 @@ def env_from_pyboy(s: PyBoyState, rom: Rom) -> EnvState:
 def env_to_pyboy(env: EnvState, rom: Rom, template: PyBoyState, wall_time: float | None = None) -> PyBoyState:
     """A PyBoy state of `env`, built on `template` (a PyBoy state of `rom` at power-on). `wall_time` is
     the time.time() the RTC is saved at (PyBoy adds the wall-clock time since then when it loads)."""
-    cart = _cart(rom)
+    cart = cart_config(rom)
     layout = ram_layout(cart.ram_banks * 0x2000)
     if np.shape(env.fields) != (NUM_FIELDS,) or np.shape(env.ram) != (layout.total,):
         raise GbxculeError(f"env state has shapes {np.shape(env.fields)}/{np.shape(env.ram)}, "

@@ -15,7 +15,7 @@ offset     size    contents
                    then SB capture ring (uint8, [envs, SERIAL_CAPTURE])
 =========  ======  =============================================================================
 
-The schema hash digests the state layout (`kernels/state.py`: field names in order, cycle fields, RAM
+The schema hash digests the state layout (`core/schema.py`: field names in order, cycle fields, RAM
 regions and sizes, SB ring size): a file written by a build with another layout is refused, never
 reinterpreted. `decode_snapshot` checks everything (magic, version, length, checksum, header, sizes, ROM)
 before returning, so a bad file never half-loads; `write_snapshot` writes a temporary file next to the
@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from gbxcule.core.errors import GbxculeError
-from gbxcule.kernels.state import CYCLE_FIELDS, FIELD_INDEX, FIELDS, FIXED_REGIONS, NUM_FIELDS, SERIAL_CAPTURE
+from gbxcule.core.schema import CYCLE_FIELDS, FIELD_INDEX, FIELDS, FIXED_REGIONS, NUM_FIELDS, SERIAL_CAPTURE
 
 MAGIC = b"GBXSNAP\0"
 FORMAT_VERSION = 1
@@ -57,7 +57,7 @@ def schema_hash(schema: dict) -> str:
 
 @dataclass
 class EnvState:
-    """One env's complete state on the host: fields (int32 [NUM_FIELDS], `kernels/state.py` order), RAM
+    """One env's complete state on the host: fields (int32 [NUM_FIELDS], `core/schema.py` order), RAM
     (uint8, the regions of `ram_layout` in order) and the SB capture ring (uint8 [SERIAL_CAPTURE])."""
 
     fields: np.ndarray

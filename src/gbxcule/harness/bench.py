@@ -27,6 +27,7 @@ from gbxcule.core.action_codec import get_codec
 from gbxcule.core.cartridge import Rom
 from gbxcule.core.schedule import ActionSchedule
 from gbxcule.harness.actions import make_action_gen
+from gbxcule.roms.micro.joy_diverge import MODE as JOY_MODE
 
 
 @dataclass
@@ -47,48 +48,27 @@ class BenchResult:
     block_dim: int | None = None  # warp backends on CUDA: threads per block of the step kernel
 
 
-def _instruction_counts(backend) -> np.ndarray | None:
-    """Per-env wrapping instruction counters (warp backends only)."""
-    if not hasattr(backend, "fields"):
-        return None
-    from gbxcule.kernels.state import FIELD_INDEX
+def _offered(backend, method: str, *args):
+    """`backend.method(*args)` where the backend offers that method (the warp backends), else None."""
+    f = getattr(backend, method, None)
+    return None if f is None else f(*args)
 
-    host = backend.fields.numpy().reshape(-1, backend.num_envs)
-    return host[FIELD_INDEX["instructions"]].astype(np.uint32)
+
+def _instruction_counts(backend) -> np.ndarray | None:
+    """Per-env wrapping instruction counters, where the backend keeps them."""
+    counts = _offered(backend, "field_values", "instructions")
+    return None if counts is None else counts.astype(np.uint32)
 
 
 def _distinct_pcs(backend) -> int | None:
-    if not hasattr(backend, "fields"):
-        return None
-    from gbxcule.kernels.state import FIELD_INDEX
-
-    return int(np.unique(backend.fields.numpy().reshape(-1, backend.num_envs)[FIELD_INDEX["pc"]]).size)
-
-
-def _device_bytes_per_env(backend) -> int | None:
-    """Bytes of per-env device state: fields, RAM, serial capture and any stage outputs."""
-    if not hasattr(backend, "fields"):
-        return None
-    arrays = [backend.fields, backend.ram, backend.serial, backend.obs, backend.rewards]
-    if backend._frame is not None:
-        arrays.append(backend._frame)
-    return sum(a.capacity for a in arrays) // backend.num_envs
+    pcs = _offered(backend, "field_values", "pc")
+    return None if pcs is None else int(np.unique(pcs).size)
 
 
 def _mode_histogram(backend, rom: Rom) -> dict[str, int] | None:
     """For JOY_DIVERGE_PERSIST, how many envs run each of its four inner loops (its mode byte & 3)."""
-    if rom.info.title != "JOY_DIVERGE" or not hasattr(backend, "ram"):
-        return None
-    from gbxcule.roms.micro.joy_diverge import MODE
-
-    host = backend.ram.numpy().reshape(-1, backend.num_envs)
-    modes = host[backend.layout.bases["wram"] + MODE - 0xC000] & 3
-    return {str(k): int((modes == k).sum()) for k in range(4)}
-
-
-def _sync(backend) -> None:
-    if hasattr(backend, "_wp"):
-        backend._wp.synchronize_device(backend.device)
+    modes = _offered(backend, "wram_bytes", JOY_MODE) if rom.info.title == "JOY_DIVERGE" else None
+    return None if modes is None else {str(k): int(((modes & 3) == k).sum()) for k in range(4)}
 
 
 def measure(backend_name: str, rom: Rom, envs: int, steps: int, schedule: ActionSchedule, codec: str,
@@ -103,15 +83,15 @@ def measure(backend_name: str, rom: Rom, envs: int, steps: int, schedule: Action
             load_start_state(backend, state)
         for k in range(warmup):
             backend.step(gen(k))
-        _sync(backend)
+        _offered(backend, "synchronize")
         before = _instruction_counts(backend)
         plan = [gen(warmup + k) for k in range(steps)]
         t0 = time.perf_counter()
         for k, acts in enumerate(plan):
             backend.step(acts)
             if sync_every and (k + 1) % sync_every == 0:
-                _sync(backend)
-        _sync(backend)
+                _offered(backend, "synchronize")
+        _offered(backend, "synchronize")
         seconds = time.perf_counter() - t0
         after = _instruction_counts(backend)
         instr = None
@@ -119,7 +99,7 @@ def measure(backend_name: str, rom: Rom, envs: int, steps: int, schedule: Action
             instr = float((after - before).astype(np.int64).sum()) / seconds  # uint32 difference: wrap-safe
         return BenchResult(backend_name, rom.path, envs, steps, schedule.frames_per_step, seconds,
                            envs * steps / seconds, envs * steps * schedule.frames_per_step / seconds, instr,
-                           1000 * seconds / steps, _distinct_pcs(backend), _device_bytes_per_env(backend),
+                           1000 * seconds / steps, _distinct_pcs(backend), _offered(backend, "device_bytes_per_env"),
                            _mode_histogram(backend, rom), getattr(backend, "block_dim", None))
     finally:
         backend.close()

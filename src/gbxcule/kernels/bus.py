@@ -16,6 +16,7 @@ writes: the APU is not emulated (the reference runs with sound emulation off).
 
 import warp as wp
 
+from gbxcule.core.schema import BIG, SERIAL_CAPTURE
 from gbxcule.kernels.mbc import cart_read, mbc_write, rom_read, rtc_advance
 from gbxcule.kernels.ppu import (
     lcd_advance,
@@ -27,7 +28,7 @@ from gbxcule.kernels.ppu import (
     stat_write,
     vram_blocked_read,
 )
-from gbxcule.kernels.state import BIG, SERIAL_CAPTURE, Gb, Mem
+from gbxcule.kernels.state import Gb, Mem
 from gbxcule.kernels.timer import (
     timer_advance,
     timer_read_tima,

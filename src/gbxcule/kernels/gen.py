@@ -25,7 +25,8 @@ import numpy as np
 
 from gbxcule.core.isa import BASE, CB, R8, ROTATES, Opcode
 from gbxcule.core.paths import cache_dir
-from gbxcule.kernels.state import FIELDS, SEQ_FIELDS, TRANSIENT
+from gbxcule.core.schema import CYCLE_FIELDS, FIELDS, TRANSIENT
+from gbxcule.kernels.state import SEQ_FIELDS
 from gbxcule.kernels.templates import TEMPLATES
 
 _PAIRS = ("BC", "DE", "HL", "SP", "AF")
@@ -444,8 +445,6 @@ def kernel_source(max_registers: int | None = None, stage: str = "emulate_only",
     0, and the compiler drops the renderer (on CUDA 30% of the code and three quarters of the spill stack)."""
     epilogue, writes = STAGES[stage]
     load, store = _field_io_source()
-    from gbxcule.kernels.state import CYCLE_FIELDS
-
     rebase = "\n".join(f"    g.{f} = g.{f} - c" for f in CYCLE_FIELDS)
     src = _MODULE.replace("$LOAD", load).replace("$STORE", store).replace("$REBASE", rebase)
     src = src.replace("$KERNEL_OPTIONS", f", cuda_max_registers={max_registers}" if max_registers else "")

@@ -10,9 +10,10 @@ Every index into ROM or cartridge RAM is reduced into the array's range before u
 
 import warp as wp
 
+from gbxcule.core import schema
 from gbxcule.kernels.state import Gb, Mem
 
-RTC_CYCLES_PER_SECOND = wp.constant(4194304)
+RTC_CYCLES_PER_SECOND = wp.constant(schema.RTC_CYCLES_PER_SECOND)
 
 
 @wp.func

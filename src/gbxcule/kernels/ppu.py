@@ -20,10 +20,11 @@ mode 3) and LY=LYC. While the line stays high no new interrupt is raised (STAT b
 
 import warp as wp
 
+from gbxcule.core import schema
 from gbxcule.kernels.render import blank_screen, oam_byte, scanline
 from gbxcule.kernels.state import Gb, Mem
 
-FRAME_CYCLES = wp.constant(70224)
+FRAME_CYCLES = wp.constant(schema.FRAME_CYCLES)
 INT_VBLANK = wp.constant(1)
 INT_STAT = wp.constant(2)
 

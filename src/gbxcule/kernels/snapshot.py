@@ -167,7 +167,8 @@ def pyboy_loader_kernel(m: Mem, regs: wp.array(dtype=wp.int32), rtc: wp.array(dt
 
 
 def pyboy_loader_values(regs: dict[str, int], oam: np.ndarray, rtc: dict[str, int], seconds: int) -> dict[str, int]:
-    """Run `pyboy_loader_kernel` on the CPU device: {LOADER_OUT and LOADER_RTC names: values}."""
+    """Run `pyboy_loader_kernel` on the CPU device: {LOADER_OUT and LOADER_RTC names: values}. This is the
+    `derive` argument of `gbxcule.core.savestate.env_from_pyboy` and `decode_states`."""
     from gbxcule.kernels import init_warp
 
     init_warp()

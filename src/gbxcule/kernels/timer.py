@@ -10,7 +10,8 @@ must stop for (the overflow), exactly as the reference model keeps it.
 
 import warp as wp
 
-from gbxcule.kernels.state import BIG, Gb
+from gbxcule.core.schema import BIG
+from gbxcule.kernels.state import Gb
 
 
 @wp.func

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from gbxcule.roms import RomSpec
 from gbxcule.roms.micro import (
     alu_loop,
     cb_bits,
@@ -19,6 +18,7 @@ from gbxcule.roms.micro import (
     serial,
     timer,
 )
+from gbxcule.roms.spec import RomSpec
 
 MICRO_ROMS: tuple[RomSpec, ...] = (
     alu_loop.SPEC,

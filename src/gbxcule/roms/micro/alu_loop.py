@@ -7,10 +7,10 @@ never idles.
 
 from __future__ import annotations
 
-from gbxcule.roms import RomSpec, VerifySettings
 from gbxcule.roms.micro import model
-from gbxcule.roms.micro.common import DONE_ADDR, DONE_VALUE, done, header, program
+from gbxcule.roms.micro.common import MARK_DONE, done, program, spec, store
 from gbxcule.roms.micro.model import FC
+from gbxcule.roms.spec import VerifySettings
 
 RESULTS = 0xC000  # H L D E C A F
 ITERATIONS = 256
@@ -101,33 +101,19 @@ pass:
     dec b
     jr nz, .loop
     push af
-    ld a, h
-    ld [${RESULTS:04X}], a
-    ld a, l
-    ld [${RESULTS + 1:04X}], a
-    ld a, d
-    ld [${RESULTS + 2:04X}], a
-    ld a, e
-    ld [${RESULTS + 3:04X}], a
-    ld a, c
-    ld [${RESULTS + 4:04X}], a
+{store(RESULTS, "hldec")}
     pop de
-    ld a, d
-    ld [${RESULTS + 5:04X}], a
-    ld a, e
-    ld [${RESULTS + 6:04X}], a
-    ld a, ${DONE_VALUE:02X}
-    ld [${DONE_ADDR:04X}], a
+{store(RESULTS + 5, "de")}
+{MARK_DONE}
     jp pass
 """)
 
 
-SPEC = RomSpec(
+SPEC = spec(
     name="ALU_LOOP",
     description="benchmark: ALU-heavy loop (8/16-bit arithmetic, logic, shifts, flags), checksum, forever",
     covers=("benchmark", "alu8", "alu16", "rotate", "shift", "daa", "flags", "jr_cc"),
     source=source,
-    header=lambda: header("ALU_LOOP"),
     frames=72,
     signature=signature,
     verify=VerifySettings(frames_per_step=24, release_after_frames=8, steps=100),

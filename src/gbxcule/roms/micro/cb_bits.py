@@ -6,9 +6,9 @@ moves the target back into A and pushes AF into the results area, so each case l
 
 from __future__ import annotations
 
-from gbxcule.roms import RomSpec, VerifySettings
 from gbxcule.roms.micro import model
-from gbxcule.roms.micro.common import done, header, program, pushed
+from gbxcule.roms.micro.common import done, program, pushed, spec
+from gbxcule.roms.spec import VerifySettings
 
 TARGETS = ("b", "c", "d", "e", "h", "l", "[hl]", "a")
 SHIFTS = ("rlc", "rrc", "rl", "rr", "sla", "sra", "swap", "srl")
@@ -66,12 +66,11 @@ def source() -> str:
 """)
 
 
-SPEC = RomSpec(
+SPEC = spec(
     name="CB_BITS",
     description="every CB op (rotates, shifts, SWAP, BIT, RES, SET) on each register and (HL), with flags",
     covers=("cb", "rotate", "shift", "swap", "bit", "res", "set", "flags"),
     source=source,
-    header=lambda: header("CB_BITS"),
     frames=72,
     signature=signature,
     verify=VerifySettings(frames_per_step=1, release_after_frames=1, steps=100),

@@ -9,6 +9,7 @@ it from $FF80 holds the OAM DMA routine where a ROM installs one.
 from __future__ import annotations
 
 from gbxcule.asm import CartridgeHeader
+from gbxcule.roms.spec import RomSpec
 
 DONE_ADDR = 0xC0FF
 DONE_VALUE = 0xA5
@@ -67,11 +68,14 @@ rWX   EQU $FF4B
 rIE   EQU $FFFF
 """
 
+# The done marker's write (A is clobbered).
+MARK_DONE = f"""    ld a, ${DONE_VALUE:02X}
+    ld [${DONE_ADDR:04X}], a"""
+
 LIBRARY = f"""
 ; finish: write the done marker, then stop for good (IE=0 and DI, so nothing wakes the HALT).
 finish:
-    ld a, ${DONE_VALUE:02X}
-    ld [${DONE_ADDR:04X}], a
+{MARK_DONE}
     di
     xor a
     ldh [rIE], a
@@ -125,6 +129,11 @@ def header(title: str, cartridge_type: int = 0x00, rom_size: int = 0, ram_size: 
     return CartridgeHeader(title=title, cartridge_type=cartridge_type, rom_size=rom_size, ram_size=ram_size)
 
 
+def spec(name: str, title: str | None = None, **fields) -> RomSpec:
+    """A micro-ROM's `RomSpec` with the standard header, titled `title` (default: the ROM's name)."""
+    return RomSpec(name=name, header=lambda: header(title or name), **fields)
+
+
 def program(body: str, vectors: dict[int, str] | None = None) -> str:
     """A whole ROM: hardware names, vectors, the entry at $0100, the shared routines from $0150, then
     `main`, which does the standard init (DI, SP=$FFFE, IE=IF=0) and runs into ``body``.
@@ -154,6 +163,11 @@ main:
     ldh [rIF], a
 {body}
 """
+
+
+def store(addr: int, regs: str) -> str:
+    """Store registers (one letter each, e.g. "hl") to consecutive bytes from `addr`, through A."""
+    return "\n".join(f"    ld a, {r}\n    ld [${addr + i:04X}], a" for i, r in enumerate(regs))
 
 
 def done() -> dict[int, bytes]:

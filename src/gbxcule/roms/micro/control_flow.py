@@ -9,8 +9,8 @@ SP seen three calls deep and a return address pushed by CALL are the signature.
 from __future__ import annotations
 
 from gbxcule.asm import assemble
-from gbxcule.roms import RomSpec, VerifySettings
-from gbxcule.roms.micro.common import done, header, program
+from gbxcule.roms.micro.common import done, program, spec
+from gbxcule.roms.spec import VerifySettings
 
 TRACE = 0xC100
 RESULTS = 0xC000  # trace end (2), SP three calls deep (2), a return address (2)
@@ -189,13 +189,12 @@ def signature() -> dict[int, bytes]:
     return done() | {TRACE: bytes(trace), RESULTS: results}
 
 
-SPEC = RomSpec(
+SPEC = spec(
     name="CONTROL_FLOW",
     description="CALL/RET/RET cc/RETI/RST/JR/JR cc/JP/JP cc/JP HL/PUSH/POP, taken and not, as a WRAM trace",
     covers=("jr", "jr_cc", "jp", "jp_cc", "jp_hl", "call", "call_cc", "ret", "ret_cc", "reti", "rst",
             "push", "pop"),
     source=source,
-    header=lambda: header("CONTROL_FLOW"),
     frames=72,
     signature=signature,
     verify=VerifySettings(frames_per_step=1, release_after_frames=1, steps=100),

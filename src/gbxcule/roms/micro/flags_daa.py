@@ -6,9 +6,9 @@ each area fills downwards with (F, A) pairs, the first result at its top.
 
 from __future__ import annotations
 
-from gbxcule.roms import RomSpec, VerifySettings
 from gbxcule.roms.micro import model
-from gbxcule.roms.micro.common import db, done, header, program, pushed
+from gbxcule.roms.micro.common import db, done, program, pushed, spec
+from gbxcule.roms.spec import VerifySettings
 
 OPS = ("add", "adc", "sub", "sbc", "and", "xor", "or", "cp")
 VALUES = (0x00, 0x01, 0x0F, 0x10, 0x7F, 0x80, 0x99, 0xFF)
@@ -137,12 +137,11 @@ pairs:
     return program(body)
 
 
-SPEC = RomSpec(
+SPEC = spec(
     name="FLAGS_DAA",
     description="8-bit ALU, INC/DEC, CPL/SCF/CCF and DAA results and flags over many (A, F) inputs",
     covers=("alu8", "flags", "daa", "inc8", "dec8", "cpl", "scf", "ccf"),
     source=source,
-    header=lambda: header("FLAGS_DAA"),
     frames=76,
     signature=signature,
     verify=VerifySettings(frames_per_step=1, release_after_frames=1, steps=120),

@@ -8,7 +8,6 @@ with the LCD on; the rest run with it off, so no PPU event can raise a flag behi
 
 from __future__ import annotations
 
-from gbxcule.roms import RomSpec, VerifySettings
 from gbxcule.roms.micro.common import (
     INT_JOYPAD,
     INT_SERIAL,
@@ -16,9 +15,10 @@ from gbxcule.roms.micro.common import (
     INT_TIMER,
     INT_VBLANK,
     done,
-    header,
     program,
+    spec,
 )
+from gbxcule.roms.spec import VerifySettings
 
 RESULTS = 0xC000  # 10 read-back values
 COUNTS = 0xC010  # dispatches per source (5)
@@ -290,13 +290,12 @@ irq_common:
     return program(body, vectors=vectors)
 
 
-SPEC = RomSpec(
+SPEC = spec(
     name="INTERRUPTS",
     description="VBlank/STAT/timer/serial/joypad dispatch, EI delay, DI, HALT with IME=1/0, priority, IF/IE",
     covers=("interrupts", "vblank", "stat_lyc", "timer_interrupt", "serial_interrupt", "ei_delay", "di",
             "halt", "reti", "priority", "if_ie"),
     source=source,
-    header=lambda: header("INTERRUPTS"),
     frames=76,
     signature=signature,
     verify=VerifySettings(frames_per_step=1, release_after_frames=1, steps=120),

@@ -13,9 +13,9 @@ with the mode and writes its result. Signature block at $C000-$C010:
 
 from __future__ import annotations
 
-from gbxcule.roms import RomSpec, VerifySettings
 from gbxcule.roms.micro import model
-from gbxcule.roms.micro.common import DONE_ADDR, DONE_VALUE, done, header, program
+from gbxcule.roms.micro.common import MARK_DONE, done, program, spec, store
+from gbxcule.roms.spec import VerifySettings
 
 BLOCK = 0xC000
 MODE, RESULTS, RAN, LAST, LOOP_INDEX = 0xC000, 0xC001, 0xC00B, 0xC00F, 0xC010
@@ -126,8 +126,7 @@ outer:
     call fold
     ld [${MODE:04X}], a
 .keep:
-    ld a, ${DONE_VALUE:02X}
-    ld [${DONE_ADDR:04X}], a
+{MARK_DONE}
     ld a, [${MODE:04X}]
     and 3
     ld [${LOOP_INDEX:04X}], a
@@ -208,10 +207,7 @@ loop_stride1:
 .no_carry:
     dec b
     jr nz, .sum
-    ld a, e
-    ld [${RESULTS + 2:04X}], a
-    ld a, d
-    ld [${RESULTS + 3:04X}], a
+{store(RESULTS + 2, "ed")}
 {_finish_loop(1)}
 
 loop_stride17:
@@ -273,24 +269,16 @@ loop_branchy:
 .next:
     dec b
     jr nz, .step
-    ld a, d
-    ld [${RESULTS + 6:04X}], a
-    ld a, e
-    ld [${RESULTS + 7:04X}], a
-    ld a, h
-    ld [${RESULTS + 8:04X}], a
-    ld a, l
-    ld [${RESULTS + 9:04X}], a
+{store(RESULTS + 6, "dehl")}
 {_finish_loop(3)}
 """)
 
 
-SPEC = RomSpec(
-    name="JOY_DIVERGE_PERSIST",
+SPEC = spec(
+    name="JOY_DIVERGE_PERSIST", title="JOY_DIVERGE",
     description="benchmark: JOYP-driven persistent mode picks one of four inner loops (divergence), forever",
     covers=("benchmark", "joypad", "divergence", "jp_hl", "wram", "alu8", "branch"),
     source=source,
-    header=lambda: header("JOY_DIVERGE"),
     frames=72,
     signature=signature,
     verify=VerifySettings(frames_per_step=24, release_after_frames=8, steps=100),

@@ -8,8 +8,8 @@ the start and loads never change it); stores land in a WRAM buffer and in HRAM.
 
 from __future__ import annotations
 
-from gbxcule.roms import RomSpec, VerifySettings
-from gbxcule.roms.micro.common import db, done, header, program, pushed
+from gbxcule.roms.micro.common import db, done, program, pushed, spec
+from gbxcule.roms.spec import VerifySettings
 
 REGS = ("b", "c", "d", "e", "h", "l", "a")
 DUMP_END = 0xC800  # register dumps grow down from here (about 500 bytes)
@@ -208,13 +208,12 @@ SECTION "table", ROM0[${TABLE_ADDR:04X}]
 """)
 
 
-SPEC = RomSpec(
+SPEC = spec(
     name="LOADS",
     description="every load addressing mode: r,r / n8 / (HL) / (BC) (DE) / (HL+-) / (a16) / LDH / echo RAM",
     covers=("ld_r_r", "ld_r_n8", "ld_r_hl", "ld_hl_r", "ld_hl_n8", "ld_bc_de", "ld_hli_hld", "ld_a16",
             "ldh_a8", "ldh_c", "echo_ram"),
     source=source,
-    header=lambda: header("LOADS"),
     frames=72,
     signature=signature,
     verify=VerifySettings(frames_per_step=1, release_after_frames=1, steps=100),

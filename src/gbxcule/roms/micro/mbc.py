@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gbxcule.roms import RomSpec, VerifySettings
 from gbxcule.roms.micro.common import done, header, program
+from gbxcule.roms.spec import RomSpec, VerifySettings
 
 MISC, ROM_MARKS, RAM_READS = 0xC000, 0xC100, 0xC200
 RAM_OFFSETS = (0xA000, 0xA001, 0xA002, 0xBFFF)

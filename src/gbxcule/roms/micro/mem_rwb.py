@@ -9,8 +9,8 @@ rewritten with the same bytes every pass, so they belong to the signature too.
 
 from __future__ import annotations
 
-from gbxcule.roms import RomSpec, VerifySettings
-from gbxcule.roms.micro.common import DONE_ADDR, DONE_VALUE, done, header, program
+from gbxcule.roms.micro.common import MARK_DONE, done, program, spec, store
+from gbxcule.roms.spec import VerifySettings
 
 SUMS = 0xC000
 R1 = 0xC100  # 512 bytes, stride 1
@@ -87,10 +87,7 @@ pass:
     ld a, b
     or c
     jr nz, .sum1
-    ld a, e
-    ld [${SUMS:04X}], a
-    ld a, d
-    ld [${SUMS + 1:04X}], a
+{store(SUMS, "ed")}
 
     ; descending with (HL-), read back ascending (HL+) and descending (HL-)
     ld hl, ${R2 + 255:04X}
@@ -124,10 +121,7 @@ pass:
     ld d, a
     dec b
     jr nz, .sum2
-    ld a, e
-    ld [${SUMS + 3:04X}], a
-    ld a, d
-    ld [${SUMS + 4:04X}], a
+{store(SUMS + 3, "ed")}
 
     ; stride 17 within a page, read back at stride 3
     ld hl, ${R3:04X}
@@ -172,10 +166,7 @@ pass:
     ld a, b
     cp ${(COPY + 512) >> 8:02X}
     jr nz, .sum4
-    ld a, l
-    ld [${SUMS + 6:04X}], a
-    ld a, h
-    ld [${SUMS + 7:04X}], a
+{store(SUMS + 6, "lh")}
 
     ; read-modify-write on (HL)
     ld hl, ${RMW:04X}
@@ -206,23 +197,18 @@ pass:
     ld a, l
     or a
     jr nz, .sum5
-    ld a, e
-    ld [${SUMS + 8:04X}], a
-    ld a, d
-    ld [${SUMS + 9:04X}], a
+{store(SUMS + 8, "ed")}
 
-    ld a, ${DONE_VALUE:02X}
-    ld [${DONE_ADDR:04X}], a
+{MARK_DONE}
     jp pass
 """)
 
 
-SPEC = RomSpec(
+SPEC = spec(
     name="MEM_RWB",
     description="benchmark: WRAM fills and read-backs (stride 1, 17, 3, (HL+), (HL-), (BC), RMW), forever",
     covers=("benchmark", "wram", "ld_hli_hld", "ld_bc_de", "rmw_hl", "memcpy", "checksum"),
     source=source,
-    header=lambda: header("MEM_RWB"),
     frames=76,
     signature=signature,
     verify=VerifySettings(frames_per_step=24, release_after_frames=8, steps=100),

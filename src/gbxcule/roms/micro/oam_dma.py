@@ -8,8 +8,8 @@ both read-backs, the final OAM, the routine in HRAM.
 
 from __future__ import annotations
 
-from gbxcule.roms import RomSpec, VerifySettings
-from gbxcule.roms.micro.common import HRAM_DMA, db, done, header, program
+from gbxcule.roms.micro.common import HRAM_DMA, db, done, program, spec
+from gbxcule.roms.spec import VerifySettings
 
 WRAM_SOURCE = 0xC100
 COPY1, COPY2 = 0xC200, 0xC300
@@ -79,12 +79,11 @@ SECTION "rom_source", ROM0[${ROM_SOURCE:04X}]
 """)
 
 
-SPEC = RomSpec(
+SPEC = spec(
     name="OAM_DMA",
     description="OAM DMA from WRAM and ROM via an HRAM routine; OAM read back in VBlank / with the LCD off",
     covers=("oam_dma", "hram", "oam", "vblank_timing", "lcd_off"),
     source=source,
-    header=lambda: header("OAM_DMA"),
     frames=76,
     signature=signature,
     verify=VerifySettings(frames_per_step=1, release_after_frames=1, steps=120),

@@ -7,9 +7,9 @@ pointer after every case that moves it) and SP values are stored with LD (a16),S
 
 from __future__ import annotations
 
-from gbxcule.roms import RomSpec, VerifySettings
 from gbxcule.roms.micro import model
-from gbxcule.roms.micro.common import STACK_TOP, done, header, program, pushed
+from gbxcule.roms.micro.common import STACK_TOP, done, program, pushed, spec
+from gbxcule.roms.spec import VerifySettings
 
 PUSH_END = 0xC400  # the pushed results end here (they grow downwards)
 SP_RESULTS = 0xC400  # LD (a16),SP results, upwards
@@ -130,13 +130,12 @@ def source() -> str:
 """)
 
 
-SPEC = RomSpec(
+SPEC = spec(
     name="OPS16_SP",
     description="ADD HL,rr, INC/DEC rr, ADD SP,e8, LD HL,SP+e8, LD SP,HL, LD (a16),SP and PUSH/POP incl. AF",
     covers=("alu16", "add_hl", "inc16", "dec16", "add_sp", "ld_hl_sp", "ld_sp_hl", "ld_a16_sp", "push",
             "pop", "flags"),
     source=source,
-    header=lambda: header("OPS16_SP"),
     frames=72,
     signature=signature,
     verify=VerifySettings(frames_per_step=1, release_after_frames=1, steps=100),

@@ -11,18 +11,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gbxcule.roms import RomSpec, VerifySettings
 from gbxcule.roms.micro.common import (
-    DONE_ADDR,
-    DONE_VALUE,
     HRAM_DMA,
     INT_STAT,
     INT_VBLANK,
+    MARK_DONE,
     db,
     done,
     header,
     program,
 )
+from gbxcule.roms.spec import RomSpec, VerifySettings
 
 REGS = 0xC000  # read-back of READBACK (STAT masked to its enable bits, $78)
 READBACK = ("rLCDC", "rBGP", "rOBP0", "rOBP1", "rSCX", "rSCY", "rLYC", "rSTAT", "rWX", "rWY")
@@ -150,8 +149,7 @@ class Scene:
     xor a
     ldh [rIF], a
     ei
-    ld a, ${DONE_VALUE:02X}
-    ld [${DONE_ADDR:04X}], a
+{MARK_DONE}
 .idle:
     halt
     nop

@@ -9,8 +9,8 @@ sent for each transfer (copied from the ROM text), from $C200 SB after each tran
 
 from __future__ import annotations
 
-from gbxcule.roms import RomSpec, VerifySettings
-from gbxcule.roms.micro.common import INT_SERIAL, db, done, header, program
+from gbxcule.roms.micro.common import INT_SERIAL, db, done, program, spec
+from gbxcule.roms.spec import VerifySettings
 
 TEXT = b"GBXCULE SERIAL OK\n"
 POLLED = 9  # bytes sent by polling; the rest by interrupt
@@ -95,12 +95,11 @@ text:
 """, vectors={0x58: "jp serial_handler"})
 
 
-SPEC = RomSpec(
+SPEC = spec(
     name="SERIAL",
     description="serial text out (SB, SC=$81) by polling SC bit 7 and by the serial interrupt, counted",
     covers=("serial", "sb", "sc", "serial_interrupt", "halt"),
     source=source,
-    header=lambda: header("SERIAL"),
     frames=76,
     signature=signature,
     verify=VerifySettings(frames_per_step=1, release_after_frames=1, steps=120),

@@ -12,8 +12,8 @@ E sits half a period away from the nearest edge, which makes each result robust 
 from __future__ import annotations
 
 from gbxcule.core.isa import BASE
-from gbxcule.roms import RomSpec, VerifySettings
-from gbxcule.roms.micro.common import INT_TIMER, done, header, program
+from gbxcule.roms.micro.common import INT_TIMER, done, program, spec
+from gbxcule.roms.spec import VerifySettings
 
 RESULTS = 0xC000
 COUNT = 0xC0F0  # timer interrupt counter
@@ -138,12 +138,11 @@ timer_handler:
     return program("\n".join(parts), vectors={0x50: "jp timer_handler"})
 
 
-SPEC = RomSpec(
+SPEC = spec(
     name="TIMER",
     description="DIV, TIMA at TAC rates 0-3, TMA reload, TAC read-back, timer interrupt count (cycle counts)",
     covers=("timer", "div", "tima", "tma", "tac", "timer_interrupt"),
     source=source,
-    header=lambda: header("TIMER"),
     frames=72,
     signature=signature,
     verify=VerifySettings(frames_per_step=1, release_after_frames=1, steps=100),

@@ -12,7 +12,6 @@ from __future__ import annotations
 from functools import cache
 
 from gbxcule.asm import CartridgeHeader
-from gbxcule.roms import RomSpec, VerifySettings
 from gbxcule.roms.micro.common import DMA_ROUTINE, DONE_ADDR, DONE_VALUE, HARDWARE, HRAM_DMA, MEMCPY
 from gbxcule.roms.overworld import art
 from gbxcule.roms.overworld.world import (
@@ -35,6 +34,7 @@ from gbxcule.roms.overworld.world import (
     UP,
     character_tile,
 )
+from gbxcule.roms.spec import RomSpec, VerifySettings
 
 # --- documented state (WRAM) -------------------------------------------------------------------------
 SHADOW_OAM = 0xC000

@@ -1,0 +1,212 @@
+"""The package's layers point one way and no modules import each other in a circle (docs/architecture.md).
+
+Imports are read from the source with `ast`, function-local (lazy) imports included: they are real
+dependencies. `from pkg import name` counts as importing `pkg.name` where that is a module, else `pkg`.
+A new subpackage must be given its place in `ALLOWED` before the test passes.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+# Subpackage (its first name under gbxcule) -> the subpackages its modules may import. "" is gbxcule/__init__.py.
+ALLOWED: dict[str, set[str]] = {
+    "": set(),
+    "core": {"core"},
+    "asm": {"core", "asm"},
+    "roms": {"core", "asm", "roms"},
+    "kernels": {"core", "kernels"},
+    "backends": {"core", "kernels", "backends"},
+    "harness": {"core", "asm", "roms", "backends", "harness"},
+    "rl": {"core", "asm", "roms", "kernels", "backends", "rl"},
+    "cli": {"core", "asm", "roms", "kernels", "backends", "harness", "rl", "cli"},
+    "__main__": {"cli"},
+}
+PURE = ("core", "asm", "roms")  # importable without Warp or PyBoy
+
+
+def find_modules(src: Path, package: str = "gbxcule") -> dict[str, Path]:
+    """Dotted module name -> source file, for every module of `package` under `src`."""
+    out = {}
+    for path in sorted((src / package).rglob("*.py")):
+        parts = path.relative_to(src).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def imports(name: str, path: Path, mods: dict[str, Path]) -> list[tuple[str, int]]:
+    """(imported module of the package, line) for every import statement in the module, lazy ones too."""
+    root = name.split(".")[0]
+    pkg = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = []
+
+    def known(target: str) -> str:
+        while target not in mods and "." in target:
+            target = target.rpartition(".")[0]
+        return target
+
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(known(a.name), node.lineno) for a in node.names if a.name.split(".")[0] == root]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg.split(".")[:len(pkg.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            if module.split(".")[0] != root:
+                continue
+            for a in node.names:
+                out.append((f"{module}.{a.name}" if f"{module}.{a.name}" in mods else known(module), node.lineno))
+    return list(dict.fromkeys(out))
+
+
+def graph(src: Path, package: str = "gbxcule") -> tuple[dict[str, Path], dict[str, list[tuple[str, int]]]]:
+    mods = find_modules(src, package)
+    return mods, {name: imports(name, path, mods) for name, path in mods.items()}
+
+
+def layer(name: str) -> str:
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def layer_violations(src: Path, allowed: dict[str, set[str]], package: str = "gbxcule") -> list[str]:
+    mods, edges = graph(src, package)
+    bad = []
+    for name, targets in edges.items():
+        own = layer(name)
+        if own not in allowed:
+            bad.append(f"{mods[name].relative_to(src)}: subpackage {own!r} has no place in ALLOWED")
+            continue
+        for target, line in targets:
+            if target not in (name, package) and layer(target) not in allowed[own]:  # the root imports nothing
+                bad.append(f"{mods[name].relative_to(src)}:{line} imports {target}: {own or package} may import "
+                           f"only {', '.join(sorted(allowed[own])) or 'nothing of the package'}")
+    return bad
+
+
+def cycles(src: Path, package: str = "gbxcule") -> list[list[str]]:
+    """Each import cycle (one per strongly connected group of modules), as a closed path of module names."""
+    _, edges = graph(src, package)
+    succ = {n: sorted({t for t, _ in ts if t != n}) for n, ts in edges.items()}
+    index, low, stack, on, groups = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in succ[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(set(group))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * len(succ)))
+    for v in sorted(succ):
+        if v not in index:
+            visit(v)
+    out = []
+    for group in groups:  # a shortest closed path through the group's first module
+        start = min(group)
+        paths, seen = {start: [start]}, {start}
+        frontier = [start]
+        while frontier:
+            nxt = []
+            for v in frontier:
+                for w in succ[v]:
+                    if w == start:
+                        out.append(paths[v] + [start])
+                        nxt = []
+                        break
+                    if w in group and w not in seen:
+                        seen.add(w)
+                        paths[w] = paths[v] + [w]
+                        nxt.append(w)
+                else:
+                    continue
+                break
+            frontier = nxt
+    return out
+
+
+def test_layers_point_one_way():
+    assert layer_violations(SRC, ALLOWED) == []
+
+
+def test_no_import_cycles():
+    assert [" -> ".join(c) for c in cycles(SRC)] == []
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        p = root / "pkg" / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text))
+    return root
+
+
+def test_checker_names_a_wrong_way_import_and_a_cycle(tmp_path):
+    src = _write(tmp_path, {
+        "__init__.py": "", "core/__init__.py": "", "kernels/__init__.py": "",
+        "core/a.py": "def f():\n    from pkg.kernels import b\n",  # lazy, still a dependency
+        "kernels/b.py": "from . import c\n", "kernels/c.py": "import pkg.kernels.b\n",
+    })
+    allowed = {"": set(), "core": {"core"}, "kernels": {"core", "kernels"}}
+    assert layer_violations(src, allowed, "pkg") == [
+        "pkg/core/a.py:2 imports pkg.kernels.b: core may import only core"]
+    assert cycles(src, "pkg") == [["pkg.kernels.b", "pkg.kernels.c", "pkg.kernels.b"]]
+
+
+_NO_WARP = """
+import importlib, pkgutil, sys
+
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("warp", "pyboy"):
+            raise ImportError(f"blocked: {name}")
+        return None
+
+sys.meta_path.insert(0, Block())
+names = [sys.argv[1]]
+for pkg in sys.argv[2:]:
+    mod = importlib.import_module("gbxcule." + pkg)
+    names += [m.name for m in pkgutil.walk_packages(mod.__path__, mod.__name__ + ".")]
+for name in names:
+    importlib.import_module(name)
+assert not any(m.split(".")[0] in ("warp", "pyboy") for m in sys.modules)
+print(len(names))
+"""
+
+
+def _import_without_warp(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", _NO_WARP, *args], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"}, timeout=120)
+
+
+def test_pure_layers_import_without_warp_or_pyboy():
+    r = _import_without_warp("gbxcule.core.savestate", *PURE)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout) > 40  # every module of core, asm and roms
+
+
+def test_import_without_warp_check_can_fail():
+    r = _import_without_warp("gbxcule.kernels.state")
+    assert r.returncode != 0 and "blocked: warp" in r.stderr
