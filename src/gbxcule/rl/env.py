@@ -15,6 +15,9 @@ step (clone what you keep), as in other GPU vector envs.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import warnings
 from pathlib import Path
 
@@ -35,6 +38,7 @@ from gbxcule.rl.goals import (
     frame_key,
     ram_key,
     ram_rows,
+    unpack_shades,
 )
 from gbxcule.rl.tasks import StartSpec, Task, TaskError, load_task
 
@@ -162,9 +166,9 @@ class GameEnv:
             if t.rom_sha1:
                 want = t.rom_sha1
             elif t.rom:
-                from gbxcule.roms import build_rom, get_spec
-
                 import hashlib
+
+                from gbxcule.roms import build_rom, get_spec
 
                 want = hashlib.sha1(build_rom(get_spec(t.rom).name)).hexdigest()
         if want and rom.info.sha1 != want:
@@ -219,8 +223,6 @@ class GameEnv:
         if goal is not None:
             self.template = goal if isinstance(goal, GoalTemplate) else GoalTemplate.load(goal)
         elif t is not None and t.template is not None:
-            from gbxcule.rl.templates import task_template
-
             self.template = task_template(t, self.template_meta(t.name), self.device)
         if self.template is not None:
             self.template.check_fits(self.template_meta())
@@ -250,7 +252,7 @@ class GameEnv:
         """Fill the device reset cache: K start slots and each slot's first frame (docs/rl_env.md)."""
         spec = self._start_spec(start_states)
         from gbxcule.kernels.snapshot import SlotStore
-        from gbxcule.kernels.state import NUM_FIELDS
+        from gbxcule.core.schema import NUM_FIELDS
 
         be, n = self.backend, self.num_envs
         base_states = self._load_start_files(spec.states) if spec.states else None
@@ -307,7 +309,7 @@ class GameEnv:
                              f"got {start_states!r}")
 
     def _load_start_files(self, paths) -> list:
-        from gbxcule.core.savestate import decode_states, read_state_source
+        from gbxcule.backends.warp_vec import load_env_states
 
         base = Path(self.task.base_dir) if self.task is not None else Path(".")
         files: list[Path] = []
@@ -327,7 +329,7 @@ class GameEnv:
         states = []
         for f in files:
             try:
-                states += decode_states(read_state_source(f), self.rom)
+                states += load_env_states(f, self.rom)
             except GbxculeError as exc:
                 raise EnvConfigError(f"start state {f}: {exc}") from None
         return states
@@ -557,7 +559,7 @@ class GameEnv:
 
     def emulator_bytes(self) -> int:
         """Bytes of emulator state a checkpoint with `emulator=True` stores."""
-        from gbxcule.kernels.state import NUM_FIELDS, SERIAL_CAPTURE
+        from gbxcule.core.schema import NUM_FIELDS, SERIAL_CAPTURE
 
         return self.num_envs * (4 * NUM_FIELDS + self.backend.layout.total + SERIAL_CAPTURE + 144 * 160)
 
@@ -582,3 +584,64 @@ class GameEnv:
                 "codec": self.codec.describe(), "schedule": self.schedule.describe(), "max_steps": self.max_steps,
                 "start_slots": self.num_slots, "terminate_on": self.terminate_on, "tau": self.tau,
                 "reward": {k: v for k, v in vars(self.reward_cfg).items() if k != "extra"}}
+
+
+# --- goal templates of tasks (captured with a GameEnv; `gbxcule goal` tools: rl/templates.py) -----------
+def _bare(task: Task) -> Task:
+    """The task with no goal: nothing ends an episode but the step limit."""
+    return dataclasses.replace(task, template=None, goal_ram=())
+
+
+def capture(task: Task, actions=None, rom=None, device: str = "cpu", stack_k: int = 1, obs: str = "pixels",
+            mask: np.ndarray | None = None, start_states=None) -> tuple[GoalTemplate, dict]:
+    """Run `actions` (default: the task's solution) from the task's first start slot in one env and take the
+    last frame as the goal. Returns the template and a report (steps, whether the RAM goal holds there)."""
+    actions = tuple(task.solution or ()) if actions is None else tuple(int(a) for a in actions)
+    if not actions:
+        raise GbxculeError(f"task {task.id} has no solution: give the actions that reach the goal")
+    env = GameEnv(rom, 1, device, task=_bare(task), start_states=start_states, stack_k=stack_k, obs=obs,
+                  info_mode="none", max_steps=len(actions) + 1)
+    env.reset(seed=0)
+    if env.num_slots != 1:
+        env = None
+        raise GbxculeError("capture needs a single start state (the task's start has several)")
+    for a in actions:
+        env.step(np.array([a], dtype=np.int32))
+    latest = env.obs[:, -1].cpu().numpy()
+    frame = unpack_shades(latest)[0] if obs == "packed" else latest[0]
+    holds = None
+    if task.goal_ram:
+        holds = bool(RamGoal(task.goal_ram, env.backend.layout, env.device).evaluate(env._ram)[0].item())
+    meta = dataclasses.replace(env.template_meta(task.name), tau=task.reward.get("tau"),
+                               k_consecutive=task.reward.get("k_consecutive"),
+                               note=f"captured after {len(actions)} steps from {task.id}'s start")
+    full = env.frames([0])[0]
+    env.close()
+    tpl = GoalTemplate(frame, np.ones((72, 80), dtype=bool) if mask is None else mask, meta)
+    return tpl, {"steps": len(actions), "ram_goal_holds": holds, "full_frame": full}
+
+
+def task_template(task: Task, meta: TemplateMeta, device: str = "cpu") -> GoalTemplate:
+    """The template a task names: a file (relative to its pack), or "solution": captured from the solution's
+    last frame, cached by the task, the env config and the code that captured it."""
+    from pathlib import Path
+
+    if task.template != "solution":
+        p = Path(task.template)
+        return GoalTemplate.load(p if p.is_absolute() else Path(task.base_dir) / p)
+    from gbxcule.core.paths import cache_dir
+
+    key = json.dumps({"task": dataclasses.asdict(_bare(task)) | {"base_dir": ""}, "meta": dataclasses.asdict(meta),
+                      "solution": task.solution}, sort_keys=True, default=str)
+    digest = hashlib.sha1(key.encode()).hexdigest()[:16]
+    path = cache_dir() / "templates" / f"{task.pack}-{task.name}-{digest}.npz"
+    if path.is_file():
+        try:
+            return GoalTemplate.load(path)
+        except GbxculeError:
+            path.unlink(missing_ok=True)  # a damaged cache entry: capture again
+    tpl, report = capture(task, device="cpu", stack_k=meta.stack_k, obs=meta.obs)
+    if report["ram_goal_holds"] is False:
+        raise GbxculeError(f"task {task.id}: its solution does not reach the RAM goal, so no template")
+    tpl.save(path)
+    return tpl

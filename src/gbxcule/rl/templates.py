@@ -7,77 +7,13 @@ as `gbxcule goal capture`.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
-
 import numpy as np
 
-from gbxcule.core.errors import GbxculeError
-from gbxcule.rl.goals import GoalTemplate, RamGoal, TemplateMeta, unpack_shades
+from gbxcule.rl.env import _bare, capture, task_template
+from gbxcule.rl.goals import GoalTemplate, RamGoal
 from gbxcule.rl.tasks import Task
 
-
-def _bare(task: Task) -> Task:
-    """The task with no goal: nothing ends an episode but the step limit."""
-    return dataclasses.replace(task, template=None, goal_ram=())
-
-
-def capture(task: Task, actions=None, rom=None, device: str = "cpu", stack_k: int = 1, obs: str = "pixels",
-            mask: np.ndarray | None = None, start_states=None) -> tuple[GoalTemplate, dict]:
-    """Run `actions` (default: the task's solution) from the task's first start slot in one env and take the
-    last frame as the goal. Returns the template and a report (steps, whether the RAM goal holds there)."""
-    from gbxcule.rl.env import GameEnv
-
-    actions = tuple(task.solution or ()) if actions is None else tuple(int(a) for a in actions)
-    if not actions:
-        raise GbxculeError(f"task {task.id} has no solution: give the actions that reach the goal")
-    env = GameEnv(rom, 1, device, task=_bare(task), start_states=start_states, stack_k=stack_k, obs=obs,
-                  info_mode="none", max_steps=len(actions) + 1)
-    env.reset(seed=0)
-    if env.num_slots != 1:
-        env = None
-        raise GbxculeError("capture needs a single start state (the task's start has several)")
-    for a in actions:
-        env.step(np.array([a], dtype=np.int32))
-    latest = env.obs[:, -1].cpu().numpy()
-    frame = unpack_shades(latest)[0] if obs == "packed" else latest[0]
-    holds = None
-    if task.goal_ram:
-        holds = bool(RamGoal(task.goal_ram, env.backend.layout, env.device).evaluate(env._ram)[0].item())
-    meta = dataclasses.replace(env.template_meta(task.name), tau=task.reward.get("tau"),
-                               k_consecutive=task.reward.get("k_consecutive"),
-                               note=f"captured after {len(actions)} steps from {task.id}'s start")
-    full = env.frames([0])[0]
-    env.close()
-    tpl = GoalTemplate(frame, np.ones((72, 80), dtype=bool) if mask is None else mask, meta)
-    return tpl, {"steps": len(actions), "ram_goal_holds": holds, "full_frame": full}
-
-
-def task_template(task: Task, meta: TemplateMeta, device: str = "cpu") -> GoalTemplate:
-    """The template a task names: a file (relative to its pack), or "solution": captured from the solution's
-    last frame, cached by the task, the env config and the code that captured it."""
-    from pathlib import Path
-
-    if task.template != "solution":
-        p = Path(task.template)
-        return GoalTemplate.load(p if p.is_absolute() else Path(task.base_dir) / p)
-    from gbxcule.core.paths import cache_dir
-
-    key = json.dumps({"task": dataclasses.asdict(_bare(task)) | {"base_dir": ""}, "meta": dataclasses.asdict(meta),
-                      "solution": task.solution}, sort_keys=True, default=str)
-    digest = hashlib.sha1(key.encode()).hexdigest()[:16]
-    path = cache_dir() / "templates" / f"{task.pack}-{task.name}-{digest}.npz"
-    if path.is_file():
-        try:
-            return GoalTemplate.load(path)
-        except GbxculeError:
-            path.unlink(missing_ok=True)  # a damaged cache entry: capture again
-    tpl, report = capture(task, device="cpu", stack_k=meta.stack_k, obs=meta.obs)
-    if report["ram_goal_holds"] is False:
-        raise GbxculeError(f"task {task.id}: its solution does not reach the RAM goal, so no template")
-    tpl.save(path)
-    return tpl
+__all__ = ["calibrate", "capture", "task_template"]
 
 
 def calibrate(task: Task, template: GoalTemplate, num_envs: int = 64, steps: int | None = None,
