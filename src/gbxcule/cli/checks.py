@@ -8,12 +8,12 @@ it writes (never over one of its inputs; core/outputs.py).
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 from gbxcule.core.cartridge import CartridgeInfo, Rom, load_rom
 from gbxcule.core.errors import GbxculeError
+from gbxcule.core.memory import fit, host_available
 from gbxcule.core.outputs import check_not_input, write_output  # noqa: F401  (re-exported for commands)
 from gbxcule.core.schedule import ActionSchedule
 
@@ -87,21 +87,6 @@ def warp_bytes_per_env(rom: Rom, render: bool = True, obs: bool = True) -> int:
             + (OBS_BYTES if obs else 0) + (FRAME_BYTES if render else 0))
 
 
-def host_available() -> int | None:
-    """Bytes of host memory available now (MemAvailable), or None if unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError):
-        return None
-
-
 def device_available() -> int | None:
     """Free bytes on the default CUDA device, or None without one."""
     try:
@@ -115,21 +100,6 @@ def device_available() -> int | None:
         return int(wp.get_device("cuda").free_memory)
     except Exception:  # no driver, no device: the backend will say so with its own line
         return None
-
-
-def _gb(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB"
-
-
-def fit(envs: int, per_env: int, available: int | None, where: str, fixed: int = 0) -> None:
-    """Refuse `envs` envs of `per_env` bytes (plus `fixed`) if they do not fit in `available` bytes."""
-    if available is None:
-        return
-    need = fixed + envs * per_env
-    if need > available:
-        most = max(0, (available - fixed) // per_env)
-        raise GbxculeError(f"{envs} envs need {_gb(need)} of {where} memory but {_gb(available)} is available; "
-                           f"at most {most} envs fit")
 
 
 def env_memory(backend: str, envs: int, rom: Rom, render: bool = True, host_per_env: int = 0) -> None:

@@ -56,6 +56,8 @@ def write_output(path: str | os.PathLike, write: Callable[[Path], object] | byte
             tmp.write_text(write)
         else:
             write(tmp)
+        with open(tmp, "rb+") as f:  # on disk before the rename, so a crash never leaves an empty file
+            os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, out)
         tmp = None

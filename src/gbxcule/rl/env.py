@@ -419,6 +419,7 @@ class GameEnv:
         if self.scorer is not None:
             self.scorer.distance(latest, out=self.distance)
             reward += cfg.alpha * (self._prev_dist - self.distance)
+            self._prev_dist.copy_(self.distance)
             self._near.copy_(torch.where(self.distance < self.tau, self._near + 1, 0))
         if self.ram_goal is not None:
             self.success.copy_(self.ram_goal.evaluate(self._ram))
