@@ -48,7 +48,12 @@ _STAT_NAMES = ("episodes", "return_sum", "length_sum", "success_sum", "truncated
                "template_fired", "template_fired_ok", "ram_goal_reached", "bad_actions")
 
 
-class EnvConfigError(GbxculeError):
+_STATE_TENSORS = ("steps", "episodes", "ep_return", "ep_success", "success", "distance", "_dist_sum", "_prev_sum",
+                  "_near", "final_return", "final_length", "final_success", "_stats", "rewards", "terminated",
+                  "truncated")
+
+
+class EnvConfigError(GbxculeError, ValueError):
     """A GameEnv argument that cannot work (bad count, unknown mode, task that does not fit the ROM)."""
 
 
@@ -203,7 +208,11 @@ class GameEnv:
         self.ep_success = torch.zeros(n, dtype=torch.bool, device=dev)
         self.success = torch.zeros(n, dtype=torch.bool, device=dev)
         self.distance = torch.zeros(n, dtype=torch.float32, device=dev)
-        self._prev_dist = torch.zeros(n, dtype=torch.float32, device=dev)
+        self._dist_sum = torch.zeros(n, dtype=torch.int32, device=dev)
+        self._prev_sum = torch.zeros(n, dtype=torch.int32, device=dev)
+        self.final_return = torch.zeros(n, dtype=torch.float32, device=dev)
+        self.final_length = torch.zeros(n, dtype=torch.int32, device=dev)
+        self.final_success = torch.zeros(n, dtype=torch.bool, device=dev)
         self._near = torch.zeros(n, dtype=torch.int32, device=dev)
         self._stats = torch.zeros(len(_STAT_NAMES), dtype=torch.float64, device=dev)
         self._n_const = torch.tensor(float(n), dtype=torch.float64, device=dev)
@@ -229,6 +238,9 @@ class GameEnv:
         self.scorer = None if self.template is None else TemplateScorer(self.template, self.obs_mode, self.device)
         tau = cfg.tau if cfg.tau is not None else (self.template.meta.tau if self.template else None)
         self.tau = 0.1 if tau is None else float(tau)
+        if self.scorer is not None:  # integer threshold and one float32 multiply: the same bits on every device
+            self._tau_sum = self.scorer.threshold(self.tau)
+            self._shaping = float(cfg.alpha) * self.scorer.scale
         self.ram_goal = RamGoal(t.goal_ram, self.backend.layout, self.device) if t and t.goal_ram else None
         mode = cfg.terminate_on
         if mode == "auto":
@@ -251,8 +263,8 @@ class GameEnv:
     def _build_starts(self, start_states) -> None:
         """Fill the device reset cache: K start slots and each slot's first frame (docs/rl_env.md)."""
         spec = self._start_spec(start_states)
-        from gbxcule.kernels.snapshot import SlotStore
         from gbxcule.core.schema import NUM_FIELDS
+        from gbxcule.kernels.snapshot import SlotStore
 
         be, n = self.backend, self.num_envs
         base_states = self._load_start_files(spec.states) if spec.states else None
@@ -282,8 +294,8 @@ class GameEnv:
         self.num_slots = k
         self.slot_obs = self.torch.tensor(slot_obs, device=self.device)
         self._slot_obs_wp = self._wp.from_torch(self.slot_obs)
-        self.slot_dist = (self.scorer.distance(self.slot_obs) if self.scorer is not None
-                          else self.torch.zeros(k, dtype=self.torch.float32, device=self.device))
+        self.slot_sum = (self.scorer.distance_sum(self.slot_obs) if self.scorer is not None
+                         else self.torch.zeros(k, dtype=self.torch.int32, device=self.device))
 
     def _start_spec(self, start_states) -> StartSpec:
         t = self.task
@@ -340,18 +352,22 @@ class GameEnv:
         self._raise_bad_actions()
         if seed is not None:
             self.seed = int(seed)
+            self.episodes.zero_()  # a seeded reset starts the slot sequence over; a plain one continues it
+        else:
+            self.episodes += 1
         self._reset_all(self.seed)
         return self.obs, self._info(first=True)
 
     def _reset_all(self, seed: int) -> None:
         torch = self.torch
-        self.episodes.zero_()
         self._done.fill_(True)
         self._restore_done(seed)
         for buf in (self.steps, self.ep_return, self.ep_success, self.success, self._near, self.rewards,
                     self.terminated, self.truncated, self._stats):
             buf.zero_()
-        self.distance.copy_(self._prev_dist)
+        self._dist_sum.copy_(self._prev_sum)
+        if self.scorer is not None:
+            self.distance.copy_(self._dist_sum.to(torch.float32) * self.scorer.scale)
         for table in (self._nov_ram, self._nov_px):
             if table is not None:
                 table.seen.zero_()
@@ -368,7 +384,7 @@ class GameEnv:
 
         self._wp.launch(ring_reset_kernel, dim=(self.num_envs, 72), device=self.wp_device,
                         inputs=[self._done_wp, self._slots_wp, self._slot_obs_wp, self._ring_wp])
-        self._prev_dist.copy_(torch.where(self._done, self.slot_dist[self._slots.long()], self._prev_dist))
+        self._prev_sum.copy_(torch.where(self._done, self.slot_sum[self._slots.long()], self._prev_sum))
 
     @property
     def obs(self):
@@ -417,10 +433,11 @@ class GameEnv:
         self.steps += 1
         reward = torch.full_like(self.rewards, cfg.step_cost)
         if self.scorer is not None:
-            self.scorer.distance(latest, out=self.distance)
-            reward += cfg.alpha * (self._prev_dist - self.distance)
-            self._prev_dist.copy_(self.distance)
-            self._near.copy_(torch.where(self.distance < self.tau, self._near + 1, 0))
+            self._dist_sum.copy_(self.scorer.distance_sum(latest))
+            self.distance.copy_(self._dist_sum.to(torch.float32) * self.scorer.scale)
+            reward += (self._prev_sum - self._dist_sum).to(torch.float32) * self._shaping
+            self._prev_sum.copy_(self._dist_sum)
+            self._near.copy_(torch.where(self._dist_sum < self._tau_sum, self._near + 1, 0))
         if self.ram_goal is not None:
             self.success.copy_(self.ram_goal.evaluate(self._ram))
         if self.terminate_on == "template":
@@ -445,6 +462,9 @@ class GameEnv:
             self._ring[:, self._pos + self.stack_k].copy_(latest)
         if self.final_obs is not None:
             self.final_obs.copy_(self.obs)
+        torch.where(self._done, self.ep_return, self.final_return, out=self.final_return)
+        torch.where(self._done, self.steps, self.final_length, out=self.final_length)
+        torch.where(self._done, self.ep_success, self.final_success, out=self.final_success)
         info = self._info()
         self.episodes += self._done
         self._restore_done(self.seed)
@@ -515,8 +535,7 @@ class GameEnv:
         `emulator`) every env's emulator state and frame buffer. Host tensors."""
         torch = self.torch
         d = {"pos": self._pos, "seed": self.seed, "slot_obs_sum": int(self.slot_obs.to(torch.int64).sum().item())}
-        for name in ("steps", "episodes", "ep_return", "ep_success", "success", "distance", "_prev_dist", "_near",
-                     "_stats", "rewards", "terminated", "truncated"):
+        for name in _STATE_TENSORS:
             d[name] = getattr(self, name).detach().cpu().clone()
         d["ring"] = self._ring.cpu().clone()
         for name in ("_nov_ram", "_nov_px"):
@@ -538,8 +557,7 @@ class GameEnv:
             raise EnvConfigError(f"env state is for observations {tuple(d['ring'].shape)}, this env has "
                                  f"{tuple(self._ring.shape)}")
         self._pos, self.seed = int(d["pos"]), int(d["seed"])
-        for name in ("steps", "episodes", "ep_return", "ep_success", "success", "distance", "_prev_dist", "_near",
-                     "_stats", "rewards", "terminated", "truncated"):
+        for name in _STATE_TENSORS:
             getattr(self, name).copy_(d[name])
         self._ring.copy_(d["ring"])
         for name in ("_nov_ram", "_nov_px"):

@@ -28,11 +28,11 @@ TEMPLATE_FORMAT = 1
 _META_KEYS = ("rom_sha1", "codec", "codec_version", "frames_per_step", "release_after_frames", "stack_k", "obs")
 
 
-class TemplateError(GbxculeError):
+class TemplateError(GbxculeError, ValueError):
     """A goal template that cannot be read or does not fit the env."""
 
 
-class GoalError(GbxculeError):
+class GoalError(GbxculeError, ValueError):
     """A goal or reward setting that does not fit the ROM or the env."""
 
 
@@ -153,8 +153,9 @@ class TemplateScorer:
                                     device=device)
             self.lut = torch.tensor(_pack_lut(), dtype=torch.uint8, device=device)
 
-    def distance(self, latest, out=None):
-        """float32 [N]: distance of each env's latest frame (uint8 [N, 72, W]) to the template."""
+    def distance_sum(self, latest):
+        """int32 [N]: the smallest, over the template's frames, masked sum of |shade - goal| of each env's
+        latest frame (uint8 [N, 72, W]). Integer math: the same on every device."""
         import torch
 
         n = latest.shape[0]
@@ -170,11 +171,25 @@ class TemplateScorer:
                 d = self.lut[flat + k].sum(1, dtype=torch.int32)
                 best = d if best is None else torch.minimum(best, d)
         assert best is not None
-        res = best.to(torch.float32) / float(3 * self.count)
-        if out is not None:
-            out.copy_(res)
-            return out
-        return res
+        return best
+
+    @property
+    def scale(self) -> float:
+        """Distance per unit of `distance_sum` (multiply, never divide: CUDA divides by a scalar through its
+        reciprocal, the CPU does not, and the bits would differ)."""
+        return 1.0 / float(3 * self.count)
+
+    def threshold(self, tau: float) -> int:
+        """The integer sum below which the distance is below `tau`."""
+        import math
+
+        return math.ceil(tau * 3 * self.count)
+
+    def distance(self, latest):
+        """float32 [N]: distance of each env's latest frame to the template."""
+        import torch
+
+        return self.distance_sum(latest).to(torch.float32) * self.scale
 
 
 def pack_shades(frames: np.ndarray) -> np.ndarray:

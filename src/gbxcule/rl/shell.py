@@ -274,7 +274,8 @@ class Progress:
         self._p = None
         if enabled:
             try:
-                from rich.progress import BarColumn, Progress as RichProgress, TextColumn, TimeRemainingColumn
+                from rich.progress import BarColumn, TextColumn, TimeRemainingColumn
+                from rich.progress import Progress as RichProgress
 
                 self._p = RichProgress(TextColumn("[bold]train"), BarColumn(), TextColumn("{task.completed}/"
                                        "{task.total}"), TimeRemainingColumn(), TextColumn("{task.fields[msg]}"),

@@ -24,7 +24,7 @@ SCRIPT_LETTERS = {"N": (), "A": ("a",), "B": ("b",), "S": ("start",), "E": ("sel
 GENERATORS = ("random_noops",)
 
 
-class TaskError(GbxculeError):
+class TaskError(GbxculeError, ValueError):
     """An unknown task, or a pack file that cannot be read."""
 
 
