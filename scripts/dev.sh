@@ -18,6 +18,11 @@ setup() {
     fi
   fi
   # Reinstall only when the package metadata or the wanted extras changed.
+  # torch first, pinned: a bare `torch` requirement would pull the newest CUDA build (GBs). 2.13.0 is the
+  # version the project is tested with; override with GBXCULE_TORCH (e.g. "torch==2.11.0").
+  if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${GBXCULE_TORCH:-torch==2.13.0}"
+  fi
   local stamp=$VENV/.gbxcule-installed want
   want="$(cat pyproject.toml | sha1sum | cut -c1-40) $extras"
   if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
@@ -27,13 +32,13 @@ setup() {
 }
 
 case ${1:-} in
-  setup) setup dev ;;
+  setup) setup dev,rl ;;
   test)
-    setup dev
+    setup dev,rl
     # shellcheck disable=SC2086
     "$VENV/bin/python" -m pytest -n "${PYTEST_WORKERS:-auto}" -q ${PYTEST_ARGS:-} ;;
   demo)
-    setup dev
+    setup dev,rl
     mkdir -p out
     "$VENV/bin/gbxcule" roms build
     "$VENV/bin/gbxcule" play demo --backend warp_vec_cpu --envs 64 --steps 60 --record out/demo.gif \

@@ -1,0 +1,49 @@
+"""`gbxcule eval RUN_OR_CHECKPOINT`: a trained policy's success over M episodes (docs/training.md)."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("eval", help="evaluate a trained policy (success rate, steps to goal, GIF)",
+                       description="Run the policy of a run folder or checkpoint, greedy and sampled, over M "
+                                   "episodes from M distinct start states; success is ground truth from the "
+                                   "task's RAM goal where it has one.")
+    p.add_argument("source", metavar="RUN_OR_CHECKPOINT")
+    p.add_argument("--episodes", type=int, default=64, help="episodes (default 64)")
+    p.add_argument("--task", help="evaluate on this task instead of the run's")
+    p.add_argument("--device", default="auto", help="cpu, cuda or auto (default auto)")
+    p.add_argument("--gif", metavar="OUT.gif", help="record a mosaic GIF of the first --gif-envs episodes")
+    p.add_argument("--gif-envs", type=int, default=16, help="episodes in the GIF mosaic (default 16)")
+    p.add_argument("--random", action="store_true", help="also a random policy (and its GIF) for comparison")
+    p.add_argument("--seed", type=int, default=1, help="seed of the start states and sampling (default 1)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from gbxcule.cli import checks
+    from gbxcule.cli.report import emit
+    from gbxcule.rl.evaluate import evaluate
+
+    checks.positive(episodes=args.episodes, gif_envs=args.gif_envs)
+    if args.gif:
+        checks.check_not_input(args.gif, [args.source])
+    rep = evaluate(args.source, args.episodes, args.device, args.task, gif=args.gif, gif_envs=args.gif_envs,
+                   seed=args.seed, random_baseline=args.random)
+
+    def line(name: str, r: dict) -> str:
+        succ = "n/a" if r["success_rate"] is None else f"{100 * r['success_rate']:.1f}%"
+        return (f"  {name:8s} success {succ:>6s}  median steps {r['median_steps']}  p90 {r['p90_steps']}  "
+                f"mean return {r['mean_return']:.3f}")
+
+    def text(r: dict) -> str:
+        out = [f"{r['task']}: {r['episodes']} episodes from {r['start_states']} start states ({r['device']})"]
+        out += [line(m, r[m]) for m in ("greedy", "sampled", "random") if m in r]
+        if r.get("template_agreement") is not None:
+            out.append(f"  goal template agrees with the RAM goal in {100 * r['template_agreement']:.1f}% of episodes")
+        if r.get("gif"):
+            out.append(f"  GIF: {r['gif']}" + (f" (random: {r['gif_random']})" if r.get("gif_random") else ""))
+        return "\n".join(out)
+
+    emit(args, rep, text)
+    return 0
