@@ -162,9 +162,9 @@ class GameEnv:
             if t.rom_sha1:
                 want = t.rom_sha1
             elif t.rom:
-                from gbxcule.roms import build_rom, get_spec
-
                 import hashlib
+
+                from gbxcule.roms import build_rom, get_spec
 
                 want = hashlib.sha1(build_rom(get_spec(t.rom).name)).hexdigest()
         if want and rom.info.sha1 != want:
@@ -201,9 +201,16 @@ class GameEnv:
         self.distance = torch.zeros(n, dtype=torch.float32, device=dev)
         self._prev_dist = torch.zeros(n, dtype=torch.float32, device=dev)
         self._near = torch.zeros(n, dtype=torch.int32, device=dev)
+        self._fired = torch.zeros(n, dtype=torch.bool, device=dev)  # the template's test (k steps under tau)
         self._stats = torch.zeros(len(_STAT_NAMES), dtype=torch.float64, device=dev)
+        self._stat_vals = torch.zeros(len(_STAT_NAMES) - 1, dtype=torch.float64, device=dev)
+        self._bad_idx = _STAT_NAMES.index("bad_actions")
         self._n_const = torch.tensor(float(n), dtype=torch.float64, device=dev)
-        self._zero_const = torch.zeros((), dtype=torch.float64, device=dev)
+        self._info_vals = torch.zeros(8, dtype=torch.float32, device=dev)
+        self._full = {name: torch.zeros(n, dtype=dt, device=dev) for name, dt in
+                      (("distance", torch.float32), ("success", torch.bool), ("steps", torch.int32),
+                       ("episode_returns", torch.float32), ("done", torch.bool), ("terminated", torch.bool),
+                       ("truncated", torch.bool))}
         self._quantiles = torch.tensor([0.1, 0.5, 0.9], dtype=torch.float32, device=dev)
         self.final_obs = (torch.zeros(n, *self.single_obs_shape, dtype=torch.uint8, device=dev)
                           if self.keep_final_obs else None)
@@ -257,6 +264,7 @@ class GameEnv:
         k = spec.count if spec.generator else (len(base_states) if base_states else 1)
         store = SlotStore(k, NUM_FIELDS, be.layout.total, self.wp_device)
         slot_obs = np.zeros((k, 72, self._latest.shape[-1]), dtype=np.uint8)
+        slot_screen = np.zeros((k, 144, 160), dtype=np.uint8)
         rng = np.random.default_rng([self.seed, 0x5EED])
         for first in range(0, k, n):
             count = min(n, k - first)
@@ -272,14 +280,15 @@ class GameEnv:
                 for s in range(spec.max_len):
                     be.step(np.where(s < lengths, prefix[s], 0).astype(np.int32))
             be.step(np.zeros(n, dtype=np.int32))  # one NOOP step: every slot starts with a drawn frame
-            latest = self._latest.cpu().numpy()
+            latest, screens = self._latest.cpu().numpy(), be.frame_buffer().numpy()
             for j in range(count):
                 store.save(be.fields, be.ram, n, j, first + j)
-                slot_obs[first + j] = latest[j]
+                slot_obs[first + j], slot_screen[first + j] = latest[j], screens[j]
         be.slots = store
         self.num_slots = k
         self.slot_obs = self.torch.tensor(slot_obs, device=self.device)
         self._slot_obs_wp = self._wp.from_torch(self.slot_obs)
+        self._slot_screen = self._wp.array(slot_screen, dtype=self._wp.uint8, device=self.wp_device)
         self.slot_dist = (self.scorer.distance(self.slot_obs) if self.scorer is not None
                           else self.torch.zeros(k, dtype=self.torch.float32, device=self.device))
 
@@ -365,7 +374,8 @@ class GameEnv:
         from gbxcule.kernels.ring import ring_reset_kernel
 
         self._wp.launch(ring_reset_kernel, dim=(self.num_envs, 72), device=self.wp_device,
-                        inputs=[self._done_wp, self._slots_wp, self._slot_obs_wp, self._ring_wp])
+                        inputs=[self._done_wp, self._slots_wp, self._slot_obs_wp, self._ring_wp, self._slot_screen,
+                                self.backend.frame_buffer()])
         self._prev_dist.copy_(torch.where(self._done, self.slot_dist[self._slots.long()], self._prev_dist))
 
     @property
@@ -391,7 +401,7 @@ class GameEnv:
                 self.codec.check_array(actions.numpy())
             else:  # flagged on the device, reported at the next point that synchronises anyway
                 bad = ((actions < 0) | (actions >= a_max)).sum()
-                self._stats[_STAT_NAMES.index("bad_actions")] += bad
+                self._stats[self._bad_idx:].add_(bad)
             self._act32.copy_(actions)
         else:
             arr = np.asarray(actions)
@@ -401,9 +411,9 @@ class GameEnv:
         return self._act_wp
 
     def _raise_bad_actions(self) -> None:
-        bad = int(self._stats[_STAT_NAMES.index("bad_actions")].item())
+        bad = int(self._stats[self._bad_idx].item())
         if bad:
-            self._stats[_STAT_NAMES.index("bad_actions")] = 0
+            self._stats[self._bad_idx] = 0
             raise ValueError(f"{bad} out-of-range action(s) since the last check (codec {self.codec.name} has "
                              f"{self.codec.num_actions} actions); they ran as action 0")
 
@@ -413,25 +423,25 @@ class GameEnv:
         self.backend.step(self._actions(actions))
         latest = self._latest
         self.steps += 1
-        reward = torch.full_like(self.rewards, cfg.step_cost)
+        reward = self.rewards.fill_(cfg.step_cost)
         if self.scorer is not None:
             self.scorer.distance(latest, out=self.distance)
-            reward += cfg.alpha * (self._prev_dist - self.distance)
-            self._near.copy_(torch.where(self.distance < self.tau, self._near + 1, 0))
+            reward.add_(self._prev_dist.sub_(self.distance), alpha=cfg.alpha)
+            self._prev_dist.copy_(self.distance)
+            self._near.add_(1).mul_(self.distance < self.tau)
+            torch.ge(self._near, cfg.k_consecutive, out=self._fired)
         if self.ram_goal is not None:
             self.success.copy_(self.ram_goal.evaluate(self._ram))
         if self.terminate_on == "template":
-            fired = self._near >= cfg.k_consecutive
-            self.terminated.copy_(fired)
+            self.terminated.copy_(self._fired)
         elif self.terminate_on == "ram":
             self.terminated.copy_(self.success)
         torch.logical_and(self.steps >= self.max_steps, ~self.terminated, out=self.truncated)
-        reward += cfg.goal_bonus * self.terminated
+        reward.add_(self.terminated, alpha=cfg.goal_bonus)
         if self._nov_ram is not None:
-            reward += cfg.novelty_ram * self._nov_ram.visit(ram_key(self._ram, self._nov_rows))
+            reward.add_(self._nov_ram.visit(ram_key(self._ram, self._nov_rows)), alpha=cfg.novelty_ram)
         if self._nov_px is not None:
-            reward += cfg.novelty_pixels * self._nov_px.visit(frame_key(latest))
-        self.rewards.copy_(reward)
+            reward.add_(self._nov_px.visit(frame_key(latest)), alpha=cfg.novelty_pixels)
         self.ep_return += reward
         self.ep_success |= self.success
         torch.logical_or(self.terminated, self.truncated, out=self._done)
@@ -456,36 +466,44 @@ class GameEnv:
         return self.obs, self.rewards, self.terminated, self.truncated, info
 
     def _accumulate(self) -> None:
-        torch, d = self.torch, self._done
-        fired = self.terminated if self.terminate_on == "template" else None
-        vals = [d.sum(), (self.ep_return * d).sum(), (self.steps * d).sum(), (self.ep_success & d).sum(),
-                self.truncated.sum(), self.terminated.sum(), self._n_const]
-        if fired is not None:
-            vals += [fired.sum(), (fired & self.success).sum()]
-        else:
-            vals += [self._zero_const] * 2
-        vals.append(self.success.sum())
-        self._stats[:len(vals)] += torch.stack([v.to(torch.float64) for v in vals])
+        """Add this step's totals to the device stats (one stack, one add; `_STAT_NAMES` order)."""
+        torch, d, v = self.torch, self._done, self._stat_vals
+        fired = self._fired
+        vals = (d.sum(), (self.ep_return * d).sum(), (self.steps * d).sum(), (self.ep_success & d).sum(),
+                self.truncated.sum(), self.terminated.sum(), self._n_const, fired.sum(), (fired & self.success).sum(),
+                self.success.sum())
+        torch.stack([x.to(torch.float64) for x in vals], out=v)
+        self._stats[:len(vals)] += v
 
     def _info(self, first: bool = False) -> dict:
-        if self.info_mode == "none":
-            return {} if self.final_obs is None or first else {"final_obs": self.final_obs}
-        torch, d = self.torch, self._done
+        """info per `info_mode`. Values are device tensors in buffers the env owns and overwrites on the next
+        step; "stats": scalars over this step's envs; "full": also per-env [N] tensors (before autoreset)."""
+        out = {} if self.info_mode == "none" else self._stats_info()
+        if self.info_mode == "full":
+            full = self._full
+            for name, src in (("distance", self.distance), ("success", self.success), ("steps", self.steps),
+                              ("episode_returns", self.ep_return), ("done", self._done),
+                              ("terminated", self.terminated), ("truncated", self.truncated)):
+                full[name].copy_(src)
+            out.update(full)
+        if self.final_obs is not None and not first:
+            out["final_obs"] = self.final_obs
+        return out
+
+    def _stats_info(self) -> dict:
+        torch, d, v = self.torch, self._done, self._info_vals
         count = d.sum()
         denom = count.clamp(min=1).to(torch.float32)
-        info = {"episodes_done": count, "done_rate": d.float().mean(), "trunc_rate": self.truncated.float().mean(),
-                "reset_rate": d.float().mean(),
-                "episode_return": (self.ep_return * d).sum() / denom,
-                "episode_length": (self.steps * d).sum().to(torch.float32) / denom,
-                "success_rate": (self.ep_success & d).sum().to(torch.float32) / denom}
+        vals = [count.to(torch.float32), count.to(torch.float32) / self.num_envs,
+                self.truncated.sum().to(torch.float32) / self.num_envs, (self.ep_return * d).sum() / denom,
+                (self.steps * d).sum().to(torch.float32) / denom,
+                (self.ep_success & d).sum().to(torch.float32) / denom]
+        torch.stack(vals, out=v[:6])
+        info = {"episodes_done": v[0], "done_rate": v[1], "trunc_rate": v[2], "reset_rate": v[1],
+                "episode_return": v[3], "episode_length": v[4], "success_rate": v[5]}
         if self.scorer is not None:
             q = torch.quantile(self.distance, self._quantiles)
             info.update(dist_p10=q[0], dist_p50=q[1], dist_p90=q[2])
-        if self.info_mode == "full":
-            info.update(distance=self.distance.clone(), success=self.success.clone(), steps=self.steps.clone(),
-                        episode_returns=self.ep_return.clone(), done=d.clone())
-        if self.final_obs is not None and not first:
-            info["final_obs"] = self.final_obs
         return info
 
     # --- reading stats (synchronises; once per update) ----------------------------------------------------
@@ -567,10 +585,16 @@ class GameEnv:
         return self.codec.num_actions
 
     def frames(self, envs=None) -> np.ndarray:
-        """The last drawn full-size screens (uint8 [len(envs), 144, 160] shades) on the host."""
-        full = self.torch.as_tensor(self._wp.to_torch(self.backend.frame_buffer()))
-        ids = range(self.num_envs) if envs is None else envs
-        return full[list(ids)].cpu().numpy()
+        """The full-size screens behind the current observations (uint8 [len(envs), 144, 160] shades 0..3)
+        on the host (synchronises): an env that was just reset shows its start slot's screen, like its obs."""
+        full = self._wp.to_torch(self.backend.frame_buffer())
+        if envs is None:
+            return full.cpu().numpy().copy()
+        ids = [int(e) for e in envs]
+        bad = [e for e in ids if not 0 <= e < self.num_envs]
+        if bad:
+            raise IndexError(f"env {bad[0]} out of range for {self.num_envs} envs")
+        return full[self.torch.tensor(ids, dtype=self.torch.int64, device=full.device)].cpu().numpy()
 
     def close(self) -> None:
         self.backend.close()

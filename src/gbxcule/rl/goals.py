@@ -270,7 +270,22 @@ class RamGoal:
 
 
 # --- novelty ------------------------------------------------------------------------------------------------
-_MIX = 0x9E3779B97F4A7C15 - (1 << 64)  # as int64
+_MIX1 = 0xBF58476D1CE4E5B9 - (1 << 64)  # splitmix64's finaliser constants, as int64
+_MIX2 = 0x94D049BB133111EB - (1 << 64)
+
+
+def mix64(keys):
+    """int64 [N] -> well-mixed int64 [N] (splitmix64's finaliser; wrapping int64 math, the same bits on every
+    device). Shifts are logical (masked), so each step is a bijection and distinct keys stay distinct."""
+    import torch
+
+    def shr(x, s: int):
+        return (x >> s) & ((1 << (64 - s)) - 1)
+
+    h = keys.to(torch.int64)
+    h = (h ^ shr(h, 30)) * _MIX1
+    h = (h ^ shr(h, 27)) * _MIX2
+    return h ^ shr(h, 31)
 
 
 class NoveltyTable:
@@ -288,10 +303,10 @@ class NoveltyTable:
         self.env_ids = torch.arange(num_envs, device=device)
 
     def visit(self, keys):
+        """bool [N]: whether each env's key (int64 [N]) is new this episode; marks it seen."""
         import torch
 
-        h = (keys.to(torch.int64) * _MIX) >> 17
-        idx = torch.remainder(h, self.size)
+        idx = torch.remainder(mix64(keys), self.size)
         new = ~self.seen[self.env_ids, idx]
         self.seen[self.env_ids, idx] = True
         return new
