@@ -367,14 +367,14 @@ class RewardConfig:
     novelty_ram: float = 0.0  # bonus for the first visit of the task's novelty RAM key in an episode
     novelty_pixels: float = 0.0  # bonus for the first visit of a coarse frame hash in an episode
     novelty_size: int = 4096
-    terminate_on: str = "auto"  # "template", "ram" or "auto" (template when there is one, else the RAM goal)
+    terminate_on: str = "auto"  # "template", "ram", "none" (only max_steps) or "auto" (template if any, else RAM)
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.k_consecutive < 1:
             raise GoalError(f"k_consecutive must be >= 1, got {self.k_consecutive}")
-        if self.terminate_on not in ("auto", "template", "ram"):
-            raise GoalError(f"terminate_on must be auto, template or ram, got {self.terminate_on!r}")
+        if self.terminate_on not in ("auto", "template", "ram", "none"):
+            raise GoalError(f"terminate_on must be auto, template, ram or none, got {self.terminate_on!r}")
         if self.tau is not None and not 0 <= self.tau <= 1:
             raise GoalError(f"tau must be in [0, 1], got {self.tau}")
         if self.novelty_size < 1:

@@ -138,7 +138,7 @@ def calibrate(task: Task, template: GoalTemplate, num_envs: int = 64, steps: int
     return {"task": task.id, "solution_distances": along, "random_steps": int(d.size),
             "random_p": {q: pct(rand_d, q) for q in (0, 1, 10, 50, 90)},
             "random_at_goal": int(goal_d.size), "random_at_goal_max": float(goal_d.max()) if goal_d.size else None,
-            **sugg, "random_distances": rand_d}
+            **sugg, "random_distances": rand_d, "random_at_goal_distances": goal_d}
 
 
 def suggest_tau(goal_dists, off_dists, seq=None, seq_ok=None) -> dict:
