@@ -211,7 +211,8 @@ class GameEnv:
                       (("distance", torch.float32), ("success", torch.bool), ("steps", torch.int32),
                        ("episode_returns", torch.float32), ("done", torch.bool), ("terminated", torch.bool),
                        ("truncated", torch.bool))}
-        self._quantiles = torch.tensor([0.1, 0.5, 0.9], dtype=torch.float32, device=dev)
+        self._quantiles = torch.tensor([int(q * (n - 1) + 0.5) for q in (0.1, 0.5, 0.9)], dtype=torch.int64,
+                                       device=dev)
         self.final_obs = (torch.zeros(n, *self.single_obs_shape, dtype=torch.uint8, device=dev)
                           if self.keep_final_obs else None)
 
@@ -370,7 +371,7 @@ class GameEnv:
         torch = self.torch
         slots = _slot_hash(torch, seed, self._env_ids, self.episodes, self.num_slots)
         self._slots.copy_(slots)
-        self.backend.restore(self._done, self._slots)
+        self.backend.restore(self._done_wp, self._slots_wp)
         from gbxcule.kernels.ring import ring_reset_kernel
 
         self._wp.launch(ring_reset_kernel, dim=(self.num_envs, 72), device=self.wp_device,
@@ -502,7 +503,8 @@ class GameEnv:
         info = {"episodes_done": v[0], "done_rate": v[1], "trunc_rate": v[2], "reset_rate": v[1],
                 "episode_return": v[3], "episode_length": v[4], "success_rate": v[5]}
         if self.scorer is not None:
-            q = torch.quantile(self.distance, self._quantiles)
+            # nearest-rank percentiles through a sort (torch.quantile checks q on the host: a sync on CUDA)
+            q = torch.sort(self.distance).values.index_select(0, self._quantiles)
             info.update(dist_p10=q[0], dist_p50=q[1], dist_p90=q[2])
         return info
 
