@@ -129,6 +129,8 @@ def test_same_step_autoreset_restores_start_slot_bit_equal():
     for _ in range(3):
         again.step(np.array([7, 6, 5]))
     assert again._slots.tolist() == ids
+    again.reset(seed=2**40 + 5)  # any Python int seeds the rule (no int64 overflow)
+    again.reset(seed=-1)
 
 
 def test_stack_k_1_and_4_share_the_latest_frame():
@@ -302,7 +304,7 @@ def test_bad_input_is_a_typed_error(tmp_path):
     with pytest.raises(ValueError, match="meta"):
         env.step(torch.zeros(2, dtype=torch.int64, device="meta"))
     for kw in (dict(stack_k=0), dict(num_envs=0), dict(obs="rgb"), dict(info_mode="all"), dict(max_steps=0),
-               dict(start_states=("random_noops",)), dict(start_states=42)):
+               dict(start_states=("random_noops",)), dict(start_states=42), dict(start_states=[])):
         with pytest.raises(EnvConfigError):
             GameEnv(**{"task": "leave_house", "num_envs": 1, **kw})
     with pytest.raises(TaskError, match="unknown task"):

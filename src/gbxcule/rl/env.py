@@ -62,7 +62,7 @@ def _devices(device: str) -> tuple[str, str]:
 def _slot_hash(torch, seed: int, env_ids, episodes, k: int):
     """A start slot per env: a 32-bit hash of (seed, env, episode number) modulo K (int64 math, no overflow)."""
     m = 0xFFFFFFFF
-    h = ((seed & m) * 0x9E3779B1 + env_ids * 0x85EBCA77 + episodes * 0xC2B2AE3D) & m
+    h = ((((seed & m) * 0x9E3779B1) & m) + env_ids * 0x85EBCA77 + (episodes & m) * 0xC2B2AE3D) & m
     h = h ^ (h >> 16)
     h = (h * 0x7FEB352D) & m
     h = h ^ (h >> 15)
@@ -311,7 +311,7 @@ class GameEnv:
                 raise EnvConfigError(str(exc)) from None
         if isinstance(start_states, str | Path):
             start_states = [start_states]
-        if isinstance(start_states, list | tuple):
+        if isinstance(start_states, list | tuple) and start_states:
             return StartSpec((), tuple(str(p) for p in start_states))
         raise EnvConfigError(f"start_states must be a path, a list of paths, ('random_noops', K) or 'power_on', "
                              f"got {start_states!r}")
