@@ -181,7 +181,7 @@ def _trajectory(env, actions):
 
 
 def test_state_dict_round_trip_is_bit_exact():
-    kw = dict(task="leave_house", num_envs=3, stack_k=3, max_steps=5, start_states=("random_noops", 3, 2),
+    kw = dict(task="leave_house", num_envs=3, stack_k=3, max_steps=5, start_states=("random_actions", 3, 2),
               reward={"novelty_ram": 0.5, "novelty_pixels": 0.25})
     env = GameEnv(**kw)
     env.reset(seed=2)
@@ -200,7 +200,7 @@ def test_state_dict_round_trip_is_bit_exact():
     assert other.episode_stats() == pytest.approx(stats, nan_ok=True)
     with pytest.raises(EnvConfigError):
         GameEnv(task="leave_house", num_envs=3, stack_k=2, max_steps=5,
-                start_states=("random_noops", 3, 2)).load_state_dict(sd)
+                start_states=("random_actions", 3, 2)).load_state_dict(sd)
 
 
 def _equal(a, b) -> bool:

@@ -36,7 +36,7 @@ from gbxcule.rl.goals import (
     ram_key,
     ram_rows,
 )
-from gbxcule.rl.tasks import StartSpec, Task, TaskError, load_task
+from gbxcule.rl.tasks import GENERATORS, StartSpec, Task, TaskError, load_task
 
 OBS_MODES = ("pixels", "packed")
 INFO_MODES = ("none", "stats", "full")
@@ -76,8 +76,8 @@ class GameEnv:
 
     task: a task name ("leave_house"), "pack.toml:name", or a `Task`; it sets the ROM check, codec, schedule,
         start states, goals, step limit and reward knobs (each may be overridden here).
-    start_states: overrides the task's start: a state file or folder, a list of them, ("random_noops", K) or
-        ("random_noops", K, max_len), or "power_on".
+    start_states: overrides the task's start: a state file or folder, a list of them, (GENERATOR, K) or
+        (GENERATOR, K, max_len) with GENERATOR "random_noops" or "random_actions", or "power_on".
     goal: a goal template (a path or a `GoalTemplate`) that overrides the task's.
     reward: a dict or `RewardConfig` of reward knobs over the task's (see `RewardConfig`).
     info_mode: "none" (empty dict), "stats" (device scalars) or "full" (also per-env tensors).
@@ -275,16 +275,19 @@ class GameEnv:
                               envs=range(count))
             for a in spec.script:
                 be.step(np.full(n, a, dtype=np.int32))
-            if spec.generator:
-                lengths = rng.integers(0, spec.max_len + 1, size=n)
-                prefix = rng.integers(0, self.codec.num_actions, size=(spec.max_len, n))
-                for s in range(spec.max_len):
-                    be.step(np.where(s < lengths, prefix[s], 0).astype(np.int32))
             be.step(np.zeros(n, dtype=np.int32))  # one NOOP step: every slot starts with a drawn frame
-            latest, screens = self._latest.cpu().numpy(), be.frame_buffer().numpy()
-            for j in range(count):
-                store.save(be.fields, be.ram, n, j, first + j)
-                slot_obs[first + j], slot_screen[first + j] = latest[j], screens[j]
+            if not spec.generator:
+                self._save_slots(store, range(count), first, slot_obs, slot_screen)
+                continue
+            lengths = rng.integers(0, spec.max_len + 1, size=n)  # env j is saved after lengths[j] extra steps
+            if spec.generator == "random_actions":
+                extra = rng.integers(0, self.codec.num_actions, size=(spec.max_len, n)).astype(np.int32)
+            else:
+                extra = np.zeros((spec.max_len, n), dtype=np.int32)
+            for s in range(spec.max_len + 1):
+                self._save_slots(store, [j for j in range(count) if lengths[j] == s], first, slot_obs, slot_screen)
+                if s < spec.max_len and (lengths[:count] > s).any():
+                    be.step(extra[s])
         be.slots = store
         self.num_slots = k
         self.slot_obs = self.torch.tensor(slot_obs, device=self.device)
@@ -293,6 +296,17 @@ class GameEnv:
         self.slot_dist = (self.scorer.distance(self.slot_obs) if self.scorer is not None
                           else self.torch.zeros(k, dtype=self.torch.float32, device=self.device))
 
+    def _save_slots(self, store, envs, first: int, slot_obs, slot_screen) -> None:
+        """Copy backend envs `envs` into slots first + j, with their observation and screen."""
+        envs = list(envs)
+        if not envs:
+            return
+        be = self.backend
+        latest, screens = self._latest.cpu().numpy(), be.frame_buffer().numpy()
+        for j in envs:
+            store.save(be.fields, be.ram, self.num_envs, j, first + j)
+            slot_obs[first + j], slot_screen[first + j] = latest[j], screens[j]
+
     def _start_spec(self, start_states) -> StartSpec:
         t = self.task
         if start_states is None:
@@ -300,12 +314,12 @@ class GameEnv:
         if start_states == "power_on":
             return StartSpec()
         script = t.start.script if t is not None else ()
-        if isinstance(start_states, tuple) and start_states and start_states[0] == "random_noops":
+        if isinstance(start_states, tuple) and start_states and start_states[0] in GENERATORS:
             if len(start_states) not in (2, 3):
-                raise EnvConfigError("start_states=('random_noops', K[, max_len])")
+                raise EnvConfigError(f"start_states=({start_states[0]!r}, K[, max_len])")
             base = t.start if t is not None else StartSpec()
             try:
-                return StartSpec(script, base.states, "random_noops", int(start_states[1]),
+                return StartSpec(script, base.states, start_states[0], int(start_states[1]),
                                  int(start_states[2]) if len(start_states) == 3 else 8)
             except TaskError as exc:
                 raise EnvConfigError(str(exc)) from None
