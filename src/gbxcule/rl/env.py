@@ -289,6 +289,10 @@ class GameEnv:
                 if s < spec.max_len and (lengths[:count] > s).any():
                     be.step(extra[s])
         be.slots = store
+        import hashlib
+
+        f, r = store.fields.numpy(), store.ram.numpy()  # the reset cache's identity, for load_state_dict
+        self._slots_sha1 = hashlib.sha1(f.tobytes() + r.tobytes() + slot_obs.tobytes()).hexdigest()
         self.num_slots = k
         self.slot_obs = self.torch.tensor(slot_obs, device=self.device)
         self._slot_obs_wp = self._wp.from_torch(self.slot_obs)
@@ -544,8 +548,7 @@ class GameEnv:
     def state_dict(self, emulator: bool = True) -> dict:
         """Everything needed to continue bit for bit: counters, frame ring, novelty tables and (with
         `emulator`) every env's emulator state and frame buffer. Host tensors."""
-        torch = self.torch
-        d = {"pos": self._pos, "seed": self.seed, "slot_obs_sum": int(self.slot_obs.to(torch.int64).sum().item())}
+        d = {"pos": self._pos, "seed": self.seed, "slots_sha1": self._slots_sha1}
         for name in ("steps", "episodes", "ep_return", "ep_success", "success", "distance", "_prev_dist", "_near",
                      "_stats", "rewards", "terminated", "truncated"):
             d[name] = getattr(self, name).detach().cpu().clone()
@@ -562,8 +565,7 @@ class GameEnv:
         return d
 
     def load_state_dict(self, d: dict) -> None:
-        torch = self.torch
-        if d.get("slot_obs_sum") != int(self.slot_obs.to(torch.int64).sum().item()):
+        if d.get("slots_sha1") != self._slots_sha1:
             raise EnvConfigError("this env state was saved with other start states (the reset cache differs)")
         if tuple(d["ring"].shape) != tuple(self._ring.shape):
             raise EnvConfigError(f"env state is for observations {tuple(d['ring'].shape)}, this env has "
