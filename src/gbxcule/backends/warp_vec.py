@@ -437,9 +437,12 @@ class WarpVecBackend:
         mask[ids], slots[ids] = 1, np.arange(len(ids)) % len(states)
         store.restore(self.fields, self.ram, n, wp.array(mask, dtype=wp.int32, device=self.device),
                       wp.array(slots, dtype=wp.int32, device=self.device))
-        ring = self.serial.numpy().reshape(SERIAL_CAPTURE, n).copy()
-        ring[:, ids] = np.stack([states[i % len(states)].serial for i in range(len(ids))], axis=1)
-        wp.copy(self.serial, wp.array(ring.reshape(-1), dtype=wp.uint8, device=self.device))
+        from gbxcule.kernels.ring import serial_scatter_kernel  # only the listed envs' rings: no host round trip
+
+        src = wp.array(np.stack([np.asarray(s.serial, dtype=np.uint8) for s in states]), dtype=wp.uint8,
+                       device=self.device)
+        wp.launch(serial_scatter_kernel, dim=(SERIAL_CAPTURE, len(ids)), device=self.device,
+                  inputs=[src, wp.array(ids.astype(np.int32), dtype=wp.int32, device=self.device), self.serial, n])
 
     def env_states(self, envs=None) -> list:
         """`EnvState`s (fields, RAM, SB ring) of `envs` (default: all) on the host (synchronises)."""

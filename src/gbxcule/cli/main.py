@@ -15,12 +15,27 @@ from gbxcule.core.errors import GbxculeError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gbxcule.cli import bench, devcheck, evaluate, info, play, plot, roms, screenshot, testrom, train, verify
+    from gbxcule.cli import (
+        bench,
+        bench_env,
+        devcheck,
+        evaluate,
+        goal,
+        info,
+        play,
+        plot,
+        roms,
+        screenshot,
+        testrom,
+        train,
+        verify,
+    )
 
     parser = argparse.ArgumentParser(prog="gbxcule", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"gbxcule {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (roms, info, play, verify, testrom, bench, screenshot, devcheck, train, evaluate, plot):
+    for module in (roms, info, play, verify, testrom, bench, bench_env, screenshot, devcheck, goal, train, evaluate,
+                   plot):
         module.register(sub)
     return parser
 

@@ -32,6 +32,10 @@ def register(sub) -> None:
                    help="write one env's screen after every step as an animated GIF")
     p.add_argument("--record-env", type=int, default=0, help="the env --record follows (default 0)")
     p.add_argument("--mosaic", metavar="PNG", help="write every env's last screen, tiled, as a PNG")
+    p.add_argument("--save-state", metavar="FILE",
+                   help="save the final state as a gbxcule snapshot (a start state for GameEnv or --state)")
+    p.add_argument("--save-envs", default="0", metavar="0|all",
+                   help="the envs --save-state saves: 0 (env 0, default), all, or an env index")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -44,7 +48,7 @@ def _text(d: dict) -> str:
         lines.append(f"  env {e['env']:3d}: pc=${e['pc']:04X} wram sha1 {e['wram_sha1'][:12]}")
     if len(d["final"]) > 8:
         lines.append(f"  ... {len(d['final']) - 8} more envs")
-    lines += [f"{what}: {d[what]}" for what in ("record", "mosaic") if d[what]]
+    lines += [f"{what}: {d[what]}" for what in ("record", "mosaic", "save_state") if d[what]]
     return "\n".join(lines)
 
 
@@ -54,13 +58,18 @@ def run(args) -> int:
     checks.positive(envs=args.envs, steps=args.steps)
     codec = get_codec(args.codec)
     schedule = schedule_from(args)
-    if (args.record or args.mosaic) and not args.backend.startswith("warp"):
-        raise GbxculeError("--record and --mosaic need a warp backend (warp_vec_cpu or warp_vec_cuda)")
+    if (args.record or args.mosaic or args.save_state) and not args.backend.startswith("warp"):
+        raise GbxculeError("--record, --mosaic and --save-state need a warp backend (warp_vec_cpu or warp_vec_cuda)")
+    save_envs = None
+    if args.save_state:
+        if args.save_envs != "all" and not (args.save_envs.isdigit() and int(args.save_envs) < args.envs):
+            raise GbxculeError(f"--save-envs must be all or an env index below --envs, got {args.save_envs!r}")
+        save_envs = None if args.save_envs == "all" else [int(args.save_envs)]
     if args.record and not 0 <= args.record_env < args.envs:
         raise GbxculeError("--record-env must be within --envs")
     rom_path = checks.rom_path(args.rom)
     inputs = (rom_path, args.state)
-    for out in (args.record, args.mosaic):
+    for out in (args.record, args.mosaic, args.save_state):
         if out:
             checks.check_not_input(out, inputs)
     rom = checks.rom_file(args.rom, "play")
@@ -93,6 +102,8 @@ def run(args) -> int:
         if args.record:
             frame_ms = max(20, round(schedule.frames_per_step * 1000 / 59.7275))
             write_output(args.record, lambda p: write_gif(recorded, p, frame_ms), inputs)
+        if args.save_state:
+            write_output(args.save_state, backend.save_state(envs=save_envs), inputs)
         final = [{"env": e, "pc": backend.get_cpu_state(e).pc,
                   "wram_sha1": hashlib.sha1(backend.read_memory(e, 0xC000, 0xE000).tobytes()).hexdigest()}
                  for e in range(args.envs)]
@@ -106,6 +117,6 @@ def run(args) -> int:
         "first_step_s": first_step_s,
         "env_steps_per_s": env_steps / seconds if seconds > 0 else 0.0,
         "frames_per_s": env_steps * schedule.frames_per_step / seconds if seconds > 0 else 0.0,
-        "final": final, "record": args.record, "mosaic": args.mosaic,
+        "final": final, "record": args.record, "mosaic": args.mosaic, "save_state": args.save_state,
     }, _text)
     return 0

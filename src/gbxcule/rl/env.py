@@ -40,7 +40,7 @@ from gbxcule.rl.goals import (
     ram_rows,
     unpack_shades,
 )
-from gbxcule.rl.tasks import StartSpec, Task, TaskError, load_task
+from gbxcule.rl.tasks import GENERATORS, StartSpec, Task, TaskError, load_task
 
 OBS_MODES = ("pixels", "packed")
 INFO_MODES = ("none", "stats", "full")
@@ -71,7 +71,7 @@ def _devices(device: str) -> tuple[str, str]:
 def _slot_hash(torch, seed: int, env_ids, episodes, k: int):
     """A start slot per env: a 32-bit hash of (seed, env, episode number) modulo K (int64 math, no overflow)."""
     m = 0xFFFFFFFF
-    h = ((seed & m) * 0x9E3779B1 + env_ids * 0x85EBCA77 + episodes * 0xC2B2AE3D) & m
+    h = ((((seed & m) * 0x9E3779B1) & m) + env_ids * 0x85EBCA77 + (episodes & m) * 0xC2B2AE3D) & m
     h = h ^ (h >> 16)
     h = (h * 0x7FEB352D) & m
     h = h ^ (h >> 15)
@@ -85,8 +85,8 @@ class GameEnv:
 
     task: a task name ("leave_house"), "pack.toml:name", or a `Task`; it sets the ROM check, codec, schedule,
         start states, goals, step limit and reward knobs (each may be overridden here).
-    start_states: overrides the task's start: a state file or folder, a list of them, ("random_noops", K) or
-        ("random_noops", K, max_len), or "power_on".
+    start_states: overrides the task's start: a state file or folder, a list of them, (GENERATOR, K) or
+        (GENERATOR, K, max_len) with GENERATOR "random_noops" or "random_actions", or "power_on".
     goal: a goal template (a path or a `GoalTemplate`) that overrides the task's.
     reward: a dict or `RewardConfig` of reward knobs over the task's (see `RewardConfig`).
     info_mode: "none" (empty dict), "stats" (device scalars) or "full" (also per-env tensors).
@@ -214,10 +214,18 @@ class GameEnv:
         self.final_length = torch.zeros(n, dtype=torch.int32, device=dev)
         self.final_success = torch.zeros(n, dtype=torch.bool, device=dev)
         self._near = torch.zeros(n, dtype=torch.int32, device=dev)
+        self._fired = torch.zeros(n, dtype=torch.bool, device=dev)  # the template's test (k steps under tau)
         self._stats = torch.zeros(len(_STAT_NAMES), dtype=torch.float64, device=dev)
+        self._stat_vals = torch.zeros(len(_STAT_NAMES) - 1, dtype=torch.float64, device=dev)
+        self._bad_idx = _STAT_NAMES.index("bad_actions")
         self._n_const = torch.tensor(float(n), dtype=torch.float64, device=dev)
-        self._zero_const = torch.zeros((), dtype=torch.float64, device=dev)
-        self._quantiles = torch.tensor([0.1, 0.5, 0.9], dtype=torch.float32, device=dev)
+        self._info_vals = torch.zeros(8, dtype=torch.float32, device=dev)
+        self._full = {name: torch.zeros(n, dtype=dt, device=dev) for name, dt in
+                      (("distance", torch.float32), ("success", torch.bool), ("steps", torch.int32),
+                       ("episode_returns", torch.float32), ("done", torch.bool), ("terminated", torch.bool),
+                       ("truncated", torch.bool))}
+        self._quantiles = torch.tensor([int(q * (n - 1) + 0.5) for q in (0.1, 0.5, 0.9)], dtype=torch.int64,
+                                       device=dev)
         self.final_obs = (torch.zeros(n, *self.single_obs_shape, dtype=torch.uint8, device=dev)
                           if self.keep_final_obs else None)
 
@@ -271,6 +279,7 @@ class GameEnv:
         k = spec.count if spec.generator else (len(base_states) if base_states else 1)
         store = SlotStore(k, NUM_FIELDS, be.layout.total, self.wp_device)
         slot_obs = np.zeros((k, 72, self._latest.shape[-1]), dtype=np.uint8)
+        slot_screen = np.zeros((k, 144, 160), dtype=np.uint8)
         rng = np.random.default_rng([self.seed, 0x5EED])
         for first in range(0, k, n):
             count = min(n, k - first)
@@ -280,22 +289,41 @@ class GameEnv:
                               envs=range(count))
             for a in spec.script:
                 be.step(np.full(n, a, dtype=np.int32))
-            if spec.generator:
-                lengths = rng.integers(0, spec.max_len + 1, size=n)
-                prefix = rng.integers(0, self.codec.num_actions, size=(spec.max_len, n))
-                for s in range(spec.max_len):
-                    be.step(np.where(s < lengths, prefix[s], 0).astype(np.int32))
             be.step(np.zeros(n, dtype=np.int32))  # one NOOP step: every slot starts with a drawn frame
-            latest = self._latest.cpu().numpy()
-            for j in range(count):
-                store.save(be.fields, be.ram, n, j, first + j)
-                slot_obs[first + j] = latest[j]
+            if not spec.generator:
+                self._save_slots(store, range(count), first, slot_obs, slot_screen)
+                continue
+            lengths = rng.integers(0, spec.max_len + 1, size=n)  # env j is saved after lengths[j] extra steps
+            if spec.generator == "random_actions":
+                extra = rng.integers(0, self.codec.num_actions, size=(spec.max_len, n)).astype(np.int32)
+            else:
+                extra = np.zeros((spec.max_len, n), dtype=np.int32)
+            for s in range(spec.max_len + 1):
+                self._save_slots(store, [j for j in range(count) if lengths[j] == s], first, slot_obs, slot_screen)
+                if s < spec.max_len and (lengths[:count] > s).any():
+                    be.step(extra[s])
         be.slots = store
+        import hashlib
+
+        f, r = store.fields.numpy(), store.ram.numpy()  # the reset cache's identity, for load_state_dict
+        self._slots_sha1 = hashlib.sha1(f.tobytes() + r.tobytes() + slot_obs.tobytes()).hexdigest()
         self.num_slots = k
         self.slot_obs = self.torch.tensor(slot_obs, device=self.device)
         self._slot_obs_wp = self._wp.from_torch(self.slot_obs)
+        self._slot_screen = self._wp.array(slot_screen, dtype=self._wp.uint8, device=self.wp_device)
         self.slot_sum = (self.scorer.distance_sum(self.slot_obs) if self.scorer is not None
                          else self.torch.zeros(k, dtype=self.torch.int32, device=self.device))
+
+    def _save_slots(self, store, envs, first: int, slot_obs, slot_screen) -> None:
+        """Copy backend envs `envs` into slots first + j, with their observation and screen."""
+        envs = list(envs)
+        if not envs:
+            return
+        be = self.backend
+        latest, screens = self._latest.cpu().numpy(), be.frame_buffer().numpy()
+        for j in envs:
+            store.save(be.fields, be.ram, self.num_envs, j, first + j)
+            slot_obs[first + j], slot_screen[first + j] = latest[j], screens[j]
 
     def _start_spec(self, start_states) -> StartSpec:
         t = self.task
@@ -304,18 +332,18 @@ class GameEnv:
         if start_states == "power_on":
             return StartSpec()
         script = t.start.script if t is not None else ()
-        if isinstance(start_states, tuple) and start_states and start_states[0] == "random_noops":
+        if isinstance(start_states, tuple) and start_states and start_states[0] in GENERATORS:
             if len(start_states) not in (2, 3):
-                raise EnvConfigError("start_states=('random_noops', K[, max_len])")
+                raise EnvConfigError(f"start_states=({start_states[0]!r}, K[, max_len])")
             base = t.start if t is not None else StartSpec()
             try:
-                return StartSpec(script, base.states, "random_noops", int(start_states[1]),
+                return StartSpec(script, base.states, start_states[0], int(start_states[1]),
                                  int(start_states[2]) if len(start_states) == 3 else 8)
             except TaskError as exc:
                 raise EnvConfigError(str(exc)) from None
         if isinstance(start_states, str | Path):
             start_states = [start_states]
-        if isinstance(start_states, list | tuple):
+        if isinstance(start_states, list | tuple) and start_states:
             return StartSpec((), tuple(str(p) for p in start_states))
         raise EnvConfigError(f"start_states must be a path, a list of paths, ('random_noops', K) or 'power_on', "
                              f"got {start_states!r}")
@@ -379,11 +407,12 @@ class GameEnv:
         torch = self.torch
         slots = _slot_hash(torch, seed, self._env_ids, self.episodes, self.num_slots)
         self._slots.copy_(slots)
-        self.backend.restore(self._done, self._slots)
+        self.backend.restore(self._done_wp, self._slots_wp)
         from gbxcule.kernels.ring import ring_reset_kernel
 
         self._wp.launch(ring_reset_kernel, dim=(self.num_envs, 72), device=self.wp_device,
-                        inputs=[self._done_wp, self._slots_wp, self._slot_obs_wp, self._ring_wp])
+                        inputs=[self._done_wp, self._slots_wp, self._slot_obs_wp, self._ring_wp, self._slot_screen,
+                                self.backend.frame_buffer()])
         self._prev_sum.copy_(torch.where(self._done, self.slot_sum[self._slots.long()], self._prev_sum))
 
     @property
@@ -409,7 +438,7 @@ class GameEnv:
                 self.codec.check_array(actions.numpy())
             else:  # flagged on the device, reported at the next point that synchronises anyway
                 bad = ((actions < 0) | (actions >= a_max)).sum()
-                self._stats[_STAT_NAMES.index("bad_actions")] += bad
+                self._stats[self._bad_idx:].add_(bad)
             self._act32.copy_(actions)
         else:
             arr = np.asarray(actions)
@@ -419,9 +448,9 @@ class GameEnv:
         return self._act_wp
 
     def _raise_bad_actions(self) -> None:
-        bad = int(self._stats[_STAT_NAMES.index("bad_actions")].item())
+        bad = int(self._stats[self._bad_idx].item())
         if bad:
-            self._stats[_STAT_NAMES.index("bad_actions")] = 0
+            self._stats[self._bad_idx] = 0
             raise ValueError(f"{bad} out-of-range action(s) since the last check (codec {self.codec.name} has "
                              f"{self.codec.num_actions} actions); they ran as action 0")
 
@@ -431,27 +460,26 @@ class GameEnv:
         self.backend.step(self._actions(actions))
         latest = self._latest
         self.steps += 1
-        reward = torch.full_like(self.rewards, cfg.step_cost)
+        reward = self.rewards.fill_(cfg.step_cost)
         if self.scorer is not None:
             self._dist_sum.copy_(self.scorer.distance_sum(latest))
             self.distance.copy_(self._dist_sum.to(torch.float32) * self.scorer.scale)
             reward += (self._prev_sum - self._dist_sum).to(torch.float32) * self._shaping
             self._prev_sum.copy_(self._dist_sum)
             self._near.copy_(torch.where(self._dist_sum < self._tau_sum, self._near + 1, 0))
+            torch.ge(self._near, cfg.k_consecutive, out=self._fired)
         if self.ram_goal is not None:
             self.success.copy_(self.ram_goal.evaluate(self._ram))
         if self.terminate_on == "template":
-            fired = self._near >= cfg.k_consecutive
-            self.terminated.copy_(fired)
+            self.terminated.copy_(self._fired)
         elif self.terminate_on == "ram":
             self.terminated.copy_(self.success)
         torch.logical_and(self.steps >= self.max_steps, ~self.terminated, out=self.truncated)
-        reward += cfg.goal_bonus * self.terminated
+        reward.add_(self.terminated, alpha=cfg.goal_bonus)
         if self._nov_ram is not None:
-            reward += cfg.novelty_ram * self._nov_ram.visit(ram_key(self._ram, self._nov_rows))
+            reward.add_(self._nov_ram.visit(ram_key(self._ram, self._nov_rows)), alpha=cfg.novelty_ram)
         if self._nov_px is not None:
-            reward += cfg.novelty_pixels * self._nov_px.visit(frame_key(latest))
-        self.rewards.copy_(reward)
+            reward.add_(self._nov_px.visit(frame_key(latest)), alpha=cfg.novelty_pixels)
         self.ep_return += reward
         self.ep_success |= self.success
         torch.logical_or(self.terminated, self.truncated, out=self._done)
@@ -479,36 +507,45 @@ class GameEnv:
         return self.obs, self.rewards, self.terminated, self.truncated, info
 
     def _accumulate(self) -> None:
-        torch, d = self.torch, self._done
-        fired = self.terminated if self.terminate_on == "template" else None
-        vals = [d.sum(), (self.ep_return * d).sum(), (self.steps * d).sum(), (self.ep_success & d).sum(),
-                self.truncated.sum(), self.terminated.sum(), self._n_const]
-        if fired is not None:
-            vals += [fired.sum(), (fired & self.success).sum()]
-        else:
-            vals += [self._zero_const] * 2
-        vals.append(self.success.sum())
-        self._stats[:len(vals)] += torch.stack([v.to(torch.float64) for v in vals])
+        """Add this step's totals to the device stats (one stack, one add; `_STAT_NAMES` order)."""
+        torch, d, v = self.torch, self._done, self._stat_vals
+        fired = self._fired
+        vals = (d.sum(), (self.ep_return * d).sum(), (self.steps * d).sum(), (self.ep_success & d).sum(),
+                self.truncated.sum(), self.terminated.sum(), self._n_const, fired.sum(), (fired & self.success).sum(),
+                self.success.sum())
+        torch.stack([x.to(torch.float64) for x in vals], out=v)
+        self._stats[:len(vals)] += v
 
     def _info(self, first: bool = False) -> dict:
-        if self.info_mode == "none":
-            return {} if self.final_obs is None or first else {"final_obs": self.final_obs}
-        torch, d = self.torch, self._done
+        """info per `info_mode`. Values are device tensors in buffers the env owns and overwrites on the next
+        step; "stats": scalars over this step's envs; "full": also per-env [N] tensors (before autoreset)."""
+        out = {} if self.info_mode == "none" else self._stats_info()
+        if self.info_mode == "full":
+            full = self._full
+            for name, src in (("distance", self.distance), ("success", self.success), ("steps", self.steps),
+                              ("episode_returns", self.ep_return), ("done", self._done),
+                              ("terminated", self.terminated), ("truncated", self.truncated)):
+                full[name].copy_(src)
+            out.update(full)
+        if self.final_obs is not None and not first:
+            out["final_obs"] = self.final_obs
+        return out
+
+    def _stats_info(self) -> dict:
+        torch, d, v = self.torch, self._done, self._info_vals
         count = d.sum()
         denom = count.clamp(min=1).to(torch.float32)
-        info = {"episodes_done": count, "done_rate": d.float().mean(), "trunc_rate": self.truncated.float().mean(),
-                "reset_rate": d.float().mean(),
-                "episode_return": (self.ep_return * d).sum() / denom,
-                "episode_length": (self.steps * d).sum().to(torch.float32) / denom,
-                "success_rate": (self.ep_success & d).sum().to(torch.float32) / denom}
+        vals = [count.to(torch.float32), count.to(torch.float32) / self.num_envs,
+                self.truncated.sum().to(torch.float32) / self.num_envs, (self.ep_return * d).sum() / denom,
+                (self.steps * d).sum().to(torch.float32) / denom,
+                (self.ep_success & d).sum().to(torch.float32) / denom]
+        torch.stack(vals, out=v[:6])
+        info = {"episodes_done": v[0], "done_rate": v[1], "trunc_rate": v[2], "reset_rate": v[1],
+                "episode_return": v[3], "episode_length": v[4], "success_rate": v[5]}
         if self.scorer is not None:
-            q = torch.quantile(self.distance, self._quantiles)
+            # nearest-rank percentiles through a sort (torch.quantile checks q on the host: a sync on CUDA)
+            q = torch.sort(self.distance).values.index_select(0, self._quantiles)
             info.update(dist_p10=q[0], dist_p50=q[1], dist_p90=q[2])
-        if self.info_mode == "full":
-            info.update(distance=self.distance.clone(), success=self.success.clone(), steps=self.steps.clone(),
-                        episode_returns=self.ep_return.clone(), done=d.clone())
-        if self.final_obs is not None and not first:
-            info["final_obs"] = self.final_obs
         return info
 
     # --- reading stats (synchronises; once per update) ----------------------------------------------------
@@ -533,8 +570,7 @@ class GameEnv:
     def state_dict(self, emulator: bool = True) -> dict:
         """Everything needed to continue bit for bit: counters, frame ring, novelty tables and (with
         `emulator`) every env's emulator state and frame buffer. Host tensors."""
-        torch = self.torch
-        d = {"pos": self._pos, "seed": self.seed, "slot_obs_sum": int(self.slot_obs.to(torch.int64).sum().item())}
+        d = {"pos": self._pos, "seed": self.seed, "slots_sha1": self._slots_sha1}
         for name in _STATE_TENSORS:
             d[name] = getattr(self, name).detach().cpu().clone()
         d["ring"] = self._ring.cpu().clone()
@@ -550,8 +586,7 @@ class GameEnv:
         return d
 
     def load_state_dict(self, d: dict) -> None:
-        torch = self.torch
-        if d.get("slot_obs_sum") != int(self.slot_obs.to(torch.int64).sum().item()):
+        if d.get("slots_sha1") != self._slots_sha1:
             raise EnvConfigError("this env state was saved with other start states (the reset cache differs)")
         if tuple(d["ring"].shape) != tuple(self._ring.shape):
             raise EnvConfigError(f"env state is for observations {tuple(d['ring'].shape)}, this env has "
@@ -588,10 +623,16 @@ class GameEnv:
         return self.codec.num_actions
 
     def frames(self, envs=None) -> np.ndarray:
-        """The last drawn full-size screens (uint8 [len(envs), 144, 160] shades) on the host."""
-        full = self.torch.as_tensor(self._wp.to_torch(self.backend.frame_buffer()))
-        ids = range(self.num_envs) if envs is None else envs
-        return full[list(ids)].cpu().numpy()
+        """The full-size screens behind the current observations (uint8 [len(envs), 144, 160] shades 0..3)
+        on the host (synchronises): an env that was just reset shows its start slot's screen, like its obs."""
+        full = self._wp.to_torch(self.backend.frame_buffer())
+        if envs is None:
+            return full.cpu().numpy().copy()
+        ids = [int(e) for e in envs]
+        bad = [e for e in ids if not 0 <= e < self.num_envs]
+        if bad:
+            raise IndexError(f"env {bad[0]} out of range for {self.num_envs} envs")
+        return full[self.torch.tensor(ids, dtype=self.torch.int64, device=full.device)].cpu().numpy()
 
     def close(self) -> None:
         self.backend.close()
@@ -640,6 +681,20 @@ def capture(task: Task, actions=None, rom=None, device: str = "cpu", stack_k: in
     return tpl, {"steps": len(actions), "ram_goal_holds": holds, "full_frame": full}
 
 
+def _capture_code_digest() -> str:
+    """SHA-1 of the sources that shape a captured frame: the kernels, the backend and the env's start logic."""
+    from pathlib import Path
+
+    import gbxcule
+
+    root = Path(gbxcule.__file__).resolve().parent
+    h = hashlib.sha1()
+    for path in sorted([*(root / "kernels").rglob("*.py"), root / "backends" / "warp_vec.py", root / "rl" / "env.py",
+                        ]):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def task_template(task: Task, meta: TemplateMeta, device: str = "cpu") -> GoalTemplate:
     """The template a task names: a file (relative to its pack), or "solution": captured from the solution's
     last frame, cached by the task, the env config and the code that captured it."""
@@ -650,8 +705,9 @@ def task_template(task: Task, meta: TemplateMeta, device: str = "cpu") -> GoalTe
         return GoalTemplate.load(p if p.is_absolute() else Path(task.base_dir) / p)
     from gbxcule.core.paths import cache_dir
 
-    key = json.dumps({"task": dataclasses.asdict(_bare(task)) | {"base_dir": ""}, "meta": dataclasses.asdict(meta),
-                      "solution": task.solution}, sort_keys=True, default=str)
+    key = json.dumps({"task": dataclasses.asdict(_bare(task)) | {"base_dir": "", "description": "", "reward": {}},
+                      "meta": dataclasses.asdict(meta) | {"tau": None, "k_consecutive": None},
+                      "code": _capture_code_digest()}, sort_keys=True, default=str)
     digest = hashlib.sha1(key.encode()).hexdigest()[:16]
     path = cache_dir() / "templates" / f"{task.pack}-{task.name}-{digest}.npz"
     if path.is_file():

@@ -285,7 +285,22 @@ class RamGoal:
 
 
 # --- novelty ------------------------------------------------------------------------------------------------
-_MIX = 0x9E3779B97F4A7C15 - (1 << 64)  # as int64
+_MIX1 = 0xBF58476D1CE4E5B9 - (1 << 64)  # splitmix64's finaliser constants, as int64
+_MIX2 = 0x94D049BB133111EB - (1 << 64)
+
+
+def mix64(keys):
+    """int64 [N] -> well-mixed int64 [N] (splitmix64's finaliser; wrapping int64 math, the same bits on every
+    device). Shifts are logical (masked), so each step is a bijection and distinct keys stay distinct."""
+    import torch
+
+    def shr(x, s: int):
+        return (x >> s) & ((1 << (64 - s)) - 1)
+
+    h = keys.to(torch.int64)
+    h = (h ^ shr(h, 30)) * _MIX1
+    h = (h ^ shr(h, 27)) * _MIX2
+    return h ^ shr(h, 31)
 
 
 class NoveltyTable:
@@ -303,10 +318,10 @@ class NoveltyTable:
         self.env_ids = torch.arange(num_envs, device=device)
 
     def visit(self, keys):
+        """bool [N]: whether each env's key (int64 [N]) is new this episode; marks it seen."""
         import torch
 
-        h = (keys.to(torch.int64) * _MIX) >> 17
-        idx = torch.remainder(h, self.size)
+        idx = torch.remainder(mix64(keys), self.size)
         new = ~self.seen[self.env_ids, idx]
         self.seen[self.env_ids, idx] = True
         return new
@@ -367,14 +382,14 @@ class RewardConfig:
     novelty_ram: float = 0.0  # bonus for the first visit of the task's novelty RAM key in an episode
     novelty_pixels: float = 0.0  # bonus for the first visit of a coarse frame hash in an episode
     novelty_size: int = 4096
-    terminate_on: str = "auto"  # "template", "ram" or "auto" (template when there is one, else the RAM goal)
+    terminate_on: str = "auto"  # "template", "ram", "none" (only max_steps) or "auto" (template if any, else RAM)
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.k_consecutive < 1:
             raise GoalError(f"k_consecutive must be >= 1, got {self.k_consecutive}")
-        if self.terminate_on not in ("auto", "template", "ram"):
-            raise GoalError(f"terminate_on must be auto, template or ram, got {self.terminate_on!r}")
+        if self.terminate_on not in ("auto", "template", "ram", "none"):
+            raise GoalError(f"terminate_on must be auto, template, ram or none, got {self.terminate_on!r}")
         if self.tau is not None and not 0 <= self.tau <= 1:
             raise GoalError(f"tau must be in [0, 1], got {self.tau}")
         if self.novelty_size < 1:

@@ -21,7 +21,7 @@ from gbxcule.rl.goals import GoalError, RamCondition, RewardConfig, ram_offset
 
 SCRIPT_LETTERS = {"N": (), "A": ("a",), "B": ("b",), "S": ("start",), "E": ("select",), "U": ("up",),
                   "D": ("down",), "L": ("left",), "R": ("right",)}
-GENERATORS = ("random_noops",)
+GENERATORS = ("random_noops", "random_actions")
 
 
 class TaskError(GbxculeError, ValueError):
@@ -46,8 +46,9 @@ def parse_script(text: str, codec: ActionCodec) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class StartSpec:
     """Where episodes start. `script`: actions from power-on. `states`: save-state files or folders (PyBoy
-    `.state` or gbxcule snapshots), each a start slot. `generator` ("random_noops"): `count` states reached
-    from the script's end (or the first state) by random prefixes of up to `max_len` steps."""
+    `.state` or gbxcule snapshots), each a start slot. `generator`: `count` states reached
+    from the script's end (or the states) by a random number (0..`max_len`) of extra steps: NOOPs for
+    "random_noops" (Atari's no-op starts), uniformly random actions for "random_actions"."""
 
     script: tuple[int, ...] = ()
     states: tuple[str, ...] = ()

@@ -1,0 +1,255 @@
+"""`gbxcule goal capture|show|calibrate`: make, inspect and tune goal templates (docs/rl_env.md).
+
+- `capture`: run one env from a task's start (or a ROM and a start state) through an action script or a
+  recorded trace; save the observation at the end as a goal template (.npz) with its metadata, and the full
+  screen as a PNG.
+- `show`: print a template's metadata and write its frames (and mask) as a PNG.
+- `calibrate`: distances to a template along the task's solution and along random play; suggest tau and
+  k_consecutive; print the distributions as a table and write a histogram PNG.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from gbxcule.cli import checks
+from gbxcule.core.errors import GbxculeError
+from gbxcule.core.outputs import write_output
+
+BINS = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0001)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("goal", help="capture, show and calibrate goal templates of RL tasks",
+                       description=__doc__.splitlines()[0])
+    gsub = p.add_subparsers(dest="goal_command", metavar="ACTION", required=True)
+
+    c = gsub.add_parser("capture", help="save the frame at the end of an action script as a goal template")
+    c.add_argument("--task", help="task (name, or pack.toml:name) whose start, ROM and config to use")
+    c.add_argument("--rom", help="ROM file or built-in ROM name (default: the task's)")
+    c.add_argument("--start-state", metavar="FILE", help="start from this state (PyBoy .state or gbxcule snapshot)")
+    src = c.add_mutually_exclusive_group()
+    src.add_argument("--actions", metavar="SCRIPT", help='action script, e.g. "R4 D6 R N2" (default: the task\'s '
+                                                         "solution)")
+    src.add_argument("--trace", metavar="FILE", help="recorded trace: a script, action indices, or a JSON list")
+    c.add_argument("--stack-k", type=int, default=1, help="frame stack of the envs it is for (default 1)")
+    c.add_argument("--obs", default="pixels", choices=("pixels", "packed"), help="observation mode (default pixels)")
+    c.add_argument("--mask-box", metavar="R0,C0,R1,C1", help="count only the 72x80 pixels in rows R0..R1-1 and "
+                                                             "columns C0..C1-1 (default: all)")
+    c.add_argument("--name", default="", help="the task name stored in the metadata (default: the task's)")
+    c.add_argument("--out", required=True, help="template file to write (.npz)")
+    c.add_argument("--png", help="PNG of the full screen at the goal (default: OUT with .png)")
+    c.add_argument("--json", action="store_true", help="print one JSON object")
+    c.set_defaults(func=capture_cmd)
+
+    s = gsub.add_parser("show", help="print a template's metadata and write its frames as a PNG")
+    s.add_argument("template", help="template file")
+    s.add_argument("--png", help="PNG to write: its frames and mask, side by side (default: none)")
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+    s.set_defaults(func=show_cmd)
+
+    k = gsub.add_parser("calibrate", help="distances along the solution and random play; suggest tau")
+    k.add_argument("template", help="template file")
+    k.add_argument("--task", required=True, help="the task (its start, solution and RAM goal)")
+    k.add_argument("--rom", help="ROM file or built-in ROM name (default: the task's)")
+    k.add_argument("--envs", type=int, default=64, help="random-play envs (default 64)")
+    k.add_argument("--steps", type=int, default=None, help="random-play steps (default min(step_limit, 200))")
+    k.add_argument("--seed", type=int, default=0, help="seed of the random play (default 0)")
+    k.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    k.add_argument("--plot", help="histogram PNG (default: TEMPLATE with _calibrate.png)")
+    k.add_argument("--json", action="store_true", help="print one JSON object")
+    k.set_defaults(func=calibrate_cmd)
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise GbxculeError("goal templates need torch: pip install -e .[rl]") from None
+    return torch
+
+
+def parse_trace(text: str, codec, where: str) -> tuple[int, ...]:
+    """Actions of a trace: a JSON list of indices, whitespace/comma-separated indices, or a script."""
+    from gbxcule.rl.tasks import parse_script
+
+    text = text.strip()
+    if not text:
+        raise GbxculeError(f"{where}: no actions")
+    if text.startswith("["):
+        try:
+            acts = [int(a) for a in json.loads(text)]
+        except (ValueError, TypeError):
+            raise GbxculeError(f"{where}: not a JSON list of action indices") from None
+    elif text.replace(",", " ").replace("-", "").split()[0].isdigit():
+        try:
+            acts = [int(a) for a in text.replace(",", " ").split()]
+        except ValueError:
+            raise GbxculeError(f"{where}: not a list of action indices") from None
+    else:
+        acts = list(parse_script(text, codec))
+    bad = [a for a in acts if not 0 <= a < codec.num_actions]
+    if bad:
+        raise GbxculeError(f"{where}: action {bad[0]} out of range for codec {codec.name} "
+                           f"({codec.num_actions} actions)")
+    return tuple(acts)
+
+
+def _mask(box: str | None) -> np.ndarray | None:
+    if not box:
+        return None
+    try:
+        r0, c0, r1, c1 = (int(x) for x in box.split(","))
+    except ValueError:
+        raise GbxculeError(f"--mask-box must be R0,C0,R1,C1, got {box!r}") from None
+    if not (0 <= r0 < r1 <= 72 and 0 <= c0 < c1 <= 80):
+        raise GbxculeError(f"--mask-box {box} is empty or outside the 72x80 observation")
+    m = np.zeros((72, 80), dtype=bool)
+    m[r0:r1, c0:c1] = True
+    return m
+
+
+def capture_cmd(args) -> int:
+    from gbxcule.cli.report import emit
+
+    _torch()
+    from gbxcule.core.action_codec import get_codec
+    from gbxcule.rl.tasks import StartSpec, Task, load_task
+    from gbxcule.rl.templates import capture
+
+    checks.positive(stack_k=args.stack_k)
+    if not args.task and not args.rom:
+        raise GbxculeError("give --task, or --rom with --actions or --trace")
+    task = load_task(args.task) if args.task else Task(args.name or "custom", "cli")
+    codec = get_codec(task.codec)
+    rom_in = checks.rom_path(args.rom) if args.rom else None
+    inputs = (rom_in, args.start_state, args.trace)
+    out = checks.check_not_input(args.out, inputs)
+    png = checks.check_not_input(args.png or out.with_suffix(".png"), (*inputs, out))
+    if args.trace:
+        try:
+            text = Path(args.trace).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise GbxculeError(f"cannot read trace {args.trace}: {getattr(exc, 'strerror', None) or exc}") from None
+        actions = parse_trace(text, codec, args.trace)
+    elif args.actions:
+        actions = parse_trace(args.actions, codec, "--actions")
+    else:
+        actions = None
+    if actions is None and not task.solution:
+        raise GbxculeError("give --actions or --trace (the task has no solution)")
+    rom = checks.rom_file(args.rom, "goal capture") if args.rom else None
+    start = [args.start_state] if args.start_state else None
+    if args.name:
+        import dataclasses
+
+        task = dataclasses.replace(task, name=args.name)
+    if task.start == StartSpec() and start is None and args.task is None:
+        start = "power_on"
+    tpl, report = capture(task, actions, rom=rom, stack_k=args.stack_k, obs=args.obs, mask=_mask(args.mask_box),
+                          start_states=start)
+    from gbxcule.core.screen import write_png
+
+    written = write_output(out, tpl.to_bytes(), inputs)
+    png_written = write_output(png, lambda p: write_png(report["full_frame"], p), inputs)
+    data = {"template": str(written), "png": str(png_written), "steps": report["steps"],
+            "ram_goal_holds": report["ram_goal_holds"], "meta": _meta(tpl)}
+    emit(args, data, lambda d: f"captured {d['template']} after {d['steps']} steps"
+         + ("" if d["ram_goal_holds"] is None else f" (RAM goal {'holds' if d['ram_goal_holds'] else 'does NOT hold'})")
+         + f"\nscreen: {d['png']}")
+    return 0
+
+
+def _meta(tpl) -> dict:
+    import dataclasses
+
+    return dataclasses.asdict(tpl.meta) | {"frames": len(tpl.frames), "mask_pixels": int(tpl.mask.sum())}
+
+
+def show_cmd(args) -> int:
+    from gbxcule.cli.report import emit
+    from gbxcule.rl.goals import GoalTemplate
+
+    tpl = GoalTemplate.load(args.template)
+    data = _meta(tpl)
+    if args.png:
+        from gbxcule.core.screen import mosaic, write_png
+
+        panels = np.concatenate([tpl.frames, np.where(tpl.mask, 0, 3).astype(np.uint8)[None]])
+        data["png"] = str(write_output(args.png, lambda p: write_png(mosaic(panels, cols=len(panels)), p),
+                                       (args.template,)))
+    emit(args, data, lambda d: "\n".join(f"{k:22s} {v}" for k, v in d.items()))
+    return 0
+
+
+def histogram(values, bins=BINS) -> list[int]:
+    return np.histogram(np.asarray(values, dtype=float), bins=np.asarray(bins))[0].astype(int).tolist()
+
+
+def calibrate_table(r: dict) -> str:
+    rows = [f"{'distance':>13s} {'solution':>9s} {'random':>9s} {'rand@goal':>9s}"]
+    sol, rnd, at = histogram(r["solution_distances"]), histogram(r["random_distances"]), r["at_goal_hist"]
+    for i in range(len(BINS) - 1):
+        rows.append(f"{BINS[i]:5.2f}-{min(BINS[i + 1], 1):5.2f}  {sol[i]:9d} {rnd[i]:9d} {at[i]:9d}")
+    rows.append(f"suggested tau {r['suggested_tau']:.4f}, k_consecutive {r['suggested_k_consecutive']} "
+                f"({'separated' if r['separated'] else 'NOT separated'}: goal max {r['goal_max']:.4f}, "
+                f"off-goal min {r['off_goal_min']:.4f}; off-goal states under tau: {r['false_fires_at_tau']})")
+    return "\n".join(rows)
+
+
+def calibration_plot(r: dict, path) -> None:
+    """Histograms of the distances (random off-goal in blue, solution in red) and tau (a green line)."""
+    from PIL import Image, ImageDraw
+
+    w, h, pad, nb = 640, 360, 40, 50
+    img = Image.new("RGB", (w, h), "white")
+    d = ImageDraw.Draw(img)
+    edges = np.linspace(0, 1, nb + 1)
+    series = [(np.histogram(r["random_distances"], edges)[0], (31, 119, 180)),
+              (np.histogram(r["solution_distances"], edges)[0], (214, 39, 40))]
+    d.rectangle([pad, pad, w - pad, h - pad], outline="black")
+    bw = (w - 2 * pad) / nb
+    for counts, colour in series:
+        top = max(int(counts.max()), 1) if len(counts) else 1
+        for i, c in enumerate(counts):
+            if c:
+                y = h - pad - (h - 2 * pad) * (c / top)
+                d.rectangle([pad + i * bw + 1, y, pad + (i + 1) * bw - 1, h - pad], outline=colour)
+    x = pad + r["suggested_tau"] * (w - 2 * pad)
+    d.line([x, pad, x, h - pad], fill=(44, 160, 44), width=2)
+    d.text((pad, 10), f"{r['task']}: distance to the template (blue random, red solution, green tau "
+                      f"{r['suggested_tau']:.3f}); bars scaled per series", fill="black")
+    for t in (0, 0.25, 0.5, 0.75, 1.0):
+        d.text((pad + t * (w - 2 * pad) - 8, h - pad + 6), f"{t:.2f}", fill="black")
+    img.save(path, format="PNG")
+
+
+def calibrate_cmd(args) -> int:
+    from gbxcule.cli.report import emit
+
+    _torch()
+    from gbxcule.rl.goals import GoalTemplate
+    from gbxcule.rl.tasks import load_task
+    from gbxcule.rl.templates import calibrate
+
+    checks.positive(envs=args.envs, steps=args.steps)
+    task = load_task(args.task)
+    tpl = GoalTemplate.load(args.template)
+    rom_in = checks.rom_path(args.rom) if args.rom else None
+    inputs = (args.template, rom_in)
+    plot = checks.check_not_input(args.plot or Path(args.template).with_name(Path(args.template).stem
+                                                                             + "_calibrate.png"), inputs)
+    rom = checks.rom_file(args.rom, "goal calibrate") if args.rom else None
+    r = calibrate(task, tpl, num_envs=args.envs, steps=args.steps, device=args.device, seed=args.seed, rom=rom)
+    r["at_goal_hist"] = histogram(r.pop("random_at_goal_distances"))
+    r["plot"] = str(write_output(plot, lambda p: calibration_plot(r, p), inputs))
+    r["bins"] = list(BINS)
+    r["solution_hist"], r["random_hist"] = histogram(r["solution_distances"]), histogram(r["random_distances"])
+    rnd = r.pop("random_distances")
+    emit(args, {k: v for k, v in r.items() if k != "random_p"} | {"random_p": {str(q): v for q, v in
+                                                                              r["random_p"].items()}},
+         lambda d: calibrate_table(d | {"random_distances": rnd}) + f"\nplot: {d['plot']}")
+    return 0

@@ -1,0 +1,121 @@
+"""Throughput of the RL env (`gbxcule.rl.GameEnv`) beside the raw backend, and its memory after warm-up.
+
+Each measurement runs warm-up steps, then `steps` timed steps with actions generated on the device before the
+clock starts (as a sampler would hand them over), synchronising only at the end. Kinds:
+
+- `backend`: `WarpVecBackend` at stage "full_step" (emulation, the observation and the backend's reward).
+- `env`: the full env step (obs into the frame ring, template distance, RAM goal, reward, counters, info),
+  with no episode ending (terminate_on="none", no step limit).
+- `env_reset`: the same with max_steps=1, so every env is restored from a start slot on every step.
+
+On CUDA, torch's allocator is read before and after the timed steps: `alloc_delta` (bytes still allocated),
+`peak_delta` (the peak above the start) and `reserved_delta` (new memory torch took from the driver).
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+
+KINDS = ("backend", "env", "env_reset")
+
+
+def _sync(device: str) -> None:
+    import torch
+    import warp as wp
+
+    if device.startswith("cuda"):
+        wp.synchronize_device(device)
+        torch.cuda.synchronize(device)
+
+
+def _mem(device: str) -> dict | None:
+    import torch
+
+    if not device.startswith("cuda"):
+        return None
+    return {"allocated": torch.cuda.memory_allocated(device), "reserved": torch.cuda.memory_reserved(device)}
+
+
+def measure_env(kind: str, n: int, steps: int, warmup: int, rom, codec, schedule, device: str = "cpu", task=None,
+                stack_k: int = 1, obs: str = "pixels", info_mode: str = "stats", seed: int = 0) -> dict:
+    """One measurement (see the module docstring): env-steps/s and, on CUDA, the allocation deltas. `rom`: a
+    `Rom`; `codec`/`schedule`: the task's (the backend runs under the same)."""
+    import torch
+
+    from gbxcule.rl.env import GameEnv, _devices
+
+    tdev, wdev = _devices(device)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    env = backend = None
+    try:
+        if kind == "backend":
+            from gbxcule.backends.warp_vec import WarpVecBackend
+
+            backend = WarpVecBackend(rom, n, codec, schedule, device=wdev, stage="full_step")
+            backend.reset()
+            num_actions = backend.codec.num_actions
+            acts = torch.randint(0, num_actions, (warmup + steps, n), generator=gen, dtype=torch.int32).to(tdev)
+
+            def step(i):
+                backend.step(acts[i])
+        elif kind in ("env", "env_reset"):
+            reward = {"terminate_on": "none"} if kind == "env" else None
+            env = GameEnv(rom, n, tdev, task=task, stack_k=stack_k, obs=obs, info_mode=info_mode, seed=seed,
+                          codec=codec.name, frames_per_step=schedule.frames_per_step,
+                          release_after_frames=schedule.release_after_frames,
+                          max_steps=1 if kind == "env_reset" else 10**9, reward=reward)
+            env.reset()
+            acts = torch.randint(0, env.num_actions, (warmup + steps, n), generator=gen).to(tdev)
+
+            def step(i):
+                env.step(acts[i])
+        else:
+            raise ValueError(f"unknown kind {kind!r}; known: {', '.join(KINDS)}")
+        for i in range(warmup):
+            step(i)
+        _sync(tdev)
+        if tdev.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats(tdev)
+        before = _mem(tdev)
+        t0 = time.perf_counter()
+        for i in range(warmup, warmup + steps):
+            step(i)
+        _sync(tdev)
+        seconds = time.perf_counter() - t0
+        after = _mem(tdev)
+        out = {"kind": kind, "envs": n, "stack_k": stack_k if kind != "backend" else None,
+               "obs": obs if kind != "backend" else None, "steps": steps, "seconds": seconds,
+               "env_steps_per_s": n * steps / seconds if seconds > 0 else 0.0,
+               "ms_per_step": 1000 * seconds / steps, "alloc_delta": None, "peak_delta": None,
+               "reserved_delta": None}
+        if before is not None and after is not None:
+            out.update(alloc_delta=after["allocated"] - before["allocated"],
+                       peak_delta=torch.cuda.max_memory_allocated(tdev) - before["allocated"],
+                       reserved_delta=after["reserved"] - before["reserved"])
+        if env is not None and kind == "env_reset":
+            s = env.episode_stats()
+            out["resets_per_step"] = s["episodes"] / max(steps + warmup, 1)
+        return out
+    finally:
+        if env is not None:
+            env.close()
+        env = backend = None
+        gc.collect()
+        if tdev.startswith("cuda"):
+            torch.cuda.empty_cache()
+
+
+def table(results: list[dict]) -> str:
+    head = (f"{'kind':10s} {'envs':>7s} {'k':>3s} {'SPS':>12s} {'ms/step':>9s} {'vs backend':>10s} "
+            f"{'alloc d':>9s} {'reserved d':>10s}")
+    rows = [head, "-" * len(head)]
+    base = {r["envs"]: r["env_steps_per_s"] for r in results if r["kind"] == "backend"}
+    for r in results:
+        rel = (f"{r['env_steps_per_s'] / base[r['envs']]:9.2f}x" if r["kind"] != "backend" and base.get(r["envs"])
+               else f"{'-':>10s}")
+        mem = lambda v: f"{v:9d}" if v is not None else f"{'-':>9s}"  # noqa: E731
+        k = str(r["stack_k"]) if r["stack_k"] is not None else "-"
+        rows.append(f"{r['kind']:10s} {r['envs']:7d} {k:>3s} {r['env_steps_per_s']:12.1f} {r['ms_per_step']:9.2f} "
+                    f"{rel} {mem(r['alloc_delta'])} {mem(r['reserved_delta']):>10s}")
+    return "\n".join(rows)
