@@ -21,7 +21,7 @@ from gbxcule.rl.gym_env import ActionError, GbxculeVectorEnv  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 ID = "gbxcule/Overworld-LeaveHouse-v0"
 # 4 start slots (random noop prefixes) so that the seed matters; 3-step episodes so autoreset happens often.
-KW = {"start_states": ("random_noops", 4, 8), "max_episode_steps": 3}
+KW = {"start_states": ("random_actions", 4, 8), "max_episode_steps": 3}
 N = 3
 
 

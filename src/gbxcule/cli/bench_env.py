@@ -1,7 +1,7 @@
 """`gbxcule bench-env`: env-steps/s of the RL env (obs, reward, resets) beside the raw backend; a JSON artifact.
 
 For each env count: the backend's full_step, then for each stack_k the env with no resets and the env with a
-reset of every env on every step (harness/bench_env.py). On CUDA, the allocation delta after warm-up is
+reset of every env on every step (rl/bench_env.py). On CUDA, the allocation delta after warm-up is
 reported and `--max-mem-delta` fails the run when it is exceeded (after the artifact is written).
 """
 
@@ -58,7 +58,7 @@ def run(args) -> int:
     from gbxcule.core.action_codec import get_codec
     from gbxcule.core.schedule import ActionSchedule
     from gbxcule.harness.bench import environment
-    from gbxcule.harness.bench_env import measure_env, table
+    from gbxcule.rl.bench_env import measure_env, table
     from gbxcule.rl.env import _devices
     from gbxcule.rl.tasks import load_task
 

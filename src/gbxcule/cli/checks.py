@@ -80,7 +80,7 @@ def schedule(frames_per_step: int, release_after_frames: int) -> ActionSchedule:
 
 def warp_bytes_per_env(rom: Rom, render: bool = True, obs: bool = True) -> int:
     """Device bytes one warp env needs: state fields, RAM, serial ring, actions/rewards, obs, frame buffer."""
-    from gbxcule.kernels.state import NUM_FIELDS, SERIAL_CAPTURE, ram_layout
+    from gbxcule.core.schema import NUM_FIELDS, SERIAL_CAPTURE, ram_layout
 
     cart = rom.info.ram_size or 0
     return (NUM_FIELDS * 4 + ram_layout(cart).total + SERIAL_CAPTURE + 4 * 4 + 16

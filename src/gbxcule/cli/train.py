@@ -23,7 +23,7 @@ def register(sub) -> None:
     p.add_argument("--task", help="task name or PACK.toml:NAME (default leave_house)")
     p.add_argument("--goal", metavar="TEMPLATE", help="goal template file over the task's")
     p.add_argument("--start-states", metavar="SPEC",
-                   help="state file or folder, random_noops:K, or power_on (default: the task's)")
+                   help="state file or folder, random_noops:K[:MAX_LEN], random_actions:K[:MAX_LEN], or power_on (default: the task's)")
     p.add_argument("--num-envs", type=int, help="envs (default 64)")
     p.add_argument("--stack-k", type=int, help="frames stacked per observation (default 1)")
     p.add_argument("--obs", choices=("pixels", "packed"), help="observation storage (default pixels)")
@@ -50,12 +50,12 @@ def register(sub) -> None:
 def _start_states(spec: str | None):
     if spec is None or spec == "power_on":
         return spec
-    if spec.startswith("random_noops"):
-        parts = spec.split(":")
+    if spec.split(":")[0] in ("random_noops", "random_actions"):
+        name, *parts = spec.split(":")
         try:
-            return ["random_noops", *(int(x) for x in parts[1:])] if len(parts) > 1 else ["random_noops", 32]
+            return [name, *(int(x) for x in parts)] if parts else [name, 32]
         except ValueError:
-            raise GbxculeError(f"--start-states {spec!r}: use random_noops:K[:MAX_LEN]") from None
+            raise GbxculeError(f"--start-states {spec!r}: use {name}:K[:MAX_LEN]") from None
     return spec
 
 
@@ -79,6 +79,15 @@ def run(args) -> int:
     cfg = make_config(args.config, overrides(args))
     echo = None if args.json else (lambda s: print(s, file=sys.stderr))
     summary = train(cfg, resume=args.resume is not None, echo=echo)
+    if summary["stopped"] == "done" and cfg.run.eval_episodes > 0:
+        import json
+        from pathlib import Path
+
+        from gbxcule.core.outputs import write_output
+        from gbxcule.rl.evaluate import evaluate
+
+        summary["eval"] = evaluate(summary["run_dir"], episodes=cfg.run.eval_episodes, device=summary["device"])
+        write_output(Path(summary["run_dir"]) / "eval.json", json.dumps(summary["eval"], indent=2) + "\n")
 
     def text(s: dict) -> str:
         last = s["last"]

@@ -97,7 +97,7 @@ def evaluate(source: str | Path, episodes: int = 64, device: str = "auto", task:
     cfg = config_from_dict(ck["config"])
     if task is not None:
         cfg.env.task = task
-    cfg.env.start_states = ["random_noops", episodes, 8] if episodes > 1 else cfg.env.start_states
+    cfg.env.start_states = ["random_actions", episodes, 8] if episodes > 1 else cfg.env.start_states
     env = make_env(cfg.env, device, seed, num_envs=episodes, info_mode="none")
     if env.codec.name != ck.get("codec") or list(env.single_obs_shape) != list(ck.get("obs_shape", [])):
         raise CheckpointError(f"checkpoint is for codec {ck.get('codec')} and observations {ck.get('obs_shape')}, "

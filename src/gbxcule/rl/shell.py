@@ -46,7 +46,7 @@ class EnvConfig:
     rom: str | None = None  # default: the task's built-in ROM
     task: str = "leave_house"
     goal: str | None = None  # a goal template file over the task's
-    start_states: Any = None  # a path, a list of paths, ["random_noops", K] or "power_on"
+    start_states: Any = None  # a path, a list of paths, ["random_noops" or "random_actions", K(, max_len)] or "power_on"
     num_envs: int = 64
     stack_k: int = 1
     obs: str = "pixels"
@@ -65,7 +65,7 @@ class RunConfig:
     tensorboard: bool = True
     stop_after_updates: int | None = None  # end early (as a kill would), for tests and time-boxed runs
     time_limit_s: float | None = None  # end (with a checkpoint) after this much wall time
-    eval_episodes: int = 64  # at the end: greedy episodes from distinct start states (0: none)
+    eval_episodes: int = 64  # `gbxcule train` evaluates at the end: episodes from distinct start states (0: none)
 
 
 def _merge(obj, values: dict, where: str):

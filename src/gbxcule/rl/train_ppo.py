@@ -117,7 +117,7 @@ def config_from_dict(d: dict) -> TrainConfig:
 
 def make_env(e: EnvConfig, device: str, seed: int, num_envs: int | None = None, **kw) -> GameEnv:
     start = e.start_states
-    if isinstance(start, list) and start and start[0] == "random_noops":
+    if isinstance(start, list) and start and start[0] in ("random_noops", "random_actions"):
         start = tuple(start)
     return GameEnv(e.rom, num_envs or e.num_envs, device, task=e.task, start_states=start, stack_k=e.stack_k,
                    obs=e.obs, max_steps=e.max_steps, reward=e.reward, goal=e.goal, seed=seed, **kw)
@@ -345,11 +345,6 @@ def train(cfg: TrainConfig, resume: bool = False, echo=None) -> dict:
     summary = {"run_dir": str(run.dir), "updates": update, "num_updates": cfg.num_updates, "env_steps": global_step,
                "stopped": stopped, "device": device, "wall_s": wall_before + time.perf_counter() - t_start,
                "last": last}
-    if stopped == "done" and cfg.run.eval_episodes > 0:
-        from gbxcule.rl.evaluate import evaluate
-
-        summary["eval"] = evaluate(run.dir, episodes=cfg.run.eval_episodes, device=device)
-        run.write_json("eval.json", summary["eval"])
     run.write_json("summary.json", summary)
     run.close()
     env.close()
