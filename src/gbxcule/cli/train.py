@@ -23,7 +23,7 @@ def register(sub) -> None:
     p.add_argument("--task", help="task name or PACK.toml:NAME (default leave_house)")
     p.add_argument("--goal", metavar="TEMPLATE", help="goal template file over the task's")
     p.add_argument("--start-states", metavar="SPEC",
-                   help="state file or folder, random_noops:K[:MAX_LEN], random_actions:K[:MAX_LEN], or power_on (default: the task's)")
+                   help="state file or folder, random_noops:K[:LEN], random_actions:K[:LEN] or power_on")
     p.add_argument("--num-envs", type=int, help="envs (default 64)")
     p.add_argument("--stack-k", type=int, help="frames stacked per observation (default 1)")
     p.add_argument("--obs", choices=("pixels", "packed"), help="observation storage (default pixels)")

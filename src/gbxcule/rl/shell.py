@@ -46,7 +46,7 @@ class EnvConfig:
     rom: str | None = None  # default: the task's built-in ROM
     task: str = "leave_house"
     goal: str | None = None  # a goal template file over the task's
-    start_states: Any = None  # a path, a list of paths, ["random_noops" or "random_actions", K(, max_len)] or "power_on"
+    start_states: Any = None  # a path, paths, [GENERATOR, K(, max_len)] (random_noops|random_actions), power_on
     num_envs: int = 64
     stack_k: int = 1
     obs: str = "pixels"
