@@ -48,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     except (GbxculeError, ValueError) as exc:
         sys.stderr.write(f"gbxcule {args.command}: error: {exc}\n")
         return EXIT_ERROR
+    except ModuleNotFoundError as exc:  # an optional dependency (the rl extra: torch, gymnasium, matplotlib...)
+        sys.stderr.write(f"gbxcule {args.command}: error: this command needs the Python package {exc.name!r}, "
+                         f"which is not installed (pip install -e '.[rl]')\n")
+        return EXIT_ERROR
     except OSError as exc:  # a file the checks could not foresee (permissions, disk full): still one line
         where = f"{exc.filename}: " if exc.filename else ""
         sys.stderr.write(f"gbxcule {args.command}: error: {where}{exc.strerror or exc}\n")

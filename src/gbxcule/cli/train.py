@@ -79,7 +79,7 @@ def run(args) -> int:
     cfg = make_config(args.config, overrides(args))
     echo = None if args.json else (lambda s: print(s, file=sys.stderr))
     summary = train(cfg, resume=args.resume is not None, echo=echo)
-    if summary["stopped"] == "done" and cfg.run.eval_episodes > 0:
+    if summary["stopped"] in ("done", "time_limit") and cfg.run.eval_episodes > 0:
         import json
         from pathlib import Path
 

@@ -38,6 +38,7 @@ from gbxcule.rl.shell import (
 )
 
 ENV_STATE_AUTO_LIMIT = 512 * 2**20
+POLICY_NAME = "policy.pt"
 
 
 @dataclass
@@ -248,6 +249,11 @@ def train(cfg: TrainConfig, resume: bool = False, echo=None) -> dict:
                  "codec": env.codec.name, "obs_shape": list(obs_shape), "wall_s": wall_before + time.perf_counter()
                  - t_start, "metrics": last}
         run.save_checkpoint(state, name)
+        # policy.pt: what `gbxcule eval` needs and nothing else (fp16 weights, no optimizer or env state)
+        slim = {k: state[k] for k in ("update", "global_step", "config", "model_desc", "codec", "obs_shape",
+                                      "wall_s", "metrics")}
+        slim["model"] = {k: v.half() if v.is_floating_point() else v for k, v in model.state_dict().items()}
+        run.save_checkpoint(slim, POLICY_NAME)
 
     try:
         while update < cfg.num_updates:
