@@ -114,7 +114,7 @@ def evaluate(source: str | Path, episodes: int = 64, device: str = "auto", task:
                 logits, _ = model(obs)
             if mode == "greedy":
                 return logits.argmax(-1)
-            return torch.distributions.Categorical(logits=logits.float()).sample()
+            return torch.distributions.Categorical(logits=logits.float(), validate_args=False).sample()
 
         policies[mode] = act
     if random_baseline:

@@ -176,7 +176,14 @@ def train(cfg: TrainConfig, resume: bool = False, echo=None) -> dict:
     """Train (or, with `resume`, continue the run in cfg.run.run_dir); returns the summary."""
     checkpoint = None
     if resume:
-        checkpoint = load_checkpoint(cfg.run.run_dir)
+        from pathlib import Path
+
+        folder = Path(cfg.run.run_dir)
+        if not folder.is_dir():
+            raise CheckpointError(f"--resume: run folder {folder} does not exist")
+        if not (folder / "checkpoint.pt").is_file():
+            raise CheckpointError(f"--resume: {folder} has no checkpoint.pt")
+        checkpoint = load_checkpoint(folder)
         stored = config_from_dict(checkpoint["config"])
         stored.run.progress, stored.run.run_dir = cfg.run.progress, cfg.run.run_dir
         stored.run.time_limit_s, stored.run.stop_after_updates = cfg.run.time_limit_s, cfg.run.stop_after_updates
@@ -266,7 +273,7 @@ def train(cfg: TrainConfig, resume: bool = False, echo=None) -> dict:
                 obs_buf[t].copy_(env.obs)
                 with torch.no_grad(), autocast():
                     logits, value = fwd(obs_buf[t])
-                dist = torch.distributions.Categorical(logits=logits.float())
+                dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
                 action = dist.sample()
                 act_buf[t] = action
                 logp_buf[t] = dist.log_prob(action)
@@ -298,7 +305,7 @@ def train(cfg: TrainConfig, resume: bool = False, echo=None) -> dict:
                 for mb in ppo.minibatches(cfg.batch_size, cfg.ppo.minibatches, sampler, dev):
                     with autocast():
                         logits, new_v = fwd(b_obs[mb])
-                    dist = torch.distributions.Categorical(logits=logits.float())
+                    dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
                     a = b_adv[mb]
                     if cfg.ppo.norm_adv:
                         a = ppo.normalize(a)

@@ -1,0 +1,138 @@
+"""The PPO trainer on the CPU device with tiny configs: runs, logs, checkpoints, resumes bit for bit,
+evaluates; bad input gives one line and never clobbers a good checkpoint."""
+
+import json
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gbxcule.cli.main import main  # noqa: E402
+from gbxcule.rl.shell import CheckpointError, ConfigError, load_checkpoint  # noqa: E402
+from gbxcule.rl.train_ppo import make_config, train  # noqa: E402
+
+TIMING = {"sps", "time_env_s", "time_inference_s", "time_update_s", "wall_s"}
+
+
+def tiny(run_dir, **run):
+    return make_config(None, {"total_steps": 4 * 6 * 8, "env": {"num_envs": 6},
+                              "ppo": {"rollout_steps": 8, "epochs": 2, "minibatches": 2, "model": "small"},
+                              "run": {"run_dir": str(run_dir), "device": "cpu", "progress": False,
+                                      "tensorboard": False, "checkpoint_every": 1, **run}})
+
+
+def metrics(run_dir):
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    d = tmp_path_factory.mktemp("straight")
+    summary = train(tiny(d))
+    return d, summary
+
+
+def test_tiny_run_completes_and_writes_everything(straight):
+    d, s = straight
+    assert s["updates"] == 4 and s["env_steps"] == 4 * 48 and s["stopped"] == "done"
+    rows = metrics(d)
+    assert [r["update"] for r in rows] == [1, 2, 3, 4]
+    for key in ("pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac", "explained_variance", "actions",
+                "success_rate", "episode_return", "done_rate", "trunc_rate", "lr"):
+        assert key in rows[-1]
+    assert sum(rows[-1]["actions"]) == 48
+    assert rows[0]["entropy"] > 2.0  # near uniform over 8 actions at the start
+    for name in ("config.json", "facts.json", "checkpoint.pt", "policy.pt", "summary.json"):
+        assert (d / name).is_file(), name
+    ck = load_checkpoint(d)
+    assert ck["update"] == 4 and ck["global_step"] == 192 and "emu" in ck["env"]
+
+
+def test_killed_run_resumes_bit_for_bit(straight, tmp_path):
+    d, _ = straight
+    part = train(tiny(tmp_path, stop_after_updates=2))
+    assert part["updates"] == 2 and part["stopped"] == "stop_after_updates"
+    with (tmp_path / "metrics.jsonl").open("a") as f:  # a killed run may have logged past its checkpoint
+        f.write(json.dumps({"update": 3, "junk": 1}) + "\n")
+    resumed = train(tiny(tmp_path), resume=True)
+    assert resumed["updates"] == 4
+    assert metrics(tmp_path) == metrics(d)
+    a, b = load_checkpoint(d)["model"], load_checkpoint(tmp_path)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_eval_and_plot_from_the_cli(straight, tmp_path, capsys):
+    d, _ = straight
+    gif = tmp_path / "agent.gif"
+    assert main(["eval", str(d), "--device", "cpu", "--episodes", "3", "--gif", str(gif), "--gif-envs", "2",
+                 "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    for key in ("success_rate", "median_steps", "p90_steps", "mean_return", "episodes", "template_agreement"):
+        assert key in rep
+    assert rep["episodes"] == 3 and 0.0 <= rep["success_rate"] <= 1.0 and gif.stat().st_size > 0
+    assert main(["plot", str(d), "--out", str(tmp_path), "--json"]) == 0
+    written = json.loads(capsys.readouterr().out)["written"]
+    assert len(written) == 4 and all((tmp_path / p.split("/")[-1]).stat().st_size > 1000 for p in written)
+
+
+def test_bad_input_is_one_line_and_keeps_the_checkpoint(straight, tmp_path, capsys):
+    d, _ = straight
+    good = (d / "checkpoint.pt").read_bytes()
+    # a run folder that holds a checkpoint is not overwritten by a new run
+    assert main(["train", "--device", "cpu", "--run-dir", str(d), "--num-envs", "2", "--json"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "already holds a checkpoint" in err
+    assert (d / "checkpoint.pt").read_bytes() == good
+    # resume of a folder that does not exist / has no checkpoint
+    assert main(["train", "--resume", str(tmp_path / "nope"), "--json"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["train", "--resume", str(tmp_path), "--json"]) == 2
+    assert "no checkpoint.pt" in capsys.readouterr().err
+    # a truncated checkpoint
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(good[: len(good) // 2])
+    assert main(["eval", str(bad), "--device", "cpu", "--episodes", "1"]) == 2
+    assert "not a readable checkpoint" in capsys.readouterr().err
+    with pytest.raises(CheckpointError):
+        load_checkpoint(tmp_path / "missing.pt")
+    # bad configs
+    with pytest.raises(ConfigError, match="unknown setting"):
+        make_config(None, {"ppo": {"lr_typo": 1}})
+    with pytest.raises(ConfigError, match="num_envs"):
+        make_config(None, {"env": {"num_envs": 0}})
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[ppo\nlr = 1")
+    assert main(["train", "--config", str(cfg), "--device", "cpu"]) == 2
+    assert "not valid TOML" in capsys.readouterr().err
+
+
+def test_checkpoint_for_other_observations_is_refused(straight, tmp_path, capsys):
+    d, _ = straight
+    ck = torch.load(d / "policy.pt", weights_only=False)
+    ck["config"]["env"]["stack_k"] = 2  # a model built for 2 frames does not take these weights
+    torch.save(ck, tmp_path / "other.pt")
+    assert main(["eval", str(tmp_path / "other.pt"), "--device", "cpu", "--episodes", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ("does not fit" in err or "observations" in err)
+
+
+def test_nonfinite_loss_stops_with_a_snapshot(tmp_path, monkeypatch):
+    import gbxcule.rl.ppo as ppo_mod
+    from gbxcule.core.errors import GbxculeError
+
+    train(tiny(tmp_path, stop_after_updates=1))
+    good = (tmp_path / "checkpoint.pt").read_bytes()
+    real = ppo_mod.ppo_loss
+
+    def nan_loss(*a, **k):
+        loss, m = real(*a, **k)
+        return loss * math.nan, m
+
+    monkeypatch.setattr(ppo_mod, "ppo_loss", nan_loss)
+    with pytest.raises(GbxculeError, match="NaN"):
+        train(tiny(tmp_path), resume=True)
+    assert (tmp_path / "checkpoint.pt").read_bytes() == good
+    snap = json.loads((tmp_path / "nonfinite.json").read_text())
+    assert snap["update"] == 1 and "batch_stats" in snap
