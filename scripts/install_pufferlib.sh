@@ -35,8 +35,9 @@ CppExtension = CUDAExtension = None
 CUDA_HOME = None
 EOF
 
-# wheel: setuptools < 70.1 needs it to build a wheel without build isolation.
-"$PY" -m pip install --disable-pip-version-check wheel "gym==0.23.1" "gymnasium==0.29.1" psutil rich
+# wheel: setuptools < 70.1 needs it to build a wheel without build isolation. gymnasium stays 1.x: the
+# gbxcule adapters need it, and pufferlib.vector runs with it.
+"$PY" -m pip install --disable-pip-version-check wheel "gym==0.23.1" "gymnasium>=1.0" psutil rich
 echo 'import builtins; builtins.c_extension_paths = []' > "$PTH"
 NO_OCEAN=1 NO_TRAIN=1 PYTHONPATH="$STUB" \
   "$PY" -m pip install --disable-pip-version-check --no-build-isolation --no-deps "pufferlib==3.0.0"
