@@ -84,6 +84,7 @@ def run(args) -> int:
         from gbxcule.roms import resolve_rom
 
         rom = load_rom(resolve_rom(task.rom))
+        checks.rom_warnings(rom.info, "bench-env")
     codec = get_codec(task.codec if task else "pokemonred_puffer_v1")
     schedule = ActionSchedule(task.frames_per_step, task.release_after_frames) if task else ActionSchedule(24, 8)
     for n in env_counts:

@@ -2,8 +2,9 @@
 
 A command calls `rom_path`/`rom_file` for its ROM, `positive`/`schedule` for counts and frames,
 `env_memory` for the memory its envs will need (host and device, before anything is allocated),
-`cgb_warning` to say when a CGB-only ROM will run as a DMG game, and `output`/`write_output` for files
-it writes (never over one of its inputs; core/outputs.py).
+`rom_warnings`/`cgb_warning` to say when a ROM file is malformed but runnable or a CGB-only ROM will run
+as a DMG game, and `output`/`write_output` for files it writes (never over one of its inputs;
+core/outputs.py).
 """
 
 from __future__ import annotations
@@ -40,11 +41,19 @@ def rom_path(arg: str) -> Path:
 
 
 def rom_file(arg: str, command: str | None = None) -> Rom:
-    """Load and validate the ROM a ROM argument names; warn (once, on stderr) if it is CGB-only."""
+    """Load and validate the ROM a ROM argument names; with `command`, print its warnings (malformed file,
+    CGB-only) on stderr, one line each."""
     rom = load_rom(rom_path(arg))
     if command:
+        rom_warnings(rom.info, command)
         cgb_warning(rom.info, command)
     return rom
+
+
+def rom_warnings(info: CartridgeInfo, command: str) -> None:
+    """One stderr line per way the ROM file is malformed but runnable (see core/cartridge.py)."""
+    for w in info.warnings:
+        sys.stderr.write(f"gbxcule {command}: warning: {w}\n")
 
 
 def cgb_only_note(info: CartridgeInfo) -> str | None:

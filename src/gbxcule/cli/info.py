@@ -34,7 +34,8 @@ def _text(d: dict) -> str:
         f"logo:             {ok[d['logo_valid']]}",
         f"sha1:             {d['sha1']}",
         f"runnable:         {'yes' if d['runnable'] else 'no: ' + d['problem']}",
-    ] + ([f"warning:          {d['warning']}"] if d["warning"] else []))
+    ] + [f"warning:          {w}" for w in d["warnings"]]
+      + ([f"warning:          {d['warning']}"] if d["warning"] else []))
 
 
 def run(args) -> int:
@@ -50,8 +51,9 @@ def run(args) -> int:
         problem = str(exc)
     emit(args, {"path": str(path), **info.to_dict(), "runnable": problem is None, "problem": problem,
                 "warning": warning}, _text)
-    if warning and not problem:
-        sys.stderr.write(f"gbxcule info: warning: {warning}\n")
+    if not problem:
+        for w in [*info.warnings, *([warning] if warning else [])]:
+            sys.stderr.write(f"gbxcule info: warning: {w}\n")
     if problem:
         sys.stderr.write(f"gbxcule info: error: {problem}\n")
         return EXIT_ERROR

@@ -2,7 +2,10 @@
 
 The header lives at 0x0100-0x014F of every ROM (Pan Docs, "The Cartridge Header"). `load_rom` is the one
 gate every backend and command uses to read a ROM file: it refuses what no backend can run with a
-`RomError` whose message is one clear line.
+`RomError` whose message is one clear line. Malformed but runnable files (shorter than the header
+declares, not whole 16 KiB banks, an unknown ROM size code) load with warnings instead: the bytes every
+backend runs are the file padded with 0xFF to whole banks, at least two (docs/hardware.md, "Malformed ROM
+files").
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from gbxcule.core.pyboy_state import PYBOY_RAM_BANKS
 HEADER_END = 0x150
 MAX_ROM_SIZE = 8 * 1024 * 1024
 ROM_BANK_SIZE = 0x4000
+PAD_BYTE = 0xFF  # what the bytes past the end of a short file read as (erased flash; SameBoy pads so too)
 
 NINTENDO_LOGO = bytes.fromhex(
     "CEED6666CC0D000B03730083000C000D0008111F8889000EDCCC6EE6DDDDD999"
@@ -108,14 +112,43 @@ class CartridgeInfo:
     global_checksum: int
     global_checksum_valid: bool
     logo_valid: bool
-    sha1: str
+    sha1: str  # of the file as given, before any padding
+    warnings: tuple[str, ...] = ()  # what is malformed but runnable about the file, one line each
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
+def padded_size(file_size: int) -> int:
+    """Bytes the emulator runs for a file of `file_size`: whole 16 KiB banks, at least two."""
+    return max(2, -(-file_size // ROM_BANK_SIZE)) * ROM_BANK_SIZE
+
+
+def size_warnings(file_size: int, declared: int | None, code: int) -> tuple[str, ...]:
+    """One line per way the file's length is malformed but runnable (empty when it is well formed)."""
+    out = []
+    padded = padded_size(file_size)
+    banks = padded // ROM_BANK_SIZE
+    if padded != file_size:
+        why = ("not a whole number of 16 KiB banks" if file_size % ROM_BANK_SIZE
+               else "less than the two banks a cartridge maps")
+        out.append(f"ROM file has {file_size} bytes, {why}: padded with $FF to {padded} bytes, "
+                   "which every backend runs (PyBoy included)")
+    if declared is None:
+        out.append(f"unknown ROM size code ${code:02X} in the header: the file's {banks} banks are mapped "
+                   "(as PyBoy does)")
+    elif declared != padded:
+        more = (f"bank numbers wrap at the {banks} banks present" if padded < declared
+                else f"all {banks} banks are mapped")
+        out.append(f"the header declares {declared} bytes of ROM, the file has {file_size}: {more} "
+                   "(as PyBoy does)")
+    return tuple(out)
+
+
 def parse_header(rom: bytes) -> CartridgeInfo:
-    """Describe a ROM from its header. Needs at least 0x150 bytes; validates nothing else."""
+    """Describe a ROM from its header, with warnings about its length. Needs at least 0x150 bytes."""
+    if not rom:
+        raise RomError("ROM file is empty")
     if len(rom) < HEADER_END:
         raise RomError(f"ROM is truncated: {len(rom)} bytes, a cartridge header needs at least {HEADER_END}")
     cgb = rom[0x143]
@@ -152,6 +185,7 @@ def parse_header(rom: bytes) -> CartridgeInfo:
         global_checksum_valid=global_checksum(rom) == stored_global,
         logo_valid=bytes(rom[0x104:0x134]) == NINTENDO_LOGO,
         sha1=hashlib.sha1(rom).hexdigest(),
+        warnings=size_warnings(len(rom), rom_size_from_code(rom[0x148]), rom[0x148]),
     )
 
 
@@ -160,25 +194,29 @@ def check_runnable(info: CartridgeInfo) -> None:
     if info.mbc is None:
         raise RomError(f"unsupported cartridge type ${info.cartridge_type:02X} ({info.cartridge_name}); "
                        "gbxcule runs ROM ONLY, ROM+RAM, MBC1, MBC2, MBC3 and MBC5 cartridges")
-    if info.rom_size is None:
-        raise RomError(f"unknown ROM size code ${info.rom_size_code:02X} in the header")
     if info.ram_size is None:
         raise RomError(f"unknown RAM size code ${info.ram_size_code:02X} in the header")
     if not info.header_checksum_valid:
         raise RomError(f"bad header checksum: header says ${info.header_checksum:02X}, bytes 0x134-0x14C "
                        "give a different value (a real Game Boy refuses to boot it)")
-    if info.file_size < info.rom_size:
-        raise RomError(f"ROM is smaller than its header declares: {info.file_size} bytes, "
-                       f"header says {info.rom_size}")
 
 
 @dataclass(frozen=True)
 class Rom:
-    """A validated ROM image and its header."""
+    """A validated ROM image and its header. `data` is what the emulators run: the file, padded with 0xFF
+    to whole 16 KiB banks (at least two) when it is short; `file_bytes` is the file as given."""
 
     data: bytes
     info: CartridgeInfo
     path: str
+
+    @property
+    def file_bytes(self) -> bytes:
+        return self.data[:self.info.file_size]
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return self.info.warnings
 
     @property
     def num_banks(self) -> int:
@@ -201,6 +239,7 @@ def load_rom(path: str | Path) -> Rom:
     data = read_rom_bytes(path)
     info = parse_header(data)
     check_runnable(info)
+    data += bytes([PAD_BYTE]) * (padded_size(len(data)) - len(data))
     return Rom(data=data, info=info, path=str(path))
 
 

@@ -133,7 +133,7 @@ def source_digest(root: Path | None = None) -> str:
 
 def artifact(results: list[BenchResult], rom: Rom, codec: str, schedule: ActionSchedule, actions: str) -> dict:
     return {
-        "rom": {"path": rom.path, "sha1": hashlib.sha1(rom.data).hexdigest(), "title": rom.info.title},
+        "rom": {"path": rom.path, "sha1": rom.info.sha1, "title": rom.info.title},
         "codec": get_codec(codec).describe(), "schedule": schedule.describe(), "actions": actions,
         "environment": environment(), "results": [asdict(r) for r in results],
     }

@@ -184,7 +184,7 @@ def write_bundle(cfg, rom: Rom, trace, step, env, ref_state: bytes, prev_state: 
                  shots=None):
     out = Path(cfg.bundle_dir) / f"{Path(rom.path).stem}-step{step}-env{env}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "rom.gb").write_bytes(rom.data)
+    (out / "rom.gb").write_bytes(rom.file_bytes)  # the file as given: same SHA-1, same padding
     (out / "actions.json").write_text(json.dumps({"codec": cfg.codec, "actions": trace}) + "\n")
     (out / "ref_before.state").write_bytes(prev_state)
     (out / "ref_after.state").write_bytes(ref_state)
