@@ -176,6 +176,8 @@ class GameEnv:
                 from gbxcule.roms import build_rom, get_spec
 
                 want = hashlib.sha1(build_rom(get_spec(t.rom).name)).hexdigest()
+        for note in getattr(rom, "warnings", ()):  # malformed but runnable dumps (docs/hardware.md)
+            warnings.warn(f"ROM {rom.path}: {note}", stacklevel=3)
         if want and rom.info.sha1 != want:
             raise TaskError(f"task {t.id} is for the ROM with SHA-1 {want}, not {rom.info.sha1} ({rom.path})")
         return rom
