@@ -7,7 +7,6 @@ and updates. One file, CleanRL-style; the math is in `ppo.py`, the shell (config
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -108,12 +107,8 @@ def make_config(path=None, overrides: dict | None = None) -> TrainConfig:
 
 
 def config_from_dict(d: dict) -> TrainConfig:
-    cfg = TrainConfig()
-    from gbxcule.rl.shell import _merge
-
-    _merge(cfg, d, "checkpoint config")
-    cfg.check()
-    return cfg
+    """The config a checkpoint recorded (None values keep the defaults, which are None where that can occur)."""
+    return make_config(None, d)
 
 
 def make_env(e: EnvConfig, device: str, seed: int, num_envs: int | None = None, **kw) -> GameEnv:
@@ -362,7 +357,3 @@ def train(cfg: TrainConfig, resume: bool = False, echo=None) -> dict:
     run.close()
     env.close()
     return summary
-
-
-def dataclass_fields(cls) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls)]
