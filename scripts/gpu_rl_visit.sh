@@ -5,6 +5,10 @@
 #   bench            CUDA == CPU env check, raw full_step and bench-env at 16,384 envs
 #   train TASK ENVS SECONDS SEED [SEED ...] [-- EXTRA gbxcule train FLAGS]
 #   adapters         scripts/bench_adapters.py at 1,024 and 16,384 envs
+#   cold             time to the first step from an empty kernel cache and from a warm one (bench, train)
+#   games            scripts/bench_games.py: the public game set beside PyBoy (ROMs from scripts/fetch_games.py)
+#   speed            raw full_step at 16,384 envs: after power-on and once spread out, by sort key; and
+#                    scripts/gpu_resume_check.py (what a resumed CUDA run reproduces)
 set -uo pipefail
 export PYTHONPATH=/root/gpu:$PWD/src GBXCULE_CACHE_DIR=/tmp/gbxc PYTHONUNBUFFERED=1
 OUT=${OUT:-out}
@@ -45,6 +49,41 @@ for p in sorted(runs.glob(f"{task}_s*.summary.json")):
           f"{e.get('median_steps')!s:>5.5s} {e.get('p90_steps')!s:>5.5s} {e.get('template_agreement')!s:>6.6s}")
 PY
     tar -czf "$OUT/rl_train_$task.tgz" --exclude=checkpoint.pt -C "$RUNS" . ;;
+  cold)  # time to the first step from an empty kernel cache, then warm: the emulator (bench) and the trainer
+    for what in bench train; do
+      for temp in cold warm; do
+        [[ $temp == cold ]] && rm -rf "/tmp/cache_$what"
+        start=$(date +%s.%N)
+        if [[ $what == bench ]]; then
+          GBXCULE_CACHE_DIR=/tmp/cache_$what python3 -m gbxcule bench --rom OVERWORLD --backends warp_vec_cuda \
+            --stage full_step --envs 1024 --steps 1 --warmup 0 --out "$RUNS/cold_$temp.json" > /dev/null 2>&1
+        else
+          GBXCULE_CACHE_DIR=/tmp/cache_$what python3 -m gbxcule train --task leave_house --num-envs 64 \
+            --total-steps 2048 --rollout-steps 32 --eval-episodes 0 --no-progress --device cuda \
+            --run-dir "/tmp/cold_run_$temp" > /dev/null 2>&1
+        fi
+        rc=$?
+        echo "$what $temp rc=$rc $(python3 -c "import time; print(round(time.time()-$start,1))") s" | tee -a "$RUNS/cold.txt"
+      done
+    done
+    mkdir -p /tmp/gbxc && cp -rn /tmp/cache_bench/. /tmp/gbxc/ && cp -rn /tmp/cache_train/. /tmp/gbxc/  # warm for the rest
+    tar -czf "$OUT/rl_cold.tgz" -C "$RUNS" cold.txt ;;
+  games)  # the public game set (benchmarks/games/games.toml), ROMs in GAMES (default /root/gpu/games)
+    python3 scripts/bench_games.py --games "${GAMES:-/root/gpu/games}" --envs "${ENVS:-65536}" --only "${ONLY:-}" \
+      --out "$RUNS/games${PARTNAME:-}.json" 2>&1 | grep -v "^Module"
+    tar -czf "$OUT/rl_games${PARTNAME:-}.tgz" -C "$RUNS" "games${PARTNAME:-}.json" ;;
+  speed)  # raw full_step right after power-on and after 100 random steps (envs spread out), by sort key
+    for spec in "poweron pc 3 5 seeded_random" "spread pc 100 20 seeded_random" "spread path 100 20 seeded_random" \
+                "poweron path 3 5 seeded_random" "fixed pc 100 20 fixed"; do
+      read -r name key warm steps acts <<< "$spec"
+      python3 -m gbxcule bench --rom OVERWORLD --backends warp_vec_cuda --stage full_step --envs 16384 \
+        --steps "$steps" --warmup "$warm" --actions "$acts" --sort-key "$key" \
+        --out "$RUNS/raw_${name}_$key.json" --json 2>/dev/null | python3 -c "
+import json, sys; d = json.loads(sys.stdin.read()); r = d['results'][0]
+print(f'$name $key warmup=$warm steps=$steps $acts: {r[\"env_steps_per_s\"]:,.0f} env-steps/s')" | tee -a "$RUNS/speed.txt"
+    done
+    python3 scripts/gpu_resume_check.py --device cuda --out "$RUNS/resume_check.json" 2>&1 | grep -v "^Module" | tail -24
+    tar -czf "$OUT/rl_speed.tgz" -C "$RUNS" . ;;
   adapters)
     python3 scripts/bench_adapters.py --device cuda --envs 1024,16384 --pyboy-workers 16 --out "$RUNS/adapters.json" \
       2>&1 | grep -v "^Module" | tail -25

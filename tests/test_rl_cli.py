@@ -45,6 +45,13 @@ def test_goal_capture_show_calibrate(tmp_path, capsys):
     r = json.loads(out)
     assert r["separated"] and r["false_fires_at_tau"] == 0 and r["goal_max"] < r["suggested_tau"] < r["off_goal_min"]
     assert sum(r["solution_hist"]) == 13 and sum(r["random_hist"]) + r["random_at_goal"] == 12
+    # random play all along the solution's route comes nearer the goal than play from the start
+    rc, out, _ = cli(capsys, "goal", "calibrate", str(tpl), "--task", "leave_house", "--envs", "8", "--steps", "3",
+                     "--start-states", "solution:8:0", "--plot", str(tmp_path / "c2.png"), "--json")
+    near = json.loads(out)
+    assert rc == 0 and near["random_p"]["0"] < r["random_p"]["0"]
+    rc, _, err = cli(capsys, "goal", "calibrate", str(tpl), "--task", "leave_house", "--start-states", "solution:x")
+    assert rc != 0 and len(err.strip().splitlines()) == 1
     # a trace file (indices) and a ROM with no task
     trace = tmp_path / "trace.txt"
     trace.write_text("0 0 0 0 0 7 7 7 7 5 5 5 5 5 5 7 0 0\n")

@@ -397,3 +397,25 @@ def test_put_states_scatters_the_serial_ring():
     for env, k in ((3, 0), (1, 1), (2, 0)):
         assert np.array_equal(after[env].serial, states[k].serial)
         assert np.array_equal(after[env].ram, states[k].ram)
+
+
+def test_solution_starts_lie_along_the_demonstration():
+    """("solution", K, 0): slot i replays the first i/K of the task's solution, so slot 0 is the task's own
+    start, the later slots are the states the solution passes through, and a task with no solution is refused."""
+    task = load_task("leave_house")
+    k = 4
+    env = GameEnv(task="leave_house", num_envs=k, device="cpu", start_states=("solution", k, 0))
+    env.reset()
+    plain = GameEnv(task="leave_house", num_envs=1, device="cpu")
+    plain.reset()
+    assert torch.equal(env.slot_obs[0], plain.slot_obs[0])
+    # replaying the same prefixes by hand from the task's start gives the same frames
+    for i in range(1, k):
+        ref = GameEnv(task="leave_house", num_envs=1, device="cpu", max_steps=1000)
+        ref.reset()
+        for a in task.solution[:i * len(task.solution) // k]:
+            ref.step(torch.tensor([a]))
+        assert torch.equal(ref.obs[0, -1], env.slot_obs[i]), i
+    assert len({env.slot_obs[i].numpy().tobytes() for i in range(k)}) == k
+    with pytest.raises(EnvConfigError):
+        GameEnv(rom="OVERWORLD", num_envs=1, device="cpu", start_states=("solution", 4))

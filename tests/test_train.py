@@ -136,3 +136,27 @@ def test_nonfinite_loss_stops_with_a_snapshot(tmp_path, monkeypatch):
     assert (tmp_path / "checkpoint.pt").read_bytes() == good
     snap = json.loads((tmp_path / "nonfinite.json").read_text())
     assert snap["update"] == 1 and "batch_stats" in snap
+
+
+def test_set_overrides_merge_tables_and_reject_bad_items(tmp_path, capsys):
+    from gbxcule.rl.shell import merge_overrides, parse_sets
+
+    sets = parse_sets(["env.reward.tau=0.2", "env.backend.sort_key=path", "ppo.lr=1e-3", "run.device=cpu",
+                       'env.start_states=["random_actions", 4, 2]'])
+    assert sets == {"env": {"reward": {"tau": 0.2}, "backend": {"sort_key": "path"},
+                            "start_states": ["random_actions", 4, 2]},
+                    "ppo": {"lr": 1e-3}, "run": {"device": "cpu"}}
+    cfg_file = tmp_path / "c.toml"
+    cfg_file.write_text('[env]\nreward = { novelty_pixels = 0.01 }\n')
+    cfg = make_config(cfg_file, merge_overrides({"env": {"num_envs": 5}}, sets))
+    assert cfg.env.reward == {"novelty_pixels": 0.01, "tau": 0.2}  # tables merge key by key
+    assert cfg.env.backend == {"sort_key": "path"} and cfg.env.num_envs == 5 and cfg.ppo.lr == 1e-3
+    for bad in (["env.reward"], ["=3"], ["env..tau=1"]):
+        with pytest.raises(ConfigError):
+            parse_sets(bad)
+    with pytest.raises(ConfigError, match="unknown option"):
+        make_config(None, {"env": {"backend": {"sortkey": "path"}}})
+    rc = main(["train", "--device", "cpu", "--run-dir", str(tmp_path / "r"), "--set", "env.backend.sort_key=nope"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc != 0 and len(err) == 1 and "sort_key" in err[0]
+    assert not (tmp_path / "r" / "checkpoint.pt").exists()

@@ -163,21 +163,24 @@ def test_sorting_envs_by_pc_changes_no_result():
     from gbxcule.roms import resolve_rom
 
     rom = str(resolve_rom("JOY_DIVERGE_PERSIST"))
-    plain, sorted_, every = (WarpVecBackend(rom, 6, schedule=ActionSchedule(3, 1), boot="skip", stage="full_step",
-                                            sort_envs=s, sort_every=k, lean=k == 1)
-                             for s, k in ((False, 1), (True, 3), (True, 1)))
+    plain, sorted_, every, path = (WarpVecBackend(rom, 6, schedule=ActionSchedule(3, 1), boot="skip",
+                                                  stage="full_step", sort_envs=s, sort_every=k, lean=k == 1,
+                                                  sort_key=key)
+                                   for s, k, key in ((False, 1, "pc"), (True, 3, "pc"), (True, 1, "pc"),
+                                                     (True, 1, "path")))
     rng = np.random.default_rng(1)
     for _ in range(5):
         acts = rng.integers(0, plain.codec.num_actions, 6).astype(np.int32)
-        for b in (plain, sorted_, every):
+        for b in (plain, sorted_, every, path):
             b.step(acts)
         assert len(set(sorted_.fields.numpy().reshape(-1, 6)[9])) > 1  # the envs did end at different PCs
-        for b in (sorted_, every):
+        for b in (sorted_, every, path):
             assert np.array_equal(plain.fields.numpy(), b.fields.numpy())
             assert np.array_equal(plain.ram.numpy(), b.ram.numpy())
             assert np.array_equal(plain.rewards.numpy(), b.rewards.numpy())
             assert np.array_equal(plain.obs.numpy(), b.obs.numpy())
     assert plain.obs.numpy().any()
+    assert len(set(path._sort_keys.numpy()[:6] >> 20)) > 1  # the path key did part envs by their work
 
 
 def test_step_block_dim_spreads_warps_over_the_sms():

@@ -40,6 +40,9 @@ from gbxcule.core.snapshot import EnvState, Snapshot, encode_snapshot, write_sna
 
 RENDER_MODES = {"none": 0, "last": 1, "all": 2}
 OBS_MODES = ("stride", "mean")
+SORT_KEYS = ("pc", "path")
+# The speed knobs of WarpVecBackend (results do not depend on them): what configs may set.
+TUNING_OPTIONS = ("sort_envs", "sort_every", "sort_key", "lean", "block_dim")
 
 
 @cache
@@ -105,7 +108,7 @@ class WarpVecBackend:
                  max_registers: int | None = None, stage: str = "emulate_only", obs_mode: str = "stride",
                  obs_packed: bool = False, reward_window: tuple[int, int] = (0xC100, 0xC110),
                  sort_envs: bool | None = None, sort_every: int = 1, lean: bool | None = None,
-                 block_dim: int | None = None):
+                 block_dim: int | None = None, sort_key: str = "path"):
         import warp as wp
 
         from gbxcule.kernels import init_warp
@@ -178,6 +181,12 @@ class WarpVecBackend:
         if sort_every < 1:
             raise ValueError(f"sort_every must be >= 1 frame, got {sort_every}")
         self.sort_every = sort_every
+        # sort_key: "pc" orders by (PC, action); "path" (the default) puts in front of them the instructions each
+        # env ran since the last sort, so envs waiting at the same HALT but in different game modes part
+        # (BENCHMARKS.md, "Sort keys": +3% median, +26% on the slowest game of the public set).
+        if sort_key not in SORT_KEYS:
+            raise ValueError(f"sort_key must be one of {', '.join(SORT_KEYS)}, not {sort_key!r}")
+        self.sort_key = sort_key
         # threads per block of the step kernel (default: step_block_dim for the GPU's SM count; Warp's 256 on
         # the CPU device, where it means nothing).
         if block_dim is not None and block_dim not in BLOCK_DIMS:
@@ -190,6 +199,7 @@ class WarpVecBackend:
             self._sort_keys = wp.zeros(2 * n, dtype=wp.int32, device=device)
             self._sort_vals = wp.zeros(2 * n, dtype=wp.int32, device=device)
             self._perm = self._sort_vals[:n]
+            self._sort_prev = wp.zeros(n, dtype=wp.int32, device=device)
         self._frame = self._frame_words = None
         self._obs: dict[tuple[str, bool], object] = {}
         # Stage outputs (written by the step kernel's epilogue; see kernels/gen.py STAGES).
@@ -227,13 +237,19 @@ class WarpVecBackend:
             starts.add(frames - 1)  # the drawn last frame runs alone in the full kernel
         bounds = sorted(starts) + [frames]
         if sort:
-            from gbxcule.kernels.snapshot import sort_key_kernel
+            from gbxcule.kernels.snapshot import path_key_kernel, sort_key_kernel
         perm = self._perm if sort else self._no_perm
         for begin, end in pairwise(bounds):
             if sort and begin % every == 0:
-                wp.launch(sort_key_kernel, dim=n, device=self.device,
-                          inputs=[self.fields, actions, self._sort_keys, self._sort_vals, n, FIELD_INDEX["pc"]])
-                wp.utils.radix_sort_pairs(self._sort_keys, self._sort_vals, n, end_bit=24)
+                if self.sort_key == "path":
+                    wp.launch(path_key_kernel, dim=n, device=self.device,
+                              inputs=[self.fields, actions, self._sort_prev, self._sort_keys, self._sort_vals, n,
+                                      FIELD_INDEX["pc"], FIELD_INDEX["instructions"]])
+                else:
+                    wp.launch(sort_key_kernel, dim=n, device=self.device,
+                              inputs=[self.fields, actions, self._sort_keys, self._sort_vals, n, FIELD_INDEX["pc"]])
+                bits = 31 if self.sort_key == "path" else 24
+                wp.utils.radix_sort_pairs(self._sort_keys, self._sort_vals, n, end_bit=bits)
             kernels = self._kernels
             if lean and not (render == 1 and end == frames):
                 kernels = self._lean_kernels()

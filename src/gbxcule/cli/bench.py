@@ -41,6 +41,9 @@ def register(sub) -> None:
                         "warps (default: on for CUDA, off for the CPU device)")
     p.add_argument("--sort-every", type=int, default=1, metavar="FRAMES",
                    help="warp backends with --sort-envs: sort every FRAMES frames, one launch each (default 1)")
+    p.add_argument("--sort-key", default="path", choices=("pc", "path"),
+                   help="warp backends with --sort-envs: order by the instructions each env ran since the last sort, "
+                        "then (PC, action) (path, the default), or by (PC, action) alone (pc)")
     p.add_argument("--lean", default=None, action=argparse.BooleanOptionalAction,
                    help="warp backends: run frames that draw nothing in a kernel built without the renderer "
                         "(default: on for CUDA, off for the CPU device)")
@@ -82,7 +85,7 @@ def run(args) -> int:
 
         load_env_states(args.state, rom)
     warp = {"stage": args.stage, "sort_envs": args.sort_envs, "sort_every": args.sort_every, "lean": args.lean,
-            "block_dim": args.block_dim}
+            "block_dim": args.block_dim, "sort_key": args.sort_key}
     extra = {"pyboy_puffer_vec": {"mode": args.puffer_mode}, "warp_vec_cpu": warp, "warp_vec_cuda": warp}
     results, skipped = [], []
     for b in backends:
@@ -103,6 +106,7 @@ def run(args) -> int:
     data["stage"] = args.stage
     data["sort_envs"] = args.sort_envs
     data["sort_every"] = args.sort_every
+    data["sort_key"] = args.sort_key
     data["lean"] = args.lean
     data["block_dim"] = args.block_dim
     data["state"] = args.state

@@ -30,3 +30,20 @@ def schedule_from(args) -> ActionSchedule:
     from gbxcule.cli.checks import schedule
 
     return schedule(args.frames_per_step, args.release_after_frames)
+
+
+def parse_start_states(spec: str | None):
+    """`--start-states` (train, goal calibrate): a state file or folder, GENERATOR:K[:MAX_LEN] (tasks.GENERATORS:
+    random_noops, random_actions, solution) or power_on, as the env's `start_states` takes it."""
+    from gbxcule.core.errors import GbxculeError
+    from gbxcule.rl.tasks import GENERATORS
+
+    if spec is None or spec == "power_on":
+        return spec
+    if spec.split(":")[0] in GENERATORS:
+        name, *parts = spec.split(":")
+        try:
+            return [name, *(int(x) for x in parts)] if parts else [name, 32]
+        except ValueError:
+            raise GbxculeError(f"--start-states {spec!r}: use {name}:K[:MAX_LEN]") from None
+    return spec

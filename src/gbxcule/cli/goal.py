@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from gbxcule.cli import checks
+from gbxcule.cli.common import parse_start_states
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.outputs import write_output
 
@@ -58,6 +59,9 @@ def register(sub) -> None:
     k.add_argument("--envs", type=int, default=64, help="random-play envs (default 64)")
     k.add_argument("--steps", type=int, default=None, help="random-play steps (default min(step_limit, 200))")
     k.add_argument("--seed", type=int, default=0, help="seed of the random play (default 0)")
+    k.add_argument("--start-states", metavar="SPEC",
+                   help="where random play starts: the task's start (default), a state file or folder, "
+                        "random_actions:K[:LEN], solution:K[:LEN] (all along the solution's route)")
     k.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     k.add_argument("--plot", help="histogram PNG (default: TEMPLATE with _calibrate.png)")
     k.add_argument("--json", action="store_true", help="print one JSON object")
@@ -243,7 +247,8 @@ def calibrate_cmd(args) -> int:
     plot = checks.check_not_input(args.plot or Path(args.template).with_name(Path(args.template).stem
                                                                              + "_calibrate.png"), inputs)
     rom = checks.rom_file(args.rom, "goal calibrate") if args.rom else None
-    r = calibrate(task, tpl, num_envs=args.envs, steps=args.steps, device=args.device, seed=args.seed, rom=rom)
+    r = calibrate(task, tpl, num_envs=args.envs, steps=args.steps, device=args.device, seed=args.seed, rom=rom,
+                  start_states=parse_start_states(args.start_states))
     r["at_goal_hist"] = histogram(r.pop("random_at_goal_distances"))
     r["plot"] = str(write_output(plot, lambda p: calibration_plot(r, p), inputs))
     r["bins"] = list(BINS)

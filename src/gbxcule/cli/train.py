@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from gbxcule.core.errors import GbxculeError
+from gbxcule.cli.common import parse_start_states
 
 PPO_KNOBS = (("rollout_steps", int), ("epochs", int), ("minibatches", int), ("lr", float), ("gamma", float),
              ("gae_lambda", float), ("clip", float), ("ent_coef", float), ("vf_coef", float),
@@ -23,7 +23,8 @@ def register(sub) -> None:
     p.add_argument("--task", help="task name or PACK.toml:NAME (default leave_house)")
     p.add_argument("--goal", metavar="TEMPLATE", help="goal template file over the task's")
     p.add_argument("--start-states", metavar="SPEC",
-                   help="state file or folder, random_noops:K[:LEN], random_actions:K[:LEN] or power_on")
+                   help="state file or folder, random_noops:K[:LEN], random_actions:K[:LEN], solution:K[:LEN] "
+                        "(demonstration starts) or power_on")
     p.add_argument("--num-envs", type=int, help="envs (default 64)")
     p.add_argument("--stack-k", type=int, help="frames stacked per observation (default 1)")
     p.add_argument("--obs", choices=("pixels", "packed"), help="observation storage (default pixels)")
@@ -43,27 +44,18 @@ def register(sub) -> None:
     p.add_argument("--time-limit", type=float, metavar="S", help="stop (with a checkpoint) after S seconds")
     p.add_argument("--eval-episodes", type=int, help="greedy/sampled episodes evaluated at the end (default 64)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
+                   help="any config setting, e.g. --set env.reward.novelty_pixels=0.02 --set env.backend.sort_key=path "
+                        "(repeatable; over --config and the flags above)")
     p.add_argument("--json", action="store_true", help="print one JSON summary object")
     p.set_defaults(func=run)
-
-
-def _start_states(spec: str | None):
-    if spec is None or spec == "power_on":
-        return spec
-    if spec.split(":")[0] in ("random_noops", "random_actions"):
-        name, *parts = spec.split(":")
-        try:
-            return [name, *(int(x) for x in parts)] if parts else [name, 32]
-        except ValueError:
-            raise GbxculeError(f"--start-states {spec!r}: use {name}:K[:MAX_LEN]") from None
-    return spec
 
 
 def overrides(args) -> dict:
     ppo = {name: getattr(args, name) for name, _ in PPO_KNOBS}
     ppo.update(anneal_lr=args.anneal_lr, amp=args.amp, compile=args.compile)
     return {"algo": args.algo, "total_steps": args.total_steps,
-            "env": {"rom": args.rom, "task": args.task, "goal": args.goal, "start_states": _start_states(
+            "env": {"rom": args.rom, "task": args.task, "goal": args.goal, "start_states": parse_start_states(
                 args.start_states), "num_envs": args.num_envs, "stack_k": args.stack_k, "obs": args.obs,
                 "max_steps": args.max_steps},
             "ppo": ppo,
@@ -74,9 +66,10 @@ def overrides(args) -> dict:
 
 def run(args) -> int:
     from gbxcule.cli.report import emit
+    from gbxcule.rl.shell import merge_overrides, parse_sets
     from gbxcule.rl.train_ppo import make_config, train
 
-    cfg = make_config(args.config, overrides(args))
+    cfg = make_config(args.config, merge_overrides(overrides(args), parse_sets(args.set)))
     echo = None if args.json else (lambda s: print(s, file=sys.stderr))
     summary = train(cfg, resume=args.resume is not None, echo=echo)
     if summary["stopped"] in ("done", "time_limit") and cfg.run.eval_episodes > 0:

@@ -12,7 +12,8 @@ little-endian uint32 word (the last word zero-padded). Envs live interleaved (`f
   stores to the interleaved arrays are adjacent. The slot of env e is `slots[e]` (reduced into range), or
   by the seeded rule `reset_slot(seed, e, epoch) % K`.
 - `gather_kernel`: the rows of a few envs, for reading them on the host.
-- `sort_key_kernel`: the (PC, action) key the backend's `sort_envs` orders threads by.
+- `sort_key_kernel`, `path_key_kernel`: the keys the backend's `sort_envs` orders threads by: (PC, action),
+  or (instructions run since the last sort, PC, action).
 - `broadcast_kernel`: one state into every env (the backend's reset to its start state).
 - `pyboy_loader_kernel`: what PyBoy's state loader recomputes instead of loading (the STAT line, the
   mode-3 length, the RTC catch-up), run on the CPU device with the kernels' own functions.
@@ -128,6 +129,23 @@ def sort_key_kernel(fields: wp.array(dtype=wp.int32), actions: wp.array(dtype=wp
     """Key of env e for grouping envs into warps: its PC, then its action this step (low 8 bits)."""
     e = wp.tid()
     keys[e] = ((fields[pc_row * n + e] & 0xFFFF) << 8) | (actions[e] & 0xFF)
+    envs[e] = e
+
+
+@wp.kernel(enable_backward=False)
+def path_key_kernel(fields: wp.array(dtype=wp.int32), actions: wp.array(dtype=wp.int32), prev: wp.array(dtype=wp.int32),
+                    keys: wp.array(dtype=wp.int32), envs: wp.array(dtype=wp.int32), n: wp.int32, pc_row: wp.int32,
+                    instr_row: wp.int32):
+    """Key of env e by the path it took since the last sort: the instructions it ran since then (a
+    fingerprint of the code path: envs in the same game mode run the same count), then its PC, then its
+    action (low 4 bits). Sorting on it groups envs that will likely run the same code this frame even when
+    they all wait at the same HALT. `prev` keeps each env's counter for the next sort; 31 key bits."""
+    e = wp.tid()
+    now = fields[instr_row * n + e]
+    ran = wp.int32(wp.uint32(now) - wp.uint32(prev[e]))  # the counter wraps: a uint32 difference
+    prev[e] = now
+    bucket = wp.clamp(ran >> 3, 0, 2047)  # a restore or reset in between gives any value: still in range
+    keys[e] = (bucket << 20) | ((fields[pc_row * n + e] & 0xFFFF) << 4) | (actions[e] & 0xF)
     envs[e] = e
 
 

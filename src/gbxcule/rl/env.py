@@ -86,7 +86,8 @@ class GameEnv:
     task: a task name ("leave_house"), "pack.toml:name", or a `Task`; it sets the ROM check, codec, schedule,
         start states, goals, step limit and reward knobs (each may be overridden here).
     start_states: overrides the task's start: a state file or folder, a list of them, (GENERATOR, K) or
-        (GENERATOR, K, max_len) with GENERATOR "random_noops" or "random_actions", or "power_on".
+        (GENERATOR, K, max_len) with GENERATOR "random_noops", "random_actions" or "solution" (tasks.StartSpec),
+        or "power_on".
     goal: a goal template (a path or a `GoalTemplate`) that overrides the task's.
     reward: a dict or `RewardConfig` of reward knobs over the task's (see `RewardConfig`).
     info_mode: "none" (empty dict), "stats" (device scalars) or "full" (also per-env tensors).
@@ -296,14 +297,23 @@ class GameEnv:
                 self._save_slots(store, range(count), first, slot_obs, slot_screen)
                 continue
             lengths = rng.integers(0, spec.max_len + 1, size=n)  # env j is saved after lengths[j] extra steps
-            if spec.generator == "random_actions":
-                extra = rng.integers(0, self.codec.num_actions, size=(spec.max_len, n)).astype(np.int32)
-            else:
+            if spec.generator == "random_noops":
                 extra = np.zeros((spec.max_len, n), dtype=np.int32)
-            for s in range(spec.max_len + 1):
-                self._save_slots(store, [j for j in range(count) if lengths[j] == s], first, slot_obs, slot_screen)
-                if s < spec.max_len and (lengths[:count] > s).any():
-                    be.step(extra[s])
+            else:
+                extra = rng.integers(0, self.codec.num_actions, size=(spec.max_len, n)).astype(np.int32)
+            # demonstration starts: slot i first replays the first i/k of the solution (p[j] steps)
+            p = ((np.arange(first, first + n) * len(spec.prefix)) // k if spec.generator == "solution"
+                 else np.zeros(n, dtype=np.int64))
+            span = int(p[:count].max()) + spec.max_len
+            plan = np.zeros((span, n), dtype=np.int32)
+            for j in range(count):
+                plan[:p[j], j] = spec.prefix[:p[j]]
+                plan[p[j]:p[j] + spec.max_len, j] = extra[:, j]
+            for s in range(span + 1):
+                self._save_slots(store, [j for j in range(count) if p[j] + lengths[j] == s], first, slot_obs,
+                                 slot_screen)
+                if s < span and (p[:count] + lengths[:count] > s).any():
+                    be.step(plan[s])
         be.slots = store
         import hashlib
 
@@ -334,21 +344,22 @@ class GameEnv:
         if start_states == "power_on":
             return StartSpec()
         script = t.start.script if t is not None else ()
-        if isinstance(start_states, tuple) and start_states and start_states[0] in GENERATORS:
+        if isinstance(start_states, tuple | list) and start_states and start_states[0] in GENERATORS:
             if len(start_states) not in (2, 3):
                 raise EnvConfigError(f"start_states=({start_states[0]!r}, K[, max_len])")
             base = t.start if t is not None else StartSpec()
+            prefix = (t.solution or ()) if t is not None and start_states[0] == "solution" else ()
             try:
                 return StartSpec(script, base.states, start_states[0], int(start_states[1]),
-                                 int(start_states[2]) if len(start_states) == 3 else 8)
+                                 int(start_states[2]) if len(start_states) == 3 else 8, prefix)
             except TaskError as exc:
                 raise EnvConfigError(str(exc)) from None
         if isinstance(start_states, str | Path):
             start_states = [start_states]
         if isinstance(start_states, list | tuple) and start_states:
             return StartSpec((), tuple(str(p) for p in start_states))
-        raise EnvConfigError(f"start_states must be a path, a list of paths, ('random_noops', K) or 'power_on', "
-                             f"got {start_states!r}")
+        raise EnvConfigError(f"start_states must be a path, a list of paths, (GENERATOR, K[, max_len]) or "
+                             f"'power_on', got {start_states!r}")
 
     def _load_start_files(self, paths) -> list:
         from gbxcule.backends.warp_vec import load_env_states

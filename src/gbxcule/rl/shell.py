@@ -46,12 +46,13 @@ class EnvConfig:
     rom: str | None = None  # default: the task's built-in ROM
     task: str = "leave_house"
     goal: str | None = None  # a goal template file over the task's
-    start_states: Any = None  # a path, paths, [GENERATOR, K(, max_len)] (random_noops|random_actions), power_on
+    start_states: Any = None  # path(s), [GENERATOR, K(, max_len)] (random_noops|random_actions|solution), power_on
     num_envs: int = 64
     stack_k: int = 1
     obs: str = "pixels"
     max_steps: int | None = None
     reward: dict = field(default_factory=dict)
+    backend: dict = field(default_factory=dict)  # emulator options: sort_envs, sort_every, sort_key, lean, block_dim
 
 
 @dataclass
@@ -78,9 +79,41 @@ def _merge(obj, values: dict, where: str):
             if not isinstance(value, dict):
                 raise ConfigError(f"{where}.{key} must be a table")
             _merge(current, value, f"{where}.{key}")
+        elif isinstance(current, dict) and isinstance(value, dict):  # a table (reward, backend): key by key
+            setattr(obj, key, {**current, **value})
         else:
             setattr(obj, key, value)
     return obj
+
+
+def parse_sets(items: list[str] | None) -> dict:
+    """`--set SECTION.KEY=VALUE` items as nested overrides: `env.reward.tau=0.2` gives {"env": {"reward":
+    {"tau": 0.2}}}. A value is read as TOML (numbers, true/false, "strings", [arrays]), else as a bare string."""
+    out: dict = {}
+    for item in items or ():
+        path, sep, text = item.partition("=")
+        keys = path.strip().split(".")
+        if not sep or not all(keys):
+            raise ConfigError(f"--set {item!r}: use SECTION.KEY=VALUE, e.g. env.reward.tau=0.2")
+        try:
+            value = tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = text.strip()
+        node = out
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {item!r}: {k} is set to a value and a table at once")
+        node[keys[-1]] = value
+    return out
+
+
+def merge_overrides(base: dict, extra: dict) -> dict:
+    """`extra` over `base`, tables merged key by key."""
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = merge_overrides(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
 
 
 def load_config(cls, path: str | Path | None = None, overrides: dict | None = None):

@@ -21,7 +21,7 @@ from gbxcule.rl.goals import GoalError, RamCondition, RewardConfig, ram_offset
 
 SCRIPT_LETTERS = {"N": (), "A": ("a",), "B": ("b",), "S": ("start",), "E": ("select",), "U": ("up",),
                   "D": ("down",), "L": ("left",), "R": ("right",)}
-GENERATORS = ("random_noops", "random_actions")
+GENERATORS = ("random_noops", "random_actions", "solution")
 
 
 class TaskError(GbxculeError, ValueError):
@@ -48,17 +48,23 @@ class StartSpec:
     """Where episodes start. `script`: actions from power-on. `states`: save-state files or folders (PyBoy
     `.state` or gbxcule snapshots), each a start slot. `generator`: `count` states reached
     from the script's end (or the states) by a random number (0..`max_len`) of extra steps: NOOPs for
-    "random_noops" (Atari's no-op starts), uniformly random actions for "random_actions"."""
+    "random_noops" (Atari's no-op starts), uniformly random actions for "random_actions". "solution"
+    (demonstration starts, as in Backplay): slot i first replays the first i/count of `prefix` (the task's
+    solution), then random actions, so episodes start all along the demonstrated route; reward and episode
+    ends do not change, and evaluation still starts from the task's start."""
 
     script: tuple[int, ...] = ()
     states: tuple[str, ...] = ()
     generator: str | None = None
     count: int = 1
     max_len: int = 8
+    prefix: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.generator is not None and self.generator not in GENERATORS:
             raise TaskError(f"unknown start-state generator {self.generator!r}; known: {', '.join(GENERATORS)}")
+        if self.generator == "solution" and not self.prefix:
+            raise TaskError("start-state generator 'solution' needs a task with a solution")
         if self.count < 1 or self.max_len < 0:
             raise TaskError(f"start-state generator needs count >= 1 and max_len >= 0, got {self.count}, "
                             f"{self.max_len}")

@@ -17,10 +17,12 @@ __all__ = ["calibrate", "capture", "suggest_tau", "task_template"]
 
 
 def calibrate(task: Task, template: GoalTemplate, num_envs: int = 64, steps: int | None = None,
-              device: str = "cpu", seed: int = 0, rom=None) -> dict:
+              device: str = "cpu", seed: int = 0, rom=None, start_states=None) -> dict:
     """Distances to `template` along the task's solution and along `num_envs` x `steps` of uniform random
-    play from the task's start, split by whether the task's RAM goal holds, and a suggested tau and
-    k_consecutive (`suggest_tau`). Nothing ends an episode early here: tau is set to 0 while measuring."""
+    play from the task's start (or `start_states`, e.g. ("solution", K): random play all along the route, which
+    finds look-alikes near the goal that play from the start rarely reaches), split by whether the task's RAM
+    goal holds, and a suggested tau and k_consecutive (`suggest_tau`). Nothing ends an episode early here: tau
+    is set to 0 while measuring."""
     import torch
 
 
@@ -40,7 +42,7 @@ def calibrate(task: Task, template: GoalTemplate, num_envs: int = 64, steps: int
                 along_off.append(along[-1])
         env.close()
     steps = steps or min(task.step_limit, 200)
-    env = GameEnv(rom, num_envs, device, max_steps=steps + 1, **kw)
+    env = GameEnv(rom, num_envs, device, max_steps=steps + 1, start_states=start_states, seed=seed, **kw)
     goal = goal_of(env)
     env.reset(seed=seed)
     gen = torch.Generator(device="cpu").manual_seed(seed)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from gbxcule.backends.warp_vec import TUNING_OPTIONS as BACKEND_OPTIONS
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.memory import fit, host_available
 from gbxcule.rl import ppo
@@ -90,6 +91,10 @@ class TrainConfig:
             raise ConfigError(f"ppo.amp must be auto, bf16 or off, got {p.amp!r}")
         if self.run.checkpoint_env_state not in ("auto", "always", "never"):
             raise ConfigError("run.checkpoint_env_state must be auto, always or never")
+        unknown = sorted(set(e.backend) - set(BACKEND_OPTIONS)) if isinstance(e.backend, dict) else ["(not a table)"]
+        if unknown:
+            raise ConfigError(f"env.backend: unknown option(s) {', '.join(unknown)}; "
+                              f"known: {', '.join(BACKEND_OPTIONS)}")
 
     @property
     def batch_size(self) -> int:
@@ -113,10 +118,14 @@ def config_from_dict(d: dict) -> TrainConfig:
 
 def make_env(e: EnvConfig, device: str, seed: int, num_envs: int | None = None, **kw) -> GameEnv:
     start = e.start_states
-    if isinstance(start, list) and start and start[0] in ("random_noops", "random_actions"):
-        start = tuple(start)
-    return GameEnv(e.rom, num_envs or e.num_envs, device, task=e.task, start_states=start, stack_k=e.stack_k,
-                   obs=e.obs, max_steps=e.max_steps, reward=e.reward, goal=e.goal, seed=seed, **kw)
+    try:
+        return GameEnv(e.rom, num_envs or e.num_envs, device, task=e.task, start_states=start, stack_k=e.stack_k,
+                       obs=e.obs, max_steps=e.max_steps, reward=e.reward, goal=e.goal, seed=seed,
+                       backend_options=e.backend, **kw)
+    except (TypeError, ValueError) as exc:  # a backend option of the wrong type or value
+        if isinstance(exc, GbxculeError):
+            raise
+        raise ConfigError(f"env: {exc}") from None
 
 
 def make_model(env: GameEnv, p: PPOConfig, device: str) -> ActorCritic:

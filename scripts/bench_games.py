@@ -1,0 +1,148 @@
+"""The public game benchmark set (benchmarks/games/games.toml; ROMs fetched by scripts/fetch_games.py, never
+committed): gbxcule's full_step SPS on each game beside PyBoy on all host cores from the same state, the
+same-action bound (`--actions fixed`: the cost of divergence) and, per sort key, the median. One table, one
+JSON artifact.
+
+Each game starts from one PyBoy state taken after `--state-frames` frames of NOOPs from power-on (made here
+with PyBoy and kept in `--states`), so every backend runs the same work.
+
+    python scripts/fetch_games.py --out .games
+    python scripts/bench_games.py --games .games --envs 65536 --out bench_out/games.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import sys
+import tomllib
+from pathlib import Path
+
+from gbxcule.core.action_codec import get_codec
+from gbxcule.core.cartridge import load_rom
+from gbxcule.core.errors import GbxculeError
+from gbxcule.core.outputs import write_output
+from gbxcule.core.schedule import ActionSchedule
+from gbxcule.harness.bench import environment, measure
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def make_state(rom_path: Path, frames: int, out: Path) -> Path:
+    """A PyBoy state after `frames` frames of NOOPs from power-on (PyBoy's boot), cached in `out`."""
+    from gbxcule.backends.pyboy_single import PyBoyGame
+
+    if out.is_file():
+        return out
+    game = PyBoyGame(load_rom(str(rom_path)), get_codec("pokemonred_puffer_v1"), ActionSchedule(1, 1))
+    try:
+        for _ in range(frames):
+            game.step(0)
+        data = game.pyboy_state_bytes()
+    finally:
+        game.close()
+    return write_output(out, data)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--manifest", default=str(ROOT / "benchmarks/games/games.toml"))
+    ap.add_argument("--games", default=str(ROOT / ".games"), help="folder of <slug>.gb (scripts/fetch_games.py)")
+    ap.add_argument("--states", default=None, help="folder for the start states (default GAMES/states)")
+    ap.add_argument("--only", default="", help="comma-separated slugs")
+    ap.add_argument("--device", default="cuda", help="warp device: cuda or cpu (default cuda)")
+    ap.add_argument("--envs", type=int, default=65536, help="gbxcule envs (default 65536)")
+    ap.add_argument("--steps", type=int, default=5, help="timed steps (default 5)")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    ap.add_argument("--sort-keys", default="pc,path", help="sort keys to measure with random actions (default pc,path)")
+    ap.add_argument("--pyboy-envs", type=int, default=0, help="PyBoy envs (default 4 per host core; 0: that)")
+    ap.add_argument("--pyboy-steps", type=int, default=3, help="PyBoy timed steps (default 3)")
+    ap.add_argument("--no-pyboy", action="store_true", help="skip the PyBoy baseline")
+    ap.add_argument("--state-frames", type=int, default=1200, help="frames from power-on to the start state")
+    ap.add_argument("--out", default="bench_out/games.json")
+    args = ap.parse_args()
+    try:
+        games = tomllib.loads(Path(args.manifest).read_text())["game"]
+    except (OSError, tomllib.TOMLDecodeError, KeyError) as exc:
+        sys.stderr.write(f"bench_games: bad manifest {args.manifest}: {exc}\n")
+        return 2
+    only = {s for s in args.only.split(",") if s}
+    folder = Path(args.games)
+    states = Path(args.states) if args.states else folder / "states"
+    warp_backend = "warp_vec_cuda" if args.device.startswith("cuda") else "warp_vec_cpu"
+    keys = [k for k in args.sort_keys.split(",") if k]
+    schedule = ActionSchedule(24, 8)
+    pyboy_envs = args.pyboy_envs or 4 * (os.cpu_count() or 1)
+    rows, failed = [], []
+    for g in games:
+        slug = g["slug"]
+        if only and slug not in only:
+            continue
+        path = folder / f"{slug}.gb"
+        if not path.is_file():
+            failed.append({"slug": slug, "error": f"{path} missing (run scripts/fetch_games.py)"})
+            continue
+        try:
+            rom = load_rom(str(path))
+            state = str(make_state(path, args.state_frames, states / f"{slug}.state"))
+            row = {"slug": slug, "title": g.get("title", slug), "kind": g.get("kind", ""),
+                   "sha1": hashlib.sha1(path.read_bytes()).hexdigest()}
+
+            def run(backend, n, steps, actions="seeded_random", rom=rom, state=state, **kw):
+                r = measure(backend, rom, n, steps, schedule, "pokemonred_puffer_v1", actions, 0, args.warmup,
+                            state=state, **kw)
+                return r.env_steps_per_s
+
+            opts = {"stage": "full_step"}
+            for key in keys:
+                row[f"sps_{key}"] = run(warp_backend, args.envs, args.steps, sort_key=key, **opts)
+            row["sps_fixed"] = run(warp_backend, args.envs, args.steps, "fixed", sort_key=keys[0], **opts)
+            if not args.no_pyboy:
+                row["pyboy_sps"] = run("pyboy_vec_mp", pyboy_envs, args.pyboy_steps)
+        except (GbxculeError, OSError, ValueError) as exc:
+            failed.append({"slug": slug, "error": str(exc)})
+            sys.stderr.write(f"bench_games: {slug}: {exc}\n")
+            continue
+        best = max(row[f"sps_{k}"] for k in keys)
+        row["divergence"] = row["sps_fixed"] / row[f"sps_{keys[0]}"]
+        if "pyboy_sps" in row:
+            row["x_pyboy"] = {k: row[f"sps_{k}"] / row["pyboy_sps"] for k in keys}
+        row["best"] = best
+        rows.append(row)
+        print(f"{slug}: " + ", ".join(f"{k} {row[f'sps_{k}']:,.0f}" for k in keys)
+              + f", fixed {row['sps_fixed']:,.0f}" + (f", PyBoy {row['pyboy_sps']:,.0f}" if "pyboy_sps" in row else ""),
+              flush=True)
+    summary = {}
+    for k in keys:
+        col = [r[f"sps_{k}"] for r in rows]
+        summary[k] = {"median_sps": statistics.median(col) if col else None}
+        if rows and all("pyboy_sps" in r for r in rows):
+            ratios = [r["x_pyboy"][k] for r in rows]
+            summary[k].update(median_x_pyboy=statistics.median(ratios), min_x_pyboy=min(ratios))
+    data = {"games": rows, "failed": failed, "summary": summary, "envs": args.envs, "pyboy_envs": pyboy_envs,
+            "host_cores": os.cpu_count(), "device": args.device, "steps": args.steps, "warmup": args.warmup,
+            "state_frames": args.state_frames, "frames_per_step": 24, "stage": "full_step",
+            "environment": environment()}
+    out = write_output(Path(args.out), json.dumps(data, indent=1))
+    head = f"{'game':18s} {'kind':12s}" + "".join(f" {'sps ' + k:>11s}" for k in keys)
+    head += f" {'fixed':>11s} {'div':>5s} {'PyBoy':>8s}" + "".join(f" {'x ' + k:>7s}" for k in keys)
+    print(head)
+    for r in rows:
+        line = f"{r['slug'][:18]:18s} {r['kind'][:12]:12s}" + "".join(f" {r[f'sps_{k}']:>11,.0f}" for k in keys)
+        line += f" {r['sps_fixed']:>11,.0f} {r['divergence']:>5.1f}"
+        line += f" {r.get('pyboy_sps', 0):>8,.0f}" + "".join(f" {r.get('x_pyboy', {}).get(k, 0):>7.1f}" for k in keys)
+        print(line)
+    for k, s in summary.items():
+        extra = f", {s['median_x_pyboy']:.1f}x PyBoy (min {s['min_x_pyboy']:.1f}x)" if "median_x_pyboy" in s else ""
+        print(f"median, sort key {k}: {s['median_sps'] or 0:,.0f} env-steps/s{extra}")
+    for f in failed:
+        print(f"failed {f['slug']}: {f['error']}")
+    print(f"artifact: {out}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,104 @@
+"""The public game set's scripts (benchmarks/games/games.toml): fetching checks every ROM's SHA-1 and size
+and fails with one line a game; the benchmark runner measures each game against PyBoy from one state. Built
+with the built-in ROMs (the third-party games are never committed; GBXCULE_TEST_ROMS below)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from gbxcule.roms import resolve_rom
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _manifest(tmp_path: Path, roms: dict[str, bytes]) -> Path:
+    rows = []
+    for slug, data in roms.items():
+        rows.append(f'[[game]]\nslug = "{slug}"\ntitle = "{slug}"\nkind = "test"\nlicence = "MIT"\n'
+                    f'url = "http://127.0.0.1:9/{slug}.gb"\nsha1 = "{hashlib.sha1(data).hexdigest()}"\n'
+                    f"size = {len(data)}\n")
+    path = tmp_path / "games.toml"
+    path.write_text("\n".join(rows))
+    return path
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, timeout=600)
+
+
+def test_the_manifest_is_complete():
+    games = tomllib.loads((ROOT / "benchmarks/games/games.toml").read_text())["game"]
+    assert len(games) >= 8 and len({g["slug"] for g in games}) == len(games)
+    for g in games:
+        for key in ("slug", "title", "kind", "repo", "path", "commit", "url", "licence", "licence_source", "sha1",
+                    "size"):
+            assert g.get(key), (g["slug"], key)
+        assert len(g["sha1"]) == 40 and len(g["commit"]) == 40 and g["commit"] in g["url"]
+
+
+def test_fetch_checks_every_rom_and_fails_one_line_each(tmp_path):
+    good = resolve_rom("OVERWORLD").read_bytes()
+    other = resolve_rom("JOY_DIVERGE_PERSIST").read_bytes()
+    manifest = _manifest(tmp_path, {"ow": good, "joy": other})
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "renamed.gb").write_bytes(good)  # found by its SHA-1
+    (src / "joy.gb").write_bytes(other[:-1] + bytes([other[-1] ^ 1]))  # corrupt
+    out = tmp_path / "out"
+    r = _run(ROOT / "scripts/fetch_games.py", "--manifest", manifest, "--from", src, "--out", out)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    errors = [line for line in r.stderr.splitlines() if line.startswith("fetch_games:")]
+    assert len(errors) == 1 and "joy" in errors[0]
+    assert (out / "ow.gb").read_bytes() == good and not (out / "joy.gb").exists()
+    (src / "joy.gb").write_bytes(other)
+    r = _run(ROOT / "scripts/fetch_games.py", "--manifest", manifest, "--from", src, "--out", out)
+    assert r.returncode == 0 and (out / "joy.gb").read_bytes() == other
+
+
+def test_bench_games_writes_a_row_per_game_and_the_median(tmp_path):
+    pytest.importorskip("pyboy")
+    rom = resolve_rom("OVERWORLD").read_bytes()
+    manifest = _manifest(tmp_path, {"ow": rom, "missing": b"x" * 32768})
+    games = tmp_path / "games"
+    games.mkdir()
+    (games / "ow.gb").write_bytes(rom)
+    out = tmp_path / "games.json"
+    r = _run(ROOT / "scripts/bench_games.py", "--manifest", manifest, "--games", games, "--device", "cpu",
+             "--envs", 2, "--steps", 1, "--warmup", 1, "--pyboy-envs", 1, "--pyboy-steps", 1, "--state-frames", 30,
+             "--out", out)
+    assert r.returncode == 1, r.stderr  # the missing game is reported, the other measured
+    data = json.loads(out.read_text())
+    assert [g["slug"] for g in data["games"]] == ["ow"] and [f["slug"] for f in data["failed"]] == ["missing"]
+    row = data["games"][0]
+    for key in ("sps_pc", "sps_path", "sps_fixed", "pyboy_sps"):
+        assert row[key] > 0
+    assert data["summary"]["path"]["median_sps"] == row["sps_path"]
+    assert (games / "states" / "ow.state").stat().st_size > 0
+    assert "median, sort key path" in r.stdout
+
+
+@pytest.mark.skipif(not os.environ.get("GBXCULE_TEST_ROMS"), reason="GBXCULE_TEST_ROMS is not set")
+def test_every_game_of_the_set_runs_when_present():
+    """Each game of the set found under GBXCULE_TEST_ROMS (as <slug>.gb) runs a few steps on the CPU device."""
+    import numpy as np
+
+    from gbxcule.backends.warp_vec import WarpVecBackend
+
+    folder = Path(os.environ["GBXCULE_TEST_ROMS"])
+    games = tomllib.loads((ROOT / "benchmarks/games/games.toml").read_text())["game"]
+    found = [g for g in games if (folder / f"{g['slug']}.gb").is_file()]
+    if not found:
+        pytest.skip("none of the game set's ROMs is under GBXCULE_TEST_ROMS")
+    for g in found:
+        b = WarpVecBackend(str(folder / f"{g['slug']}.gb"), 2, stage="full_step")
+        for k in range(3):
+            b.step(np.array([k % 8, (k + 3) % 8], dtype=np.int32))
+        assert b.obs.numpy().shape == (2, 72, 80)
