@@ -157,9 +157,9 @@ def test_reset_restores_the_start_state_and_reads_gather_single_envs(boot):
 
 
 def test_sorting_envs_by_pc_changes_no_result():
-    """sort_envs permutes which thread runs which env, once per step or (sort_every) once per frame with a
-    launch per frame, and the lean kernel runs the frames that draw nothing: every env's state, reward and
-    observation must come out the same as with one plain launch per step."""
+    """sort_envs permutes which thread runs which env (by either sort key), once per step or (sort_every) once
+    per frame with a launch per frame, and the lean kernel runs the frames that draw nothing: every env's state,
+    reward and observation must come out the same as with one plain launch per step."""
     from gbxcule.roms import resolve_rom
 
     rom = str(resolve_rom("JOY_DIVERGE_PERSIST"))

@@ -174,8 +174,8 @@ class WarpVecBackend:
         self._no_frame = wp.zeros((1, 1, 1), dtype=wp.uint8, device=device)
         self.mem = mem
         # sort_envs (default: on for CUDA, off for the CPU device, which has no warps): every `sort_every`
-        # frames (default 1; a step then takes one launch per sort), order the threads by each env's
-        # (PC, action) (a stable radix sort), so envs at the same code with the same input share warps;
+        # frames (default 1; a step then takes one launch per sort), order the threads by a key (sort_key
+        # below; a stable radix sort), so envs at the same code with the same input share warps;
         # results still land at each env's own index, bit for bit. BENCHMARKS.md has the measurements.
         self.sort_envs = device.startswith("cuda") if sort_envs is None else bool(sort_envs)
         if sort_every < 1:
@@ -222,8 +222,8 @@ class WarpVecBackend:
 
     def _launch(self, frames: int, release_after: int, stop_at_boot_exit: int = 0, render: int = 0,
                 actions=None, dim: int | None = None) -> None:
-        """One step of `frames` frames. One kernel launch, or several: with sort_envs a sort of the envs by
-        (PC, action) before every `sort_every` frames, and with the lean kernel, frames that draw nothing
+        """One step of `frames` frames. One kernel launch, or several: with sort_envs a sort of the envs (by
+        `sort_key`) before every `sort_every` frames, and with the lean kernel, frames that draw nothing
         apart from the drawn ones. Nothing here waits for the device."""
         wp, n = self._wp, self.num_envs
         mean, packed, lo, hi = self._stage_args

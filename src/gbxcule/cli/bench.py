@@ -37,7 +37,7 @@ def register(sub) -> None:
                    choices=("emulate_only", "reward_only", "obs_only", "full_step"),
                    help="warp backends: what each step produces on the device (default emulate_only)")
     p.add_argument("--sort-envs", default=None, action=argparse.BooleanOptionalAction,
-                   help="warp backends: order threads by each env's (PC, action) so envs at the same code share "
+                   help="warp backends: order threads by a key (--sort-key) so envs at the same code share "
                         "warps (default: on for CUDA, off for the CPU device)")
     p.add_argument("--sort-every", type=int, default=1, metavar="FRAMES",
                    help="warp backends with --sort-envs: sort every FRAMES frames, one launch each (default 1)")
