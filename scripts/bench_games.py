@@ -21,7 +21,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from gbxcule.core.action_codec import get_codec
+from gbxcule.core.action_codec import CODECS, get_codec
 from gbxcule.core.cartridge import load_rom
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.outputs import write_output
@@ -62,6 +62,8 @@ def main() -> int:
     ap.add_argument("--pyboy-steps", type=int, default=3, help="PyBoy timed steps (default 3)")
     ap.add_argument("--no-pyboy", action="store_true", help="skip the PyBoy baseline")
     ap.add_argument("--state-frames", type=int, default=1200, help="frames from power-on to the start state")
+    ap.add_argument("--codec", default="pokemonred_puffer_v1", choices=list(CODECS),
+                    help="codec of the random actions (default pokemonred_puffer_v1; dmg_buttons_v0 adds SELECT)")
     ap.add_argument("--out", default="bench_out/games.json")
     args = ap.parse_args()
     try:
@@ -92,7 +94,7 @@ def main() -> int:
                    "sha1": hashlib.sha1(path.read_bytes()).hexdigest()}
 
             def run(backend, n, steps, actions="seeded_random", rom=rom, state=state, **kw):
-                r = measure(backend, rom, n, steps, schedule, "pokemonred_puffer_v1", actions, 0, args.warmup,
+                r = measure(backend, rom, n, steps, schedule, args.codec, actions, 0, args.warmup,
                             state=state, **kw)
                 return r.env_steps_per_s
 
@@ -124,7 +126,7 @@ def main() -> int:
             summary[k].update(median_x_pyboy=statistics.median(ratios), min_x_pyboy=min(ratios))
     data = {"games": rows, "failed": failed, "summary": summary, "envs": args.envs, "pyboy_envs": pyboy_envs,
             "host_cores": os.cpu_count(), "device": args.device, "steps": args.steps, "warmup": args.warmup,
-            "state_frames": args.state_frames, "frames_per_step": 24, "stage": "full_step",
+            "state_frames": args.state_frames, "frames_per_step": 24, "codec": args.codec, "stage": "full_step",
             "environment": environment()}
     out = write_output(Path(args.out), json.dumps(data, indent=1))
     head = f"{'game':18s} {'kind':12s}" + "".join(f" {'sps ' + k:>11s}" for k in keys)

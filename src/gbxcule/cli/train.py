@@ -51,6 +51,11 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _num(x) -> str:
+    """A metric for the summary line: '-' when no episode ended (None or NaN)."""
+    return "-" if x is None or x != x else f"{x:.3f}"
+
+
 def overrides(args) -> dict:
     ppo = {name: getattr(args, name) for name, _ in PPO_KNOBS}
     ppo.update(anneal_lr=args.anneal_lr, amp=args.amp, compile=args.compile)
@@ -86,8 +91,8 @@ def run(args) -> int:
         last = s["last"]
         lines = [f"trained {s['env_steps']:,} env-steps in {s['updates']} updates, {s['wall_s']:.1f} s on "
                  f"{s['device']} ({s['stopped']}); run folder {s['run_dir']}",
-                 f"last update: {last.get('sps', 0):,.0f} env-steps/s, return {last.get('episode_return')}, "
-                 f"success {last.get('success_rate')}"]
+                 f"last update: {last.get('sps', 0):,.0f} env-steps/s, return {_num(last.get('episode_return'))}, "
+                 f"success {_num(last.get('success_rate'))}"]
         if "eval" in s:
             e = s["eval"]
             lines.append(f"eval over {e['episodes']} episodes: greedy success {e['success_rate']}, median steps "
