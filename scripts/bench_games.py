@@ -57,7 +57,8 @@ def main() -> int:
     ap.add_argument("--envs", type=int, default=65536, help="gbxcule envs (default 65536)")
     ap.add_argument("--steps", type=int, default=5, help="timed steps (default 5)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
-    ap.add_argument("--sort-keys", default="pc,path", help="sort keys to measure with random actions (default pc,path)")
+    ap.add_argument("--sort-keys", default="pc,path,stack",
+                    help="sort keys to measure with random actions (default pc,path,stack)")
     ap.add_argument("--pyboy-envs", type=int, default=0, help="PyBoy envs (default 4 per host core; 0: that)")
     ap.add_argument("--pyboy-steps", type=int, default=3, help="PyBoy timed steps (default 3)")
     ap.add_argument("--no-pyboy", action="store_true", help="skip the PyBoy baseline")

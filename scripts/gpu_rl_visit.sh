@@ -74,6 +74,7 @@ PY
     tar -czf "$OUT/rl_games${PARTNAME:-}.tgz" -C "$RUNS" "games${PARTNAME:-}.json" ;;
   speed)  # raw full_step right after power-on and after 100 random steps (envs spread out), by sort key
     for spec in "poweron pc 3 5 seeded_random" "spread pc 100 20 seeded_random" "spread path 100 20 seeded_random" \
+                "spread stack 100 20 seeded_random" \
                 "poweron path 3 5 seeded_random" "fixed pc 100 20 fixed"; do
       read -r name key warm steps acts <<< "$spec"
       python3 -m gbxcule bench --rom OVERWORLD --backends warp_vec_cuda --stage full_step --envs 16384 \

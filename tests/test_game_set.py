@@ -78,7 +78,7 @@ def test_bench_games_writes_a_row_per_game_and_the_median(tmp_path):
     data = json.loads(out.read_text())
     assert [g["slug"] for g in data["games"]] == ["ow"] and [f["slug"] for f in data["failed"]] == ["missing"]
     row = data["games"][0]
-    for key in ("sps_pc", "sps_path", "sps_fixed", "pyboy_sps"):
+    for key in ("sps_pc", "sps_path", "sps_stack", "sps_fixed", "pyboy_sps"):
         assert row[key] > 0
     assert data["summary"]["path"]["median_sps"] == row["sps_path"]
     assert (games / "states" / "ow.state").stat().st_size > 0

@@ -163,18 +163,18 @@ def test_sorting_envs_by_pc_changes_no_result():
     from gbxcule.roms import resolve_rom
 
     rom = str(resolve_rom("JOY_DIVERGE_PERSIST"))
-    plain, sorted_, every, path = (WarpVecBackend(rom, 6, schedule=ActionSchedule(3, 1), boot="skip",
-                                                  stage="full_step", sort_envs=s, sort_every=k, lean=k == 1,
-                                                  sort_key=key)
-                                   for s, k, key in ((False, 1, "pc"), (True, 3, "pc"), (True, 1, "pc"),
-                                                     (True, 1, "path")))
+    plain, sorted_, every, path, stack = (WarpVecBackend(rom, 6, schedule=ActionSchedule(3, 1), boot="skip",
+                                                         stage="full_step", sort_envs=s, sort_every=k, lean=k == 1,
+                                                         sort_key=key)
+                                          for s, k, key in ((False, 1, "pc"), (True, 3, "pc"), (True, 1, "pc"),
+                                                            (True, 1, "path"), (True, 2, "stack")))
     rng = np.random.default_rng(1)
     for _ in range(5):
         acts = rng.integers(0, plain.codec.num_actions, 6).astype(np.int32)
-        for b in (plain, sorted_, every, path):
+        for b in (plain, sorted_, every, path, stack):
             b.step(acts)
         assert len(set(sorted_.fields.numpy().reshape(-1, 6)[9])) > 1  # the envs did end at different PCs
-        for b in (sorted_, every, path):
+        for b in (sorted_, every, path, stack):
             assert np.array_equal(plain.fields.numpy(), b.fields.numpy())
             assert np.array_equal(plain.ram.numpy(), b.ram.numpy())
             assert np.array_equal(plain.rewards.numpy(), b.rewards.numpy())
@@ -219,3 +219,34 @@ def test_field_values_and_wram_bytes_read_every_env():
         assert b.field_values("instructions")[e] == b.env_fields(e)["instructions"]
     with pytest.raises(ValueError):
         b.wram_bytes(0xE000)
+
+
+def test_stack_sort_key_reads_the_word_at_sp_within_the_region():
+    """The "stack" key's high bits are the 16-bit word at SP where SP lies in WRAM or HRAM (0xDFFF's high
+    byte from 0xC000, as the echo), else 0; a wild SP never reads outside its region's rows."""
+    import warp as wp
+
+    from gbxcule.core.schema import FIELD_INDEX
+    from gbxcule.kernels.snapshot import stack_key_kernel
+    from gbxcule.roms import resolve_rom
+
+    n = 6
+    b = WarpVecBackend(str(resolve_rom("JOY_DIVERGE_PERSIST")), n, schedule=ActionSchedule(3, 1), boot="skip",
+                       sort_key="stack", sort_envs=True)
+    b.step(np.arange(n, dtype=np.int32) % b.codec.num_actions)
+    fields = b.fields.numpy().reshape(-1, n)
+    fields[FIELD_INDEX["sp"]] = [0xC123, 0xDFFF, 0xFF90, 0xFFFE, 0x1234, 0xFFFF]
+    b.fields.assign(fields.reshape(-1))
+    ram = b.ram.numpy()
+    rng = np.random.default_rng(0)
+    word = lambda lo, hi, e: int(ram[lo, e]) | int(ram[hi, e]) << 8  # noqa: E731
+    ram[:] = rng.integers(0, 256, ram.shape, dtype=np.uint8)
+    b.ram.assign(ram)
+    keys, envs = (wp.zeros(2 * n, dtype=wp.int32, device="cpu") for _ in range(2))
+    wp.launch(stack_key_kernel, dim=n, device="cpu",
+              inputs=[b.fields, b.actions, b.ram, keys, envs, n, FIELD_INDEX["pc"], FIELD_INDEX["sp"],
+                      b.layout.bases["wram"], b.layout.bases["hram"]])
+    w, h = b.layout.bases["wram"], b.layout.bases["hram"]
+    want = [word(w + 0x123, w + 0x124, 0), word(w + 0x1FFF, w, 1), word(h + 0x10, h + 0x11, 2), 0, 0, 0]
+    assert [int(k) >> 15 for k in keys.numpy()[:n]] == want
+    assert all(k >= 0 for k in keys.numpy()[:n])

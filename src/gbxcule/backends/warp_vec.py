@@ -40,7 +40,7 @@ from gbxcule.core.snapshot import EnvState, Snapshot, encode_snapshot, write_sna
 
 RENDER_MODES = {"none": 0, "last": 1, "all": 2}
 OBS_MODES = ("stride", "mean")
-SORT_KEYS = ("pc", "path")
+SORT_KEYS = ("pc", "path", "stack")
 # The speed knobs of WarpVecBackend (results do not depend on them): what configs may set.
 TUNING_OPTIONS = ("sort_envs", "sort_every", "sort_key", "lean", "block_dim")
 
@@ -183,7 +183,8 @@ class WarpVecBackend:
         self.sort_every = sort_every
         # sort_key: "pc" orders by (PC, action); "path" (the default) puts in front of them the instructions each
         # env ran since the last sort, so envs waiting at the same HALT but in different game modes part
-        # (BENCHMARKS.md, "Sort keys": +3% median, +26% on the slowest game of the public set).
+        # (BENCHMARKS.md, "Sort keys": +3% median, +26% on the slowest game of the public set); "stack" puts
+        # the word at SP (the waiting routine's caller) in front of them instead (not measured on a GPU yet).
         if sort_key not in SORT_KEYS:
             raise ValueError(f"sort_key must be one of {', '.join(SORT_KEYS)}, not {sort_key!r}")
         self.sort_key = sort_key
@@ -237,7 +238,7 @@ class WarpVecBackend:
             starts.add(frames - 1)  # the drawn last frame runs alone in the full kernel
         bounds = sorted(starts) + [frames]
         if sort:
-            from gbxcule.kernels.snapshot import path_key_kernel, sort_key_kernel
+            from gbxcule.kernels.snapshot import path_key_kernel, sort_key_kernel, stack_key_kernel
         perm = self._perm if sort else self._no_perm
         for begin, end in pairwise(bounds):
             if sort and begin % every == 0:
@@ -245,10 +246,15 @@ class WarpVecBackend:
                     wp.launch(path_key_kernel, dim=n, device=self.device,
                               inputs=[self.fields, actions, self._sort_prev, self._sort_keys, self._sort_vals, n,
                                       FIELD_INDEX["pc"], FIELD_INDEX["instructions"]])
+                elif self.sort_key == "stack":
+                    wp.launch(stack_key_kernel, dim=n, device=self.device,
+                              inputs=[self.fields, actions, self.ram, self._sort_keys, self._sort_vals, n,
+                                      FIELD_INDEX["pc"], FIELD_INDEX["sp"], self.layout.bases["wram"],
+                                      self.layout.bases["hram"]])
                 else:
                     wp.launch(sort_key_kernel, dim=n, device=self.device,
                               inputs=[self.fields, actions, self._sort_keys, self._sort_vals, n, FIELD_INDEX["pc"]])
-                bits = 31 if self.sort_key == "path" else 24
+                bits = 24 if self.sort_key == "pc" else 31
                 wp.utils.radix_sort_pairs(self._sort_keys, self._sort_vals, n, end_bit=bits)
             kernels = self._kernels
             if lean and not (render == 1 and end == frames):

@@ -41,9 +41,10 @@ def register(sub) -> None:
                         "warps (default: on for CUDA, off for the CPU device)")
     p.add_argument("--sort-every", type=int, default=1, metavar="FRAMES",
                    help="warp backends with --sort-envs: sort every FRAMES frames, one launch each (default 1)")
-    p.add_argument("--sort-key", default="path", choices=("pc", "path"),
+    p.add_argument("--sort-key", default="path", choices=("pc", "path", "stack"),
                    help="warp backends with --sort-envs: order by the instructions each env ran since the last sort, "
-                        "then (PC, action) (path, the default), or by (PC, action) alone (pc)")
+                        "then (PC, action) (path, the default), by (PC, action) alone (pc), or by the word at SP "
+                        "(the waiting routine's caller), then (PC, action) (stack)")
     p.add_argument("--lean", default=None, action=argparse.BooleanOptionalAction,
                    help="warp backends: run frames that draw nothing in a kernel built without the renderer "
                         "(default: on for CUDA, off for the CPU device)")

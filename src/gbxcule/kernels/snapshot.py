@@ -12,8 +12,8 @@ little-endian uint32 word (the last word zero-padded). Envs live interleaved (`f
   stores to the interleaved arrays are adjacent. The slot of env e is `slots[e]` (reduced into range), or
   by the seeded rule `reset_slot(seed, e, epoch) % K`.
 - `gather_kernel`: the rows of a few envs, for reading them on the host.
-- `sort_key_kernel`, `path_key_kernel`: the keys the backend's `sort_envs` orders threads by: (PC, action),
-  or (instructions run since the last sort, PC, action).
+- `sort_key_kernel`, `path_key_kernel`, `stack_key_kernel`: the keys the backend's `sort_envs` orders threads
+  by: (PC, action), (instructions run since the last sort, PC, action), or (the word at SP, PC, action).
 - `broadcast_kernel`: one state into every env (the backend's reset to its start state).
 - `pyboy_loader_kernel`: what PyBoy's state loader recomputes instead of loading (the STAT line, the
   mode-3 length, the RTC catch-up), run on the CPU device with the kernels' own functions.
@@ -146,6 +146,29 @@ def path_key_kernel(fields: wp.array(dtype=wp.int32), actions: wp.array(dtype=wp
     prev[e] = now
     bucket = wp.clamp(ran >> 3, 0, 2047)  # a restore or reset in between gives any value: still in range
     keys[e] = (bucket << 20) | ((fields[pc_row * n + e] & 0xFFFF) << 4) | (actions[e] & 0xF)
+    envs[e] = e
+
+
+@wp.kernel(enable_backward=False)
+def stack_key_kernel(fields: wp.array(dtype=wp.int32), actions: wp.array(dtype=wp.int32),
+                     ram: wp.array2d(dtype=wp.uint8), keys: wp.array(dtype=wp.int32), envs: wp.array(dtype=wp.int32),
+                     n: wp.int32, pc_row: wp.int32, sp_row: wp.int32, wram: wp.int32, hram: wp.int32):
+    """Key of env e by its caller: the 16-bit word at SP (the return address of the routine it waits in,
+    when SP lies in WRAM or HRAM, else 0), then its PC's low 11 bits, then its action (low 4 bits): envs that
+    wait at the same HALT from different game modes part. RAM rows are masked into the region: a wild SP
+    reads inside it. 31 key bits."""
+    e = wp.tid()
+    sp = fields[sp_row * n + e] & 0xFFFF
+    w_lo = wram + ((sp - 0xC000) & 0x1FFF)
+    w_hi = wram + ((sp + 1 - 0xC000) & 0x1FFF)  # 0xDFFF + 1 reads 0xC000, as the echo does
+    h_lo = hram + wp.min((sp - 0xFF80) & 0x7F, 125)
+    h_hi = hram + wp.min((sp + 1 - 0xFF80) & 0x7F, 126)
+    in_w = sp >= 0xC000 and sp <= 0xDFFF
+    in_h = sp >= 0xFF80 and sp <= 0xFFFD
+    w_word = wp.int32(ram[w_lo, e]) | (wp.int32(ram[w_hi, e]) << 8)
+    h_word = wp.int32(ram[h_lo, e]) | (wp.int32(ram[h_hi, e]) << 8)
+    caller = wp.where(in_w, w_word, wp.where(in_h, h_word, 0))
+    keys[e] = (caller << 15) | ((fields[pc_row * n + e] & 0x7FF) << 4) | (actions[e] & 0xF)
     envs[e] = e
 
 
