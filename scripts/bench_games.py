@@ -21,6 +21,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+from gbxcule.backends.warp_vec import DEFAULT_SORT_KEY, SORT_KEYS
 from gbxcule.core.action_codec import CODECS, get_codec
 from gbxcule.core.cartridge import load_rom
 from gbxcule.core.errors import GbxculeError
@@ -77,6 +78,9 @@ def main() -> int:
     states = Path(args.states) if args.states else folder / "states"
     warp_backend = "warp_vec_cuda" if args.device.startswith("cuda") else "warp_vec_cpu"
     keys = [k for k in args.sort_keys.split(",") if k]
+    if not keys or set(keys) - set(SORT_KEYS):
+        sys.stderr.write(f"bench_games: --sort-keys takes some of {', '.join(SORT_KEYS)}, got {args.sort_keys!r}\n")
+        return 2
     schedule = ActionSchedule(24, 8)
     pyboy_envs = args.pyboy_envs or 4 * (os.cpu_count() or 1)
     rows, failed = [], []
@@ -102,18 +106,17 @@ def main() -> int:
             opts = {"stage": "full_step"}
             for key in keys:
                 row[f"sps_{key}"] = run(warp_backend, args.envs, args.steps, sort_key=key, **opts)
-            row["sps_fixed"] = run(warp_backend, args.envs, args.steps, "fixed", sort_key=keys[0], **opts)
+            row["sps_fixed"] = run(warp_backend, args.envs, args.steps, "fixed", **opts)  # the default sort key
             if not args.no_pyboy:
                 row["pyboy_sps"] = run("pyboy_vec_mp", pyboy_envs, args.pyboy_steps)
         except (GbxculeError, OSError, ValueError) as exc:
             failed.append({"slug": slug, "error": str(exc)})
             sys.stderr.write(f"bench_games: {slug}: {exc}\n")
             continue
-        best = max(row[f"sps_{k}"] for k in keys)
-        row["divergence"] = row["sps_fixed"] / row[f"sps_{keys[0]}"]
+        ref = DEFAULT_SORT_KEY if DEFAULT_SORT_KEY in keys else keys[0]
+        row["divergence"] = row["sps_fixed"] / row[f"sps_{ref}"]  # the cost of divergence at the default key
         if "pyboy_sps" in row:
             row["x_pyboy"] = {k: row[f"sps_{k}"] / row["pyboy_sps"] for k in keys}
-        row["best"] = best
         rows.append(row)
         print(f"{slug}: " + ", ".join(f"{k} {row[f'sps_{k}']:,.0f}" for k in keys)
               + f", fixed {row['sps_fixed']:,.0f}" + (f", PyBoy {row['pyboy_sps']:,.0f}" if "pyboy_sps" in row else ""),

@@ -41,6 +41,7 @@ from gbxcule.core.snapshot import EnvState, Snapshot, encode_snapshot, write_sna
 RENDER_MODES = {"none": 0, "last": 1, "all": 2}
 OBS_MODES = ("stride", "mean")
 SORT_KEYS = ("pc", "path", "stack")
+DEFAULT_SORT_KEY = "path"  # BENCHMARKS.md, "Sort keys"
 # The speed knobs of WarpVecBackend (results do not depend on them): what configs may set.
 TUNING_OPTIONS = ("sort_envs", "sort_every", "sort_key", "lean", "block_dim")
 
@@ -108,7 +109,7 @@ class WarpVecBackend:
                  max_registers: int | None = None, stage: str = "emulate_only", obs_mode: str = "stride",
                  obs_packed: bool = False, reward_window: tuple[int, int] = (0xC100, 0xC110),
                  sort_envs: bool | None = None, sort_every: int = 1, lean: bool | None = None,
-                 block_dim: int | None = None, sort_key: str = "path"):
+                 block_dim: int | None = None, sort_key: str = DEFAULT_SORT_KEY):
         import warp as wp
 
         from gbxcule.kernels import init_warp

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from gbxcule.backends import BACKENDS
+from gbxcule.backends.warp_vec import DEFAULT_SORT_KEY, SORT_KEYS
 from gbxcule.cli import checks
 from gbxcule.cli.common import add_state_arg
 from gbxcule.core.action_codec import CODECS, DEFAULT_CODEC
@@ -41,7 +42,7 @@ def register(sub) -> None:
                         "warps (default: on for CUDA, off for the CPU device)")
     p.add_argument("--sort-every", type=int, default=1, metavar="FRAMES",
                    help="warp backends with --sort-envs: sort every FRAMES frames, one launch each (default 1)")
-    p.add_argument("--sort-key", default="path", choices=("pc", "path", "stack"),
+    p.add_argument("--sort-key", default=DEFAULT_SORT_KEY, choices=SORT_KEYS,
                    help="warp backends with --sort-envs: order by the instructions each env ran since the last sort, "
                         "then (PC, action) (path, the default), by (PC, action) alone (pc), or by the word at SP "
                         "(the waiting routine's caller), then (PC, action) (stack)")
