@@ -1,7 +1,7 @@
 """The public game benchmark set (benchmarks/games/games.toml; ROMs fetched by scripts/fetch_games.py, never
 committed): gbxcule's full_step SPS on each game beside PyBoy on all host cores from the same state, the
-same-action bound (`--actions fixed`: the cost of divergence) and, per sort key, the median. One table, one
-JSON artifact.
+same-action bound (`--actions fixed`: the cost of divergence) and, per sort variant (a sort key, or KEY/PARTS:
+that key re-sorted PARTS times a frame), the median. One table, one JSON artifact.
 
 Each game starts from one PyBoy state taken after `--state-frames` frames of NOOPs from power-on (made here
 with PyBoy and kept in `--states`), so every backend runs the same work.
@@ -21,7 +21,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from gbxcule.backends.warp_vec import DEFAULT_SORT_KEY, SORT_KEYS
+from gbxcule.backends.warp_vec import DEFAULT_SORT_KEY, MAX_SORT_PARTS, SORT_KEYS
 from gbxcule.core.action_codec import CODECS, get_codec
 from gbxcule.core.cartridge import load_rom
 from gbxcule.core.errors import GbxculeError
@@ -48,6 +48,18 @@ def make_state(rom_path: Path, frames: int, out: Path) -> Path:
     return write_output(out, data)
 
 
+def parse_variants(text: str) -> dict[str, dict]:
+    """'path,pc/4' -> {"path": {"sort_key": "path"}, "pc/4": {"sort_key": "pc", "sort_parts": 4}}."""
+    out = {}
+    for v in (x.strip() for x in text.split(",")):
+        key, _, parts = v.partition("/")
+        if key not in SORT_KEYS or (parts and not (parts.isdigit() and 1 <= int(parts) <= MAX_SORT_PARTS)):
+            raise ValueError(f"--variants takes KEY or KEY/PARTS (KEY one of {', '.join(SORT_KEYS)}, PARTS 1 to "
+                             f"{MAX_SORT_PARTS}), got {v!r}")
+        out[v] = {"sort_key": key, **({"sort_parts": int(parts)} if parts else {})}
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--manifest", default=str(ROOT / "benchmarks/games/games.toml"))
@@ -58,8 +70,10 @@ def main() -> int:
     ap.add_argument("--envs", type=int, default=65536, help="gbxcule envs (default 65536)")
     ap.add_argument("--steps", type=int, default=5, help="timed steps (default 5)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
-    ap.add_argument("--sort-keys", default="pc,path,stack",
-                    help="sort keys to measure with random actions (default pc,path,stack)")
+    ap.add_argument("--variants", default="pc,path,stack",
+                    help="sort variants to measure with random actions: KEY (one of "
+                         f"{', '.join(SORT_KEYS)}) or KEY/PARTS (re-sorted PARTS times a frame) "
+                         "(default pc,path,stack)")
     ap.add_argument("--pyboy-envs", type=int, default=0, help="PyBoy envs (default 4 per host core; 0: that)")
     ap.add_argument("--pyboy-steps", type=int, default=3, help="PyBoy timed steps (default 3)")
     ap.add_argument("--no-pyboy", action="store_true", help="skip the PyBoy baseline")
@@ -77,9 +91,10 @@ def main() -> int:
     folder = Path(args.games)
     states = Path(args.states) if args.states else folder / "states"
     warp_backend = "warp_vec_cuda" if args.device.startswith("cuda") else "warp_vec_cpu"
-    keys = [k for k in args.sort_keys.split(",") if k]
-    if not keys or set(keys) - set(SORT_KEYS):
-        sys.stderr.write(f"bench_games: --sort-keys takes some of {', '.join(SORT_KEYS)}, got {args.sort_keys!r}\n")
+    try:
+        keys = parse_variants(args.variants)
+    except ValueError as exc:
+        sys.stderr.write(f"bench_games: {exc}\n")
         return 2
     schedule = ActionSchedule(24, 8)
     pyboy_envs = args.pyboy_envs or 4 * (os.cpu_count() or 1)
@@ -104,8 +119,8 @@ def main() -> int:
                 return r.env_steps_per_s
 
             opts = {"stage": "full_step"}
-            for key in keys:
-                row[f"sps_{key}"] = run(warp_backend, args.envs, args.steps, sort_key=key, **opts)
+            for key, kw in keys.items():
+                row[f"sps_{key}"] = run(warp_backend, args.envs, args.steps, **kw, **opts)
             row["sps_fixed"] = run(warp_backend, args.envs, args.steps, "fixed", **opts)  # the default sort key
             if not args.no_pyboy:
                 row["pyboy_sps"] = run("pyboy_vec_mp", pyboy_envs, args.pyboy_steps)
@@ -113,7 +128,7 @@ def main() -> int:
             failed.append({"slug": slug, "error": str(exc)})
             sys.stderr.write(f"bench_games: {slug}: {exc}\n")
             continue
-        ref = DEFAULT_SORT_KEY if DEFAULT_SORT_KEY in keys else keys[0]
+        ref = DEFAULT_SORT_KEY if DEFAULT_SORT_KEY in keys else next(iter(keys))
         row["divergence"] = row["sps_fixed"] / row[f"sps_{ref}"]  # the cost of divergence at the default key
         if "pyboy_sps" in row:
             row["x_pyboy"] = {k: row[f"sps_{k}"] / row["pyboy_sps"] for k in keys}
@@ -143,7 +158,7 @@ def main() -> int:
         print(line)
     for k, s in summary.items():
         extra = f", {s['median_x_pyboy']:.1f}x PyBoy (min {s['min_x_pyboy']:.1f}x)" if "median_x_pyboy" in s else ""
-        print(f"median, sort key {k}: {s['median_sps'] or 0:,.0f} env-steps/s{extra}")
+        print(f"median, sort {k}: {s['median_sps'] or 0:,.0f} env-steps/s{extra}")
     for f in failed:
         print(f"failed {f['slug']}: {f['error']}")
     print(f"artifact: {out}")

@@ -6,9 +6,12 @@
 #   train TASK ENVS SECONDS SEED [SEED ...] [-- EXTRA gbxcule train FLAGS]
 #   adapters         scripts/bench_adapters.py at 1,024 and 16,384 envs
 #   cold             time to the first step from an empty kernel cache and from a warm one (bench, train)
-#   games            scripts/bench_games.py: the public game set beside PyBoy (ROMs from scripts/fetch_games.py)
+#   games            scripts/bench_games.py: the public game set beside PyBoy (ROMs from scripts/fetch_games.py);
+#                    env ONLY (slugs), VARIANTS (sort variants), PYBOY=0 (no baseline), STEPS, PARTNAME
 #   speed            raw full_step at 16,384 envs: after power-on and once spread out, by sort key; and
 #                    scripts/gpu_resume_check.py (what a resumed CUDA run reproduces)
+#   parts            raw full_step at 16,384 envs once spread out, by sort key and sort_parts (no resume check)
+#   trainspeed [ARGS] scripts/bench_train.py: training SPS at 16,384 envs per variant beside raw full_step
 set -uo pipefail
 export PYTHONPATH=/root/gpu:$PWD/src GBXCULE_CACHE_DIR=/tmp/gbxc PYTHONUNBUFFERED=1
 OUT=${OUT:-out}
@@ -70,6 +73,7 @@ PY
     tar -czf "$OUT/rl_cold.tgz" -C "$RUNS" cold.txt ;;
   games)  # the public game set (benchmarks/games/games.toml), ROMs in GAMES (default /root/gpu/games)
     python3 scripts/bench_games.py --games "${GAMES:-/root/gpu/games}" --envs "${ENVS:-65536}" --only "${ONLY:-}" \
+      --variants "${VARIANTS:-pc,path,stack}" --steps "${STEPS:-5}" $([[ ${PYBOY:-1} == 0 ]] && echo --no-pyboy) \
       --out "$RUNS/games${PARTNAME:-}.json" 2>&1 | grep -v "^Module"
     tar -czf "$OUT/rl_games${PARTNAME:-}.tgz" -C "$RUNS" "games${PARTNAME:-}.json" ;;
   speed)  # raw full_step right after power-on and after 100 random steps (envs spread out), by sort key
@@ -85,6 +89,20 @@ print(f'$name $key warmup=$warm steps=$steps $acts: {r[\"env_steps_per_s\"]:,.0f
     done
     python3 scripts/gpu_resume_check.py --device cuda --out "$RUNS/resume_check.json" 2>&1 | grep -v "^Module" | tail -24
     tar -czf "$OUT/rl_speed.tgz" -C "$RUNS" . ;;
+  parts)  # sort_parts: re-sorting within frames, OVERWORLD once spread out (100 random steps first)
+    for spec in "path 1" "path 2" "path 4" "path 8" "pc 4" "stack 1" "stack 4"; do
+      read -r key parts <<< "$spec"
+      python3 -m gbxcule bench --rom OVERWORLD --backends warp_vec_cuda --stage full_step --envs 16384 \
+        --steps 20 --warmup 100 --sort-key "$key" --sort-parts "$parts" \
+        --out "$RUNS/raw_spread_${key}_p$parts.json" --json 2>/dev/null | python3 -c "
+import json, sys; d = json.loads(sys.stdin.read()); r = d['results'][0]
+print(f'spread $key parts=$parts: {r[\"env_steps_per_s\"]:,.0f} env-steps/s')" | tee -a "$RUNS/parts.txt"
+    done
+    tar -czf "$OUT/rl_parts.tgz" -C "$RUNS" . ;;
+  trainspeed)  # training SPS per variant at 16,384 envs, beside raw full_step (scripts/bench_train.py)
+    python3 scripts/bench_train.py --device cuda --num-envs "${ENVS:-16384}" --seconds "${SECONDS_EACH:-45}" "$@" \
+      --out "$RUNS/train_speed${PARTNAME:-}.json" 2>&1 | grep -v "^Module"
+    tar -czf "$OUT/rl_trainspeed${PARTNAME:-}.tgz" -C "$RUNS" "train_speed${PARTNAME:-}.json" ;;
   adapters)
     python3 scripts/bench_adapters.py --device cuda --envs 1024,16384 --pyboy-workers 16 --out "$RUNS/adapters.json" \
       2>&1 | grep -v "^Module" | tail -25

@@ -73,16 +73,19 @@ def test_bench_games_writes_a_row_per_game_and_the_median(tmp_path):
     out = tmp_path / "games.json"
     r = _run(ROOT / "scripts/bench_games.py", "--manifest", manifest, "--games", games, "--device", "cpu",
              "--envs", 2, "--steps", 1, "--warmup", 1, "--pyboy-envs", 1, "--pyboy-steps", 1, "--state-frames", 30,
-             "--out", out)
+             "--variants", "pc,path,stack,path/3", "--out", out)
     assert r.returncode == 1, r.stderr  # the missing game is reported, the other measured
     data = json.loads(out.read_text())
     assert [g["slug"] for g in data["games"]] == ["ow"] and [f["slug"] for f in data["failed"]] == ["missing"]
     row = data["games"][0]
-    for key in ("sps_pc", "sps_path", "sps_stack", "sps_fixed", "pyboy_sps"):
+    for key in ("sps_pc", "sps_path", "sps_stack", "sps_path/3", "sps_fixed", "pyboy_sps"):
         assert row[key] > 0
     assert data["summary"]["path"]["median_sps"] == row["sps_path"]
     assert (games / "states" / "ow.state").stat().st_size > 0
-    assert "median, sort key path" in r.stdout
+    assert "median, sort path" in r.stdout and "median, sort path/3" in r.stdout
+    for bad in ("path/0", "nope", "pc/x"):
+        r = _run(ROOT / "scripts/bench_games.py", "--manifest", manifest, "--games", games, "--variants", bad)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--variants" in r.stderr
 
 
 @pytest.mark.skipif(not os.environ.get("GBXCULE_TEST_ROMS"), reason="GBXCULE_TEST_ROMS is not set")

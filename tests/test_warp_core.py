@@ -250,3 +250,71 @@ def test_stack_sort_key_reads_the_word_at_sp_within_the_region():
     want = [word(w + 0x123, w + 0x124, 0), word(w + 0x1FFF, w, 1), word(h + 0x10, h + 0x11, 2), 0, 0, 0]
     assert [int(k) >> 15 for k in keys.numpy()[:n]] == want
     assert all(k >= 0 for k in keys.numpy()[:n])
+
+
+@pytest.mark.parametrize("parts,key,lean", [(3, "path", True), (7, "pc", False)])
+def test_sorting_within_frames_changes_no_result(parts, key, lean):
+    """sort_parts splits every frame into launches that stop at PPU dot counts and re-sort in between; states,
+    rewards and observations (the last frame drawn, or every frame) equal one plain launch per step."""
+    from gbxcule.roms import resolve_rom
+
+    rom = str(resolve_rom("OVERWORLD"))
+    plain, split = (WarpVecBackend(rom, 8, schedule=ActionSchedule(24, 8), stage="full_step", sort_envs=s,
+                                   sort_parts=p, sort_key=key, lean=lean) for s, p in ((False, 1), (True, parts)))
+    rng = np.random.default_rng(parts)
+    for i in range(13):  # five idle steps reach the bedroom, then random walks
+        acts = rng.integers(0, plain.codec.num_actions, 8).astype(np.int32) * (i >= 5)
+        for b in (plain, split):
+            b.step(acts, render="all" if i % 4 == 3 else "last")
+        assert np.array_equal(plain.fields.numpy(), split.fields.numpy())
+        assert np.array_equal(plain.ram.numpy(), split.ram.numpy())
+        assert np.array_equal(plain.frame_buffer().numpy(), split.frame_buffer().numpy())
+        assert np.array_equal(plain.rewards.numpy(), split.rewards.numpy())
+        assert np.array_equal(plain.obs.numpy(), split.obs.numpy())
+    assert len(set(plain.field_values("instructions"))) > 1 and plain.obs.numpy().any()  # the envs parted
+
+
+def test_a_frame_part_stops_mid_frame_and_resumes_where_it_stopped():
+    """The kernel's stop_dot ends a launch inside the frame (frame not counted, PPU short of the frame's end);
+    resume=1 finishes that frame without starting it again (the joypad press is not repeated)."""
+    from gbxcule.core.schema import BIG, FIELD_INDEX, FRAME_CYCLES
+    from gbxcule.roms import resolve_rom
+
+    rom = str(resolve_rom("OVERWORLD"))
+    whole, cut = (WarpVecBackend(rom, 2, schedule=ActionSchedule(1, 1)) for _ in range(2))
+    acts = np.array([1, 2], np.int32)
+    for b in (whole, cut):
+        for _ in range(130):  # into the game, LCD on
+            b.step(np.zeros(2, np.int32))
+    whole.step(acts)
+    k, n = cut._kernels, 2
+    frames0 = cut.field_values("frames").copy()
+    cut._device_actions(acts)
+
+    def launch(resume, stop):
+        cut._wp.launch(k.step_kernel, dim=n, device="cpu",
+                       inputs=[cut.fields, cut.mem, cut.actions, cut.masks, cut.codec.num_actions, 0, 1, 1, 1, 0, 0,
+                               cut._no_frame, cut.obs, 0, 0, cut.rewards, 0xC100, 0xC110, cut._no_perm, resume, stop])
+
+    launch(0, FRAME_CYCLES // 2)
+    f = cut.fields.numpy().reshape(-1, n)
+    assert np.array_equal(cut.field_values("frames"), frames0)
+    assert (f[FIELD_INDEX["frame_done"]] == 0).all()
+    clock = f[FIELD_INDEX["lcd_clock"]]
+    assert (clock >= FRAME_CYCLES // 2).all() and (clock < FRAME_CYCLES).all() and (f[FIELD_INDEX["lcdc"]] & 0x80).all()
+    launch(1, BIG)
+    assert np.array_equal(whole.fields.numpy(), cut.fields.numpy())
+    assert np.array_equal(whole.ram.numpy(), cut.ram.numpy())
+    launch(1, BIG)  # the frame already ended: a further resume changes nothing
+    assert np.array_equal(whole.fields.numpy(), cut.fields.numpy())
+
+
+def test_sort_parts_is_checked():
+    from gbxcule.roms import resolve_rom
+
+    rom = str(resolve_rom("ALU_LOOP"))
+    for bad in (0, 65, 2.5):
+        with pytest.raises(ValueError, match="sort_parts"):
+            WarpVecBackend(rom, 1, sort_parts=bad)
+    with pytest.raises(ValueError, match="sort_every"):
+        WarpVecBackend(rom, 1, sort_parts=2, sort_every=2)

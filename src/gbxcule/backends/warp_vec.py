@@ -28,8 +28,10 @@ from gbxcule.core.pyboy_state import write_pyboy_state
 from gbxcule.core.savestate import decode_states, env_to_pyboy, read_state_source
 from gbxcule.core.schedule import ActionSchedule
 from gbxcule.core.schema import (
+    BIG,
     FIELD_INDEX,
     FIELDS,
+    FRAME_CYCLES,
     NUM_FIELDS,
     SERIAL_CAPTURE,
     apply_dmg_boot_values,
@@ -42,8 +44,9 @@ RENDER_MODES = {"none": 0, "last": 1, "all": 2}
 OBS_MODES = ("stride", "mean")
 SORT_KEYS = ("pc", "path", "stack")
 DEFAULT_SORT_KEY = "path"  # BENCHMARKS.md, "Sort keys"
+MAX_SORT_PARTS = 64
 # The speed knobs of WarpVecBackend (results do not depend on them): what configs may set.
-TUNING_OPTIONS = ("sort_envs", "sort_every", "sort_key", "lean", "block_dim")
+TUNING_OPTIONS = ("sort_envs", "sort_every", "sort_parts", "sort_key", "lean", "block_dim")
 
 
 @cache
@@ -109,7 +112,7 @@ class WarpVecBackend:
                  max_registers: int | None = None, stage: str = "emulate_only", obs_mode: str = "stride",
                  obs_packed: bool = False, reward_window: tuple[int, int] = (0xC100, 0xC110),
                  sort_envs: bool | None = None, sort_every: int = 1, lean: bool | None = None,
-                 block_dim: int | None = None, sort_key: str = DEFAULT_SORT_KEY):
+                 block_dim: int | None = None, sort_key: str = DEFAULT_SORT_KEY, sort_parts: int = 1):
         import warp as wp
 
         from gbxcule.kernels import init_warp
@@ -182,6 +185,13 @@ class WarpVecBackend:
         if sort_every < 1:
             raise ValueError(f"sort_every must be >= 1 frame, got {sort_every}")
         self.sort_every = sort_every
+        # sort_parts: split every frame into this many launches at equal PPU dot counts and sort before
+        # each (envs that parted ways within a frame are regrouped); 1 (the default): whole frames.
+        if not isinstance(sort_parts, int) or not 1 <= sort_parts <= MAX_SORT_PARTS:
+            raise ValueError(f"sort_parts must be an integer from 1 to {MAX_SORT_PARTS}, got {sort_parts!r}")
+        if sort_parts > 1 and sort_every != 1:
+            raise ValueError("sort_parts > 1 sorts within every frame: it needs sort_every = 1")
+        self.sort_parts = sort_parts
         # sort_key: "pc" orders by (PC, action); "path" (the default) puts in front of them the instructions each
         # env ran since the last sort, so envs waiting at the same HALT but in different game modes part
         # (BENCHMARKS.md, "Sort keys": +3% median, +26% on the slowest game of the public set); "stack" puts
@@ -225,8 +235,9 @@ class WarpVecBackend:
     def _launch(self, frames: int, release_after: int, stop_at_boot_exit: int = 0, render: int = 0,
                 actions=None, dim: int | None = None) -> None:
         """One step of `frames` frames. One kernel launch, or several: with sort_envs a sort of the envs (by
-        `sort_key`) before every `sort_every` frames, and with the lean kernel, frames that draw nothing
-        apart from the drawn ones. Nothing here waits for the device."""
+        `sort_key`) before every `sort_every` frames (or `sort_parts` times a frame, a launch per part), and
+        with the lean kernel, frames that draw nothing apart from the drawn ones. Nothing here waits for the
+        device."""
         wp, n = self._wp, self.num_envs
         mean, packed, lo, hi = self._stage_args
         frame8 = self._frame if self._frame is not None else self._no_frame
@@ -238,11 +249,16 @@ class WarpVecBackend:
         if lean and render == 1:
             starts.add(frames - 1)  # the drawn last frame runs alone in the full kernel
         bounds = sorted(starts) + [frames]
+        # (begin, end, resume, stop_dot): whole frames [begin, end), or with sort_parts one part of a frame
+        parts = self.sort_parts if sort else 1
+        segments = [(b, e, 0, BIG) for b, e in pairwise(bounds)] if parts == 1 else [
+            (f, f + 1, int(j > 0), BIG if j == parts - 1 else (j + 1) * FRAME_CYCLES // parts)
+            for f in range(frames) for j in range(parts)]
         if sort:
             from gbxcule.kernels.snapshot import path_key_kernel, sort_key_kernel, stack_key_kernel
         perm = self._perm if sort else self._no_perm
-        for begin, end in pairwise(bounds):
-            if sort and begin % every == 0:
+        for begin, end, resume, stop_dot in segments:
+            if sort and (parts > 1 or begin % every == 0):
                 if self.sort_key == "path":
                     wp.launch(path_key_kernel, dim=n, device=self.device,
                               inputs=[self.fields, actions, self._sort_prev, self._sort_keys, self._sort_vals, n,
@@ -263,7 +279,7 @@ class WarpVecBackend:
             wp.launch(kernels.step_kernel, dim=n if dim is None else dim, device=self.device, block_dim=self.block_dim,
                       inputs=[self.fields, self.mem, actions, self.masks, self.codec.num_actions, begin, end, frames,
                               release_after, stop_at_boot_exit, render, frame8, self.obs, mean, packed,
-                              self.rewards, lo, hi, perm])
+                              self.rewards, lo, hi, perm, resume, stop_dot])
 
     def _lean_kernels(self):
         from gbxcule.kernels.gen import load_kernels

@@ -42,6 +42,9 @@ def register(sub) -> None:
                         "warps (default: on for CUDA, off for the CPU device)")
     p.add_argument("--sort-every", type=int, default=1, metavar="FRAMES",
                    help="warp backends with --sort-envs: sort every FRAMES frames, one launch each (default 1)")
+    p.add_argument("--sort-parts", type=int, default=1, metavar="PARTS",
+                   help="warp backends with --sort-envs: split every frame into PARTS launches at equal PPU dot "
+                        "counts and sort before each (default 1: whole frames)")
     p.add_argument("--sort-key", default=DEFAULT_SORT_KEY, choices=SORT_KEYS,
                    help="warp backends with --sort-envs: order by the instructions each env ran since the last sort, "
                         "then (PC, action) (path, the default), by (PC, action) alone (pc), or by the word at SP "
@@ -87,7 +90,7 @@ def run(args) -> int:
 
         load_env_states(args.state, rom)
     warp = {"stage": args.stage, "sort_envs": args.sort_envs, "sort_every": args.sort_every, "lean": args.lean,
-            "block_dim": args.block_dim, "sort_key": args.sort_key}
+            "block_dim": args.block_dim, "sort_key": args.sort_key, "sort_parts": args.sort_parts}
     extra = {"pyboy_puffer_vec": {"mode": args.puffer_mode}, "warp_vec_cpu": warp, "warp_vec_cuda": warp}
     results, skipped = [], []
     for b in backends:
@@ -109,6 +112,7 @@ def run(args) -> int:
     data["sort_envs"] = args.sort_envs
     data["sort_every"] = args.sort_every
     data["sort_key"] = args.sort_key
+    data["sort_parts"] = args.sort_parts
     data["lean"] = args.lean
     data["block_dim"] = args.block_dim
     data["state"] = args.state

@@ -310,11 +310,18 @@ def cpu_batch(g: wp.ref[Gb], m: Mem, budget: wp.int32):
 
 
 @wp.func
-def run_frame(g: wp.ref[Gb], m: Mem, stop_at_boot_exit: wp.int32):
+def run_frame(g: wp.ref[Gb], m: Mem, stop_at_boot_exit: wp.int32, fresh: wp.int32, stop_dot: wp.int32):
     """Emulate until the PPU ends a frame; events are processed between CPU batches. A halted CPU that
     nothing can wake skips whole PPU lines at once (`lcd_skip_lines`). With
-    stop_at_boot_exit, return right after the instruction that unmaps the boot ROM."""
-    g.frame_done = 0
+    stop_at_boot_exit, return right after the instruction that unmaps the boot ROM.
+    A frame may run in parts (the backend's sort_parts): `fresh` 0 continues the frame an earlier part
+    stopped (nothing, if it ended there), and a part stops between two batches once the PPU's dot count
+    in the frame reaches `stop_dot` (BIG: run to the frame's end). Stopping between batches and
+    going on later is the same computation, so results do not depend on the parts."""
+    if fresh != 0:
+        g.frame_done = 0
+    elif g.frame_done != 0:
+        return  # the frame ended in an earlier part
     while g.frame_done == 0:
         if stop_at_boot_exit != 0 and g.bootrom == 0:
             return
@@ -333,7 +340,10 @@ def run_frame(g: wp.ref[Gb], m: Mem, stop_at_boot_exit: wp.int32):
         if timer_advance(g, g.cycles) != 0:
             g.if_ = g.if_ | INT_TIMER
         lcd_advance(g, m, g.cycles)
-    g.frames = g.frames + 1
+        if g.frame_done == 0 and g.lcd_clock >= stop_dot:
+            break
+    if g.frame_done != 0:
+        g.frames = g.frames + 1
 
 
 @wp.func
@@ -365,10 +375,12 @@ def step_kernel(fields: wp.array(dtype=wp.int32), mem: Mem, actions: wp.array(dt
                 stop_at_boot_exit: wp.int32, render: wp.int32,
                 frame8: wp.array3d(dtype=wp.uint8), obs: wp.array3d(dtype=wp.uint8), obs_mean: wp.int32,
                 obs_packed: wp.int32, rewards: wp.array(dtype=wp.float32), reward_lo: wp.int32,
-                reward_hi: wp.int32, perm: wp.array(dtype=wp.int32)):
+                reward_hi: wp.int32, perm: wp.array(dtype=wp.int32), resume: wp.int32, stop_dot: wp.int32):
     """Run frames [frame_begin, frame_end) of a step of frames_per_step frames in every env (a step may
     take several launches). render: 0 draw nothing, 1 draw the step's last frame, 2 every frame.
     Thread t runs env perm[t] when perm holds n entries (envs grouped by state share warps), else env t.
+    A frame may take several launches too: `resume` 1 continues frame_begin where the last launch left it,
+    and the last frame stops at PPU dot `stop_dot` (BIG: at its end; see run_frame).
     Stage $STAGE: the epilogue after the step's last frame writes $STAGE_WRITES."""
     t = wp.tid()
     n = mem.n_envs
@@ -378,7 +390,7 @@ $LOAD
     g.env = e
     g.n = n
     g.render = 0
-    if frame_begin == 0:
+    if frame_begin == 0 and resume == 0:
         rebase(g)  # cycle fields count from the start of the step, however many launches it takes
     action = actions[e]
     if action < 0 or action >= num_actions:
@@ -386,7 +398,10 @@ $LOAD
     dpad = masks[action * 2]
     buttons = masks[action * 2 + 1]
     for frame in range(frame_begin, frame_end):
-        if frame == 0:
+        fresh = wp.where(resume != 0 and frame == frame_begin, 0, 1)
+        if fresh == 0:
+            pass  # the frame's start ran in an earlier launch
+        elif frame == 0:
             if release_after > 0 and (dpad | buttons) != 0:
                 g.if_ = g.if_ | INT_JOYPAD  # buttons go down at the start of the step
             if release_after > 0:
@@ -399,10 +414,10 @@ $LOAD
             g.joy_dpad = 15
             g.joy_buttons = 15
         draw = $DRAW
-        if draw != 0 and g.render == 0 and g.screen_fill != 0:
+        if fresh != 0 and draw != 0 and g.render == 0 and g.screen_fill != 0:
             fill_frame(g, mem, g.screen_fill - 1)  # the screen was blanked while nothing was drawn
         g.render = draw
-        run_frame(g, mem, stop_at_boot_exit)
+        run_frame(g, mem, stop_at_boot_exit, fresh, wp.where(frame == frame_end - 1, stop_dot, BIG))
         if stop_at_boot_exit != 0 and g.bootrom == 0:
             break
 $EPILOGUE
@@ -449,7 +464,7 @@ def kernel_source(max_registers: int | None = None, stage: str = "emulate_only",
     src = _MODULE.replace("$LOAD", load).replace("$STORE", store).replace("$REBASE", rebase)
     src = src.replace("$KERNEL_OPTIONS", f", cuda_max_registers={max_registers}" if max_registers else "")
     if epilogue:  # only the launch that ends the step writes the stage outputs
-        epilogue = "    if frame_end >= frames_per_step:" + textwrap.indent(epilogue, "    ")
+        epilogue = "    if frame_end >= frames_per_step and stop_dot == BIG:" + textwrap.indent(epilogue, "    ")
     src = src.replace("$DRAW", _DRAW if draws else "0")
     src = src.replace("$EPILOGUE", epilogue).replace("$STAGE_WRITES", writes).replace("$STAGE", stage)
     for key, text in _template_sources().items():
