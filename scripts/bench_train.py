@@ -8,7 +8,8 @@ One table, one JSON artifact.
 
 Each variant is a fresh `gbxcule train` process limited to `--seconds` of training; the first `--skip`
 updates (compilation, warm-up) are left out of its figures. Raw SPS comes from `gbxcule bench`'s measurement
-(seeded random actions, 24 frames a step) right after power-on and once the envs have spread out.
+(seeded random actions, 24 frames a step) right after power-on, after `--spread-warmup` random steps from
+power-on, and after as many from the task's own start (the game states training sees, without the trainer).
 """
 
 from __future__ import annotations
@@ -51,6 +52,10 @@ def run_variant(args, name: str, flags: str, folder: Path) -> dict:
 
 
 def raw_sps(args) -> dict:
+    import numpy as np
+
+    from gbxcule.backends import make_backend
+    from gbxcule.core.action_codec import get_codec
     from gbxcule.core.cartridge import load_rom
     from gbxcule.core.schedule import ActionSchedule
     from gbxcule.harness.bench import measure
@@ -61,11 +66,20 @@ def raw_sps(args) -> dict:
     rom = load_rom(str(resolve_rom(task.rom)))
     backend = "warp_vec_cuda" if args.device.startswith("cuda") else "warp_vec_cpu"
     sched = ActionSchedule(task.frames_per_step, task.release_after_frames)
+    # the task's own start (its script from power-on, played in one env and saved), then random actions: the
+    # game states the trainer's envs are in, without the trainer
+    one = make_backend(backend, rom, num_envs=1, codec=get_codec(task.codec), schedule=sched)
+    for action in task.start.script:
+        one.step(np.array([action], np.int32))
     out = {}
-    for name, warmup, steps in (("power_on", 3, 5), ("spread", args.spread_warmup, 10)):
-        r = measure(backend, rom, args.num_envs, steps, sched, task.codec, "seeded_random", 0, warmup,
-                    stage="full_step")
-        out[name] = r.env_steps_per_s
+    with tempfile.TemporaryDirectory(prefix="bench_train_state_") as tmp:
+        start = one.save_state(Path(tmp) / "start.state")
+        for name, warmup, steps, state in (("power_on", 3, 5, None), ("spread", args.spread_warmup, 10, None),
+                                           ("task_start", args.spread_warmup, 10, Path(tmp) / "start.state")):
+            r = measure(backend, rom, args.num_envs, steps, sched, task.codec, "seeded_random", 0, warmup,
+                        state=str(state) if state else None, stage="full_step")
+            out[name] = r.env_steps_per_s
+    del start
     return out
 
 
