@@ -124,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{summary['roms'] - summary['failures']}/{summary['roms']} ROMs ok on {args.device}"
           f"{' (debug mode)' if args.debug else ''} in {summary['seconds']:.1f} s")
     if os.environ.get("OUT"):
+        os.makedirs(os.environ["OUT"], exist_ok=True)
         with open(os.path.join(os.environ["OUT"], "fuzz_gpu.json"), "w") as f:
             json.dump(summary, f, indent=2)
     return 1 if summary["failures"] else 0
