@@ -197,7 +197,10 @@ def test_state_dict_round_trip_is_bit_exact():
     other = GameEnv(**kw)  # a fresh env resumes the same way
     other.load_state_dict(sd)
     assert _equal(_trajectory(other, acts), ref)
-    assert other.episode_stats() == pytest.approx(stats, nan_ok=True)
+    got = other.episode_stats()
+    assert [got.pop(k) for k in ("slot_episodes", "slot_successes")] == [stats.pop(k) for k in
+                                                                         ("slot_episodes", "slot_successes")]
+    assert got == pytest.approx(stats, nan_ok=True)
     for other_kw in (dict(stack_k=2), dict(start_states=("random_noops", 3, 2))):
         with pytest.raises(EnvConfigError):
             GameEnv(**(kw | other_kw)).load_state_dict(sd)
@@ -419,3 +422,30 @@ def test_solution_starts_lie_along_the_demonstration():
     assert len({env.slot_obs[i].numpy().tobytes() for i in range(k)}) == k
     with pytest.raises(EnvConfigError):
         GameEnv(rom="OVERWORLD", num_envs=1, device="cpu", start_states=("solution", 4))
+
+
+def test_episode_stats_count_episodes_and_successes_per_start_slot():
+    """slot_episodes / slot_successes: the finished episodes and their successes by the slot each episode
+    started from (counted here on the host from the env's per-step slots), summing to the totals."""
+    sol = TASK_BY_NAME["leave_house"].solution
+    env = GameEnv(task="leave_house", num_envs=6, start_states=("solution", 4, 0), max_steps=len(sol) + 2,
+                  info_mode="full")
+    env.reset(seed=1)
+    k = env.num_slots
+    eps, oks = np.zeros(k, np.int64), np.zeros(k, np.int64)
+    rng = np.random.default_rng(2)
+    t = np.zeros(6, np.int64)
+    for _ in range(3 * len(sol)):
+        slot = env._slots.numpy().copy()
+        acts = np.where(np.arange(6) < 3, np.asarray(sol)[np.minimum(t, len(sol) - 1)], rng.integers(0, 8, 6))
+        _, _, _, _, info = env.step(acts)
+        done, ok = info["done"].numpy(), info["success"].numpy()
+        np.add.at(eps, slot[done], 1)
+        np.add.at(oks, slot[done & ok], 1)
+        t = np.where(done, 0, t + 1)
+    s = env.episode_stats()
+    assert s["slot_episodes"] == eps.tolist() and s["slot_successes"] == oks.tolist()
+    assert sum(s["slot_episodes"]) == s["episodes"] > 0 and sum(s["slot_successes"]) > 0
+    assert len(s["slot_episodes"]) == k == 4
+    assert env.episode_stats()["slot_episodes"] == [0] * k  # cleared once read
+    assert "slot_episodes" not in GameEnv(task="leave_house", num_envs=2).episode_stats()  # one slot: no lists

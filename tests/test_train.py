@@ -160,3 +160,17 @@ def test_set_overrides_merge_tables_and_reject_bad_items(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc != 0 and len(err) == 1 and "sort_key" in err[0]
     assert not (tmp_path / "r" / "checkpoint.pt").exists()
+
+
+def test_plot_draws_success_by_start_slot_when_the_log_has_it(tmp_path):
+    from gbxcule.rl.plot import plot_runs, slot_success_grid
+
+    rows = [{"update": u, "env_steps": 100 * u, "episode_return": 0.1 * u, "success_rate": 0.5, "entropy": 2.0,
+             "sps": 1000.0, "slot_episodes": [2, 0, 4], "slot_successes": [1, 0, u]} for u in (1, 2, 3)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    edges, rates = slot_success_grid(rows)
+    assert edges == [0, 100, 200, 300] and rates[0][0] == 0.5 and math.isnan(rates[0][1]) and rates[2][2] == 0.75
+    assert slot_success_grid([{"env_steps": 1}]) is None
+    written = plot_runs([tmp_path])
+    assert [p.name for p in written][-1] == "success_by_start_slot.png" and len(written) == 5
+    assert written[-1].stat().st_size > 1000

@@ -50,7 +50,8 @@ _STAT_NAMES = ("episodes", "return_sum", "length_sum", "success_sum", "truncated
 
 _STATE_TENSORS = ("steps", "episodes", "ep_return", "ep_success", "success", "distance", "_dist_sum", "_prev_sum",
                   "_near", "final_return", "final_length", "final_success", "_stats", "rewards", "terminated",
-                  "truncated")
+                  "truncated", "_slot_stats")
+_NEWER_STATE = ("_slot_stats",)  # absent from env states saved before it existed: zero then
 
 
 class EnvConfigError(GbxculeError, ValueError):
@@ -325,6 +326,10 @@ class GameEnv:
         self._slot_screen = self._wp.array(slot_screen, dtype=self._wp.uint8, device=self.wp_device)
         self.slot_sum = (self.scorer.distance_sum(self.slot_obs) if self.scorer is not None
                          else self.torch.zeros(k, dtype=self.torch.int32, device=self.device))
+        # finished episodes and successes per start slot since the last episode_stats() (a demonstration
+        # start's slot i replays i/K of the solution: how far back success has spread)
+        self._slot_stats = self.torch.zeros((k, 2), dtype=self.torch.float64, device=self.device)
+        self._slot_pair = self.torch.zeros((self.num_envs, 2), dtype=self.torch.float64, device=self.device)
 
     def _save_slots(self, store, envs, first: int, slot_obs, slot_screen) -> None:
         """Copy backend envs `envs` into slots first + j, with their observation and screen."""
@@ -404,7 +409,7 @@ class GameEnv:
         self._done.fill_(True)
         self._restore_done(seed)
         for buf in (self.steps, self.ep_return, self.ep_success, self.success, self._near, self.rewards,
-                    self.terminated, self.truncated, self._stats):
+                    self.terminated, self.truncated, self._stats, self._slot_stats):
             buf.zero_()
         self._dist_sum.copy_(self._prev_sum)
         if self.scorer is not None:
@@ -528,6 +533,11 @@ class GameEnv:
                 self.success.sum())
         torch.stack([x.to(torch.float64) for x in vals], out=v)
         self._stats[:len(vals)] += v
+        if self.num_slots > 1:  # `_slots` still holds the slot each ending episode started from
+            pair = self._slot_pair
+            pair[:, 0].copy_(d)
+            pair[:, 1].copy_(self.ep_success & d)
+            self._slot_stats.index_add_(0, self._slots, pair)
 
     def _info(self, first: bool = False) -> dict:
         """info per `info_mode`. Values are device tensors in buffers the env owns and overwrites on the next
@@ -564,13 +574,20 @@ class GameEnv:
     # --- reading stats (synchronises; once per update) ----------------------------------------------------
     def episode_stats(self, clear: bool = True) -> dict[str, float]:
         """Totals since the last call: finished episodes, their mean return, length and success rate, and
-        rates per env-step; reads the device once. Raises ValueError if out-of-range actions were seen."""
+        rates per env-step; with several start slots also `slot_episodes` and `slot_successes` (lists, one
+        entry per slot, by the slot each episode started from). Reads the device once. Raises ValueError if
+        out-of-range actions were seen."""
         self._raise_bad_actions()
         s = dict(zip(_STAT_NAMES, self._stats.tolist(), strict=True))
+        per_slot = {}
+        if self.num_slots > 1:
+            eps_k, ok_k = self._slot_stats.T.tolist()
+            per_slot = {"slot_episodes": [int(x) for x in eps_k], "slot_successes": [int(x) for x in ok_k]}
         if clear:
             self._stats.zero_()
+            self._slot_stats.zero_()
         eps, steps = s["episodes"], max(s["steps"], 1.0)
-        return {"episodes": int(eps), "env_steps": int(s["steps"]),
+        return {**per_slot, "episodes": int(eps), "env_steps": int(s["steps"]),
                 "episode_return": s["return_sum"] / eps if eps else float("nan"),
                 "episode_length": s["length_sum"] / eps if eps else float("nan"),
                 "success_rate": s["success_sum"] / eps if eps else float("nan"),
@@ -606,7 +623,10 @@ class GameEnv:
                                  f"{tuple(self._ring.shape)}")
         self._pos, self.seed = int(d["pos"]), int(d["seed"])
         for name in _STATE_TENSORS:
-            getattr(self, name).copy_(d[name])
+            if name in d or name not in _NEWER_STATE:
+                getattr(self, name).copy_(d[name])
+            else:
+                getattr(self, name).zero_()
         self._ring.copy_(d["ring"])
         for name in ("_nov_ram", "_nov_px"):
             table = getattr(self, name)

@@ -53,4 +53,33 @@ def plot_runs(runs, out: str | Path | None = None, x: str = "env_steps") -> list
         path = folder / f"{key}.png"
         written.append(write_output(path, lambda tmp, fig=fig: fig.savefig(tmp, format="png"), inputs=list(runs)))
         plt.close(fig)
+    for name, rows in data.items():  # runs with several start slots: success by slot over training
+        grid = slot_success_grid(rows)
+        if grid is None:
+            continue
+        steps, rates = grid
+        fig, ax = plt.subplots(figsize=(6, 3.6), dpi=110)
+        mesh = ax.pcolormesh(steps, range(len(rates[0]) + 1), [list(c) for c in zip(*rates, strict=True)],
+                             vmin=0, vmax=1, cmap="viridis", shading="flat")
+        fig.colorbar(mesh, ax=ax, label="success rate")
+        ax.set_title(f"success by start slot{'' if len(data) == 1 else ': ' + Path(name).name}")
+        ax.set_xlabel("env-steps")
+        ax.set_ylabel("start slot")
+        fig.tight_layout()
+        path = folder / ("success_by_start_slot.png" if len(data) == 1 else
+                         f"success_by_start_slot_{Path(name).name}.png")
+        written.append(write_output(path, lambda tmp, fig=fig: fig.savefig(tmp, format="png"), inputs=list(runs)))
+        plt.close(fig)
     return written
+
+
+def slot_success_grid(rows: list[dict]):
+    """(env-step edges, per update the success rate of each start slot, NaN where none ended) from the
+    `slot_episodes` / `slot_successes` of a run's log, or None when it has no such lists."""
+    rows = [r for r in rows if r.get("slot_episodes") and r.get("env_steps") is not None]
+    if not rows:
+        return None
+    edges = [0] + [r["env_steps"] for r in rows]
+    rates = [[s / e if e else float("nan") for e, s in zip(r["slot_episodes"], r["slot_successes"], strict=True)]
+             for r in rows]
+    return edges, rates
