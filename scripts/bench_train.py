@@ -52,13 +52,10 @@ def run_variant(args, name: str, flags: str, folder: Path) -> dict:
 
 
 def raw_sps(args) -> dict:
-    import numpy as np
-
-    from gbxcule.backends import make_backend
-    from gbxcule.core.action_codec import get_codec
     from gbxcule.core.cartridge import load_rom
     from gbxcule.core.schedule import ActionSchedule
     from gbxcule.harness.bench import measure
+    from gbxcule.rl.env import GameEnv, _bare
     from gbxcule.rl.tasks import load_task
     from gbxcule.roms import resolve_rom
 
@@ -66,20 +63,20 @@ def raw_sps(args) -> dict:
     rom = load_rom(str(resolve_rom(task.rom)))
     backend = "warp_vec_cuda" if args.device.startswith("cuda") else "warp_vec_cpu"
     sched = ActionSchedule(task.frames_per_step, task.release_after_frames)
-    # the task's own start (its script from power-on, played in one env and saved), then random actions: the
-    # game states the trainer's envs are in, without the trainer
-    one = make_backend(backend, rom, num_envs=1, codec=get_codec(task.codec), schedule=sched)
-    for action in task.start.script:
-        one.step(np.array([action], np.int32))
     out = {}
     with tempfile.TemporaryDirectory(prefix="bench_train_state_") as tmp:
-        start = one.save_state(Path(tmp) / "start.state")
+        # the task's own start, as GameEnv builds it (script, state files), saved from one env; random actions
+        # from there: the game states the trainer's envs are in, without the trainer
+        start = Path(tmp) / "start.state"
+        env = GameEnv(None, 1, args.device, task=_bare(task), info_mode="none")
+        env.reset(seed=0)
+        env.backend.save_state(start)
+        env.close()
         for name, warmup, steps, state in (("power_on", 3, 5, None), ("spread", args.spread_warmup, 10, None),
-                                           ("task_start", args.spread_warmup, 10, Path(tmp) / "start.state")):
+                                           ("task_start", args.spread_warmup, 10, start)):
             r = measure(backend, rom, args.num_envs, steps, sched, task.codec, "seeded_random", 0, warmup,
                         state=str(state) if state else None, stage="full_step")
             out[name] = r.env_steps_per_s
-    del start
     return out
 
 

@@ -536,7 +536,7 @@ class GameEnv:
         if self.num_slots > 1:  # `_slots` still holds the slot each ending episode started from
             pair = self._slot_pair
             pair[:, 0].copy_(d)
-            pair[:, 1].copy_(self.ep_success & d)
+            pair[:, 1].copy_(d).mul_(self.ep_success)  # in place: no temporary per step
             self._slot_stats.index_add_(0, self._slots, pair)
 
     def _info(self, first: bool = False) -> dict:
