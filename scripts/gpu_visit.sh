@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU visit's work (see DEVELOPERS.md "device"): run from the repository root on the GPU machine after
-# .gpu/install.sh. Usage: bash scripts/gpu_visit.sh PART   (PART: puffer | check | cuda | sweep | cpu | ncu)
+# .gpu/install.sh. Usage: bash scripts/gpu_visit.sh PART   (PART: puffer | check | cuda | sweep | cpu | ncu |
+#   ncu_games: Nsight Compute with line info on one lean launch of each game in GAMES_NCU, from GAMES/states)
 set -uo pipefail
 export PYTHONPATH=/root/gpu:/root/gpu/puffer/site:$PWD/src GBXCULE_CACHE_DIR=/tmp/gbxc
 OUT=${OUT:-out}
@@ -40,6 +41,22 @@ case $1 in
       ncu --import "$OUT/ncu_$rom.ncu-rep" --page details > "$OUT/ncu_${rom}_details.txt"
       ncu --import "$OUT/ncu_$rom.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_${rom}_sass.csv"
     done ;;
+  ncu_games)  # GAMES (default /root/gpu/games) holds <slug>.gb and states/<slug>.state; GAMES_NCU slugs; ENVS
+    games=${GAMES:-/root/gpu/games}
+    for slug in ${GAMES_NCU:-geometrix shock-lobster}; do
+      args="--rom $games/$slug.gb --state $games/states/$slug.state --codec pokemonred_puffer_v1 --lineinfo"
+      python3 scripts/profile_step.py $args --envs 64 --steps 1 > /dev/null  # build the kernels first
+      ncu --clock-control none -k regex:step_kernel --launch-skip 130 --launch-count 1 --set full \
+        --import-source yes -f -o "$OUT/ncu_$slug" python3 scripts/profile_step.py $args --envs ${ENVS:-65536} \
+        --steps 7 | tail -3
+      ncu --import "$OUT/ncu_$slug.ncu-rep" --page details > "$OUT/ncu_${slug}_details.txt"
+      ncu --import "$OUT/ncu_$slug.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_${slug}_sass.csv"
+      ncu --import "$OUT/ncu_$slug.ncu-rep" --page source --csv --print-source cuda > "$OUT/ncu_${slug}_cuda.csv"
+      python3 scripts/ncu_summary.py "$OUT/ncu_${slug}_sass.csv" | tee "$OUT/ncu_${slug}_summary.txt"
+    done
+    xz -9 "$OUT"/*.csv
+    find ~/.cache/warp -name "*.cu" -exec cp {} "$OUT/" \; 2>/dev/null
+    xz -9 "$OUT"/*.cu 2>/dev/null; rm -f "$OUT"/*.ncu-rep; ls -la "$OUT" ;;
   cpu)
     nproc
     for rom in ${ROMS:-JOY_DIVERGE_PERSIST OVERWORLD}; do

@@ -24,16 +24,25 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--stage", default="full_step")
     p.add_argument("--actions", default="seeded_random")
+    p.add_argument("--codec", default=None, help="action codec (default: the backend's)")
+    p.add_argument("--state", default=None, help="start every env from this state file (PyBoy or gbxcule)")
+    p.add_argument("--sort-parts", type=int, default=1, help="the backend's sort_parts (default 1)")
     p.add_argument("--lineinfo", action="store_true", help="compile with line info (ncu's source page by line)")
     args = p.parse_args()
     import warp as wp
 
     wp.config.lineinfo = args.lineinfo
+    from gbxcule.backends import load_start_state
     from gbxcule.backends.warp_vec import WarpVecBackend
     from gbxcule.harness.actions import make_action_gen
     from gbxcule.roms import resolve_rom
 
-    backend = WarpVecBackend(str(resolve_rom(args.rom)), num_envs=args.envs, device="cuda", stage=args.stage)
+    backend = WarpVecBackend(str(resolve_rom(args.rom)), num_envs=args.envs, device="cuda",
+                             **({"codec": args.codec} if args.codec else {}), stage=args.stage,
+                             sort_parts=args.sort_parts)
+    backend.reset(seed=0)
+    if args.state:
+        load_start_state(backend, args.state)
     gen = make_action_gen(args.actions, backend.codec, args.envs, seed=0)
     for k in range(args.steps):
         backend.step(gen(k))
