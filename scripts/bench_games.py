@@ -3,6 +3,12 @@ committed): gbxcule's full_step SPS on each game beside PyBoy on all host cores 
 same-action bound (`--actions fixed`: the cost of divergence) and, per sort variant (a sort key, or KEY/PARTS:
 that key re-sorted PARTS times a frame), the median. One table, one JSON artifact.
 
+The same-action bounds: `shared_random` (one random action a step, taken by every env: the envs play one game
+in lockstep, so nothing diverges, on the same kind of work) and `fixed` (every env NOOP: on most games the
+title screen idles, far less work). Emulated instructions per env-step are reported beside env-steps/s,
+because random play runs several times the instructions of an idle title screen: the divergence cost is
+emulated instructions/s in lockstep (shared_random) over instructions/s at independent random actions.
+
 Each game starts from one PyBoy state taken after `--state-frames` frames of NOOPs from power-on (made here
 with PyBoy and kept in `--states`), so every backend runs the same work.
 
@@ -97,6 +103,7 @@ def main() -> int:
         sys.stderr.write(f"bench_games: {exc}\n")
         return 2
     schedule = ActionSchedule(24, 8)
+    ref = DEFAULT_SORT_KEY if DEFAULT_SORT_KEY in keys else next(iter(keys))
     pyboy_envs = args.pyboy_envs or 4 * (os.cpu_count() or 1)
     rows, failed = [], []
     for g in games:
@@ -113,28 +120,35 @@ def main() -> int:
             row = {"slug": slug, "title": g.get("title", slug), "kind": g.get("kind", ""),
                    "sha1": hashlib.sha1(path.read_bytes()).hexdigest()}
 
-            def run(backend, n, steps, actions="seeded_random", rom=rom, state=state, **kw):
+            def run(name, backend, n, steps, actions="seeded_random", rom=rom, state=state, row=row, **kw):
                 r = measure(backend, rom, n, steps, schedule, args.codec, actions, 0, args.warmup,
                             state=state, **kw)
-                return r.env_steps_per_s
+                row[f"sps_{name}"] = r.env_steps_per_s
+                if r.instructions_per_s is not None:
+                    row[f"ips_{name}"] = r.instructions_per_s  # emulated instructions/s
+                    row[f"ipstep_{name}"] = r.instructions_per_s / r.env_steps_per_s  # and per env-step
 
             opts = {"stage": "full_step"}
             for key, kw in keys.items():
-                row[f"sps_{key}"] = run(warp_backend, args.envs, args.steps, **kw, **opts)
-            row["sps_fixed"] = run(warp_backend, args.envs, args.steps, "fixed", **opts)  # the default sort key
+                run(key, warp_backend, args.envs, args.steps, **kw, **opts)
+            for bound in ("shared", "fixed"):  # at the default sort key
+                run(bound, warp_backend, args.envs, args.steps, f"{bound}_random" if bound == "shared" else bound,
+                    **opts)
             if not args.no_pyboy:
-                row["pyboy_sps"] = run("pyboy_vec_mp", pyboy_envs, args.pyboy_steps)
+                run("pyboy", "pyboy_vec_mp", pyboy_envs, args.pyboy_steps)
+                row["pyboy_sps"] = row.pop("sps_pyboy")
         except (GbxculeError, OSError, ValueError) as exc:
             failed.append({"slug": slug, "error": str(exc)})
             sys.stderr.write(f"bench_games: {slug}: {exc}\n")
             continue
-        ref = DEFAULT_SORT_KEY if DEFAULT_SORT_KEY in keys else next(iter(keys))
-        row["divergence"] = row["sps_fixed"] / row[f"sps_{ref}"]  # the cost of divergence at the default key
+        row["fixed_over_random"] = row["sps_fixed"] / row[f"sps_{ref}"]  # NOOP bound: less work as well
+        if f"ips_{ref}" in row and "ips_shared" in row:
+            row["divergence"] = row["ips_shared"] / row[f"ips_{ref}"]  # emulated instructions/s, lockstep over random
         if "pyboy_sps" in row:
             row["x_pyboy"] = {k: row[f"sps_{k}"] / row["pyboy_sps"] for k in keys}
         rows.append(row)
         print(f"{slug}: " + ", ".join(f"{k} {row[f'sps_{k}']:,.0f}" for k in keys)
-              + f", fixed {row['sps_fixed']:,.0f}" + (f", PyBoy {row['pyboy_sps']:,.0f}" if "pyboy_sps" in row else ""),
+              + f", shared {row['sps_shared']:,.0f}, fixed {row['sps_fixed']:,.0f}" + (f", PyBoy {row['pyboy_sps']:,.0f}" if "pyboy_sps" in row else ""),
               flush=True)
     summary = {}
     for k in keys:
@@ -143,20 +157,30 @@ def main() -> int:
         if rows and all("pyboy_sps" in r for r in rows):
             ratios = [r["x_pyboy"][k] for r in rows]
             summary[k].update(median_x_pyboy=statistics.median(ratios), min_x_pyboy=min(ratios))
+    divs = [r["divergence"] for r in rows if "divergence" in r]
+    if divs:
+        summary["divergence"] = {"median": statistics.median(divs), "max": max(divs)}
     data = {"games": rows, "failed": failed, "summary": summary, "envs": args.envs, "pyboy_envs": pyboy_envs,
             "host_cores": os.cpu_count(), "device": args.device, "steps": args.steps, "warmup": args.warmup,
             "state_frames": args.state_frames, "frames_per_step": 24, "codec": args.codec, "stage": "full_step",
             "environment": environment()}
     out = write_output(Path(args.out), json.dumps(data, indent=1))
     head = f"{'game':18s} {'kind':12s}" + "".join(f" {'sps ' + k:>11s}" for k in keys)
-    head += f" {'fixed':>11s} {'div':>5s} {'PyBoy':>8s}" + "".join(f" {'x ' + k:>7s}" for k in keys)
+    head += f" {'instr/step':>10s} {'shared':>11s} {'fixed':>11s} {'div':>5s} {'PyBoy':>8s}" + "".join(f" {'x ' + k:>7s}" for k in keys)
     print(head)
     for r in rows:
         line = f"{r['slug'][:18]:18s} {r['kind'][:12]:12s}" + "".join(f" {r[f'sps_{k}']:>11,.0f}" for k in keys)
-        line += f" {r['sps_fixed']:>11,.0f} {r['divergence']:>5.1f}"
+        line += (f" {r.get(f'ipstep_{ref}', 0):>10,.0f} {r['sps_shared']:>11,.0f} {r['sps_fixed']:>11,.0f}"
+                 f" {r.get('divergence', 0):>5.1f}")
         line += f" {r.get('pyboy_sps', 0):>8,.0f}" + "".join(f" {r.get('x_pyboy', {}).get(k, 0):>7.1f}" for k in keys)
         print(line)
-    for k, s in summary.items():
+    print("div: emulated instructions/s with every env on one shared random action sequence, over those with "
+          "independent random actions (default sort key)")
+    if divs:
+        print(f"divergence cost (lockstep / random, emulated instructions/s): median {statistics.median(divs):.2f}x, "
+              f"max {max(divs):.2f}x")
+    for k in keys:
+        s = summary[k]
         extra = f", {s['median_x_pyboy']:.1f}x PyBoy (min {s['min_x_pyboy']:.1f}x)" if "median_x_pyboy" in s else ""
         print(f"median, sort {k}: {s['median_sps'] or 0:,.0f} env-steps/s{extra}")
     for f in failed:

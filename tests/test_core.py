@@ -67,3 +67,8 @@ def test_action_generators_are_deterministic():
     striped = make_action_gen("striped", codec, 10)
     assert list(striped(1)) == [(e + 1) % 8 for e in range(10)]
     assert set(make_action_gen("fixed", codec, 5, fixed_action=3)(9)) == {3}
+    shared = make_action_gen("shared_random", codec, 16, seed=3)
+    per_step = [shared(k) for k in range(40)]
+    assert all(len(set(a)) == 1 and 0 <= a[0] < 8 for a in per_step)  # one action for every env
+    assert len({int(a[0]) for a in per_step}) > 1  # drawn afresh each step
+    assert np.array_equal(shared(7), make_action_gen("shared_random", codec, 16, seed=3)(7))

@@ -78,8 +78,11 @@ def test_bench_games_writes_a_row_per_game_and_the_median(tmp_path):
     data = json.loads(out.read_text())
     assert [g["slug"] for g in data["games"]] == ["ow"] and [f["slug"] for f in data["failed"]] == ["missing"]
     row = data["games"][0]
-    for key in ("sps_pc", "sps_path", "sps_stack", "sps_path/3", "sps_fixed", "pyboy_sps"):
+    for key in ("sps_pc", "sps_path", "sps_stack", "sps_path/3", "sps_shared", "sps_fixed", "pyboy_sps",
+                "ips_path", "ips_shared", "ipstep_path"):
         assert row[key] > 0
+    assert row["divergence"] == pytest.approx(row["ips_shared"] / row["ips_path"])
+    assert data["summary"]["divergence"]["median"] == row["divergence"]
     assert data["summary"]["path"]["median_sps"] == row["sps_path"]
     assert (games / "states" / "ow.state").stat().st_size > 0
     assert "median, sort path" in r.stdout and "median, sort path/3" in r.stdout

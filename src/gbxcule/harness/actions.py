@@ -9,7 +9,7 @@ import numpy as np
 from gbxcule.core.action_codec import ActionCodec
 
 ActionGen = Callable[[int], np.ndarray]
-GENERATORS = ("seeded_random", "striped", "fixed")
+GENERATORS = ("seeded_random", "shared_random", "striped", "fixed")
 
 
 def make_action_gen(kind: str, codec: ActionCodec, num_envs: int, seed: int = 0,
@@ -17,6 +17,8 @@ def make_action_gen(kind: str, codec: ActionCodec, num_envs: int, seed: int = 0,
     """Return gen(step) -> int32 [num_envs]; the same (kind, seed, step) always gives the same actions.
 
     seeded_random: independent uniform actions per env and step, from `seed`.
+    shared_random: one uniform action per step, from `seed`, taken by every env: envs from one state play one
+        game in lockstep (the no-divergence bound on the same kind of work as seeded_random).
     striped: env e takes action (e + step) mod num_actions, so neighbouring envs always differ.
     fixed: every env takes `fixed_action` every step.
     """
@@ -25,6 +27,10 @@ def make_action_gen(kind: str, codec: ActionCodec, num_envs: int, seed: int = 0,
         def gen(step: int) -> np.ndarray:
             rng = np.random.default_rng([seed, step])
             return rng.integers(0, n, size=num_envs, dtype=np.int32)
+    elif kind == "shared_random":
+        def gen(step: int) -> np.ndarray:
+            rng = np.random.default_rng([seed, step])
+            return np.full(num_envs, rng.integers(0, n), dtype=np.int32)
     elif kind == "striped":
         lanes = np.arange(num_envs, dtype=np.int64)
 
