@@ -83,6 +83,8 @@ def main() -> int:
     ap.add_argument("--pyboy-envs", type=int, default=0, help="PyBoy envs (default 4 per host core; 0: that)")
     ap.add_argument("--pyboy-steps", type=int, default=3, help="PyBoy timed steps (default 3)")
     ap.add_argument("--no-pyboy", action="store_true", help="skip the PyBoy baseline")
+    ap.add_argument("--bounds", default="shared,fixed",
+                    help="same-action bounds to measure: shared, fixed, both (default) or none ('')")
     ap.add_argument("--state-frames", type=int, default=1200, help="frames from power-on to the start state")
     ap.add_argument("--codec", default="pokemonred_puffer_v1", choices=list(CODECS),
                     help="codec of the random actions (default pokemonred_puffer_v1; dmg_buttons_v0 adds SELECT)")
@@ -103,6 +105,10 @@ def main() -> int:
         sys.stderr.write(f"bench_games: {exc}\n")
         return 2
     schedule = ActionSchedule(24, 8)
+    bounds = [b for b in args.bounds.split(",") if b]
+    if any(b not in ("shared", "fixed") for b in bounds):
+        sys.stderr.write(f"bench_games: --bounds takes shared and/or fixed, got {args.bounds!r}\n")
+        return 2
     ref = DEFAULT_SORT_KEY if DEFAULT_SORT_KEY in keys else next(iter(keys))
     pyboy_envs = args.pyboy_envs or 4 * (os.cpu_count() or 1)
     rows, failed = [], []
@@ -131,7 +137,7 @@ def main() -> int:
             opts = {"stage": "full_step"}
             for key, kw in keys.items():
                 run(key, warp_backend, args.envs, args.steps, **kw, **opts)
-            for bound in ("shared", "fixed"):  # at the default sort key
+            for bound in bounds:  # at the default sort key
                 run(bound, warp_backend, args.envs, args.steps, f"{bound}_random" if bound == "shared" else bound,
                     **opts)
             if not args.no_pyboy:
@@ -141,14 +147,16 @@ def main() -> int:
             failed.append({"slug": slug, "error": str(exc)})
             sys.stderr.write(f"bench_games: {slug}: {exc}\n")
             continue
-        row["fixed_over_random"] = row["sps_fixed"] / row[f"sps_{ref}"]  # NOOP bound: less work as well
+        if "sps_fixed" in row:
+            row["fixed_over_random"] = row["sps_fixed"] / row[f"sps_{ref}"]  # NOOP bound: less work as well
         if f"ips_{ref}" in row and "ips_shared" in row:
             row["divergence"] = row["ips_shared"] / row[f"ips_{ref}"]  # emulated instructions/s, lockstep over random
         if "pyboy_sps" in row:
             row["x_pyboy"] = {k: row[f"sps_{k}"] / row["pyboy_sps"] for k in keys}
         rows.append(row)
         print(f"{slug}: " + ", ".join(f"{k} {row[f'sps_{k}']:,.0f}" for k in keys)
-              + f", shared {row['sps_shared']:,.0f}, fixed {row['sps_fixed']:,.0f}" + (f", PyBoy {row['pyboy_sps']:,.0f}" if "pyboy_sps" in row else ""),
+              + "".join(f", {b} {row[f'sps_{b}']:,.0f}" for b in bounds)
+              + (f", PyBoy {row['pyboy_sps']:,.0f}" if "pyboy_sps" in row else ""),
               flush=True)
     summary = {}
     for k in keys:
@@ -166,12 +174,13 @@ def main() -> int:
             "environment": environment()}
     out = write_output(Path(args.out), json.dumps(data, indent=1))
     head = f"{'game':18s} {'kind':12s}" + "".join(f" {'sps ' + k:>11s}" for k in keys)
-    head += f" {'instr/step':>10s} {'shared':>11s} {'fixed':>11s} {'div':>5s} {'PyBoy':>8s}" + "".join(f" {'x ' + k:>7s}" for k in keys)
+    head += f" {'instr/step':>10s} {'shared':>11s} {'fixed':>11s} {'div':>5s} {'PyBoy':>8s}"
+    head += "".join(f" {'x ' + k:>7s}" for k in keys)
     print(head)
     for r in rows:
         line = f"{r['slug'][:18]:18s} {r['kind'][:12]:12s}" + "".join(f" {r[f'sps_{k}']:>11,.0f}" for k in keys)
-        line += (f" {r.get(f'ipstep_{ref}', 0):>10,.0f} {r['sps_shared']:>11,.0f} {r['sps_fixed']:>11,.0f}"
-                 f" {r.get('divergence', 0):>5.1f}")
+        line += (f" {r.get(f'ipstep_{ref}', 0):>10,.0f} {r.get('sps_shared', 0):>11,.0f}"
+                 f" {r.get('sps_fixed', 0):>11,.0f} {r.get('divergence', 0):>5.1f}")
         line += f" {r.get('pyboy_sps', 0):>8,.0f}" + "".join(f" {r.get('x_pyboy', {}).get(k, 0):>7.1f}" for k in keys)
         print(line)
     print("div: emulated instructions/s with every env on one shared random action sequence, over those with "

@@ -27,13 +27,19 @@ _LOC = re.compile(r'//## File "([^"]+)", line (\d+)(?: inlined at "([^"]+)", lin
 _INS = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?);")
 
 
-def parse_lines(text: str, outer: bool = False) -> dict[int, tuple[str, int]]:
-    """SASS offset -> (file, line) from `nvdisasm -g` output."""
-    out, loc = {}, ("?", 0)
+def parse_lines(text: str, outer: bool = False, py: bool = False) -> dict[int, tuple[str, int]]:
+    """SASS offset -> (file, line) from `nvdisasm -g` output. `py`: code from Warp's C++ headers (builtin.h:
+    int32 operators, array.h: indexing) goes to the last Python line before it in program order, the line
+    that used the operator as far as `nvdisasm -g` (no inlining info) can tell."""
+    out, loc, last_py = {}, ("?", 0), ("?", 0)
     for raw in text.splitlines():
         m = _LOC.search(raw)
         if m:
             loc = (m.group(3), int(m.group(4))) if outer and m.group(3) else (m.group(1), int(m.group(2)))
+            if loc[0].endswith(".py"):
+                last_py = loc
+            elif py:
+                loc = last_py
             continue
         m = _INS.search(raw)
         if m:
@@ -77,12 +83,13 @@ def main() -> int:
     p.add_argument("lines_txt")
     p.add_argument("--src", nargs="*", default=[], help="folders to find the source files in by name")
     p.add_argument("--outer", action="store_true", help="attribute inlined code to its call site")
+    p.add_argument("--py", action="store_true", help="attribute header code to the preceding Python line")
     p.add_argument("--top", type=int, default=40)
     p.add_argument("--json")
     args = p.parse_args()
     try:
         sass = read_sass(args.sass_csv)
-        lines = parse_lines(Path(args.lines_txt).read_text(), args.outer)
+        lines = parse_lines(Path(args.lines_txt).read_text(), args.outer, args.py)
     except (OSError, StopIteration, KeyError, IndexError) as exc:
         print(f"error: cannot read the inputs ({exc})", file=sys.stderr)
         return 2
@@ -122,7 +129,8 @@ def main() -> int:
         for k, (w, t, s, n, ni) in rows:
             print(f"{k[:44]:44s} {100 * w / total_w:7.2f} {t / w if w else 0:6.1f} {100 * s / total_s:9.2f} "
                   f"{100 * ni / total_s:9.2f} {n:6.0f}")
-        return [{"key": k, "warp": w, "thread": t, "samples": s, "sass": n, "no_inst": ni} for k, (w, t, s, n, ni) in rows]
+        return [{"key": k, "warp": w, "thread": t, "samples": s, "sass": n, "no_inst": ni}
+                for k, (w, t, s, n, ni) in rows]
 
     out = {"functions": table("function (by stall samples)", by_func), "lines": table("line", by_line)}
     if args.json:

@@ -158,6 +158,25 @@ def test_cart_config_sees_the_padded_bank_count(tmp_path):
         assert cart_config(load_rom(p)).rom_banks == padded // 0x4000
 
 
+def test_rom_mirror_repeats_the_banks_up_to_a_power_of_two():
+    """The kernels hold the ROM mirrored to a power-of-two length and mask the index (kernels/mbc.py
+    rom_byte): every byte i of the mirror is byte i mod size of the ROM, for bank counts that are powers of
+    two (unchanged) and those that are not (3 and 5 banks: bank numbers wrap as the modulo did)."""
+    from gbxcule.core.cartridge import rom_mirror
+
+    for banks in (2, 3, 4, 5, 64):
+        data = bytes(np.random.default_rng(banks).integers(0, 256, banks * 0x4000, dtype=np.uint8))
+        out = rom_mirror(data)
+        assert len(out) & (len(out) - 1) == 0 and len(data) <= len(out) < 2 * len(data)
+        idx = np.arange(len(out))
+        assert np.array_equal(np.frombuffer(out, dtype=np.uint8), np.frombuffer(data, dtype=np.uint8)[idx % len(data)])
+        for bank in (0, 1, banks - 1, banks, 7 * banks + 1, -1, 1 << 20):  # in range, then wild
+            addr = ((bank << 14) | 0x123) & (len(out) - 1)
+            assert 0 <= addr < len(out)
+            if 0 <= bank < banks:
+                assert out[addr] == data[bank * 0x4000 + 0x123]
+
+
 def test_well_formed_rom_has_no_warnings(tmp_path):
     p = tmp_path / "ok.gb"
     p.write_bytes(build(0x01, 1, 0x10000))

@@ -22,7 +22,7 @@ import numpy as np
 
 from gbxcule.backends.base import CpuState, check_actions, check_env
 from gbxcule.core.action_codec import DEFAULT_CODEC, ActionCodec, get_codec
-from gbxcule.core.cartridge import CartConfig, Rom, cart_config, load_rom
+from gbxcule.core.cartridge import CartConfig, Rom, cart_config, load_rom, rom_mirror
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.pyboy_state import write_pyboy_state
 from gbxcule.core.savestate import decode_states, env_to_pyboy, read_state_source
@@ -160,8 +160,10 @@ class WarpVecBackend:
         self.masks = wp.array(self.codec.mask_table.reshape(-1), dtype=wp.int32, device=device)
         fams, info = op_tables()
         mem = Mem()
-        mem.rom = wp.array(np.frombuffer(self.rom.data, dtype=np.uint8), dtype=wp.uint8, device=device)
+        mirrored = rom_mirror(self.rom.data)
+        mem.rom = wp.array(np.frombuffer(mirrored, dtype=np.uint8), dtype=wp.uint8, device=device)
         mem.rom_banks = self.cart.rom_banks
+        mem.rom_mask = len(mirrored) - 1
         mem.boot = wp.array(np.frombuffer(boot_rom, dtype=np.uint8), dtype=wp.uint8, device=device)
         mem.ram = self.ram
         mem.serial = self.serial

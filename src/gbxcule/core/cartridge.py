@@ -124,6 +124,13 @@ def padded_size(file_size: int) -> int:
     return max(2, -(-file_size // ROM_BANK_SIZE)) * ROM_BANK_SIZE
 
 
+def rom_mirror(data: bytes) -> bytes:
+    """The ROM as the kernels hold it: its banks repeated up to the next power of two in length, so that byte
+    i of the result is byte i mod len(data) of the ROM and a bank number is kept in range by one mask."""
+    size = 1 << max(0, len(data) - 1).bit_length()
+    return (bytes(data) * -(-size // max(1, len(data))))[:size]
+
+
 def size_warnings(file_size: int, declared: int | None, code: int) -> tuple[str, ...]:
     """One line per way the file's length is malformed but runnable (empty when it is well formed)."""
     out = []

@@ -19,65 +19,41 @@ FLAG_C = wp.constant(0x10)
 
 @wp.func
 def get_r8(g: wp.ref[Gb], r: wp.int32) -> wp.int32:
-    if r == 0:
-        return g.b
-    if r == 1:
-        return g.c
-    if r == 2:
-        return g.d
-    if r == 3:
-        return g.e
-    if r == 4:
-        return g.h
-    if r == 5:
-        return g.l
-    return g.a
+    """Selects, not branches: lanes of a warp that decode different registers stay converged."""
+    lo = wp.where(r == 0, g.b, wp.where(r == 1, g.c, wp.where(r == 2, g.d, g.e)))
+    return wp.where(r < 4, lo, wp.where(r == 4, g.h, wp.where(r == 5, g.l, g.a)))
 
 
 @wp.func
 def set_r8(g: wp.ref[Gb], r: wp.int32, v: wp.int32):
-    if r == 0:
-        g.b = v
-    elif r == 1:
-        g.c = v
-    elif r == 2:
-        g.d = v
-    elif r == 3:
-        g.e = v
-    elif r == 4:
-        g.h = v
-    elif r == 5:
-        g.l = v
-    elif r == 7:
-        g.a = v
+    """Every register is written (with itself unless selected): no branches, so no divergence."""
+    g.b = wp.where(r == 0, v, g.b)
+    g.c = wp.where(r == 1, v, g.c)
+    g.d = wp.where(r == 2, v, g.d)
+    g.e = wp.where(r == 3, v, g.e)
+    g.h = wp.where(r == 4, v, g.h)
+    g.l = wp.where(r == 5, v, g.l)
+    g.a = wp.where(r == 7, v, g.a)
 
 
 @wp.func
 def get_rr(g: wp.ref[Gb], p: wp.int32) -> wp.int32:
     """BC, DE, HL, SP for p = 0..3."""
-    if p == 0:
-        return (g.b << 8) | g.c
-    if p == 1:
-        return (g.d << 8) | g.e
-    if p == 2:
-        return (g.h << 8) | g.l
-    return g.sp
+    hi = wp.where(p == 0, g.b, wp.where(p == 1, g.d, g.h))
+    lo = wp.where(p == 0, g.c, wp.where(p == 1, g.e, g.l))
+    return wp.where(p == 3, g.sp, (hi << 8) | lo)
 
 
 @wp.func
 def set_rr(g: wp.ref[Gb], p: wp.int32, v: wp.int32):
     w = v & 0xFFFF
-    if p == 0:
-        g.b = w >> 8
-        g.c = w & 0xFF
-    elif p == 1:
-        g.d = w >> 8
-        g.e = w & 0xFF
-    elif p == 2:
-        g.h = w >> 8
-        g.l = w & 0xFF
-    else:
-        g.sp = w
+    g.b = wp.where(p == 0, w >> 8, g.b)
+    g.c = wp.where(p == 0, w & 0xFF, g.c)
+    g.d = wp.where(p == 1, w >> 8, g.d)
+    g.e = wp.where(p == 1, w & 0xFF, g.e)
+    g.h = wp.where(p == 2, w >> 8, g.h)
+    g.l = wp.where(p == 2, w & 0xFF, g.l)
+    g.sp = wp.where(p == 3, w, g.sp)
 
 
 @wp.func

@@ -18,11 +18,11 @@ RTC_CYCLES_PER_SECOND = wp.constant(schema.RTC_CYCLES_PER_SECOND)
 
 @wp.func
 def rom_byte(m: Mem, bank: wp.int32, offset: wp.int32) -> wp.int32:
-    idx = bank * 0x4000 + (offset & 0x3FFF)
-    size = m.rom_banks * 0x4000
-    if idx >= size or idx < 0:
-        idx = ((idx % size) + size) % size
-    return wp.int32(m.rom[idx])
+    """Byte `offset` of ROM bank `bank`. The bank registers hold numbers below `rom_banks` (the MBC writes
+    reduce them), and `m.rom` is the ROM mirrored up to a power of two (`rom_mirror`), so one mask keeps
+    any value in range: a wild bank number from a state reads a mirrored bank, never outside the array.
+    (A modulo here was 6% of the kernel's code and a tenth of its executed instructions on busy games.)"""
+    return wp.int32(m.rom[((bank << 14) | (offset & 0x3FFF)) & m.rom_mask])
 
 
 @wp.func

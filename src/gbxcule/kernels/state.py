@@ -32,8 +32,9 @@ class Mem:
     """Everything a kernel thread reads or writes besides its Gb struct. Warp functions take it by value,
     so every field costs on every call: keep it small."""
 
-    rom: wp.array(dtype=wp.uint8)  # shared by all envs
-    rom_banks: wp.int32  # number of 16 KiB banks in rom
+    rom: wp.array(dtype=wp.uint8)  # shared by all envs; the banks mirrored up to a power of two
+    rom_banks: wp.int32  # number of 16 KiB banks of the cartridge
+    rom_mask: wp.int32  # rom's length - 1: rom holds the banks mirrored up to a power of two (rom_mirror)
     boot: wp.array(dtype=wp.uint8)  # 256-byte boot ROM (or 1 dummy byte)
     ram: wp.array2d(dtype=wp.uint8)  # per-env regions, [bytes, envs]: interleaved
     serial: wp.array(dtype=wp.uint8)  # per-env SB capture ring, interleaved
