@@ -28,11 +28,10 @@ def rom_byte(m: Mem, bank: wp.int32, offset: wp.int32) -> wp.int32:
 @wp.func
 def rom_read(g: wp.ref[Gb], m: Mem, addr: wp.int32) -> wp.int32:
     """0x0000-0x7FFF, with the boot ROM overlaid on 0x0000-0x00FF while it is mapped."""
-    if addr < 0x4000:
-        if g.bootrom != 0 and addr <= 0xFF:
-            return wp.int32(m.boot[addr & (m.boot.shape[0] - 1)])
-        return rom_byte(m, g.rom_bank_low, addr)
-    return rom_byte(m, g.rom_bank, addr)
+    if g.bootrom != 0 and addr <= 0xFF:
+        return wp.int32(m.boot[addr & (m.boot.shape[0] - 1)])
+    # the bank by a select: lanes fetching from bank 0 and from the switchable bank share one load
+    return rom_byte(m, wp.where(addr < 0x4000, g.rom_bank_low, g.rom_bank), addr)
 
 
 @wp.func
