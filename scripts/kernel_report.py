@@ -65,8 +65,12 @@ def main() -> int:
     cubin = work / "step.cubin"
     for _ in range(2):
         (work / "step.ptx").write_bytes(ptx)
-        r = subprocess.run([args.ptxas, f"-arch=sm_{args.arch}", "-v", str(work / "step.ptx"), "-o", str(cubin)],
-                           capture_output=True, text=True)
+        try:
+            r = subprocess.run([args.ptxas, f"-arch=sm_{args.arch}", "-v", str(work / "step.ptx"), "-o",
+                                str(cubin)], capture_output=True, text=True)
+        except OSError as exc:
+            print(f"error: cannot run ptxas ({exc}); install a CUDA toolkit or pass --ptxas", file=sys.stderr)
+            return 2
         newest = re.search(r"current version is '(\d+\.\d+)'", r.stderr)
         if r.returncode == 0 or not newest:
             break
@@ -78,8 +82,11 @@ def main() -> int:
     for line in r.stderr.splitlines():
         if "registers" in line or "spill" in line:
             print("ptxas:", line.split("info    :")[-1].strip())
-    d = subprocess.run([args.nvdisasm, "-c", str(cubin)], capture_output=True, text=True)
-    if d.returncode != 0:
+    try:
+        d = subprocess.run([args.nvdisasm, "-c", str(cubin)], capture_output=True, text=True)
+    except OSError:
+        d = None
+    if d is None or d.returncode != 0:
         print("nvdisasm not available: SASS counts skipped", file=sys.stderr)
         return 0
     n, ldl, stl, loops = sass_loops(d.stdout)
