@@ -1,6 +1,6 @@
 """The public game benchmark set (benchmarks/games/games.toml; ROMs fetched by scripts/fetch_games.py, never
 committed): gbxcule's full_step SPS on each game beside PyBoy on all host cores from the same state, the
-same-action bound (`--actions fixed`: the cost of divergence) and, per sort variant (a sort key, or KEY/PARTS:
+same-action bounds and, per sort variant (a sort key, or KEY/PARTS:
 that key re-sorted PARTS times a frame), the median. One table, one JSON artifact.
 
 The same-action bounds: `shared_random` (one random action a step, taken by every env: the envs play one game

@@ -47,22 +47,19 @@ case $1 in
       args="--rom $games/$slug.gb --state $games/states/$slug.state --codec pokemonred_puffer_v1 --lineinfo"
       python3 scripts/profile_step.py $args --envs 64 --steps 1 > /dev/null  # build the kernels first
       ncu --clock-control none -k regex:step_kernel --launch-skip 130 --launch-count 1 --set full \
-        --import-source yes -f -o "$OUT/ncu_$slug" python3 scripts/profile_step.py $args --envs ${ENVS:-65536} \
+        -f -o "$OUT/ncu_$slug" python3 scripts/profile_step.py $args --envs ${ENVS:-65536} \
         --steps 7 | tail -3
       ncu --import "$OUT/ncu_$slug.ncu-rep" --page details > "$OUT/ncu_${slug}_details.txt"
       ncu --import "$OUT/ncu_$slug.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_${slug}_sass.csv"
-      ncu --import "$OUT/ncu_$slug.ncu-rep" --page source --csv --print-source cuda > "$OUT/ncu_${slug}_cuda.csv"
       python3 scripts/ncu_summary.py "$OUT/ncu_${slug}_sass.csv" | tee "$OUT/ncu_${slug}_summary.txt"
       kname=$(head -1 "$OUT/ncu_${slug}_sass.csv" | cut -d'"' -f4)  # the profiled kernel's cubin, by its name
       cubin=$(grep -l "$kname" $(find "$GBXCULE_CACHE_DIR/warp" -name "*.cubin") | head -1)
       nvdisasm -g -c "$cubin" > "$OUT/ncu_${slug}_lines.txt"
-      python3 scripts/ncu_lines.py "$OUT/ncu_${slug}_sass.csv" "$OUT/ncu_${slug}_lines.txt" --top 30 \
+      python3 scripts/ncu_lines.py "$OUT/ncu_${slug}_sass.csv" "$OUT/ncu_${slug}_lines.txt" --py --top 30 \
         --src "$GBXCULE_CACHE_DIR/kernels" src/gbxcule/kernels --json "$OUT/ncu_${slug}_lines.json" \
         | tee "$OUT/ncu_${slug}_lines_summary.txt"
     done
-    xz -9 "$OUT"/*.csv "$OUT"/*_lines.txt
-    find ~/.cache/warp -name "*.cu" -exec cp {} "$OUT/" \; 2>/dev/null
-    xz -9 "$OUT"/*.cu 2>/dev/null; rm -f "$OUT"/*.ncu-rep; ls -la "$OUT" ;;
+    xz -9 "$OUT"/*.csv "$OUT"/*_lines.txt; rm -f "$OUT"/*.ncu-rep; ls -la "$OUT" ;;
   cpu)
     nproc
     for rom in ${ROMS:-JOY_DIVERGE_PERSIST OVERWORLD}; do

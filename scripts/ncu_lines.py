@@ -6,10 +6,9 @@ same cubin (`nvdisasm -g`), and sums by Warp function and by source line.
     nvdisasm -g -c KERNEL.cubin > step_lines.txt        # the cubin from Warp's kernel cache, built with lineinfo
     python scripts/ncu_lines.py step_sass.csv step_lines.txt [--src DIR ...] [--top 40] [--json out.json]
 
-`lanes` is the average number of active threads of the executed warp instructions (32: no divergence);
-`lane cost` the warp instructions issued per 32 useful thread instructions. Lines are attributed to the
-innermost source location (the Warp function whose body holds them; `--outer` attributes inlined code to
-the call site in the kernel instead).
+`lanes` is the average number of active threads of the executed warp instructions (32: no divergence).
+`nvdisasm -g` gives only the innermost source location, so Warp's C++ headers (int32 operators in
+builtin.h, indexing in array.h) get their own rows; `--py` attributes them to the Python line before them.
 """
 
 from __future__ import annotations
@@ -23,11 +22,11 @@ import re
 import sys
 from pathlib import Path
 
-_LOC = re.compile(r'//## File "([^"]+)", line (\d+)(?: inlined at "([^"]+)", line (\d+))?')
+_LOC = re.compile(r'//## File "([^"]+)", line (\d+)')
 _INS = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?);")
 
 
-def parse_lines(text: str, outer: bool = False, py: bool = False) -> dict[int, tuple[str, int]]:
+def parse_lines(text: str, py: bool = False) -> dict[int, tuple[str, int]]:
     """SASS offset -> (file, line) from `nvdisasm -g` output. `py`: code from Warp's C++ headers (builtin.h:
     int32 operators, array.h: indexing) goes to the last Python line before it in program order, the line
     that used the operator as far as `nvdisasm -g` (no inlining info) can tell."""
@@ -35,7 +34,7 @@ def parse_lines(text: str, outer: bool = False, py: bool = False) -> dict[int, t
     for raw in text.splitlines():
         m = _LOC.search(raw)
         if m:
-            loc = (m.group(3), int(m.group(4))) if outer and m.group(3) else (m.group(1), int(m.group(2)))
+            loc = (m.group(1), int(m.group(2)))
             if loc[0].endswith(".py"):
                 last_py = loc
             elif py:
@@ -81,15 +80,15 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("sass_csv")
     p.add_argument("lines_txt")
-    p.add_argument("--src", nargs="*", default=[], help="folders to find the source files in by name")
-    p.add_argument("--outer", action="store_true", help="attribute inlined code to its call site")
+    p.add_argument("--src", nargs="*", default=[],
+                   help="folders holding the profiled version of the source files (searched first, by name)")
     p.add_argument("--py", action="store_true", help="attribute header code to the preceding Python line")
     p.add_argument("--top", type=int, default=40)
     p.add_argument("--json")
     args = p.parse_args()
     try:
         sass = read_sass(args.sass_csv)
-        lines = parse_lines(Path(args.lines_txt).read_text(), args.outer, args.py)
+        lines = parse_lines(Path(args.lines_txt).read_text(), args.py)
     except (OSError, StopIteration, KeyError, IndexError) as exc:
         print(f"error: cannot read the inputs ({exc})", file=sys.stderr)
         return 2
@@ -98,7 +97,7 @@ def main() -> int:
     def func_of(file: str, line: int) -> str:
         name = Path(file).name
         if name not in funcs:
-            cands = [Path(file)] + [Path(d) / name for d in args.src]
+            cands = [Path(d) / name for d in args.src] + [Path(file)]  # --src first: the profiled version
             funcs[name] = next((functions_of(c) for c in cands if c.is_file()), [])
         inner = [f for f in funcs[name] if f[0] <= line <= f[1]]
         return f"{name}:{min(inner, key=lambda f: f[1] - f[0])[2] if inner else '?'}"
