@@ -81,7 +81,8 @@ def main() -> int:
                          f"{', '.join(SORT_KEYS)}) or KEY/PARTS (re-sorted PARTS times a frame) "
                          "(default pc,path,stack)")
     ap.add_argument("--pyboy-envs", type=int, default=0, help="PyBoy envs (default 4 per host core; 0: that)")
-    ap.add_argument("--pyboy-steps", type=int, default=3, help="PyBoy timed steps (default 3)")
+    ap.add_argument("--pyboy-steps", type=int, default=None,
+                    help="PyBoy timed steps (default: --steps, so that both time the same stretch of play)")
     ap.add_argument("--no-pyboy", action="store_true", help="skip the PyBoy baseline")
     ap.add_argument("--bounds", default="shared,fixed",
                     help="same-action bounds to measure: shared, fixed, both (default) or none ('')")
@@ -141,7 +142,7 @@ def main() -> int:
                 run(bound, warp_backend, args.envs, args.steps, f"{bound}_random" if bound == "shared" else bound,
                     **opts)
             if not args.no_pyboy:
-                run("pyboy", "pyboy_vec_mp", pyboy_envs, args.pyboy_steps)
+                run("pyboy", "pyboy_vec_mp", pyboy_envs, args.pyboy_steps or args.steps)
                 row["pyboy_sps"] = row.pop("sps_pyboy")
         except (GbxculeError, OSError, ValueError) as exc:
             failed.append({"slug": slug, "error": str(exc)})
@@ -169,7 +170,8 @@ def main() -> int:
     if divs:
         summary["divergence"] = {"median": statistics.median(divs), "max": max(divs)}
     data = {"games": rows, "failed": failed, "summary": summary, "envs": args.envs, "pyboy_envs": pyboy_envs,
-            "host_cores": os.cpu_count(), "device": args.device, "steps": args.steps, "warmup": args.warmup,
+            "host_cores": os.cpu_count(), "device": args.device, "steps": args.steps,
+            "pyboy_steps": args.pyboy_steps or args.steps, "warmup": args.warmup,
             "state_frames": args.state_frames, "frames_per_step": 24, "codec": args.codec, "stage": "full_step",
             "environment": environment()}
     out = write_output(Path(args.out), json.dumps(data, indent=1))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU visit's work (see DEVELOPERS.md "device"): run from the repository root on the GPU machine after
 # .gpu/install.sh. Usage: bash scripts/gpu_visit.sh PART   (PART: puffer | check | cuda | sweep | cpu | ncu |
-#   ncu_games: Nsight Compute with line info on one lean launch of each game in GAMES_NCU, from GAMES/states)
+#   ncu_games: Nsight Compute with line info on launches SKIPS of each game in GAMES_NCU, from GAMES/states)
 set -uo pipefail
 export PYTHONPATH=/root/gpu:/root/gpu/puffer/site:$PWD/src GBXCULE_CACHE_DIR=/tmp/gbxc
 OUT=${OUT:-out}
@@ -41,25 +41,31 @@ case $1 in
       ncu --import "$OUT/ncu_$rom.ncu-rep" --page details > "$OUT/ncu_${rom}_details.txt"
       ncu --import "$OUT/ncu_$rom.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_${rom}_sass.csv"
     done ;;
-  ncu_games)  # GAMES (default /root/gpu/games) holds <slug>.gb and states/<slug>.state; GAMES_NCU slugs; ENVS
+  ncu_games)  # GAMES (default /root/gpu/games) holds <slug>.gb and states/<slug>.state; GAMES_NCU slugs (a
+    # built-in ROM name such as OVERWORLD runs from power-on); SKIPS launches to profile (130: a lean launch
+    # mid-step; 143: the step's drawn last frame); ENVS
     games=${GAMES:-/root/gpu/games}
     for slug in ${GAMES_NCU:-geometrix shock-lobster}; do
       args="--rom $games/$slug.gb --state $games/states/$slug.state --codec pokemonred_puffer_v1 --lineinfo"
+      [[ -f $games/$slug.gb ]] || args="--rom $slug --lineinfo"
       python3 scripts/profile_step.py $args --envs 64 --steps 1 > /dev/null  # build the kernels first
-      ncu --clock-control none -k regex:step_kernel --launch-skip 130 --launch-count 1 --set full \
-        -f -o "$OUT/ncu_$slug" python3 scripts/profile_step.py $args --envs ${ENVS:-65536} \
-        --steps 7 | tail -3
-      ncu --import "$OUT/ncu_$slug.ncu-rep" --page details > "$OUT/ncu_${slug}_details.txt"
-      ncu --import "$OUT/ncu_$slug.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_${slug}_sass.csv"
-      python3 scripts/ncu_summary.py "$OUT/ncu_${slug}_sass.csv" | tee "$OUT/ncu_${slug}_summary.txt"
-      kname=$(head -1 "$OUT/ncu_${slug}_sass.csv" | cut -d'"' -f4)  # the profiled kernel's cubin, by its name
-      cubin=$(grep -l "$kname" $(find "$GBXCULE_CACHE_DIR/warp" -name "*.cubin") | head -1)
-      nvdisasm -g -c "$cubin" > "$OUT/ncu_${slug}_lines.txt"
-      python3 scripts/ncu_lines.py "$OUT/ncu_${slug}_sass.csv" "$OUT/ncu_${slug}_lines.txt" --py --top 30 \
-        --src "$GBXCULE_CACHE_DIR/kernels" src/gbxcule/kernels --json "$OUT/ncu_${slug}_lines.json" \
-        | tee "$OUT/ncu_${slug}_lines_summary.txt"
+      for skip in ${SKIPS:-130}; do
+        name=$slug$([[ ${SKIPS:-130} == 130 ]] || echo "_$skip")
+        ncu --clock-control none -k regex:step_kernel --launch-skip $skip --launch-count 1 --set full \
+          -f -o "$OUT/ncu_$name" python3 scripts/profile_step.py $args --envs ${ENVS:-65536} --steps 7 | tail -3
+        ncu --import "$OUT/ncu_$name.ncu-rep" --page details > "$OUT/ncu_${name}_details.txt"
+        ncu --import "$OUT/ncu_$name.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_${name}_sass.csv"
+        python3 scripts/ncu_summary.py "$OUT/ncu_${name}_sass.csv" | tee "$OUT/ncu_${name}_summary.txt"
+        kname=$(head -1 "$OUT/ncu_${name}_sass.csv" | cut -d'"' -f4)  # the profiled kernel's cubin, by its name
+        cubin=$(grep -l "$kname" $(find "$GBXCULE_CACHE_DIR/warp" -name "*.cubin") | head -1)
+        nvdisasm -g -c "$cubin" > "$OUT/ncu_${name}_lines.txt"
+        python3 scripts/ncu_lines.py "$OUT/ncu_${name}_sass.csv" "$OUT/ncu_${name}_lines.txt" --py --top 30 \
+          --src "$GBXCULE_CACHE_DIR/kernels" src/gbxcule/kernels --json "$OUT/ncu_${name}_lines.json" \
+          | tee "$OUT/ncu_${name}_lines_summary.txt"
+        rm -f "$OUT/ncu_$name.ncu-rep"
+      done
     done
-    xz -9 "$OUT"/*.csv "$OUT"/*_lines.txt; rm -f "$OUT"/*.ncu-rep; ls -la "$OUT" ;;
+    xz -9 "$OUT"/*.csv "$OUT"/*_lines.txt; ls -la "$OUT" ;;
   cpu)
     nproc
     for rom in ${ROMS:-JOY_DIVERGE_PERSIST OVERWORLD}; do

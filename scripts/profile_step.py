@@ -9,12 +9,17 @@ and lands on a lean launch in the middle of a step; `--launch-skip 143` lands on
 in the full kernel with the stage's epilogue. With `--lineinfo` (and `--import-source yes`), `ncu --page source
 --print-source cuda` attributes the samples to lines of Warp's generated CUDA, which quote the Python source.
 BENCHMARKS.md "Where the time goes" reads the results.
+
+`--breakdown N` (no ncu needed) times every launch of N more steps with CUDA events and prints where a
+step's device time goes: the sort key kernels and radix sorts, the lean and full step-kernel launches,
+the observation pass.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 
 def main() -> int:
@@ -28,6 +33,8 @@ def main() -> int:
     p.add_argument("--state", default=None, help="start every env from this state file (PyBoy or gbxcule)")
     p.add_argument("--sort-parts", type=int, default=1, help="the backend's sort_parts (default 1)")
     p.add_argument("--lineinfo", action="store_true", help="compile with line info (ncu's source page by line)")
+    p.add_argument("--breakdown", type=int, default=0, metavar="N",
+                   help="then time N more steps launch by launch (CUDA events) and print the shares")
     args = p.parse_args()
     import warp as wp
 
@@ -48,7 +55,49 @@ def main() -> int:
         backend.step(gen(k))
     wp.synchronize_device("cuda")
     print(f"{args.rom}: {args.steps} steps of {args.envs} envs, block_dim {backend.block_dim}")
+    if args.breakdown:
+        breakdown(wp, backend, gen, args.steps, args.breakdown)
     return 0
+
+
+def breakdown(wp, backend, gen, first: int, steps: int) -> None:
+    """Time each launch of `steps` steps with a pair of CUDA events and sum by what was launched."""
+    events: list[tuple[str, object, object]] = []
+    launch, sort = wp.launch, wp.utils.radix_sort_pairs
+    lean = backend._lean_kernels().step_kernel if backend.lean else None
+
+    def timed(name, fn, *a, **kw):
+        start, end = wp.Event(enable_timing=True), wp.Event(enable_timing=True)
+        wp.record_event(start)
+        fn(*a, **kw)
+        wp.record_event(end)
+        events.append((name, start, end))
+
+    def timed_launch(kernel, *a, **kw):
+        name = kernel.key
+        if name == "step_kernel":
+            name = "step_kernel (lean)" if kernel is lean else "step_kernel (full)"
+        timed(name, launch, kernel, *a, **kw)
+
+    wp.launch, wp.utils.radix_sort_pairs = timed_launch, lambda *a, **kw: timed("radix_sort_pairs", sort, *a, **kw)
+    try:
+        wall = time.perf_counter()
+        for k in range(first, first + steps):
+            backend.step(gen(k))
+        wp.synchronize_device("cuda")
+        wall = time.perf_counter() - wall
+    finally:
+        wp.launch, wp.utils.radix_sort_pairs = launch, sort
+    totals: dict[str, list[float]] = {}
+    for name, start, end in events:
+        totals.setdefault(name, []).append(wp.get_event_elapsed_time(start, end))
+    device = sum(sum(v) for v in totals.values())
+    sps = backend.num_envs * steps / wall
+    print(f"{steps} steps, {wall / steps * 1e3:.2f} ms a step wall ({sps:,.0f} env-steps/s, timed launches included), "
+          f"{device / steps:.2f} ms a step in launches")
+    print(f"{'launch':28s} {'calls/step':>10s} {'ms/step':>8s} {'share':>6s}")
+    for name, ms in sorted(totals.items(), key=lambda kv: -sum(kv[1])):
+        print(f"{name:28s} {len(ms) / steps:>10.1f} {sum(ms) / steps:>8.2f} {sum(ms) / device:>6.1%}")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,12 @@
 """The CPU building blocks (kernels/cpu.py) against plain Python models of the SM83, exhaustively: the 8-bit
-ALU for every operation, A, operand and carry, the CB shift unit, and register access by opcode field (by
-selects, so that lanes decoding different registers stay converged)."""
+ALU for every operation, A, operand and carry, INC/DEC, the CB shift unit and every CB opcode, and register
+access by opcode field (by selects, so that lanes decoding different registers stay converged)."""
 
 import numpy as np
 import warp as wp
 
 from gbxcule.kernels import init_warp
-from gbxcule.kernels.cpu import alu, get_r8, get_rr, rotate, set_r8, set_rr
+from gbxcule.kernels.cpu import alu, cb_op, get_r8, get_rr, incdec8, rotate, set_r8, set_rr
 from gbxcule.kernels.state import Gb
 
 Z, N, H, C = 0x80, 0x40, 0x20, 0x10
@@ -84,6 +84,64 @@ def test_rotate_unit_matches_the_model_for_every_operation_and_value():
 
 
 @wp.kernel(enable_backward=False)
+def incdec_kernel(cases: wp.array2d(dtype=wp.int32), out: wp.array2d(dtype=wp.int32)):
+    i = wp.tid()
+    g = Gb()
+    g.f = cases[i, 2]
+    out[i, 0] = incdec8(g, cases[i, 0], cases[i, 1])
+    out[i, 1] = g.f
+    out[i, 2] = incdec8(g, cases[i, 0], cases[i, 1])  # again on the same byte: the (HL) forms do this
+    out[i, 3] = g.f
+
+
+def test_inc_dec_match_the_model_and_repeat_the_same_flags():
+    init_warp()
+    v, dec, f = np.meshgrid(np.arange(256), np.arange(2), np.array([0, 0xF0, C, Z | N | H]), indexing="ij")
+    cases = np.stack([v.ravel(), dec.ravel(), f.ravel()], axis=1).astype(np.int32)
+    out = wp.zeros((len(cases), 4), dtype=wp.int32, device="cpu")
+    wp.launch(incdec_kernel, dim=len(cases), inputs=[wp.array(cases, dtype=wp.int32, device="cpu"), out],
+              device="cpu")
+    want = []
+    for v, dec, f in cases.tolist():
+        t = (v - 1 if dec else v + 1) & 0xFF
+        half = (v & 0xF) == (0 if dec else 0xF)
+        want.append((t, (f & C) | (N if dec else 0) | (Z if t == 0 else 0) | (H if half else 0)))
+    want = np.array(want, dtype=np.int32)
+    got = out.numpy()
+    assert np.array_equal(got[:, :2], want) and np.array_equal(got[:, 2:], want)
+
+
+@wp.kernel(enable_backward=False)
+def cb_kernel(cases: wp.array2d(dtype=wp.int32), out: wp.array2d(dtype=wp.int32)):
+    i = wp.tid()
+    g = Gb()
+    g.f = cases[i, 2]
+    out[i, 0] = cb_op(g, cases[i, 0], cases[i, 1])
+    out[i, 1] = g.f
+
+
+def test_every_cb_opcode_on_every_byte():
+    init_warp()
+    op, v, f = np.meshgrid(np.arange(256), np.arange(256), np.array([0, 0xF0]), indexing="ij")
+    cases = np.stack([op.ravel(), v.ravel(), f.ravel()], axis=1).astype(np.int32)
+    out = wp.zeros((len(cases), 2), dtype=wp.int32, device="cpu")
+    wp.launch(cb_kernel, dim=len(cases), inputs=[wp.array(cases, dtype=wp.int32, device="cpu"), out], device="cpu")
+    want = []
+    for op, v, f in cases.tolist():
+        kind, y = op >> 6, (op >> 3) & 7
+        if kind == 0:
+            want.append(rotate_model(y, v, f))
+        elif kind == 1:  # BIT: Z = bit clear, H set, N clear, C kept; the byte is unchanged
+            want.append((v, (f & C) | H | (0 if (v >> y) & 1 else Z)))
+        else:
+            want.append((v & ~(1 << y) if kind == 2 else v | (1 << y), f))
+    want = np.array(want, dtype=np.int32)
+    got = out.numpy()
+    bad = np.flatnonzero((got != want).any(axis=1))
+    assert bad.size == 0, f"{bad.size} cases differ, first {cases[bad[0]]}: got {got[bad[0]]}, want {want[bad[0]]}"
+
+
+@wp.kernel(enable_backward=False)
 def regs_kernel(sel: wp.array(dtype=wp.int32), out: wp.array2d(dtype=wp.int32)):
     i = wp.tid()
     r = sel[i]
@@ -104,11 +162,14 @@ def regs_kernel(sel: wp.array(dtype=wp.int32), out: wp.array2d(dtype=wp.int32)):
     set_rr(g, r & 3, 0x1ABCD)
     out[i, 4] = (g.b << 24) | (g.c << 16) | (g.d << 8) | g.e
     out[i, 5] = (g.h << 24) | (g.l << 16) | g.sp
+    set_rr(g, 4, 0)  # pair 4 is none: the templates use it to write no pair
+    out[i, 6] = (g.b << 24) | (g.c << 16) | (g.d << 8) | g.e
+    out[i, 7] = (g.h << 24) | (g.l << 16) | g.sp
 
 
 def test_register_access_by_opcode_field():
     init_warp()
-    out = wp.zeros((8, 6), dtype=wp.int32, device="cpu")
+    out = wp.zeros((8, 8), dtype=wp.int32, device="cpu")
     wp.launch(regs_kernel, dim=8, inputs=[wp.array(np.arange(8, dtype=np.int32), device="cpu"), out], device="cpu")
     got = out.numpy().astype(np.int64) & 0xFFFFFFFF  # words packed from the top byte down
     names = ["b", "c", "d", "e", "h", "l", None, "a"]
@@ -127,3 +188,4 @@ def test_register_access_by_opcode_field():
             regs["bdh"[pair]], regs["cel"[pair]] = 0xAB, 0xCD
         assert got[r, 4] == (regs["b"] << 24 | regs["c"] << 16 | regs["d"] << 8 | regs["e"])
         assert got[r, 5] == (regs["h"] << 24 | regs["l"] << 16 | regs["sp"])
+        assert got[r, 6] == got[r, 4] and got[r, 7] == got[r, 5]

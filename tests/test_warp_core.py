@@ -109,7 +109,7 @@ def test_device_actions_are_used_in_place_and_checked():
 
 @pytest.mark.parametrize("packed", [False, True])
 def test_stages_share_the_step_and_write_their_outputs(packed):
-    """full_step = emulate_only + the reward and the observation epilogues, computed on the device."""
+    """full_step = emulate_only + the reward epilogue and the observation pass, computed on the device."""
     from gbxcule.roms import resolve_rom
 
     rom = str(resolve_rom("PPU_SPRITES"))
@@ -294,7 +294,7 @@ def test_a_frame_part_stops_mid_frame_and_resumes_where_it_stopped():
     def launch(resume, stop):
         cut._wp.launch(k.step_kernel, dim=n, device="cpu",
                        inputs=[cut.fields, cut.mem, cut.actions, cut.masks, cut.codec.num_actions, 0, 1, 1, 1, 0, 0,
-                               cut._no_frame, cut.obs, 0, 0, cut.rewards, 0xC100, 0xC110, cut._no_perm, resume, stop])
+                               cut.rewards, 0xC100, 0xC110, cut._no_perm, resume, stop])
 
     launch(0, FRAME_CYCLES // 2)
     f = cut.fields.numpy().reshape(-1, n)

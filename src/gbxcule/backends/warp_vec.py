@@ -45,6 +45,7 @@ OBS_MODES = ("stride", "mean")
 SORT_KEYS = ("pc", "path", "stack")
 DEFAULT_SORT_KEY = "path"  # BENCHMARKS.md, "Sort keys"
 MAX_SORT_PARTS = 64
+OBS_STAGES = ("obs_only", "full_step")  # stages whose step ends with obs_kernel (kernels/gen.py STAGES)
 # The speed knobs of WarpVecBackend (results do not depend on them): what configs may set.
 TUNING_OPTIONS = ("sort_envs", "sort_every", "sort_parts", "sort_key", "lean", "block_dim")
 
@@ -177,7 +178,6 @@ class WarpVecBackend:
         for region, base in self.layout.bases.items():
             setattr(mem, region, base)
         mem.frame = wp.zeros(1, dtype=wp.uint32, device=device)  # the real buffer comes with the first render
-        self._no_frame = wp.zeros((1, 1, 1), dtype=wp.uint8, device=device)
         self.mem = mem
         # sort_envs (default: on for CUDA, off for the CPU device, which has no warps): every `sort_every`
         # frames (default 1; a step then takes one launch per sort), order the threads by a key (sort_key
@@ -216,10 +216,11 @@ class WarpVecBackend:
             self._sort_prev = wp.zeros(n, dtype=wp.int32, device=device)
         self._frame = self._frame_words = None
         self._obs: dict[tuple[str, bool], object] = {}
-        # Stage outputs (written by the step kernel's epilogue; see kernels/gen.py STAGES).
+        # Stage outputs: rewards from the step kernel's epilogue, the observation from obs_kernel after the
+        # step (kernels/gen.py STAGES).
         self.rewards = wp.zeros(n if "reward" in stage or stage == "full_step" else 1, dtype=wp.float32,
                                 device=device)
-        with_obs = stage in ("obs_only", "full_step")
+        with_obs = stage in OBS_STAGES
         self.obs = wp.zeros((n, 72, 20 if obs_packed else 80) if with_obs else (1, 1, 1), dtype=wp.uint8,
                             device=device)
         if with_obs:
@@ -241,8 +242,7 @@ class WarpVecBackend:
         with the lean kernel, frames that draw nothing apart from the drawn ones. Nothing here waits for the
         device."""
         wp, n = self._wp, self.num_envs
-        mean, packed, lo, hi = self._stage_args
-        frame8 = self._frame if self._frame is not None else self._no_frame
+        lo, hi = self._stage_args[2:]
         actions = self.actions if actions is None else actions
         sort = self.sort_envs and dim is None
         every = self.sort_every if sort else frames
@@ -280,8 +280,8 @@ class WarpVecBackend:
                 kernels = self._lean_kernels()
             wp.launch(kernels.step_kernel, dim=n if dim is None else dim, device=self.device, block_dim=self.block_dim,
                       inputs=[self.fields, self.mem, actions, self.masks, self.codec.num_actions, begin, end, frames,
-                              release_after, stop_at_boot_exit, render, frame8, self.obs, mean, packed,
-                              self.rewards, lo, hi, perm, resume, stop_dot])
+                              release_after, stop_at_boot_exit, render, self.rewards, lo, hi, perm, resume,
+                              stop_dot])
 
     def _lean_kernels(self):
         from gbxcule.kernels.gen import load_kernels
@@ -328,12 +328,18 @@ class WarpVecBackend:
         synchronisation (out-of-range values are read as action 0 by the kernel). Nothing here waits for
         the device."""
         mode = render_mode(render)
-        if self.stage in ("obs_only", "full_step"):
+        if self.stage in OBS_STAGES:
             mode = max(mode, 1)  # the observation comes from the step's last frame
         if mode:
             self.frame_buffer()
         self._launch(self.schedule.frames_per_step, self.schedule.release_after_frames, render=mode,
                      actions=self._device_actions(actions))
+        if self.stage in OBS_STAGES:  # the observation of the step's last frame (kernels/gen.py STAGES)
+            from gbxcule.kernels.render import obs_kernel
+
+            mean, packed = self._stage_args[:2]
+            self._wp.launch(obs_kernel, dim=(self.num_envs, 72, 20), device=self.device,
+                            inputs=[self._frame, self.obs, mean, packed])
 
     def _device_actions(self, actions):
         wp = self._wp

@@ -131,10 +131,10 @@ def dma_sync(g: wp.ref[Gb], m: Mem, now: wp.int32, offset: wp.int32, mao: wp.int
     if elapsed < 4:
         return
     target = wp.min(0xA0, elapsed / 4)
+    src = g.dma_source
+    if src >= 0xFE:
+        src = src - 0x20
     while g.dma_index < target:
-        src = g.dma_source
-        if src >= 0xFE:
-            src = src - 0x20
         value = dma_source_read(g, m, (src << 8) | g.dma_index, now, mao)
         m.ram[m.oam + g.dma_index, g.env] = wp.uint8(value)
         g.dma_index = g.dma_index + 1
@@ -314,15 +314,13 @@ def bus_access(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32, write: wp
         else:
             out = cart_read(g, m, a)
         return out
-    if a >= 0xC000 and a < 0xFE00:
-        row = m.wram + ((a - 0xC000) & 0x1FFF)
-        if write != 0:
-            m.ram[row, g.env] = wp.uint8(v)
-        else:
-            out = wp.int32(m.ram[row, g.env])
-        return out
-    if a >= 0xFEA0 and a < 0xFF00:
-        row = m.unusable + (a - 0xFEA0)
+    # Plain RAM, whose accesses nothing else sees: WRAM and its echo, the unusable area, and HRAM while no
+    # OAM DMA runs (the DMA is caught up at HRAM accesses then). One row by selects, one load or store, so
+    # lanes touching different ones stay together.
+    row = wp.where(a < 0xC000, -1, wp.where(a < 0xFE00, m.wram + ((a - 0xC000) & 0x1FFF), wp.where(
+        a < 0xFEA0, -1, wp.where(a < 0xFF00, m.unusable + (a - 0xFEA0), wp.where(
+            a < 0xFF80 or a == 0xFFFF or g.dma_active != 0, -1, m.hram + (a - 0xFF80))))))
+    if row >= 0:
         if write != 0:
             m.ram[row, g.env] = wp.uint8(v)
         else:

@@ -101,16 +101,12 @@ def alu(g: wp.ref[Gb], kind: wp.int32, b: wp.int32):
 
 
 @wp.func
-def inc8(g: wp.ref[Gb], v: wp.int32) -> wp.int32:
-    t = (v + 1) & 0xFF
-    g.f = (g.f & FLAG_C) | flag_bit(t == 0, FLAG_Z) | flag_bit((v & 0xF) + 1 > 0xF, FLAG_H)
-    return t
-
-
-@wp.func
-def dec8(g: wp.ref[Gb], v: wp.int32) -> wp.int32:
-    t = (v - 1) & 0xFF
-    g.f = (g.f & FLAG_C) | FLAG_N | flag_bit(t == 0, FLAG_Z) | flag_bit((v & 0xF) - 1 < 0, FLAG_H)
+def incdec8(g: wp.ref[Gb], v: wp.int32, dec: wp.int32) -> wp.int32:
+    """INC (dec 0) or DEC (dec 1) of a byte: Z, N, H set, C kept. The flags depend only on v and C, so
+    computing it twice on the same byte (the (HL) forms do) sets them the same way."""
+    t = (v + 1 - 2 * dec) & 0xFF
+    half = wp.where(dec != 0, (v & 0xF) == 0, (v & 0xF) == 0xF)
+    g.f = (g.f & FLAG_C) | flag_bit(dec != 0, FLAG_N) | flag_bit(t == 0, FLAG_Z) | flag_bit(half, FLAG_H)
     return t
 
 
@@ -139,6 +135,20 @@ def rotate(g: wp.ref[Gb], kind: wp.int32, v: wp.int32) -> wp.int32:
     if kind == 6:
         return rotate_result(g, ((v << 4) | (v >> 4)) & 0xFF, 0)
     return rotate_result(g, v >> 1, v & 1)
+
+
+@wp.func
+def cb_op(g: wp.ref[Gb], op: wp.int32, v: wp.int32) -> wp.int32:
+    """The CB-prefixed operation op (the byte after 0xCB) on the byte v: rotate/shift, BIT (flags only;
+    returns v), RES or SET. Returns the byte to write back."""
+    y = (op >> 3) & 7
+    kind = op >> 6
+    if kind == 0:
+        return rotate(g, y, v)
+    if kind == 1:
+        g.f = (g.f & FLAG_C) | FLAG_H | flag_bit(((v >> y) & 1) == 0, FLAG_Z)
+        return v
+    return wp.where(kind == 2, v & ~(1 << y), v | (1 << y))
 
 
 @wp.func

@@ -21,7 +21,7 @@ mode 3) and LY=LYC. While the line stays high no new interrupt is raised (STAT b
 import warp as wp
 
 from gbxcule.core import schema
-from gbxcule.kernels.render import blank_screen, oam_byte, scanline
+from gbxcule.kernels.render import blank_screen, oam_byte, oam_ys, scanline
 from gbxcule.kernels.state import Gb, Mem
 
 FRAME_CYCLES = wp.constant(schema.FRAME_CYCLES)
@@ -92,7 +92,7 @@ def mode3_sprite_penalty(g: wp.ref[Gb], m: Mem, ly: wp.int32) -> wp.int32:
     A sprite whose X was already seen on the line adds no alignment penalty. `groups8` holds one bit per
     8 pixels of X seen so far; only when that bit is set are the earlier entries read again for the exact X
     (few registers: the kernel keeps its state in registers, docs/kernel_style.md). The Y bytes are read
-    four at a time into one word before any is tested, so four loads are in flight instead of one: this
+    four at a time into one word before any is tested (`oam_ys`), so four loads are in flight instead of one: this
     scan runs on every line of every frame, and waiting on one OAM load after another was a tenth of the
     step kernel's stall samples on busy games (BENCHMARKS.md)."""
     if (g.lcdc & 2) == 0:
@@ -108,8 +108,7 @@ def mode3_sprite_penalty(g: wp.ref[Gb], m: Mem, ly: wp.int32) -> wp.int32:
     i = wp.int32(0)
     while i < 40 and count < 10:
         if (i & 3) == 0:
-            ys = (oam_byte(m, g, i * 4) | (oam_byte(m, g, i * 4 + 4) << 8) | (oam_byte(m, g, i * 4 + 8) << 16)
-                  | (oam_byte(m, g, i * 4 + 12) << 24))
+            ys = oam_ys(m, g, i)
         y = ((ys >> ((i & 3) * 8)) & 0xFF) - 16
         if y <= ly and ly < y + height:
             x = oam_byte(m, g, i * 4 + 1)

@@ -36,6 +36,14 @@ def oam_byte(m: Mem, g: wp.ref[Gb], index: wp.int32) -> wp.int32:
 
 
 @wp.func
+def oam_ys(m: Mem, g: wp.ref[Gb], i: wp.int32) -> wp.int32:
+    """The Y bytes of OAM entries i..i+3 in one word (entry i in the low byte): four loads issued before
+    any is used, where a scan that tests one entry after another would wait on each load in turn."""
+    return (oam_byte(m, g, i * 4) | (oam_byte(m, g, i * 4 + 4) << 8) | (oam_byte(m, g, i * 4 + 8) << 16)
+            | (oam_byte(m, g, i * 4 + 12) << 24))
+
+
+@wp.func
 def bg_tile_row(g: wp.ref[Gb], m: Mem, map_base: wp.int32, col: wp.int32, row: wp.int32) -> wp.int32:
     """Row `row & 7` of the BG/window tile at map position (col, row >> 3): low byte | high byte << 8."""
     tile = vram_byte(g, m, map_base + ((row >> 3) & 31) * 32 + (col & 31))
@@ -84,8 +92,11 @@ def draw_line(g: wp.ref[Gb], m: Mem, ly: wp.int32, window: wp.int32):
     if (lcdc & 2) != 0:
         height = 8 + ((lcdc & 4) << 1)
         i = wp.int32(0)
+        ys = wp.int32(0)
         while i < 40 and count < 10:
-            y = oam_byte(m, g, i * 4) - 16
+            if (i & 3) == 0:
+                ys = oam_ys(m, g, i)
+            y = ((ys >> ((i & 3) * 8)) & 0xFF) - 16
             if y <= ly and ly < y + height:
                 tile = oam_byte(m, g, i * 4 + 2)
                 attr = oam_byte(m, g, i * 4 + 3)
@@ -121,6 +132,8 @@ def draw_line(g: wp.ref[Gb], m: Mem, ly: wp.int32, window: wp.int32):
     win_row = g.win_line & 0xFF
     cached = wp.int32(-1)  # the tile row in `bits`: map column, + 256 for the window
     bits = wp.int32(0)
+    cached2 = wp.int32(-1)  # the next tile's row, in `bits2` (words that straddle two tiles)
+    bits2 = wp.int32(0)
     first = wp.int32(0)  # sprites before this one end left of the current word
     first_x = wp.int32(256)  # screen X of sprite `first` (256: none left)
     if count > 0:
@@ -132,36 +145,87 @@ def draw_line(g: wp.ref[Gb], m: Mem, ly: wp.int32, window: wp.int32):
             first_x = wp.where(first < count, (keys[first % 10] >> 8) - 8, 256)
         sprites = first_x <= w * 4 + 3  # some sprite reaches this word
         word = wp.int32(0)
-        for k in range(4):
-            x = w * 4 + k
-            in_win = wp.where(x >= win_start, 1, 0)
-            shown = in_win | use_bg  # BG or window pixel (else BGP colour 0, and opaque for sprites)
-            px = wp.where(in_win != 0, x - win_x, (x + scx) & 0xFF)
-            tile = (in_win << 8) | (px >> 3)
-            if tile != cached and shown != 0:
-                cached = tile
-                bits = bg_tile_row(g, m, wp.where(in_win != 0, win_map, bg_map), px >> 3,
-                                   wp.where(in_win != 0, win_row, bg_row))
-            c = color_at(bits, px) * shown
-            shade = (bgp >> (c * 2)) & 3
-            if sprites:
-                # sprites in priority order (X, then OAM index) from `first` that start at or left of x: the
-                # first with a non-zero colour that is not hidden behind an opaque BG pixel shows
-                hidden_behind = c != 0 or shown == 0  # BG off: behind-BG sprites stay hidden, as in the reference
-                s = first
-                while s < count:
-                    d = x - ((keys[s] >> 8) - 8)
-                    if d < 0:
-                        break
-                    if d < 8:
-                        data = datas[s]
-                        sc = color_at(data, wp.where((data & 0x200000) != 0, 7 - d, d))
-                        if sc != 0 and ((data & 0x800000) == 0 or not hidden_behind):
-                            shade = (wp.where((data & 0x100000) != 0, g.obp1, g.obp0) >> (sc * 2)) & 3
+        if sprites or (w * 4 < win_start and w * 4 + 3 >= win_start):
+            for k in range(4):
+                x = w * 4 + k
+                in_win = wp.where(x >= win_start, 1, 0)
+                shown = in_win | use_bg  # BG or window pixel (else BGP colour 0, and opaque for sprites)
+                px = wp.where(in_win != 0, x - win_x, (x + scx) & 0xFF)
+                tile = (in_win << 8) | (px >> 3)
+                if tile != cached and shown != 0:
+                    cached = tile
+                    bits = bg_tile_row(g, m, wp.where(in_win != 0, win_map, bg_map), px >> 3,
+                                       wp.where(in_win != 0, win_row, bg_row))
+                c = color_at(bits, px) * shown
+                shade = (bgp >> (c * 2)) & 3
+                if sprites:
+                    # sprites in priority order (X, then OAM index) from `first` that start at or left of x:
+                    # the first with a non-zero colour that is not hidden behind an opaque BG pixel shows
+                    hidden_behind = c != 0 or shown == 0  # BG off: behind-BG sprites stay hidden, as in the reference
+                    s = first
+                    while s < count:
+                        d = x - ((keys[s] >> 8) - 8)
+                        if d < 0:
                             break
-                    s = s + 1
-            word = word | (shade << (k * 8))
+                        if d < 8:
+                            data = datas[s]
+                            sc = color_at(data, wp.where((data & 0x200000) != 0, 7 - d, d))
+                            if sc != 0 and ((data & 0x800000) == 0 or not hidden_behind):
+                                shade = (wp.where((data & 0x100000) != 0, g.obp1, g.obp0) >> (sc * 2)) & 3
+                                break
+                        s = s + 1
+                word = word | (shade << (k * 8))
+        else:
+            # No sprite and one layer (BG or window) over the 4 pixels: take their colour bits as two 4-bit
+            # planes from the one or two tile rows they lie in, map them through BGP as planes, and spread
+            # the planes into the word's bytes.
+            in_win = wp.where(w * 4 >= win_start, 1, 0)
+            px = wp.where(in_win != 0, w * 4 - win_x, (w * 4 + scx) & 0xFF)
+            p0 = wp.int32(0)  # colour bit 0 of the 4 pixels, leftmost in bit 3
+            p1 = wp.int32(0)  # colour bit 1
+            if (in_win | use_bg) != 0:
+                tile = (in_win << 8) | (px >> 3)
+                tile2 = (in_win << 8) | (((px + 3) >> 3) & 31)
+                if tile == cached2:
+                    cached = cached2
+                    bits = bits2
+                if tile != cached:  # this tile and the next: two independent chains of loads in flight
+                    cached = tile
+                    cached2 = (in_win << 8) | (((px >> 3) + 1) & 31)
+                    bits = bg_tile_row(g, m, wp.where(in_win != 0, win_map, bg_map), px >> 3,
+                                       wp.where(in_win != 0, win_row, bg_row))
+                    bits2 = bg_tile_row(g, m, wp.where(in_win != 0, win_map, bg_map), (px >> 3) + 1,
+                                        wp.where(in_win != 0, win_row, bg_row))
+                if tile2 != tile and tile2 != cached2:
+                    cached2 = tile2
+                    bits2 = bg_tile_row(g, m, wp.where(in_win != 0, win_map, bg_map), tile2 & 31,
+                                        wp.where(in_win != 0, win_row, bg_row))
+                # 16 pixels of each plane, this tile then the next, leftmost in bit 15; when the 4 pixels lie
+                # in one tile the shift never reaches the next one's bits
+                shift = 12 - (px & 7)
+                p0 = ((((bits & 0xFF) << 8) | (bits2 & 0xFF)) >> shift) & 0xF
+                p1 = (((bits & 0xFF00) | ((bits2 >> 8) & 0xFF)) >> shift) & 0xF
+            word = palette_word(bgp, p0, p1)
         m.frame[base + w] = wp.uint32(word)
+
+
+@wp.func
+def spread4(n: wp.int32) -> wp.int32:
+    """Bits 3..0 of n (bit 3 the leftmost pixel) to bit 0 of bytes 0..3 (byte 0 the leftmost pixel)."""
+    return ((n * 0x08040201) >> 3) & 0x01010101
+
+
+@wp.func
+def palette_word(pal: wp.int32, p0: wp.int32, p1: wp.int32) -> wp.int32:
+    """4 pixels' shades through palette `pal`, one byte each, from their colour bit planes (leftmost pixel
+    in bit 3 of p0/p1): shade bit b of colour c is bit 2c + b of pal, taken for all 4 pixels at once."""
+    c0 = ~(p0 | p1) & 0xF  # pixels of colour 0
+    c1 = p0 & ~p1  # colour 1
+    c2 = p1 & ~p0  # colour 2
+    c3 = p0 & p1  # colour 3
+    s0 = (c0 & -(pal & 1)) | (c1 & -((pal >> 2) & 1)) | (c2 & -((pal >> 4) & 1)) | (c3 & -((pal >> 6) & 1))
+    s1 = (c0 & -((pal >> 1) & 1)) | (c1 & -((pal >> 3) & 1)) | (c2 & -((pal >> 5) & 1)) | (c3 & -((pal >> 7) & 1))
+    return spread4(s0) | (spread4(s1) << 1)
 
 
 @wp.func

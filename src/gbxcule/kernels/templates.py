@@ -1,7 +1,8 @@
 """Instruction templates: the body of each instruction family, as Warp source.
 
 `gen.py` classifies every opcode of the ISA table (`gbxcule.core.isa`) into a family and pastes these
-bodies into the step kernel. A family covers all opcodes that differ only in opcode bit fields, so
+bodies into the step kernel. A family covers all opcodes that differ only in opcode bit fields, and
+shapes that differ only in where an operand comes from or goes to share a family (`MERGED`), so
 operands are decoded at run time from those fields, never by separate branches:
 
   r = op & 7 (8-bit register: B C D E H L (HL) A)   y = (op >> 3) & 7 (register, ALU op, bit or cc)
@@ -49,68 +50,77 @@ def _push(value: str) -> str:
 
 Template = dict[str, str]
 
+# Shapes that differ only in where an operand comes from or goes to share one template: lanes of a warp
+# that run different shapes of one family then run the same code, with the operands chosen by selects
+# on opcode bits (docs/kernel_style.md rule 6). Key: the shape (gen.shape), value: its template.
+_FAMILIES = {
+    "LD r8": ("LD r,r", "LD r,n8", "LD r,(HL)", "LD (HL),r", "LD (HL),n8"),
+    "ALU": ("ALU A,r", "ALU A,(HL)", "ALU A,n8"),
+    "INC/DEC r8": ("INC r", "DEC r", "INC (HL)", "DEC (HL)"),
+    "R16": ("LD rr,n16", "INC rr", "DEC rr", "ADD HL,rr"),
+    "LD A,mem": ("LD (rr),A", "LD A,(rr)", "LDH (a8),A", "LDH A,(a8)", "LDH (C),A", "LDH A,(C)", "LD (a16),A",
+                 "LD A,(a16)"),
+    "JUMP": ("JR e8", "JR cc,e8", "JP a16", "JP cc,a16", "JP HL"),
+    "CALL": ("CALL a16", "CALL cc,a16", "RST"),
+    "RET": ("RET", "RET cc", "RETI"),
+    "CB": ("ROT r", "ROT (HL)", "BIT b,r", "BIT b,(HL)", "RES b,r", "RES b,(HL)", "SET b,r", "SET b,(HL)",
+           "ROTATE A"),
+}
+MERGED: dict[str, str] = {shape: fam for fam, shapes in _FAMILIES.items() for shape in shapes}
+
 TEMPLATES: dict[str, Template] = {
+    # --- loads and arithmetic on registers and (HL) -------------------------------------------------
+    # LD r8: LD r,r' / r,n8 / r,(HL) / (HL),r / (HL),n8. Source: imm below 0x40, else register op & 7
+    # (or the byte read from (HL)); destination: register (op >> 3) & 7, or (HL) when that field is 6.
+    "LD r8": {
+        "pre": f"""
+tmp = wp.where(op < 0x40, imm, get_r8(g, op & 7))
+n_acc = wp.where((op & 0xC7) == 0x46, 1, wp.where(((op >> 3) & 7) == 6, 1, 0))
+wmask = wp.where(((op >> 3) & 7) == 6, 1, 0)
+ad0 = {HL}
+wv0 = tmp""",
+        "post": "set_r8(g, (op >> 3) & 7, wp.where((op & 0xC7) == 0x46, rv0, tmp))"},
+    # ALU A,r / A,(HL) / A,n8 (0xC0 and up)
+    "ALU": {"pre": f"n_acc = wp.where((op & 0xC7) == 0x86, 1, 0)\nad0 = {HL}",
+            "post": "alu(g, (op >> 3) & 7,\n"
+                    "    wp.where(op >= 0xC0, imm, wp.where((op & 7) == 6, rv0, get_r8(g, op & 7))))"},
+    # INC/DEC r and (HL) (op bit 0: DEC). (HL) reads, writes in `mid`; `post` runs it again on the same byte
+    # (same flags) and writes it to register 6, which is none.
+    "INC/DEC r8": {
+        "pre": f"n_acc = wp.where(((op >> 3) & 7) == 6, 2, 0)\nwmask = 2\nad0 = {HL}\nad1 = ad0",
+        "mid": "wv1 = incdec8(g, rv0, op & 1)",
+        "post": """
+set_r8(g, (op >> 3) & 7, incdec8(g, wp.where(((op >> 3) & 7) == 6, rv0, get_r8(g, (op >> 3) & 7)), op & 1))"""},
+    # LD rr,n16 (low nibble 1), INC rr (3), ADD HL,rr (9), DEC rr (B)
+    "R16": {"post": f"""
+tmp = get_rr(g, (op >> 4) & 3)
+g.f = wp.where((op & 0xF) == 9, (g.f & FLAG_Z) | flag_bit(({HL} & 0xFFF) + (tmp & 0xFFF) > 0xFFF, FLAG_H)
+               | flag_bit({HL} + tmp > 0xFFFF, FLAG_C), g.f)
+set_rr(g, wp.where((op & 0xF) == 9, 2, (op >> 4) & 3),
+       wp.where((op & 0xF) == 1, imm,
+                wp.where((op & 0xF) == 9, {HL} + tmp, wp.where((op & 8) != 0, tmp - 1, tmp + 1))))"""},
+    # A to or from memory: (BC) (DE) (HL+) (HL-) below 0x40 (bit 3: load); 0xFF00+a8 (0xE0/0xF0),
+    # 0xFF00+C (0xE2/0xF2), a16 (0xEA/0xFA) above (bit 4: load). tmp: the pair field of the low forms.
+    "LD A,mem": {
+        "pre": f"""
+tmp = wp.where(op < 0x40, (op >> 4) & 3, 0)
+ad0 = wp.where(op < 0x40, wp.where(tmp < 2, get_rr(g, tmp), {HL}),
+               wp.where((op & 0xF) == 2, 0xFF00 | g.c, wp.where((op & 0xF) == 0xA, imm, 0xFF00 | imm)))
+n_acc = 1
+wmask = wp.where(op < 0x40, wp.where((op & 8) == 0, 1, 0), wp.where((op & 0x10) == 0, 1, 0))
+wv0 = g.a""",
+        "post": """
+g.a = wp.where(wmask == 0, rv0, g.a)
+set_rr(g, wp.where(tmp >= 2, 2, 4), ad0 + wp.where(tmp == 2, 1, -1))"""},
     # --- 0x00-0x3F ---------------------------------------------------------------------------------
     "NOP": {},
     "STOP": {},  # DMG STOP runs on as a 2-byte no-op, like the reference
     "LD (a16),SP": {"pre": "n_acc = 2\nwmask = 3\nad0 = imm\nwv0 = g.sp & 0xFF\nad1 = (imm + 1) & 0xFFFF\n"
                            "wv1 = g.sp >> 8"},
-    "JR e8": {"post": "g.pc = (nxt + imm - ((imm & 0x80) << 1)) & 0xFFFF"},
-    "JR cc,e8": {"post": """
-if condition(g, ((op >> 3) & 7) - 4):
-    g.pc = (nxt + imm - ((imm & 0x80) << 1)) & 0xFFFF
-else:
-    g.cycles = t0 + cyc_nt"""},
-    "LD rr,n16": {"post": "set_rr(g, (op >> 4) & 3, imm)"},
-    "ADD HL,rr": {"post": f"""
-hl = {HL}
-v = get_rr(g, (op >> 4) & 3)
-g.f = (g.f & FLAG_Z) | flag_bit((hl & 0xFFF) + (v & 0xFFF) > 0xFFF, FLAG_H) | flag_bit(hl + v > 0xFFFF, FLAG_C)
-set_rr(g, 2, hl + v)"""},
-    "LD (rr),A": {
-        "pre": f"""
-p = (op >> 4) & 3
-ad0 = {HL}
-if p < 2:
-    ad0 = get_rr(g, p)
-n_acc = 1
-wmask = 1
-wv0 = g.a""",
-        "post": """
-if ((op >> 4) & 3) == 2:
-    set_rr(g, 2, ad0 + 1)
-elif ((op >> 4) & 3) == 3:
-    set_rr(g, 2, ad0 - 1)"""},
-    "LD A,(rr)": {
-        "pre": f"""
-p = (op >> 4) & 3
-ad0 = {HL}
-if p < 2:
-    ad0 = get_rr(g, p)
-n_acc = 1""",
-        "post": """
-g.a = rv0
-if ((op >> 4) & 3) == 2:
-    set_rr(g, 2, ad0 + 1)
-elif ((op >> 4) & 3) == 3:
-    set_rr(g, 2, ad0 - 1)"""},
-    "INC rr": {"post": "set_rr(g, (op >> 4) & 3, get_rr(g, (op >> 4) & 3) + 1)"},
-    "DEC rr": {"post": "set_rr(g, (op >> 4) & 3, get_rr(g, (op >> 4) & 3) - 1)"},
-    "INC r": {"post": "set_r8(g, (op >> 3) & 7, inc8(g, get_r8(g, (op >> 3) & 7)))"},
-    "DEC r": {"post": "set_r8(g, (op >> 3) & 7, dec8(g, get_r8(g, (op >> 3) & 7)))"},
-    "INC (HL)": {"pre": _RMW_HL, "mid": "wv1 = inc8(g, rv0)"},
-    "DEC (HL)": {"pre": _RMW_HL, "mid": "wv1 = dec8(g, rv0)"},
-    "LD r,n8": {"post": "set_r8(g, (op >> 3) & 7, imm)"},
-    "LD (HL),n8": {"pre": _write1(HL, "imm")},
-    "ROTATE A": {"post": "g.a = rotate(g, (op >> 3) & 7, g.a)\ng.f = g.f & FLAG_C"},
     "DAA": {"post": "daa(g)"},
     "CPL": {"post": "g.a = g.a ^ 0xFF\ng.f = g.f | FLAG_N | FLAG_H"},
     "SCF": {"post": "g.f = (g.f & FLAG_Z) | FLAG_C"},
     "CCF": {"post": "g.f = (g.f & FLAG_Z) | ((g.f & FLAG_C) ^ FLAG_C)"},
-    # --- 0x40-0x7F ---------------------------------------------------------------------------------
-    "LD r,r": {"post": "set_r8(g, (op >> 3) & 7, get_r8(g, op & 7))"},
-    "LD r,(HL)": {"pre": _read1(HL), "post": "set_r8(g, (op >> 3) & 7, rv0)"},
-    "LD (HL),r": {"pre": _write1(HL, "get_r8(g, op & 7)")},
     "HALT": {"post": """
 if g.ime == 0 and g.ime_delay == 0 and pending_interrupts(g) != 0:
     g.halt_bug = 1  # no halt; the next opcode byte is fetched twice (hardware HALT bug)
@@ -119,22 +129,34 @@ else:
     g.halted_during_ei = wp.where(g.ime_delay == 1, 1, 0)
     g.pc = pc  # PC stays on the HALT while halted
 g.bail = 1"""},
-    # --- 0x80-0xBF and ALU immediates -------------------------------------------------------------
-    "ALU A,r": {"post": "alu(g, (op >> 3) & 7, get_r8(g, op & 7))"},
-    "ALU A,(HL)": {"pre": _read1(HL), "post": "alu(g, (op >> 3) & 7, rv0)"},
-    "ALU A,n8": {"post": "alu(g, (op >> 3) & 7, imm)"},
-    # --- 0xC0-0xFF ---------------------------------------------------------------------------------
-    "RET cc": {
-        "pre": f"""
-if condition(g, (op >> 3) & 3):
-    taken = 1
-    {_POP.replace(chr(10), chr(10) + '    ')}""",
+    # --- control flow: taken = unconditional (opcode bit) or the condition (op >> 3) & 3 ------------------
+    # JR e8 / JR cc (bit 5 set) / JP a16 (bit 0 set) / JP cc / JP HL (0xE9)
+    "JUMP": {"post": f"""
+tmp = wp.where(op < 0x40, wp.where((op & 0x20) == 0, 1, 0), op & 1) | wp.where(condition(g, (op >> 3) & 3), 1, 0)
+g.pc = wp.where(tmp != 0, wp.where(op < 0x40, (nxt + imm - ((imm & 0x80) << 1)) & 0xFFFF,
+                                   wp.where(op == 0xE9, {HL}, imm)), g.pc)
+g.cycles = wp.where(tmp != 0, g.cycles, t0 + cyc_nt)"""},
+    # CALL a16 (bit 0 set) / CALL cc / RST (low bits 7; target op & 0x38)
+    "CALL": {
+        "pre": f"taken = (op & 1) | wp.where(condition(g, (op >> 3) & 3), 1, 0)\n{_push('nxt')}\nn_acc = 2 * taken",
         "post": """
-if taken != 0:
-    g.pc = rv0 | (rv1 << 8)
-    g.sp = (g.sp + 2) & 0xFFFF
-else:
-    g.cycles = t0 + cyc_nt"""},
+g.sp = wp.where(taken != 0, (g.sp - 2) & 0xFFFF, g.sp)
+g.pc = wp.where(taken != 0, wp.where((op & 7) == 7, op & 0x38, imm), g.pc)
+g.cycles = wp.where(taken != 0, g.cycles, t0 + cyc_nt)"""},
+    # RET (0xC9) / RETI (0xD9) / RET cc
+    "RET": {
+        "pre": f"""
+if op == 0xD9:
+    g.ime = 1
+    g.ime_delay = 0
+    g.bail = wp.where(pending_interrupts(g) != 0, 1, 0)
+taken = (op & 1) | wp.where(condition(g, (op >> 3) & 3), 1, 0)
+{_POP}
+n_acc = 2 * taken""",
+        "post": """
+g.pc = wp.where(taken != 0, rv0 | (rv1 << 8), g.pc)
+g.sp = wp.where(taken != 0, (g.sp + 2) & 0xFFFF, g.sp)
+g.cycles = wp.where(taken != 0, g.cycles, t0 + cyc_nt)"""},
     "POP rr": {"pre": _POP, "post": """
 g.sp = (g.sp + 2) & 0xFFFF
 if ((op >> 4) & 3) == 3:
@@ -142,23 +164,6 @@ if ((op >> 4) & 3) == 3:
     g.f = rv0 & 0xF0
 else:
     set_rr(g, (op >> 4) & 3, rv0 | (rv1 << 8))"""},
-    "JP cc,a16": {"post": """
-if condition(g, (op >> 3) & 3):
-    g.pc = imm
-else:
-    g.cycles = t0 + cyc_nt"""},
-    "JP a16": {"post": "g.pc = imm"},
-    "CALL cc,a16": {
-        "pre": f"""
-if condition(g, (op >> 3) & 3):
-    taken = 1
-    {_push('nxt').replace(chr(10), chr(10) + '    ')}""",
-        "post": """
-if taken != 0:
-    g.sp = (g.sp - 2) & 0xFFFF
-    g.pc = imm
-else:
-    g.cycles = t0 + cyc_nt"""},
     "PUSH rr": {
         "pre": """
 tmp = (g.a << 8) | (g.f & 0xF0)
@@ -166,39 +171,22 @@ if ((op >> 4) & 3) != 3:
     tmp = get_rr(g, (op >> 4) & 3)
 """ + _push("tmp"),
         "post": "g.sp = (g.sp - 2) & 0xFFFF"},
-    "RST": {"pre": _push("nxt"), "post": "g.sp = (g.sp - 2) & 0xFFFF\ng.pc = op & 0x38"},
-    "RET": {"pre": _POP, "post": "g.pc = rv0 | (rv1 << 8)\ng.sp = (g.sp + 2) & 0xFFFF"},
-    "RETI": {"pre": """
-g.ime = 1
-g.ime_delay = 0
-g.bail = wp.where(pending_interrupts(g) != 0, 1, 0)
-""" + _POP, "post": "g.pc = rv0 | (rv1 << 8)\ng.sp = (g.sp + 2) & 0xFFFF"},
-    "CALL a16": {"pre": _push("nxt"), "post": "g.sp = (g.sp - 2) & 0xFFFF\ng.pc = imm"},
-    "LDH (a8),A": {"pre": _write1("0xFF00 | imm", "g.a")},
-    "LDH A,(a8)": {"pre": _read1("0xFF00 | imm"), "post": "g.a = rv0"},
-    "LDH (C),A": {"pre": _write1("0xFF00 | g.c", "g.a")},
-    "LDH A,(C)": {"pre": _read1("0xFF00 | g.c"), "post": "g.a = rv0"},
     "ADD SP,e8": {"post": "g.sp = sp_offset(g, imm)"},
     "LD HL,SP+e8": {"post": "set_rr(g, 2, sp_offset(g, imm))"},
     "LD SP,HL": {"post": f"g.sp = {HL}"},
-    "JP HL": {"post": f"g.pc = {HL}"},
-    "LD (a16),A": {"pre": _write1("imm", "g.a")},
-    "LD A,(a16)": {"pre": _read1("imm"), "post": "g.a = rv0"},
     "DI": {"post": "g.ime = 0\ng.ime_delay = 0"},
     "EI": {"post": "if g.ime_delay == 0:\n    g.ime_delay = 2"},
     "ILLEGAL": {"post": "g.locked = 1  # the CPU hangs, as on hardware; timers and the PPU run on\ng.pc = pc"},
-    # --- CB-prefixed ------------------------------------------------------------------------------
-    "ROT r": {"post": "set_r8(g, op & 7, rotate(g, (op >> 3) & 7, get_r8(g, op & 7)))"},
-    "ROT (HL)": {"pre": _RMW_HL, "mid": "wv1 = rotate(g, (op >> 3) & 7, rv0)"},
-    "BIT b,r": {"post": """
-v = get_r8(g, op & 7)
-g.f = (g.f & FLAG_C) | FLAG_H | flag_bit(((v >> ((op >> 3) & 7)) & 1) == 0, FLAG_Z)"""},
-    "BIT b,(HL)": {"pre": _read1(HL), "post": """
-g.f = (g.f & FLAG_C) | FLAG_H | flag_bit(((rv0 >> ((op >> 3) & 7)) & 1) == 0, FLAG_Z)"""},
-    "RES b,r": {"post": "set_r8(g, op & 7, get_r8(g, op & 7) & ~(1 << ((op >> 3) & 7)))"},
-    "RES b,(HL)": {"pre": _RMW_HL, "mid": "wv1 = rv0 & ~(1 << ((op >> 3) & 7))"},
-    "SET b,r": {"post": "set_r8(g, op & 7, get_r8(g, op & 7) | (1 << ((op >> 3) & 7)))"},
-    "SET b,(HL)": {"pre": _RMW_HL, "mid": "wv1 = rv0 | (1 << ((op >> 3) & 7))"},
+    # --- CB-prefixed (op: the byte after 0xCB), and RLCA RRCA RLA RRA (1-byte: rotate A, Z cleared) -------
+    # (HL) forms read, then (except BIT) write in `mid`; `post` runs the register forms and BIT (HL).
+    "CB": {
+        "pre": f"n_acc = wp.where((op & 7) == 6, 2 - wp.where((op >> 6) == 1, 1, 0), 0)\nwmask = 2\nad0 = {HL}\n"
+               "ad1 = ad0",
+        "mid": "wv1 = cb_op(g, op, rv0)",
+        "post": """
+if (op & 7) != 6 or (op >> 6) == 1:
+    set_r8(g, op & 7, cb_op(g, op, wp.where((op & 7) == 6, rv0, get_r8(g, op & 7))))
+g.f = wp.where(((info >> 28) & 3) == 1, g.f & FLAG_C, g.f)"""},
     # --- interrupt dispatch (5 M-cycles) ---------------------------------------------------------
     # The high byte of PC is pushed first; if that write (to IE) leaves nothing pending, the dispatch is
     # cancelled and execution continues at 0x0000.

@@ -187,9 +187,9 @@ class GameEnv:
     def _build_buffers(self) -> None:
         torch, wp, n, k = self.torch, self._wp, self.num_envs, self.stack_k
         dev = self.device
-        self._latest = wp.to_torch(self.backend.obs)  # [N, 72, W], written by the step kernel's epilogue
+        self._latest = wp.to_torch(self.backend.obs)  # [N, 72, W], written by the backend's obs pass
         w = self._latest.shape[-1]
-        if k == 1:  # the kernel writes straight into the one slot
+        if k == 1:  # the obs pass writes straight into the one slot
             self._ring = self._latest.view(n, 1, 72, w)
         else:  # each frame goes to positions p and p + K, so obs is always the contiguous window p+1..p+K
             self._ring = torch.zeros(n, 2 * k, 72, w, dtype=torch.uint8, device=dev)
