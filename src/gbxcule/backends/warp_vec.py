@@ -216,6 +216,7 @@ class WarpVecBackend:
             self._sort_prev = wp.zeros(n, dtype=wp.int32, device=device)
         self._frame = self._frame_words = None
         self._obs: dict[tuple[str, bool], object] = {}
+        self._obs_views: dict[tuple[int, bool], tuple] = {}  # flat byte or word aliases of the obs arrays
         # Stage outputs: rewards from the step kernel's epilogue, the observation from obs_kernel after the
         # step (kernels/gen.py STAGES).
         self.rewards = wp.zeros(n if "reward" in stage or stage == "full_step" else 1, dtype=wp.float32,
@@ -335,11 +336,24 @@ class WarpVecBackend:
         self._launch(self.schedule.frames_per_step, self.schedule.release_after_frames, render=mode,
                      actions=self._device_actions(actions))
         if self.stage in OBS_STAGES:  # the observation of the step's last frame (kernels/gen.py STAGES)
-            from gbxcule.kernels.render import obs_kernel
+            self._write_observation(self.obs, *self._stage_args[:2])
 
-            mean, packed = self._stage_args[:2]
-            self._wp.launch(obs_kernel, dim=(self.num_envs, 72, 20), device=self.device,
-                            inputs=[self._frame, self.obs, mean, packed])
+    def _write_observation(self, out, mean: int, packed: int) -> None:
+        """`render.obs_kernel` from the frame buffer into `out` (uint8 [N,72,20] packed, else [N,72,80]),
+        which it writes as flat bytes or as words through aliases made once per array."""
+        from gbxcule.kernels.render import obs_kernel
+
+        wp = self._wp
+        views = self._obs_views.get((out.ptr, bool(packed)))
+        if views is None:
+            flat = wp.array(ptr=out.ptr, dtype=wp.uint8, shape=(out.size,), device=self.device)
+            words = wp.array(ptr=out.ptr, dtype=wp.uint32, shape=(out.size // 4,), device=self.device)
+            none8, none32 = wp.zeros(1, dtype=wp.uint8, device=self.device), wp.zeros(1, dtype=wp.uint32,
+                                                                                      device=self.device)
+            views = self._obs_views[(out.ptr, bool(packed))] = (flat, none32) if packed else (none8, words)
+        self.frame_buffer()
+        wp.launch(obs_kernel, dim=(self.num_envs, 72, 20), device=self.device,
+                  inputs=[self._frame_words, views[0], views[1], int(mean), int(packed)])
 
     def _device_actions(self, actions):
         wp = self._wp
@@ -382,16 +396,13 @@ class WarpVecBackend:
         "stride" takes pixel (2r, 2c); "mean" the 2x2 block's mean rounded half up, (sum + 2) // 4."""
         if mode not in OBS_MODES:
             raise ValueError(f"observation mode must be one of {', '.join(OBS_MODES)}, not {mode!r}")
-        from gbxcule.kernels.render import obs_kernel
-
         wp = self._wp
         key = (mode, bool(packed))
         if key not in self._obs:
             self._obs[key] = wp.zeros((self.num_envs, 72, 20 if packed else 80), dtype=wp.uint8,
                                       device=self.device)
         out = self._obs[key]
-        wp.launch(obs_kernel, dim=(self.num_envs, 72, 20), device=self.device,
-                  inputs=[self.frame_buffer(), out, int(mode == "mean"), int(bool(packed))])
+        self._write_observation(out, int(mode == "mean"), int(bool(packed)))
         return out
 
     def get_cpu_state(self, env: int) -> CpuState:

@@ -243,37 +243,34 @@ def scanline(g: wp.ref[Gb], m: Mem):
 
 
 @wp.func
-def obs_pixel(frame: wp.array3d(dtype=wp.uint8), e: wp.int32, r: wp.int32, c: wp.int32,
-              mean: wp.int32) -> wp.int32:
-    """Observation pixel (r, c): frame pixel (2r, 2c), or the rounded mean of the 2x2 block there."""
-    y = (2 * r) % 144
-    x = (2 * c) % 160
-    v = wp.int32(frame[e, y, x])
+def obs_word(frame: wp.array(dtype=wp.uint32), e: wp.int32, r: wp.int32, q: wp.int32, mean: wp.int32) -> wp.int32:
+    """Observation pixels (row r, columns 4q..4q+3) of env e, one per byte (4q in the low byte): frame pixel
+    (2r, 2c), or with `mean` the rounded mean of the 2x2 block there. They lie in frame words 2q and 2q+1
+    of line 2r (and 2r+1), read as words: shades are 0-3, so sums of four stay inside a 16-bit lane."""
+    base = (e * 144 + 2 * r) * LINE_WORDS + 2 * q
+    a = wp.int32(frame[base])  # frame pixels 8q..8q+3, one per byte
+    b = wp.int32(frame[base + 1])  # 8q+4..8q+7
     if mean != 0:
-        s = v + wp.int32(frame[e, y, x + 1]) + wp.int32(frame[e, y + 1, x]) + wp.int32(frame[e, y + 1, x + 1])
-        v = (s + 2) >> 2
-    return v
-
-
-@wp.func
-def obs_write(frame: wp.array3d(dtype=wp.uint8), out: wp.array3d(dtype=wp.uint8), e: wp.int32, r: wp.int32,
-              q: wp.int32, mean: wp.int32, packed: wp.int32):
-    """Observation pixels (row r, columns 4q..4q+3) of env e. Packed: one byte, pixel 4q in bits 7-6,
-    4q+1 in bits 5-4, 4q+2 in bits 3-2, 4q+3 in bits 1-0; else one byte per pixel."""
-    byte = wp.int32(0)
-    for k in range(4):
-        v = obs_pixel(frame, e, r, q * 4 + k, mean) & 3
-        if packed != 0:
-            byte = byte | (v << (6 - 2 * k))
-        else:
-            out[e, r, (q * 4 + k) % 80] = wp.uint8(v)
-    if packed != 0:
-        out[e, r, q % 20] = wp.uint8(byte)
+        c = wp.int32(frame[base + LINE_WORDS])  # the line below
+        d = wp.int32(frame[base + LINE_WORDS + 1])
+        # byte pairs (0,1) and (2,3) summed into two 16-bit lanes, both lines, then (sum + 2) >> 2 per lane
+        a = ((a & 0x00FF00FF) + ((a >> 8) & 0x00FF00FF) + (c & 0x00FF00FF) + ((c >> 8) & 0x00FF00FF) + 0x00020002) >> 2
+        b = ((b & 0x00FF00FF) + ((b >> 8) & 0x00FF00FF) + (d & 0x00FF00FF) + ((d >> 8) & 0x00FF00FF) + 0x00020002) >> 2
+    # the kept pixels are in bytes 0 and 2 of each word
+    return ((a & 3) | (((a >> 16) & 3) << 8) | ((b & 3) << 16) | (((b >> 16) & 3) << 24))
 
 
 @wp.kernel(enable_backward=False)
-def obs_kernel(frame: wp.array3d(dtype=wp.uint8), out: wp.array3d(dtype=wp.uint8), mean: wp.int32,
-               packed: wp.int32):
-    """One thread per 4 observation pixels: row r, columns 4q..4q+3 of env e."""
+def obs_kernel(frame: wp.array(dtype=wp.uint32), out: wp.array(dtype=wp.uint8), out_words: wp.array(dtype=wp.uint32),
+               mean: wp.int32, packed: wp.int32):
+    """One thread per 4 observation pixels (row r, columns 4q..4q+3 of env e; q fastest, so a warp's loads
+    and stores coalesce). Packed: one byte into `out` ([N,72,20] flat), pixel 4q in bits 7-6, 4q+1 in
+    bits 5-4, 4q+2 in bits 3-2, 4q+3 in bits 1-0; else one word (4 bytes) into `out_words` ([N,72,80] as
+    words)."""
     e, r, q = wp.tid()
-    obs_write(frame, out, e, r, q, mean, packed)
+    v = obs_word(frame, e, r, q, mean)
+    i = (e * 72 + r) * 20 + q
+    if packed != 0:
+        out[i] = wp.uint8(((v & 3) << 6) | (((v >> 8) & 3) << 4) | (((v >> 16) & 3) << 2) | ((v >> 24) & 3))
+    else:
+        out_words[i] = wp.uint32(v)
