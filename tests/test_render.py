@@ -396,3 +396,29 @@ def test_play_records_gif_and_mosaic(tmp_path, capsys):
     assert np.array_equal(last, mosaic_img[:144, :160])  # env 0's last screen, in both files
     assert main(["play", rom.path, "--backend", "pyboy_single", "--mosaic", str(png)]) == 2
     assert "need a warp backend" in capsys.readouterr().err
+
+
+def test_palette_word_maps_every_palette_and_plane_pair():
+    """The plane renderer's palette step (render.palette_word) against a per-pixel model: every BGP value,
+    every 4-pixel pair of colour bit planes."""
+    import warp as wp
+
+    from gbxcule.kernels import init_warp
+    from gbxcule.kernels.render import palette_word
+
+    @wp.kernel(enable_backward=False)
+    def palette_kernel(cases: wp.array2d(dtype=wp.int32), out: wp.array(dtype=wp.int32)):
+        i = wp.tid()
+        out[i] = palette_word(cases[i, 0], cases[i, 1], cases[i, 2])
+
+    init_warp()
+    pal, p0, p1 = np.meshgrid(np.arange(256), np.arange(16), np.arange(16), indexing="ij")
+    cases = np.stack([pal.ravel(), p0.ravel(), p1.ravel()], axis=1).astype(np.int32)
+    out = wp.zeros(len(cases), dtype=wp.int32, device="cpu")
+    wp.launch(palette_kernel, dim=len(cases), inputs=[wp.array(cases, dtype=wp.int32, device="cpu"), out],
+              device="cpu")
+    k = np.arange(4)
+    colour = ((cases[:, 1:2] >> (3 - k)) & 1) | (((cases[:, 2:3] >> (3 - k)) & 1) << 1)  # pixel k, leftmost first
+    shade = (cases[:, 0:1] >> (2 * colour)) & 3
+    want = (shade << (8 * k)).sum(axis=1)
+    assert np.array_equal(out.numpy(), want)
