@@ -12,6 +12,17 @@ from gbxcule.kernels.state import Gb
 Z, N, H, C = 0x80, 0x40, 0x20, 0x10
 
 
+def run_cases(kernel, axes, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every combination of the `axes` values as int32 rows, run through `kernel(cases, out)` on the CPU
+    device; returns the cases and the kernel's [cases, width] output."""
+    init_warp()
+    grids = np.meshgrid(*axes, indexing="ij")
+    cases = np.stack([a.ravel() for a in grids], axis=1).astype(np.int32)
+    out = wp.zeros((len(cases), width), dtype=wp.int32, device="cpu")
+    wp.launch(kernel, dim=len(cases), inputs=[wp.array(cases, dtype=wp.int32, device="cpu"), out], device="cpu")
+    return cases, out.numpy()
+
+
 def alu_model(kind: int, a: int, b: int, f: int) -> tuple[int, int]:
     """(A, F) after ADD ADC SUB SBC AND XOR OR CP (kind 0..7), as the SM83 manual describes them."""
     c = 1 if f & C else 0
@@ -42,13 +53,7 @@ def alu_kernel(cases: wp.array2d(dtype=wp.int32), out: wp.array2d(dtype=wp.int32
 
 
 def test_alu_matches_the_model_for_every_operation_operand_and_carry():
-    init_warp()
-    kind, a, b, carry = np.meshgrid(np.arange(8), np.arange(256), np.arange(256), np.array([0, C | Z | N | H]),
-                                    indexing="ij")
-    cases = np.stack([kind.ravel(), a.ravel(), b.ravel(), carry.ravel()], axis=1).astype(np.int32)
-    out = wp.zeros((len(cases), 2), dtype=wp.int32, device="cpu")
-    wp.launch(alu_kernel, dim=len(cases), inputs=[wp.array(cases, dtype=wp.int32, device="cpu"), out], device="cpu")
-    got = out.numpy()
+    cases, got = run_cases(alu_kernel, (np.arange(8), np.arange(256), np.arange(256), np.array([0, C | Z | N | H])), 2)
     want = np.array([alu_model(*map(int, c)) for c in cases], dtype=np.int32)
     bad = np.flatnonzero((got != want).any(axis=1))
     assert bad.size == 0, f"{bad.size} cases differ, first {cases[bad[0]]}: got {got[bad[0]]}, want {want[bad[0]]}"
@@ -73,14 +78,9 @@ def rotate_kernel(cases: wp.array2d(dtype=wp.int32), out: wp.array2d(dtype=wp.in
 
 
 def test_rotate_unit_matches_the_model_for_every_operation_and_value():
-    init_warp()
-    kind, v, f = np.meshgrid(np.arange(8), np.arange(256), np.array([0, 0xF0]), indexing="ij")
-    cases = np.stack([kind.ravel(), v.ravel(), f.ravel()], axis=1).astype(np.int32)
-    out = wp.zeros((len(cases), 2), dtype=wp.int32, device="cpu")
-    wp.launch(rotate_kernel, dim=len(cases), inputs=[wp.array(cases, dtype=wp.int32, device="cpu"), out],
-              device="cpu")
+    cases, got = run_cases(rotate_kernel, (np.arange(8), np.arange(256), np.array([0, 0xF0])), 2)
     want = np.array([rotate_model(*map(int, c)) for c in cases], dtype=np.int32)
-    assert np.array_equal(out.numpy(), want)
+    assert np.array_equal(got, want)
 
 
 @wp.kernel(enable_backward=False)
@@ -95,19 +95,13 @@ def incdec_kernel(cases: wp.array2d(dtype=wp.int32), out: wp.array2d(dtype=wp.in
 
 
 def test_inc_dec_match_the_model_and_repeat_the_same_flags():
-    init_warp()
-    v, dec, f = np.meshgrid(np.arange(256), np.arange(2), np.array([0, 0xF0, C, Z | N | H]), indexing="ij")
-    cases = np.stack([v.ravel(), dec.ravel(), f.ravel()], axis=1).astype(np.int32)
-    out = wp.zeros((len(cases), 4), dtype=wp.int32, device="cpu")
-    wp.launch(incdec_kernel, dim=len(cases), inputs=[wp.array(cases, dtype=wp.int32, device="cpu"), out],
-              device="cpu")
+    cases, got = run_cases(incdec_kernel, (np.arange(256), np.arange(2), np.array([0, 0xF0, C, Z | N | H])), 4)
     want = []
     for v, dec, f in cases.tolist():
         t = (v - 1 if dec else v + 1) & 0xFF
         half = (v & 0xF) == (0 if dec else 0xF)
         want.append((t, (f & C) | (N if dec else 0) | (Z if t == 0 else 0) | (H if half else 0)))
     want = np.array(want, dtype=np.int32)
-    got = out.numpy()
     assert np.array_equal(got[:, :2], want) and np.array_equal(got[:, 2:], want)
 
 
@@ -121,11 +115,7 @@ def cb_kernel(cases: wp.array2d(dtype=wp.int32), out: wp.array2d(dtype=wp.int32)
 
 
 def test_every_cb_opcode_on_every_byte():
-    init_warp()
-    op, v, f = np.meshgrid(np.arange(256), np.arange(256), np.array([0, 0xF0]), indexing="ij")
-    cases = np.stack([op.ravel(), v.ravel(), f.ravel()], axis=1).astype(np.int32)
-    out = wp.zeros((len(cases), 2), dtype=wp.int32, device="cpu")
-    wp.launch(cb_kernel, dim=len(cases), inputs=[wp.array(cases, dtype=wp.int32, device="cpu"), out], device="cpu")
+    cases, got = run_cases(cb_kernel, (np.arange(256), np.arange(256), np.array([0, 0xF0])), 2)
     want = []
     for op, v, f in cases.tolist():
         kind, y = op >> 6, (op >> 3) & 7
@@ -136,7 +126,6 @@ def test_every_cb_opcode_on_every_byte():
         else:
             want.append((v & ~(1 << y) if kind == 2 else v | (1 << y), f))
     want = np.array(want, dtype=np.int32)
-    got = out.numpy()
     bad = np.flatnonzero((got != want).any(axis=1))
     assert bad.size == 0, f"{bad.size} cases differ, first {cases[bad[0]]}: got {got[bad[0]]}, want {want[bad[0]]}"
 
