@@ -6,7 +6,7 @@ import numpy as np
 import warp as wp
 
 from gbxcule.kernels import init_warp
-from gbxcule.kernels.cpu import alu, cb_op, get_r8, get_rr, incdec8, rotate, set_r8, set_rr
+from gbxcule.kernels.cpu import alu, cb_op, get_r8, get_rr, incdec8, set_r8, set_rr
 from gbxcule.kernels.state import Gb
 
 Z, N, H, C = 0x80, 0x40, 0x20, 0x10
@@ -69,21 +69,6 @@ def rotate_model(kind: int, v: int, f: int) -> tuple[int, int]:
 
 
 @wp.kernel(enable_backward=False)
-def rotate_kernel(cases: wp.array2d(dtype=wp.int32), out: wp.array2d(dtype=wp.int32)):
-    i = wp.tid()
-    g = Gb()
-    g.f = cases[i, 2]
-    out[i, 0] = rotate(g, cases[i, 0], cases[i, 1])
-    out[i, 1] = g.f
-
-
-def test_rotate_unit_matches_the_model_for_every_operation_and_value():
-    cases, got = run_cases(rotate_kernel, (np.arange(8), np.arange(256), np.array([0, 0xF0])), 2)
-    want = np.array([rotate_model(*map(int, c)) for c in cases], dtype=np.int32)
-    assert np.array_equal(got, want)
-
-
-@wp.kernel(enable_backward=False)
 def incdec_kernel(cases: wp.array2d(dtype=wp.int32), out: wp.array2d(dtype=wp.int32)):
     i = wp.tid()
     g = Gb()
@@ -115,6 +100,7 @@ def cb_kernel(cases: wp.array2d(dtype=wp.int32), out: wp.array2d(dtype=wp.int32)
 
 
 def test_every_cb_opcode_on_every_byte():
+    """cb_op, which also runs RLCA/RRCA/RLA/RRA: the shifter (rotate) for every kind, BIT, RES and SET."""
     cases, got = run_cases(cb_kernel, (np.arange(256), np.arange(256), np.array([0, 0xF0])), 2)
     want = []
     for op, v, f in cases.tolist():
