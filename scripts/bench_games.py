@@ -80,7 +80,10 @@ def main() -> int:
                     help="sort variants to measure with random actions: KEY (one of "
                          f"{', '.join(SORT_KEYS)}) or KEY/PARTS (re-sorted PARTS times a frame) "
                          "(default pc,path,stack)")
-    ap.add_argument("--pyboy-envs", type=int, default=0, help="PyBoy envs (default 4 per host core; 0: that)")
+    ap.add_argument("--pyboy-envs", type=int, default=0,
+                    help="PyBoy envs (default 16 per host core, so that the timed steps last about a second; 0: that)")
+    ap.add_argument("--pyboy-repeat", type=int, default=3,
+                    help="PyBoy measurements per game, each from the state; the median counts (default 3)")
     ap.add_argument("--pyboy-steps", type=int, default=None,
                     help="PyBoy timed steps (default: --steps, so that both time the same stretch of play)")
     ap.add_argument("--no-pyboy", action="store_true", help="skip the PyBoy baseline")
@@ -111,7 +114,10 @@ def main() -> int:
         sys.stderr.write(f"bench_games: --bounds takes shared and/or fixed, got {args.bounds!r}\n")
         return 2
     ref = DEFAULT_SORT_KEY if DEFAULT_SORT_KEY in keys else next(iter(keys))
-    pyboy_envs = args.pyboy_envs or 4 * (os.cpu_count() or 1)
+    pyboy_envs = args.pyboy_envs or 16 * (os.cpu_count() or 1)
+    if args.pyboy_repeat < 1:
+        sys.stderr.write(f"bench_games: --pyboy-repeat must be >= 1, got {args.pyboy_repeat}\n")
+        return 2
     rows, failed = [], []
     for g in games:
         slug = g["slug"]
@@ -127,9 +133,12 @@ def main() -> int:
             row = {"slug": slug, "title": g.get("title", slug), "kind": g.get("kind", ""),
                    "sha1": hashlib.sha1(path.read_bytes()).hexdigest()}
 
-            def run(name, backend, n, steps, actions="seeded_random", rom=rom, state=state, row=row, **kw):
-                r = measure(backend, rom, n, steps, schedule, args.codec, actions, 0, args.warmup,
-                            state=state, **kw)
+            def run(name, backend, n, steps, actions="seeded_random", rom=rom, state=state, row=row, repeat=1, **kw):
+                runs = [measure(backend, rom, n, steps, schedule, args.codec, actions, 0, args.warmup,
+                                state=state, **kw) for _ in range(repeat)]
+                r = sorted(runs, key=lambda x: x.env_steps_per_s)[len(runs) // 2]  # the median run
+                if repeat > 1:
+                    row[f"runs_{name}"] = [x.env_steps_per_s for x in runs]
                 row[f"sps_{name}"] = r.env_steps_per_s
                 if r.instructions_per_s is not None:
                     row[f"ips_{name}"] = r.instructions_per_s  # emulated instructions/s
@@ -142,7 +151,7 @@ def main() -> int:
                 run(bound, warp_backend, args.envs, args.steps, f"{bound}_random" if bound == "shared" else bound,
                     **opts)
             if not args.no_pyboy:
-                run("pyboy", "pyboy_vec_mp", pyboy_envs, args.pyboy_steps or args.steps)
+                run("pyboy", "pyboy_vec_mp", pyboy_envs, args.pyboy_steps or args.steps, repeat=args.pyboy_repeat)
                 row["pyboy_sps"] = row.pop("sps_pyboy")
         except (GbxculeError, OSError, ValueError) as exc:
             failed.append({"slug": slug, "error": str(exc)})
@@ -171,7 +180,8 @@ def main() -> int:
         summary["divergence"] = {"median": statistics.median(divs), "max": max(divs)}
     data = {"games": rows, "failed": failed, "summary": summary, "envs": args.envs, "pyboy_envs": pyboy_envs,
             "host_cores": os.cpu_count(), "device": args.device, "steps": args.steps,
-            "pyboy_steps": args.pyboy_steps or args.steps, "warmup": args.warmup,
+            "pyboy_steps": args.pyboy_steps or args.steps,
+            "pyboy_repeat": args.pyboy_repeat, "warmup": args.warmup,
             "state_frames": args.state_frames, "frames_per_step": 24, "codec": args.codec, "stage": "full_step",
             "environment": environment()}
     out = write_output(Path(args.out), json.dumps(data, indent=1))
