@@ -28,18 +28,14 @@ templates change them only for jumps and untaken conditions.
 """
 
 HL = "((g.h << 8) | g.l)"
-SP = "g.sp"
 
 
-def _write1(addr: str, value: str) -> str:
-    return f"n_acc = 1\nwmask = 1\nad0 = {addr}\nwv0 = {value}"
+def _rmw_hl(count: str) -> str:
+    """Read (HL) in slot 0 and write it back in slot 1 (the value from `mid`); `count` accesses: 2, or fewer
+    for the opcodes of the family that use less."""
+    return f"n_acc = {count}\nwmask = 2\nad0 = {HL}\nad1 = ad0"
 
 
-def _read1(addr: str) -> str:
-    return f"n_acc = 1\nad0 = {addr}"
-
-
-_RMW_HL = f"n_acc = 2\nwmask = 2\nad0 = {HL}\nad1 = ad0"
 _PUSH = "n_acc = 2\nwmask = 3\nad0 = (g.sp - 1) & 0xFFFF\nad1 = (g.sp - 2) & 0xFFFF"
 _POP = "n_acc = 2\nad0 = g.sp\nad1 = (g.sp + 1) & 0xFFFF"
 
@@ -87,7 +83,7 @@ wv0 = tmp""",
     # INC/DEC r and (HL) (op bit 0: DEC). (HL) reads, writes in `mid`; `post` runs it again on the same byte
     # (same flags) and writes it to register 6, which is none.
     "INC/DEC r8": {
-        "pre": f"n_acc = wp.where(((op >> 3) & 7) == 6, 2, 0)\nwmask = 2\nad0 = {HL}\nad1 = ad0",
+        "pre": _rmw_hl("wp.where(((op >> 3) & 7) == 6, 2, 0)"),
         "mid": "wv1 = incdec8(g, rv0, op & 1)",
         "post": """
 set_r8(g, (op >> 3) & 7, incdec8(g, wp.where(((op >> 3) & 7) == 6, rv0, get_r8(g, (op >> 3) & 7)), op & 1))"""},
@@ -180,8 +176,7 @@ if ((op >> 4) & 3) != 3:
     # --- CB-prefixed (op: the byte after 0xCB), and RLCA RRCA RLA RRA (1-byte: rotate A, Z cleared) -------
     # (HL) forms read, then (except BIT) write in `mid`; `post` runs the register forms and BIT (HL).
     "CB": {
-        "pre": f"n_acc = wp.where((op & 7) == 6, 2 - wp.where((op >> 6) == 1, 1, 0), 0)\nwmask = 2\nad0 = {HL}\n"
-               "ad1 = ad0",
+        "pre": _rmw_hl("wp.where((op & 7) == 6, 2 - wp.where((op >> 6) == 1, 1, 0), 0)"),
         "mid": "wv1 = cb_op(g, op, rv0)",
         "post": """
 if (op & 7) != 6 or (op >> 6) == 1:
