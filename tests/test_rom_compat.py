@@ -235,3 +235,14 @@ def test_cli_refuses_an_empty_file_with_one_line(tmp_path):
     r = run_cli("play", str(p), "--steps", "1")
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert r.returncode != 0 and len(lines) == 1 and "empty" in lines[0] and "Traceback" not in r.stderr
+
+
+def test_rom_words_hold_each_byte_and_the_three_after_it():
+    """The kernels' ROM array (kernels/mbc.py rom_bytes4): word i = bytes i..i+3, wrapping at the end."""
+    from gbxcule.core.cartridge import rom_words
+
+    data = bytes(np.random.default_rng(5).integers(0, 256, 0x8000, dtype=np.uint8))
+    w = rom_words(data)
+    assert w.dtype == np.uint32 and len(w) == len(data)
+    for i in (0, 1, 0x3FFD, 0x3FFF, 0x7FFD, 0x7FFF):
+        assert [(int(w[i]) >> (8 * k)) & 0xFF for k in range(4)] == [data[(i + k) % len(data)] for k in range(4)]

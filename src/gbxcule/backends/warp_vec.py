@@ -22,7 +22,7 @@ import numpy as np
 
 from gbxcule.backends.base import CpuState, check_actions, check_env
 from gbxcule.core.action_codec import DEFAULT_CODEC, ActionCodec, get_codec
-from gbxcule.core.cartridge import CartConfig, Rom, cart_config, load_rom, rom_mirror
+from gbxcule.core.cartridge import CartConfig, Rom, cart_config, load_rom, rom_mirror, rom_words
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.pyboy_state import write_pyboy_state
 from gbxcule.core.savestate import decode_states, env_to_pyboy, read_state_source
@@ -117,7 +117,7 @@ class WarpVecBackend:
         import warp as wp
 
         from gbxcule.kernels import init_warp
-        from gbxcule.kernels.gen import load_kernels, op_tables
+        from gbxcule.kernels.gen import load_kernels, op_table
         from gbxcule.kernels.state import Mem
 
         if num_envs < 1:
@@ -159,16 +159,15 @@ class WarpVecBackend:
         # overwrite this buffer while the previous upload still waits behind a running kernel.
         self._actions_host = wp.zeros(n, dtype=wp.int32, device="cpu")
         self.masks = wp.array(self.codec.mask_table.reshape(-1), dtype=wp.int32, device=device)
-        fams, info = op_tables()
         mem = Mem()
         mirrored = rom_mirror(self.rom.data)
-        mem.rom = wp.array(np.frombuffer(mirrored, dtype=np.uint8), dtype=wp.uint8, device=device)
+        mem.rom = wp.array(rom_words(mirrored), dtype=wp.uint32, device=device)
         mem.rom_banks = self.cart.rom_banks
         mem.rom_mask = len(mirrored) - 1
         mem.boot = wp.array(np.frombuffer(boot_rom, dtype=np.uint8), dtype=wp.uint8, device=device)
         mem.ram = self.ram
         mem.serial = self.serial
-        mem.ops = wp.array(np.concatenate([fams, info]), dtype=wp.int32, device=device)
+        mem.ops = wp.array(op_table(), dtype=wp.int32, device=device)
         mem.n_envs = n
         mem.cart_ram_banks = self.cart.ram_banks
         mem.mbc = self.cart.mbc

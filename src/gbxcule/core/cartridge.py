@@ -14,6 +14,8 @@ import hashlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.pyboy_state import PYBOY_RAM_BANKS
 
@@ -129,6 +131,13 @@ def rom_mirror(data: bytes) -> bytes:
     i of the result is byte i mod len(data) of the ROM and a bank number is kept in range by one mask."""
     size = 1 << max(0, len(data) - 1).bit_length()
     return (bytes(data) * -(-size // max(1, len(data))))[:size]
+
+
+def rom_words(mirrored: bytes) -> np.ndarray:
+    """uint32 [len]: word i holds bytes i, i+1, i+2, i+3 of `mirrored` (wrapping at its end), byte i in the
+    low byte. The kernels keep the ROM this way, so an instruction's bytes come in one load."""
+    b = np.frombuffer(mirrored, dtype=np.uint8).astype(np.uint32)
+    return b | (np.roll(b, -1) << 8) | (np.roll(b, -2) << 16) | (np.roll(b, -3) << 24)
 
 
 def size_warnings(file_size: int, declared: int | None, code: int) -> tuple[str, ...]:

@@ -112,21 +112,23 @@ def family_ids() -> dict[str, int]:
     return ids
 
 
-def pack_info(op: Opcode) -> int:
-    """cycles | cycles_not_taken << 8 | a0/4 << 16 | k0/4 << 20 | a1/4 << 22 | k1/4 << 26 | length << 28."""
+def pack_info(op: Opcode, fam: int = 0) -> int:
+    """The opcode's entry in the kernel's table, as int32: cycles | cycles_not_taken << 5 | a0/4 << 10 |
+    k0/4 << 14 | a1/4 << 16 | k1/4 << 20 | length << 22 | family << 24 (signed: -1 for the prefix), so one
+    load decodes an opcode."""
     acc = list(access_timing(op)) + [(0, 0)] * 2
     (a0, k0), (a1, k1) = acc[0], acc[1]
     nt = op.cycles_not_taken if op.cycles_not_taken is not None else op.cycles
-    return (op.cycles | nt << 8 | (a0 // 4) << 16 | (k0 // 4) << 20 | (a1 // 4) << 22 | (k1 // 4) << 26
-            | op.length << 28)
+    assert op.cycles < 32 and nt < 32 and a0 < 64 and a1 < 64 and k0 < 16 and k1 < 16 and -1 <= fam < 128
+    word = (op.cycles | nt << 5 | (a0 // 4) << 10 | (k0 // 4) << 14 | (a1 // 4) << 16 | (k1 // 4) << 20
+            | op.length << 22 | (fam & 0xFF) << 24)
+    return word - (1 << 32) if word >= 1 << 31 else word
 
 
-def op_tables() -> tuple[np.ndarray, np.ndarray]:
-    """int32 [512] family ids (-1 for the prefix) and packed info, base opcodes then CB opcodes."""
+def op_table() -> np.ndarray:
+    """int32 [512], base opcodes then CB opcodes: `pack_info` of each with its family id (-1: the prefix)."""
     ids = family_ids()
-    fams = np.array([ids.get(family(op) or "", -1) for op in (*BASE, *CB)], dtype=np.int32)
-    info = np.array([pack_info(op) for op in (*BASE, *CB)], dtype=np.int32)
-    return fams, info
+    return np.array([pack_info(op, ids.get(family(op) or "", -1)) for op in (*BASE, *CB)], dtype=np.int32)
 
 
 # Template names of the sequencer's scratch values become fields of its `Seq` struct (see run_op).
@@ -172,7 +174,7 @@ from gbxcule.kernels.bus import INT_JOYPAD, INT_SERIAL, INT_TIMER, bus_access, d
 from gbxcule.kernels.cpu import (FLAG_C, FLAG_H, FLAG_N, FLAG_Z, alu, cb_op, check_interrupts, condition, daa,
                                  flag_bit, get_r8, get_rr, incdec8, interrupt_vector, pending_interrupts,
                                  set_r8, set_rr, sp_offset)
-from gbxcule.kernels.mbc import rom_read, rtc_advance
+from gbxcule.kernels.mbc import rom_fetch4, rtc_advance
 from gbxcule.kernels.ppu import lcd_advance, lcd_skip_lines
 from gbxcule.kernels.render import fill_frame
 from gbxcule.kernels.state import BIG, Gb, Mem, Seq
@@ -201,33 +203,28 @@ $SEQ_INIT
     elif g.halt_bug != 0:
         g.halt_bug = 0
         s.base = (pc - 1) & 0xFFFF  # the byte after HALT is read again
-    elif g.bootrom == 0 and pc < 0x7FFE:
-        # Fast path: the whole instruction lies in ROM, whose reads have no side effects to time. All three
-        # bytes are loaded at once (before the opcode's length is known), so their loads overlap.
-        s.op = rom_read(g, m, pc)
-        b1 = rom_read(g, m, pc + 1)
-        b2 = rom_read(g, m, pc + 2)
-        if s.op == 0xCB:
-            s.op = b1
-            s.fam = m.ops[256 + b1]
-            s.info = m.ops[768 + b1]
-        else:
-            s.fam = m.ops[s.op]
-            s.info = m.ops[512 + s.op]
-            s.imm = wp.where(((s.info >> 28) & 3) == 3, b1 | (b2 << 8), b1)
+    elif g.bootrom == 0 and pc < 0x8000 and (pc & 0x3FFF) < 0x3FFE:
+        # Fast path: the whole instruction lies in one ROM bank window, whose reads have no side effects to
+        # time: its bytes come in one load (before the opcode's length is known).
+        word = rom_fetch4(g, m, pc)
+        b1 = (word >> 8) & 0xFF
+        s.op = wp.where((word & 0xFF) == 0xCB, b1, word & 0xFF)
+        s.info = m.ops[wp.where((word & 0xFF) == 0xCB, 256 + b1, s.op)]
+        s.fam = s.info >> 24
+        s.imm = wp.where(((s.info >> 22) & 3) == 3, (word >> 8) & 0xFFFF, b1)
         s.n_fetch = 0
     k = wp.int32(0)
     while True:
         if s.ready == 0 and k >= s.n_fetch:
             if dispatch == 0:
-                s.nxt = (s.base + ((s.info >> 28) & 3)) & 0xFFFF
+                s.nxt = (s.base + ((s.info >> 22) & 3)) & 0xFFFF
                 g.pc = s.nxt
-                g.cycles = t0 + (s.info & 0xFF)
-                s.cyc_nt = (s.info >> 8) & 0xFF
-                s.a0 = ((s.info >> 16) & 15) * 4
-                s.k0 = ((s.info >> 20) & 3) * 4
-                s.a1 = ((s.info >> 22) & 15) * 4
-                s.k1 = ((s.info >> 26) & 3) * 4
+                g.cycles = t0 + (s.info & 0x1F)
+                s.cyc_nt = (s.info >> 5) & 0x1F
+                s.a0 = ((s.info >> 10) & 15) * 4
+                s.k0 = ((s.info >> 14) & 3) * 4
+                s.a1 = ((s.info >> 16) & 15) * 4
+                s.k1 = ((s.info >> 20) & 3) * 4
 $PRE
             s.ready = 1
         slot = k - s.n_fetch
@@ -258,13 +255,13 @@ $PRE
                 if r == 0xCB:
                     s.n_fetch = 2
                 else:
-                    s.fam = m.ops[r]
-                    s.info = m.ops[512 + r]
-                    s.n_fetch = (s.info >> 28) & 3
+                    s.info = m.ops[r]
+                    s.fam = s.info >> 24
+                    s.n_fetch = (s.info >> 22) & 3
             elif k == 1 and s.op == 0xCB:
                 s.op = r
-                s.fam = m.ops[256 + r]
-                s.info = m.ops[768 + r]
+                s.info = m.ops[256 + r]
+                s.fam = s.info >> 24
             elif k == 1:
                 s.imm = r
             else:

@@ -32,13 +32,13 @@ class Mem:
     """Everything a kernel thread reads or writes besides its Gb struct. Warp functions take it by value,
     so every field costs on every call: keep it small."""
 
-    rom: wp.array(dtype=wp.uint8)  # shared by all envs; the banks mirrored up to a power of two
+    rom: wp.array(dtype=wp.uint32)  # shared by all envs: word i = mirrored ROM bytes i..i+3 (rom_words)
     rom_banks: wp.int32  # number of 16 KiB banks of the cartridge
     rom_mask: wp.int32  # rom's length - 1: rom holds the banks mirrored up to a power of two (rom_mirror)
     boot: wp.array(dtype=wp.uint8)  # 256-byte boot ROM (or 1 dummy byte)
     ram: wp.array2d(dtype=wp.uint8)  # per-env regions, [bytes, envs]: interleaved
     serial: wp.array(dtype=wp.uint8)  # per-env SB capture ring, interleaved
-    ops: wp.array(dtype=wp.int32)  # per opcode (512: base, then CB): family, then at +512 packed info
+    ops: wp.array(dtype=wp.int32)  # per opcode (512: base, then CB): packed info and family (gen.op_table)
     n_envs: wp.int32
     cart_ram_banks: wp.int32  # 8 KiB banks of cartridge RAM
     mbc: wp.int32  # 0 none, 1 MBC1, 2 MBC2, 3 MBC3, 5 MBC5

@@ -181,7 +181,7 @@ if ((op >> 4) & 3) != 3:
         "post": """
 if (op & 7) != 6 or (op >> 6) == 1:
     set_r8(g, op & 7, cb_op(g, op, wp.where((op & 7) == 6, rv0, get_r8(g, op & 7))))
-g.f = wp.where(((info >> 28) & 3) == 1, g.f & FLAG_C, g.f)"""},
+g.f = wp.where(((info >> 22) & 3) == 1, g.f & FLAG_C, g.f)"""},
     # --- interrupt dispatch (5 M-cycles) ---------------------------------------------------------
     # The high byte of PC is pushed first; if that write (to IE) leaves nothing pending, the dispatch is
     # cancelled and execution continues at 0x0000.
