@@ -422,3 +422,40 @@ def test_palette_word_maps_every_palette_and_plane_pair():
     shade = (cases[:, 0:1] >> (2 * colour)) & 3
     want = (shade << (8 * k)).sum(axis=1)
     assert np.array_equal(out.numpy(), want)
+
+
+def test_oam_line_hits_tests_four_entries_at_once():
+    """render.oam_line_hits (4 OAM Y bytes tested in one word) against the per-entry rule Y-16 <= ly <
+    Y-16+height: every Y byte value in each byte position, every line 0-153, both sprite heights, and
+    random words."""
+    import warp as wp
+
+    from gbxcule.kernels import init_warp
+    from gbxcule.kernels.render import lowest_bit, oam_line_hits
+
+    @wp.kernel(enable_backward=False)
+    def hits_kernel(cases: wp.array2d(dtype=wp.int32), out: wp.array2d(dtype=wp.int32)):
+        i = wp.tid()
+        h = oam_line_hits(cases[i, 0], cases[i, 1], cases[i, 2])
+        out[i, 0] = h
+        out[i, 1] = wp.where(h != 0, lowest_bit(h), -1)
+
+    init_warp()
+    rng = np.random.default_rng(3)
+    y, ly, height = np.meshgrid(np.arange(256), np.arange(154), np.array([8, 16]), indexing="ij")
+    y, ly, height = y.ravel(), ly.ravel(), height.ravel()
+    other = rng.integers(0, 256, (len(y), 4))
+    pos = rng.integers(0, 4, len(y))
+    other[np.arange(len(y)), pos] = y
+    words = np.concatenate([(other << (8 * np.arange(4))).sum(axis=1), rng.integers(0, 1 << 32, 20000)])
+    ly = np.concatenate([ly, rng.integers(0, 154, 20000)])
+    height = np.concatenate([height, rng.choice([8, 16], 20000)])
+    cases = np.stack([words.astype(np.uint32).view(np.int32), ly, height], axis=1).astype(np.int32)
+    out = wp.zeros((len(cases), 2), dtype=wp.int32, device="cpu")
+    wp.launch(hits_kernel, dim=len(cases), inputs=[wp.array(cases, dtype=wp.int32, device="cpu"), out], device="cpu")
+    ys = (words[:, None].astype(np.int64) >> (8 * np.arange(4))) & 0xFF
+    on = (ys - 16 <= ly[:, None]) & (ly[:, None] < ys - 16 + height[:, None])
+    want = (on << np.arange(4)).sum(axis=1)
+    got = out.numpy()
+    assert np.array_equal(got[:, 0], want) and 0 < want.mean() < 15
+    assert np.array_equal(got[:, 1], np.where(want != 0, np.argmax(on, axis=1), -1))

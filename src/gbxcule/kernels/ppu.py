@@ -21,7 +21,7 @@ mode 3) and LY=LYC. While the line stays high no new interrupt is raised (STAT b
 import warp as wp
 
 from gbxcule.core import schema
-from gbxcule.kernels.render import blank_screen, oam_byte, oam_ys, scanline
+from gbxcule.kernels.render import blank_screen, lowest_bit, oam_byte, oam_line_hits, oam_ys, scanline
 from gbxcule.kernels.state import Gb, Mem
 
 FRAME_CYCLES = wp.constant(schema.FRAME_CYCLES)
@@ -92,9 +92,10 @@ def mode3_sprite_penalty(g: wp.ref[Gb], m: Mem, ly: wp.int32) -> wp.int32:
     A sprite whose X was already seen on the line adds no alignment penalty. `groups8` holds one bit per
     8 pixels of X seen so far; only when that bit is set are the earlier entries read again for the exact X
     (few registers: the kernel keeps its state in registers, docs/kernel_style.md). The Y bytes are read
-    four at a time into one word before any is tested (`oam_ys`), so four loads are in flight instead of one: this
-    scan runs on every line of every frame, and waiting on one OAM load after another was a tenth of the
-    step kernel's stall samples on busy games (BENCHMARKS.md)."""
+    four at a time into one word before any is tested (`oam_ys`), so four loads are in flight instead of one,
+    and the four are tested at once (`oam_line_hits`): this scan runs on every line of every frame, and
+    waiting on one OAM load after another was a tenth of the step kernel's stall samples on busy games
+    (BENCHMARKS.md)."""
     if (g.lcdc & 2) == 0:
         return 0
     height = 8
@@ -104,13 +105,12 @@ def mode3_sprite_penalty(g: wp.ref[Gb], m: Mem, ly: wp.int32) -> wp.int32:
     groups = wp.int32(0)
     penalty = wp.int32(0)
     groups8 = wp.int32(0)
-    ys = wp.int32(0)
-    i = wp.int32(0)
-    while i < 40 and count < 10:
-        if (i & 3) == 0:
-            ys = oam_ys(m, g, i)
-        y = ((ys >> ((i & 3) * 8)) & 0xFF) - 16
-        if y <= ly and ly < y + height:
+    w = wp.int32(0)  # OAM entries 4w..4w+3
+    while w < 10 and count < 10:
+        hits = oam_line_hits(oam_ys(m, g, w * 4), ly, height)
+        while hits != 0 and count < 10:
+            i = w * 4 + lowest_bit(hits)
+            hits = hits & (hits - 1)
             x = oam_byte(m, g, i * 4 + 1)
             if x < 168:
                 penalty = penalty + 6
@@ -122,7 +122,7 @@ def mode3_sprite_penalty(g: wp.ref[Gb], m: Mem, ly: wp.int32) -> wp.int32:
                         penalty = penalty + align
                 groups8 = groups8 | bit
             count = count + 1
-        i = i + 1
+        w = w + 1
     if count > 0 and groups == 0:
         return -4  # only off-screen sprites: one machine cycle less of mode-3 startup
     if count == 0:

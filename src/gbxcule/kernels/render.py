@@ -44,6 +44,30 @@ def oam_ys(m: Mem, g: wp.ref[Gb], i: wp.int32) -> wp.int32:
 
 
 @wp.func
+def oam_line_hits(ys: wp.int32, ly: wp.int32, height: wp.int32) -> wp.int32:
+    """Which of the 4 OAM entries whose Y bytes `ys` holds (`oam_ys`) lie on line `ly` (0-239) as sprites
+    `height` rows tall: bit k for entry k. All four at once, byte by byte in one word: t = ly + 16 - Y in each
+    byte (a borrow-free byte subtraction), then which bytes of t are below the height (no bit of t & ~(height
+    - 1) set). Lines with no sprite then cost a few operations per four entries."""
+    y = wp.uint32(ys)
+    ones = wp.uint32(0x01010101)
+    lo7 = wp.uint32(0x7F7F7F7F)
+    hi = ~lo7
+    lrep = wp.uint32((ly + 16) & 0xFF) * ones
+    t = ((lrep | hi) - (y & lo7)) ^ ((lrep ^ ~y) & hi)
+    z = t & (wp.uint32(wp.where(height == 16, 0xF0, 0xF8)) * ones)
+    h = ~(((z & lo7) + lo7) | z) & hi  # bit 7 of each byte: that byte of z is 0
+    return wp.int32(((h >> wp.uint32(7)) & wp.uint32(1)) | ((h >> wp.uint32(14)) & wp.uint32(2))
+                    | ((h >> wp.uint32(21)) & wp.uint32(4)) | ((h >> wp.uint32(28)) & wp.uint32(8)))
+
+
+@wp.func
+def lowest_bit(bits: wp.int32) -> wp.int32:
+    """Index of the lowest set bit of a non-zero 4-bit mask."""
+    return wp.where((bits & 1) != 0, 0, wp.where((bits & 2) != 0, 1, wp.where((bits & 4) != 0, 2, 3)))
+
+
+@wp.func
 def bg_tile_row(g: wp.ref[Gb], m: Mem, map_base: wp.int32, col: wp.int32, row: wp.int32) -> wp.int32:
     """Row `row & 7` of the BG/window tile at map position (col, row >> 3): low byte | high byte << 8."""
     tile = vram_byte(g, m, map_base + ((row >> 3) & 31) * 32 + (col & 31))
