@@ -63,7 +63,15 @@ def timer_advance(g: wp.ref[Gb], now: wp.int32) -> wp.int32:
             period = tb * 2
             start = g.div_counter
             end = start + cycles
-            edges = end / period - start / period  # both operands >= 0: floor division
+            # falling edges of the bit in (start, end]: the period is a power of two (16, 64, 256 or 1024), so
+            # shifts do the division (docs/kernel_style.md rule 7); `end` is never negative in practice (the
+            # timer is only advanced forwards), where a shift and `/` would round differently
+            edges = wp.int32(0)
+            if end >= 0:
+                sh = wp.where((g.tac & 3) == 0, 10, 2 * (g.tac & 3) + 2)
+                edges = (end >> sh) - (start >> sh)
+            else:
+                edges = end / period - start / period
             if g.tima + edges <= 0xFF:
                 g.tima = g.tima + edges
                 g.div_counter = end & 0xFFFF
