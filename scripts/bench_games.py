@@ -1,7 +1,8 @@
 """The public game benchmark set (benchmarks/games/games.toml; ROMs fetched by scripts/fetch_games.py, never
 committed): gbxcule's full_step SPS on each game beside PyBoy on all host cores from the same state, the
 same-action bounds and, per sort variant (a sort key, or KEY/PARTS:
-that key re-sorted PARTS times a frame), the median. One table, one JSON artifact.
+that key re-sorted PARTS times a frame; either with @ENVS: at that many envs instead of --envs, e.g.
+`path,path@262144`, both columns divided by the same PyBoy figure), the median. One table, one JSON artifact.
 
 The same-action bounds: `shared_random` (one random action a step, taken by every env: the envs play one game
 in lockstep, so nothing diverges, on the same kind of work) and `fixed` (every env NOOP: on most games the
@@ -27,7 +28,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from gbxcule.backends.warp_vec import DEFAULT_SORT_KEY, MAX_SORT_PARTS, SORT_KEYS
+from gbxcule.backends.warp_vec import DEFAULT_SORT_KEY, MAX_ENVS, MAX_SORT_PARTS, SORT_KEYS
 from gbxcule.core.action_codec import CODECS, get_codec
 from gbxcule.core.cartridge import load_rom
 from gbxcule.core.errors import GbxculeError
@@ -55,14 +56,18 @@ def make_state(rom_path: Path, frames: int, out: Path) -> Path:
 
 
 def parse_variants(text: str) -> dict[str, dict]:
-    """'path,pc/4' -> {"path": {"sort_key": "path"}, "pc/4": {"sort_key": "pc", "sort_parts": 4}}."""
+    """'path,pc/4,path@262144' -> {"path": {"sort_key": "path"}, "pc/4": {"sort_key": "pc", "sort_parts": 4},
+    "path@262144": {"sort_key": "path", "envs": 262144}} (no "envs": --envs)."""
     out = {}
     for v in (x.strip() for x in text.split(",")):
-        key, _, parts = v.partition("/")
-        if key not in SORT_KEYS or (parts and not (parts.isdigit() and 1 <= int(parts) <= MAX_SORT_PARTS)):
-            raise ValueError(f"--variants takes KEY or KEY/PARTS (KEY one of {', '.join(SORT_KEYS)}, PARTS 1 to "
-                             f"{MAX_SORT_PARTS}), got {v!r}")
-        out[v] = {"sort_key": key, **({"sort_parts": int(parts)} if parts else {})}
+        spec, _, envs = v.partition("@")
+        key, _, parts = spec.partition("/")
+        if (key not in SORT_KEYS or (parts and not (parts.isdigit() and 1 <= int(parts) <= MAX_SORT_PARTS))
+                or ("@" in v and not (envs.isdigit() and 1 <= int(envs) <= MAX_ENVS))):
+            raise ValueError(f"--variants takes KEY, KEY/PARTS or either @ENVS (KEY one of {', '.join(SORT_KEYS)}, "
+                             f"PARTS 1 to {MAX_SORT_PARTS}, ENVS 1 to {MAX_ENVS}), got {v!r}")
+        out[v] = {"sort_key": key, **({"sort_parts": int(parts)} if parts else {}),
+                  **({"envs": int(envs)} if envs else {})}
     return out
 
 
@@ -78,8 +83,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
     ap.add_argument("--variants", default="pc,path,stack",
                     help="sort variants to measure with random actions: KEY (one of "
-                         f"{', '.join(SORT_KEYS)}) or KEY/PARTS (re-sorted PARTS times a frame) "
-                         "(default pc,path,stack)")
+                         f"{', '.join(SORT_KEYS)}) or KEY/PARTS (re-sorted PARTS times a frame), either with "
+                         "@ENVS to run at ENVS envs instead of --envs (default pc,path,stack)")
     ap.add_argument("--pyboy-envs", type=int, default=0,
                     help="PyBoy envs (default 16 per host core, so that the timed steps last about a second; 0: that)")
     ap.add_argument("--pyboy-repeat", type=int, default=3,
@@ -146,7 +151,8 @@ def main() -> int:
 
             opts = {"stage": "full_step"}
             for key, kw in keys.items():
-                run(key, warp_backend, args.envs, args.steps, **kw, **opts)
+                kw = dict(kw)
+                run(key, warp_backend, kw.pop("envs", args.envs), args.steps, **kw, **opts)
             for bound in bounds:  # at the default sort key
                 run(bound, warp_backend, args.envs, args.steps, f"{bound}_random" if bound == "shared" else bound,
                     **opts)
@@ -185,15 +191,18 @@ def main() -> int:
             "state_frames": args.state_frames, "frames_per_step": 24, "codec": args.codec, "stage": "full_step",
             "environment": environment()}
     out = write_output(Path(args.out), json.dumps(data, indent=1))
-    head = f"{'game':18s} {'kind':12s}" + "".join(f" {'sps ' + k:>11s}" for k in keys)
+    ws = {k: max(11, len(k) + 4) for k in keys}  # column widths: "sps KEY", "x KEY"
+    wx = {k: max(7, len(k) + 2) for k in keys}
+    head = f"{'game':18s} {'kind':12s}" + "".join(f" {'sps ' + k:>{ws[k]}s}" for k in keys)
     head += f" {'instr/step':>10s} {'shared':>11s} {'fixed':>11s} {'div':>5s} {'PyBoy':>8s}"
-    head += "".join(f" {'x ' + k:>7s}" for k in keys)
+    head += "".join(f" {'x ' + k:>{wx[k]}s}" for k in keys)
     print(head)
     for r in rows:
-        line = f"{r['slug'][:18]:18s} {r['kind'][:12]:12s}" + "".join(f" {r[f'sps_{k}']:>11,.0f}" for k in keys)
+        line = f"{r['slug'][:18]:18s} {r['kind'][:12]:12s}" + "".join(f" {r[f'sps_{k}']:>{ws[k]},.0f}" for k in keys)
         line += (f" {r.get(f'ipstep_{ref}', 0):>10,.0f} {r.get('sps_shared', 0):>11,.0f}"
                  f" {r.get('sps_fixed', 0):>11,.0f} {r.get('divergence', 0):>5.1f}")
-        line += f" {r.get('pyboy_sps', 0):>8,.0f}" + "".join(f" {r.get('x_pyboy', {}).get(k, 0):>7.1f}" for k in keys)
+        line += f" {r.get('pyboy_sps', 0):>8,.0f}" + "".join(f" {r.get('x_pyboy', {}).get(k, 0):>{wx[k]}.1f}"
+                                                            for k in keys)
         print(line)
     print("div: emulated instructions/s with every env on one shared random action sequence, over those with "
           "independent random actions (default sort key)")

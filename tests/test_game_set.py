@@ -73,21 +73,22 @@ def test_bench_games_writes_a_row_per_game_and_the_median(tmp_path):
     out = tmp_path / "games.json"
     r = _run(ROOT / "scripts/bench_games.py", "--manifest", manifest, "--games", games, "--device", "cpu",
              "--envs", 2, "--steps", 1, "--warmup", 1, "--pyboy-envs", 1, "--pyboy-steps", 1, "--pyboy-repeat", 2,
-             "--state-frames", 30, "--variants", "pc,path,stack,path/3", "--out", out)
+             "--state-frames", 30, "--variants", "pc,path,stack,path/3,path@3", "--out", out)
     assert r.returncode == 1, r.stderr  # the missing game is reported, the other measured
     data = json.loads(out.read_text())
     assert [g["slug"] for g in data["games"]] == ["ow"] and [f["slug"] for f in data["failed"]] == ["missing"]
     row = data["games"][0]
-    for key in ("sps_pc", "sps_path", "sps_stack", "sps_path/3", "sps_shared", "sps_fixed", "pyboy_sps",
-                "ips_path", "ips_shared", "ipstep_path"):
+    for key in ("sps_pc", "sps_path", "sps_stack", "sps_path/3", "sps_path@3", "sps_shared", "sps_fixed",
+                "pyboy_sps", "ips_path", "ips_shared", "ipstep_path"):
         assert row[key] > 0
+    assert row["x_pyboy"]["path@3"] == pytest.approx(row["sps_path@3"] / row["pyboy_sps"])
     assert len(row["runs_pyboy"]) == 2 and row["pyboy_sps"] in row["runs_pyboy"]  # the median of the runs
     assert row["divergence"] == pytest.approx(row["ips_shared"] / row["ips_path"])
     assert data["summary"]["divergence"]["median"] == row["divergence"]
     assert data["summary"]["path"]["median_sps"] == row["sps_path"]
     assert (games / "states" / "ow.state").stat().st_size > 0
-    assert "median, sort path" in r.stdout and "median, sort path/3" in r.stdout
-    for bad in ("path/0", "nope", "pc/x"):
+    assert "median, sort path" in r.stdout and "median, sort path/3" in r.stdout and "sort path@3" in r.stdout
+    for bad in ("path/0", "nope", "pc/x", "path@0", "path@x", "pc/2@"):
         r = _run(ROOT / "scripts/bench_games.py", "--manifest", manifest, "--games", games, "--variants", bad)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--variants" in r.stderr
 
