@@ -160,7 +160,7 @@ def test_cart_config_sees_the_padded_bank_count(tmp_path):
 
 def test_rom_mirror_repeats_the_banks_up_to_a_power_of_two():
     """The kernels hold the ROM mirrored to a power-of-two length and mask the index (kernels/mbc.py
-    rom_byte): every byte i of the mirror is byte i mod size of the ROM, for bank counts that are powers of
+    rom_fetch4): every byte i of the mirror is byte i mod size of the ROM, for bank counts that are powers of
     two (unchanged) and those that are not (3 and 5 banks: bank numbers wrap as the modulo did)."""
     from gbxcule.core.cartridge import rom_mirror
 
@@ -238,7 +238,7 @@ def test_cli_refuses_an_empty_file_with_one_line(tmp_path):
 
 
 def test_rom_words_hold_each_byte_and_the_three_after_it():
-    """The kernels' ROM array (kernels/mbc.py rom_bytes4): word i = bytes i..i+3, wrapping at the end."""
+    """The kernels' ROM array (kernels/mbc.py rom_fetch4): word i = bytes i..i+3, wrapping at the end."""
     from gbxcule.core.cartridge import rom_words
 
     data = bytes(np.random.default_rng(5).integers(0, 256, 0x8000, dtype=np.uint8))

@@ -112,7 +112,7 @@ def family_ids() -> dict[str, int]:
     return ids
 
 
-def pack_info(op: Opcode, fam: int = 0) -> int:
+def pack_info(op: Opcode, fam: int) -> int:
     """The opcode's entry in the kernel's table, as int32: cycles | cycles_not_taken << 5 | a0/4 << 10 |
     k0/4 << 14 | a1/4 << 16 | k1/4 << 20 | length << 22 | family << 24 (signed: -1 for the prefix), so one
     load decodes an opcode."""

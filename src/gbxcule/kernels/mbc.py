@@ -17,21 +17,17 @@ RTC_CYCLES_PER_SECOND = wp.constant(schema.RTC_CYCLES_PER_SECOND)
 
 
 @wp.func
-def rom_bytes4(m: Mem, bank: wp.int32, offset: wp.int32) -> wp.int32:
-    """Bytes `offset`..`offset` + 3 of ROM bank `bank` in one word (the first in the low byte; past the bank's
-    end they come from the next bank). `m.rom` holds, for every byte, that byte and the three after it
-    (`rom_words`) of the ROM mirrored up to a power of two (`rom_mirror`), so one load fetches a whole
-    instruction and one mask keeps any bank number in range: the bank registers hold numbers below
-    `rom_banks` (the MBC writes reduce them), and a wild one from a state reads a mirrored bank, never
-    outside the array. (A modulo here was 6% of the kernel's code and a tenth of its executed instructions
-    on busy games.)"""
-    return wp.int32(m.rom[((bank << 14) | (offset & 0x3FFF)) & m.rom_mask])
-
-
-@wp.func
-def rom_byte(m: Mem, bank: wp.int32, offset: wp.int32) -> wp.int32:
-    """Byte `offset` of ROM bank `bank`."""
-    return rom_bytes4(m, bank, offset) & 0xFF
+def rom_fetch4(g: wp.ref[Gb], m: Mem, addr: wp.int32) -> wp.int32:
+    """Bytes addr..addr+3 of the cartridge ROM as mapped now (boot ROM not mapped) in one word, the first in
+    the low byte; only bytes in addr's 16 KiB window (bank 0 or the switchable bank) are the mapped ones.
+    `m.rom` holds, for every byte, that byte and the three after it (`rom_words`) of the ROM mirrored up to
+    a power of two (`rom_mirror`), so one load fetches a whole instruction and one mask keeps any bank
+    number in range: the bank registers hold numbers below `rom_banks` (the MBC writes reduce them), and a
+    wild one from a state reads a mirrored bank, never outside the array. (A modulo here was 6% of the
+    kernel's code and a tenth of its executed instructions on busy games.) The bank is chosen by a select,
+    so lanes fetching from bank 0 and from the switchable bank share one load."""
+    bank = wp.where(addr < 0x4000, g.rom_bank_low, g.rom_bank)
+    return wp.int32(m.rom[((bank << 14) | (addr & 0x3FFF)) & m.rom_mask])
 
 
 @wp.func
@@ -39,15 +35,7 @@ def rom_read(g: wp.ref[Gb], m: Mem, addr: wp.int32) -> wp.int32:
     """0x0000-0x7FFF, with the boot ROM overlaid on 0x0000-0x00FF while it is mapped."""
     if g.bootrom != 0 and addr <= 0xFF:
         return wp.int32(m.boot[addr & (m.boot.shape[0] - 1)])
-    # the bank by a select: lanes fetching from bank 0 and from the switchable bank share one load
-    return rom_byte(m, wp.where(addr < 0x4000, g.rom_bank_low, g.rom_bank), addr)
-
-
-@wp.func
-def rom_fetch4(g: wp.ref[Gb], m: Mem, addr: wp.int32) -> wp.int32:
-    """Bytes addr..addr+3 of the cartridge ROM as mapped now (boot ROM not mapped), in one load; only bytes
-    that lie in addr's 16 KiB window (bank 0 or the switchable bank) are the mapped ones."""
-    return rom_bytes4(m, wp.where(addr < 0x4000, g.rom_bank_low, g.rom_bank), addr)
+    return rom_fetch4(g, m, addr) & 0xFF
 
 
 @wp.func

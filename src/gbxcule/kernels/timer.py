@@ -15,17 +15,15 @@ from gbxcule.kernels.state import Gb
 
 
 @wp.func
+def timer_shift(tac: wp.int32) -> wp.int32:
+    """log2 of TIMA's period in cycles at rate TAC & 3: 1024, 16, 64 or 256 cycles."""
+    return wp.where((tac & 3) == 0, 10, 2 * (tac & 3) + 2)
+
+
+@wp.func
 def timer_bit(tac: wp.int32) -> wp.int32:
-    """The divider bit whose falling edge ticks TIMA at rate TAC & 3."""
-    rate = tac & 3
-    bit = 512
-    if rate == 1:
-        bit = 8
-    elif rate == 2:
-        bit = 32
-    elif rate == 3:
-        bit = 128
-    return bit
+    """The divider bit whose falling edge ticks TIMA at rate TAC & 3 (bit 9, 3, 5 or 7)."""
+    return 1 << (timer_shift(tac) - 1)
 
 
 @wp.func
@@ -63,15 +61,10 @@ def timer_advance(g: wp.ref[Gb], now: wp.int32) -> wp.int32:
             period = tb * 2
             start = g.div_counter
             end = start + cycles
-            # falling edges of the bit in (start, end]: the period is a power of two (16, 64, 256 or 1024), so
-            # shifts do the division (docs/kernel_style.md rule 7); `end` is never negative in practice (the
-            # timer is only advanced forwards), where a shift and `/` would round differently
-            edges = wp.int32(0)
-            if end >= 0:
-                sh = wp.where((g.tac & 3) == 0, 10, 2 * (g.tac & 3) + 2)
-                edges = (end >> sh) - (start >> sh)
-            else:
-                edges = end / period - start / period
+            # falling edges of the bit in (start, end]: the period is a power of two, so shifts divide (rule 7
+            # of docs/kernel_style.md); both are >= 0 (the timer is only ever advanced forwards)
+            sh = timer_shift(g.tac)
+            edges = (end >> sh) - (start >> sh)
             if g.tima + edges <= 0xFF:
                 g.tima = g.tima + edges
                 g.div_counter = end & 0xFFFF
