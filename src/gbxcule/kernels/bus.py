@@ -100,12 +100,20 @@ def joypad_value(g: wp.ref[Gb], select: wp.int32) -> wp.int32:
 # --- OAM DMA --------------------------------------------------------------------------------------
 
 @wp.func
+def dma_plain_read(g: wp.ref[Gb], m: Mem, addr: wp.int32) -> wp.int32:
+    """A byte the OAM DMA copies from ROM (addr < 0x8000) or else WRAM and its echo (0xC000-0xFDFF)."""
+    if addr < 0x8000:
+        return rom_read(g, m, addr)
+    return wp.int32(m.ram[m.wram + ((addr - 0xC000) & 0x1FFF), g.env])
+
+
+@wp.func
 def dma_source_read(g: wp.ref[Gb], m: Mem, addr: wp.int32, now: wp.int32, mao: wp.int32) -> wp.int32:
     """A byte the OAM DMA copies. VRAM reads 0xFF when the PPU blocks it for a PPU-visible access (the
     caller has caught the PPU up to now + mao already)."""
     value = 0xFF
-    if addr < 0x8000:
-        value = rom_read(g, m, addr)
+    if addr < 0x8000 or (addr >= 0xC000 and addr < 0xFE00):
+        value = dma_plain_read(g, m, addr)
     elif addr < 0xA000:
         if mao == 0 or not vram_blocked_read(g):
             value = wp.int32(m.ram[m.vram + (addr - 0x8000), g.env])
@@ -114,7 +122,7 @@ def dma_source_read(g: wp.ref[Gb], m: Mem, addr: wp.int32, now: wp.int32, mao: w
             rtc_advance(g, now)
         value = cart_read(g, m, addr)
     elif addr < 0xFE00:
-        value = wp.int32(m.ram[m.wram + ((addr - 0xC000) & 0x1FFF), g.env])
+        pass  # WRAM and its echo: above
     elif addr < 0xFEA0:
         value = wp.int32(m.ram[m.oam + (addr - 0xFE00), g.env])
     elif addr < 0xFF00:
@@ -124,7 +132,9 @@ def dma_source_read(g: wp.ref[Gb], m: Mem, addr: wp.int32, now: wp.int32, mao: w
 
 @wp.func
 def dma_sync(g: wp.ref[Gb], m: Mem, now: wp.int32, offset: wp.int32, mao: wp.int32):
-    """Copy the OAM DMA bytes due by cycle now + offset (one byte per 4 cycles after dma_start)."""
+    """Copy the OAM DMA bytes due by cycle now + offset (one byte per 4 cycles after dma_start). Callers
+    pass a time at or after `g.dma_mark`, so the bytes owed to earlier HRAM accesses are copied too."""
+    g.dma_mark = -1
     if g.dma_active == 0:
         return
     elapsed = now + offset - g.dma_start
@@ -137,6 +147,21 @@ def dma_sync(g: wp.ref[Gb], m: Mem, now: wp.int32, offset: wp.int32, mao: wp.int
     while g.dma_index < target:
         value = dma_source_read(g, m, (src << 8) | g.dma_index, now, mao)
         m.ram[m.oam + g.dma_index, g.env] = wp.uint8(value)
+        g.dma_index = g.dma_index + 1
+    if g.dma_index == 0xA0:
+        g.dma_active = 0
+
+
+@wp.func
+def dma_sync_owed(g: wp.ref[Gb], m: Mem):
+    """Copy the bytes of an OAM DMA from ROM or WRAM due by cycle g.dma_mark, the last HRAM access that did
+    not catch it up (`bus_access`): the bytes `dma_sync` would have copied there, read from a source nothing
+    has changed since."""
+    target = wp.min(0xA0, (g.dma_mark - g.dma_start) >> 2)
+    g.dma_mark = -1
+    src = wp.where(g.dma_source >= 0xFE, g.dma_source - 0x20, g.dma_source)
+    while g.dma_index < target:
+        m.ram[m.oam + g.dma_index, g.env] = wp.uint8(dma_plain_read(g, m, (src << 8) | g.dma_index))
         g.dma_index = g.dma_index + 1
     if g.dma_index == 0xA0:
         g.dma_active = 0
@@ -295,6 +320,14 @@ def bus_access(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32, write: wp
     a = addr & 0xFFFF
     v = value & 0xFF
     out = 0
+    # An OAM DMA from ROM or WRAM is not caught up at HRAM accesses (the wait loop every game runs from
+    # HRAM during the copy): they only note their time in g.dma_mark (plain RAM below). The reference copies
+    # at each of them, reading the source then; no HRAM access can change a ROM or WRAM byte, or look at
+    # OAM, so the bytes owed are copied, with the same values, before the next access of any other kind, or
+    # at the batch's end (run_frame). Sources in VRAM or cartridge RAM, which the PPU or the RTC can change,
+    # are still caught up at every HRAM access.
+    if g.dma_mark >= 0 and (a < 0xFF80 or a == 0xFFFF):
+        dma_sync_owed(g, m)
     # Cartridge: ROM, bank registers, cartridge RAM and the RTC.
     if a < 0x8000 or (a >= 0xA000 and a < 0xC000):
         rtc_due = False
@@ -314,13 +347,15 @@ def bus_access(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32, write: wp
         else:
             out = cart_read(g, m, a)
         return out
-    # Plain RAM, whose accesses nothing else sees: WRAM and its echo, the unusable area, and HRAM while no
-    # OAM DMA runs (the DMA is caught up at HRAM accesses then). One row by selects, one load or store, so
-    # lanes touching different ones stay together.
+    # Plain RAM, whose accesses nothing else sees: WRAM and its echo, the unusable area, and HRAM unless an
+    # OAM DMA from VRAM or cartridge RAM runs (caught up at HRAM accesses, below). One row by selects, one
+    # load or store, so lanes touching different ones stay together.
+    lazy_dma = g.dma_active == 0 or g.dma_source < 0x80 or g.dma_source >= 0xC0
     row = wp.where(a < 0xC000, -1, wp.where(a < 0xFE00, m.wram + ((a - 0xC000) & 0x1FFF), wp.where(
         a < 0xFEA0, -1, wp.where(a < 0xFF00, m.unusable + (a - 0xFEA0), wp.where(
-            a < 0xFF80 or a == 0xFFFF or g.dma_active != 0, -1, m.hram + (a - 0xFF80))))))
+            a < 0xFF80 or a == 0xFFFF or not lazy_dma, -1, m.hram + (a - 0xFF80))))))
     if row >= 0:
+        g.dma_mark = wp.where(a >= 0xFF80 and g.dma_active != 0, now + mao, g.dma_mark)
         if write != 0:
             m.ram[row, g.env] = wp.uint8(v)
         else:

@@ -337,7 +337,7 @@ def run_frame(g: wp.ref[Gb], m: Mem, stop_at_boot_exit: wp.int32, fresh: wp.int3
             budget = wp.min(wp.min(g.timer_cti, g.lcd_cti), wp.min(g.lcd_ctf, g.serial_cti))
             cpu_batch(g, m, wp.max(4, budget))
         if g.dma_active != 0:
-            dma_sync(g, m, g.cycles, 0, 0)
+            dma_sync(g, m, wp.max(g.cycles, g.dma_mark), 0, 0)  # (with any bytes owed to HRAM accesses)
         if serial_advance(g, g.cycles) != 0:
             g.if_ = g.if_ | INT_SERIAL
         if timer_advance(g, g.cycles) != 0:
@@ -392,6 +392,7 @@ $LOAD
     g.env = e
     g.n = n
     g.render = 0
+    g.dma_mark = -1
     if frame_begin == 0 and resume == 0:
         rebase(g)  # cycle fields count from the start of the step, however many launches it takes
     action = actions[e]
