@@ -17,7 +17,7 @@ writes: the APU is not emulated (the reference runs with sound emulation off).
 import warp as wp
 
 from gbxcule.core.schema import BIG, SERIAL_CAPTURE
-from gbxcule.kernels.mbc import cart_read, mbc_write, rom_read, rtc_advance
+from gbxcule.kernels.mbc import cart_read, mbc_write, rom_fetch4, rom_read, rtc_advance
 from gbxcule.kernels.ppu import (
     lcd_advance,
     lcd_read_stat,
@@ -153,13 +153,32 @@ def dma_sync(g: wp.ref[Gb], m: Mem, now: wp.int32, offset: wp.int32, mao: wp.int
 
 
 @wp.func
-def dma_sync_owed(g: wp.ref[Gb], m: Mem):
-    """Copy the bytes of an OAM DMA from ROM or WRAM due by cycle g.dma_mark, the last HRAM access that did
-    not catch it up (`bus_access`): the bytes `dma_sync` would have copied there, read from a source nothing
-    has changed since."""
-    target = wp.min(0xA0, (g.dma_mark - g.dma_start) >> 2)
+def dma_plain_source(g: wp.ref[Gb]) -> wp.bool:
+    """The running OAM DMA copies from ROM or WRAM (and its echo; pages FE/FF read DE/DF), whose bytes only a
+    write can change: such a copy may run late (`bus_access`, docs/timing.md)."""
+    return g.dma_source < 0x80 or g.dma_source >= 0xC0
+
+
+@wp.func
+def dma_copy_plain(g: wp.ref[Gb], m: Mem, until: wp.int32):
+    """`dma_sync` for a source in ROM or WRAM (`dma_plain_source`): copy the bytes due by cycle `until`, four
+    at a time while four are due (one ROM word, or four WRAM loads issued together), then one at a time."""
+    target = wp.min(0xA0, (until - g.dma_start) >> 2)
     g.dma_mark = -1
     src = wp.where(g.dma_source >= 0xFE, g.dma_source - 0x20, g.dma_source)
+    wide = src >= 0xC0 or g.bootrom == 0 or src != 0  # (not the boot ROM's page)
+    while wide and g.dma_index + 4 <= target:
+        addr = (src << 8) | g.dma_index
+        row = m.wram + ((addr - 0xC000) & 0x1FFF)
+        word = wp.int32(0)
+        if src < 0x80:
+            word = rom_fetch4(g, m, addr)
+        else:
+            word = (wp.int32(m.ram[row, g.env]) | (wp.int32(m.ram[row + 1, g.env]) << 8)
+                    | (wp.int32(m.ram[row + 2, g.env]) << 16) | (wp.int32(m.ram[row + 3, g.env]) << 24))
+        for k in range(4):
+            m.ram[m.oam + g.dma_index + k, g.env] = wp.uint8((word >> (8 * k)) & 0xFF)
+        g.dma_index = g.dma_index + 4
     while g.dma_index < target:
         m.ram[m.oam + g.dma_index, g.env] = wp.uint8(dma_plain_read(g, m, (src << 8) | g.dma_index))
         g.dma_index = g.dma_index + 1
@@ -327,7 +346,7 @@ def bus_access(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32, write: wp
     # at the batch's end (run_frame). Sources in VRAM or cartridge RAM, which the PPU or the RTC can change,
     # are still caught up at every HRAM access.
     if g.dma_mark >= 0 and (a < 0xFF80 or a == 0xFFFF):
-        dma_sync_owed(g, m)
+        dma_copy_plain(g, m, g.dma_mark)
     # Cartridge: ROM, bank registers, cartridge RAM and the RTC.
     if a < 0x8000 or (a >= 0xA000 and a < 0xC000):
         rtc_due = False
@@ -350,7 +369,7 @@ def bus_access(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32, write: wp
     # Plain RAM, whose accesses nothing else sees: WRAM and its echo, the unusable area, and HRAM unless an
     # OAM DMA from VRAM or cartridge RAM runs (caught up at HRAM accesses, below). One row by selects, one
     # load or store, so lanes touching different ones stay together.
-    lazy_dma = g.dma_active == 0 or g.dma_source < 0x80 or g.dma_source >= 0xC0
+    lazy_dma = g.dma_active == 0 or dma_plain_source(g)
     row = wp.where(a < 0xC000, -1, wp.where(a < 0xFE00, m.wram + ((a - 0xC000) & 0x1FFF), wp.where(
         a < 0xFEA0, -1, wp.where(a < 0xFF00, m.unusable + (a - 0xFEA0), wp.where(
             a < 0xFF80 or a == 0xFFFF or not lazy_dma, -1, m.hram + (a - 0xFF80))))))
