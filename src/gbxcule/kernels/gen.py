@@ -229,11 +229,6 @@ $SEQ_INIT
                 s.nxt = (s.base + ((s.info >> 22) & 3)) & 0xFFFF
                 g.pc = s.nxt
                 g.cycles = t0 + (s.info & 0x1F)
-                s.cyc_nt = (s.info >> 5) & 0x1F
-                s.a0 = ((s.info >> 10) & 15) * 4
-                s.k0 = ((s.info >> 14) & 3) * 4
-                s.a1 = ((s.info >> 16) & 15) * 4
-                s.k1 = ((s.info >> 20) & 3) * 4
 $PRE
             s.ready = 1
         slot = k - s.n_fetch
@@ -249,14 +244,14 @@ $PRE
                 s.addr = s.ad0
                 s.value = s.wv0
                 s.write = s.wmask & 1
-                s.when = t0 + s.a0
-                s.mao = s.k0
+                s.when = t0 + ((s.info >> 10) & 15) * 4  # the access timing (a, k) of slot 0 (pack_info)
+                s.mao = ((s.info >> 14) & 3) * 4
             else:
                 s.addr = s.ad1
                 s.value = s.wv1
                 s.write = (s.wmask >> 1) & 1
-                s.when = t0 + s.a1
-                s.mao = s.k1
+                s.when = t0 + ((s.info >> 16) & 15) * 4
+                s.mao = ((s.info >> 20) & 3) * 4
         r = bus_access(g, m, s.addr, s.value, s.write, s.when, s.mao)
         if s.ready == 0:
             if k == 0:

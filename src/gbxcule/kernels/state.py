@@ -13,9 +13,8 @@ from gbxcule.core.schema import BIG, FIELDS, TRANSIENT
 __all__ = ["BIG", "SEQ_FIELDS", "Gb", "Mem", "Seq"]  # BIG: the generated step module imports it from here
 
 # The instruction sequencer's per-instruction scratch (kernels/gen.py run_op): not state, never stored.
-SEQ_FIELDS = ("base", "n_fetch", "ready", "fam", "info", "op", "imm", "nxt", "cyc_nt", "a0", "k0", "a1", "k1",
-              "n_acc", "wmask", "ad0", "ad1", "wv0", "wv1", "rv0", "rv1", "taken", "tmp",
-              "addr", "value", "write", "when", "mao")
+SEQ_FIELDS = ("base", "n_fetch", "ready", "fam", "info", "op", "imm", "nxt", "n_acc", "wmask", "ad0", "ad1", "wv0",
+              "wv1", "rv0", "rv1", "taken", "tmp", "addr", "value", "write", "when", "mao")
 
 
 def _int_struct(name: str, names) -> type:

@@ -20,9 +20,10 @@ Templates never touch memory themselves. A family has up to three parts:
 
 Other names a template may use: g (the Gb struct), op (opcode; for CB ops the byte after 0xCB), pc
 (address of the instruction), nxt (address after it), imm (immediate byte or little-endian word), t0
-(cycle count at the instruction start), cyc_nt (cycles when a condition fails), taken and tmp (scratch
-ints carried from pre to post). Before `pre` runs, g.pc = nxt and g.cycles = t0 + the taken cycle count;
-templates change them only for jumps and untaken conditions.
+(cycle count at the instruction start), info (the opcode's packed table entry, `gen.pack_info`: the
+cycles when a condition fails are (info >> 5) & 0x1F), taken and tmp (scratch ints carried from pre to
+post). Before `pre` runs, g.pc = nxt and g.cycles = t0 + the taken cycle count; templates change them
+only for jumps and untaken conditions.
 
 `DISPATCH` is not an opcode: it is the interrupt dispatch, run by the same sequencer at a batch start.
 """
@@ -131,14 +132,14 @@ g.bail = 1"""},
 tmp = wp.where(op < 0x40, wp.where((op & 0x20) == 0, 1, 0), op & 1) | wp.where(condition(g, (op >> 3) & 3), 1, 0)
 g.pc = wp.where(tmp != 0, wp.where(op < 0x40, (nxt + imm - ((imm & 0x80) << 1)) & 0xFFFF,
                                    wp.where(op == 0xE9, {HL}, imm)), g.pc)
-g.cycles = wp.where(tmp != 0, g.cycles, t0 + cyc_nt)"""},
+g.cycles = wp.where(tmp != 0, g.cycles, t0 + ((info >> 5) & 0x1F))"""},
     # CALL a16 (bit 0 set) / CALL cc / RST (low bits 7; target op & 0x38)
     "CALL": {
         "pre": f"taken = (op & 1) | wp.where(condition(g, (op >> 3) & 3), 1, 0)\n{_push('nxt')}\nn_acc = 2 * taken",
         "post": """
 g.sp = wp.where(taken != 0, (g.sp - 2) & 0xFFFF, g.sp)
 g.pc = wp.where(taken != 0, wp.where((op & 7) == 7, op & 0x38, imm), g.pc)
-g.cycles = wp.where(taken != 0, g.cycles, t0 + cyc_nt)"""},
+g.cycles = wp.where(taken != 0, g.cycles, t0 + ((info >> 5) & 0x1F))"""},
     # RET (0xC9) / RETI (0xD9) / RET cc
     "RET": {
         "pre": f"""
@@ -152,7 +153,7 @@ n_acc = 2 * taken""",
         "post": """
 g.pc = wp.where(taken != 0, rv0 | (rv1 << 8), g.pc)
 g.sp = wp.where(taken != 0, (g.sp + 2) & 0xFFFF, g.sp)
-g.cycles = wp.where(taken != 0, g.cycles, t0 + cyc_nt)"""},
+g.cycles = wp.where(taken != 0, g.cycles, t0 + ((info >> 5) & 0x1F))"""},
     "POP rr": {"pre": _POP, "post": """
 g.sp = (g.sp + 2) & 0xFFFF
 if ((op >> 4) & 3) == 3:
