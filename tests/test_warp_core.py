@@ -350,3 +350,24 @@ def test_instructions_that_straddle_a_rom_window_end(tmp_path):
     for _ in range(4):
         b.step([0])
     assert [int(b.wram_bytes(a)[0]) for a in (0xC000, 0xC001, 0xC002)] == [0x42, 0x3E, 0x43]
+
+
+@pytest.mark.parametrize("source", [0xC1, 0x00, 0x90])  # WRAM and ROM (the late copy), VRAM (caught up at once)
+def test_wild_oam_dma_index_from_a_state_stays_inside_oam(source):
+    """A state may carry any int32 in dma_index (the guest only counts 0-160): both OAM DMA copies clamp it, so
+    they neither write outside OAM nor loop for billions of iterations, and each env ends the DMA normally."""
+    from gbxcule.core.schema import FIELD_INDEX, NUM_FIELDS
+
+    rom = build("loop:\n ld a, [$C000]\n inc a\n ld [$C000], a\n jr loop")
+    b = backend(rom, n=4)
+    b.reset(0)
+    fields = b.fields.numpy().copy().reshape(NUM_FIELDS, 4)
+    fields[FIELD_INDEX["dma_active"]] = 1
+    fields[FIELD_INDEX["dma_source"]] = source
+    fields[FIELD_INDEX["dma_start"]] = fields[FIELD_INDEX["cycles"]]
+    fields[FIELD_INDEX["dma_index"]] = [-5, 0x7FFFFFF0, -(2**31), 300]
+    b.fields.assign(fields.reshape(-1))
+    b.step(np.zeros(4, dtype=np.int32))
+    after = b.fields.numpy().reshape(NUM_FIELDS, 4)
+    assert (after[FIELD_INDEX["dma_index"]] >= 0).all() and (after[FIELD_INDEX["dma_index"]] <= 0xA0).all()
+    assert (after[FIELD_INDEX["frames"]] == fields[FIELD_INDEX["frames"]] + 1).all()

@@ -137,6 +137,7 @@ def dma_sync(g: wp.ref[Gb], m: Mem, now: wp.int32, offset: wp.int32, mao: wp.int
     g.dma_mark = -1
     if g.dma_active == 0:
         return
+    g.dma_index = wp.min(wp.max(g.dma_index, 0), 0xA0)  # (a wild state's index: OAM rows and loops stay bounded)
     elapsed = now + offset - g.dma_start
     if elapsed < 4:
         return
@@ -165,6 +166,7 @@ def dma_copy_plain(g: wp.ref[Gb], m: Mem, until: wp.int32):
     at a time while four are due (one ROM word, or four WRAM loads issued together), then one at a time."""
     target = wp.min(0xA0, (until - g.dma_start) >> 2)
     g.dma_mark = -1
+    g.dma_index = wp.min(wp.max(g.dma_index, 0), 0xA0)  # (as in dma_sync)
     src = wp.where(g.dma_source >= 0xFE, g.dma_source - 0x20, g.dma_source)
     wide = src >= 0xC0 or g.bootrom == 0 or src != 0  # (not the boot ROM's page)
     while wide and g.dma_index + 4 <= target:
