@@ -112,7 +112,7 @@ def dma_source_read(g: wp.ref[Gb], m: Mem, addr: wp.int32, now: wp.int32, mao: w
     """A byte the OAM DMA copies. VRAM reads 0xFF when the PPU blocks it for a PPU-visible access (the
     caller has caught the PPU up to now + mao already)."""
     value = 0xFF
-    if addr < 0x8000 or (addr >= 0xC000 and addr < 0xFE00):
+    if addr < 0x8000 or (addr >= 0xC000 and addr < 0xFE00):  # ROM, WRAM and its echo
         value = dma_plain_read(g, m, addr)
     elif addr < 0xA000:
         if mao == 0 or not vram_blocked_read(g):
@@ -121,9 +121,7 @@ def dma_source_read(g: wp.ref[Gb], m: Mem, addr: wp.int32, now: wp.int32, mao: w
         if m.has_rtc != 0 and g.ram_bank >= 0x08 and g.ram_bank <= 0x0C:
             rtc_advance(g, now)
         value = cart_read(g, m, addr)
-    elif addr < 0xFE00:
-        pass  # WRAM and its echo: above
-    elif addr < 0xFEA0:
+    elif addr < 0xFEA0:  # (0xC000-0xFDFF went to the first branch)
         value = wp.int32(m.ram[m.oam + (addr - 0xFE00), g.env])
     elif addr < 0xFF00:
         value = wp.int32(m.ram[m.unusable + (addr - 0xFEA0), g.env])
@@ -132,9 +130,9 @@ def dma_source_read(g: wp.ref[Gb], m: Mem, addr: wp.int32, now: wp.int32, mao: w
 
 @wp.func
 def dma_sync(g: wp.ref[Gb], m: Mem, now: wp.int32, offset: wp.int32, mao: wp.int32):
-    """Copy the OAM DMA bytes due by cycle now + offset (one byte per 4 cycles after dma_start). Callers
-    pass a time at or after `g.dma_mark`, so the bytes owed to earlier HRAM accesses are copied too."""
-    g.dma_mark = -1
+    """Copy the OAM DMA bytes due by cycle now + offset (one byte per 4 cycles after dma_start). For a source in
+    ROM or WRAM (`dma_plain_source`) the kernel calls `dma_copy_plain` instead wherever bytes may be owed to
+    HRAM accesses, so none are owed here."""
     if g.dma_active == 0:
         return
     g.dma_index = wp.min(wp.max(g.dma_index, 0), 0xA0)  # (a wild state's index: OAM rows and loops stay bounded)

@@ -29,6 +29,7 @@ only for jumps and untaken conditions.
 """
 
 HL = "((g.h << 8) | g.l)"
+NOT_TAKEN = "t0 + ((info >> 5) & 0x1F)"  # g.cycles after an untaken condition (the count is in gen.pack_info)
 
 
 def _rmw_hl(count: str) -> str:
@@ -132,14 +133,14 @@ g.bail = 1"""},
 tmp = wp.where(op < 0x40, wp.where((op & 0x20) == 0, 1, 0), op & 1) | wp.where(condition(g, (op >> 3) & 3), 1, 0)
 g.pc = wp.where(tmp != 0, wp.where(op < 0x40, (nxt + imm - ((imm & 0x80) << 1)) & 0xFFFF,
                                    wp.where(op == 0xE9, {HL}, imm)), g.pc)
-g.cycles = wp.where(tmp != 0, g.cycles, t0 + ((info >> 5) & 0x1F))"""},
+g.cycles = wp.where(tmp != 0, g.cycles, {NOT_TAKEN})"""},
     # CALL a16 (bit 0 set) / CALL cc / RST (low bits 7; target op & 0x38)
     "CALL": {
         "pre": f"taken = (op & 1) | wp.where(condition(g, (op >> 3) & 3), 1, 0)\n{_push('nxt')}\nn_acc = 2 * taken",
-        "post": """
+        "post": f"""
 g.sp = wp.where(taken != 0, (g.sp - 2) & 0xFFFF, g.sp)
 g.pc = wp.where(taken != 0, wp.where((op & 7) == 7, op & 0x38, imm), g.pc)
-g.cycles = wp.where(taken != 0, g.cycles, t0 + ((info >> 5) & 0x1F))"""},
+g.cycles = wp.where(taken != 0, g.cycles, {NOT_TAKEN})"""},
     # RET (0xC9) / RETI (0xD9) / RET cc
     "RET": {
         "pre": f"""
@@ -150,10 +151,10 @@ if op == 0xD9:
 taken = (op & 1) | wp.where(condition(g, (op >> 3) & 3), 1, 0)
 {_POP}
 n_acc = 2 * taken""",
-        "post": """
+        "post": f"""
 g.pc = wp.where(taken != 0, rv0 | (rv1 << 8), g.pc)
 g.sp = wp.where(taken != 0, (g.sp + 2) & 0xFFFF, g.sp)
-g.cycles = wp.where(taken != 0, g.cycles, t0 + ((info >> 5) & 0x1F))"""},
+g.cycles = wp.where(taken != 0, g.cycles, {NOT_TAKEN})"""},
     "POP rr": {"pre": _POP, "post": """
 g.sp = (g.sp + 2) & 0xFFFF
 if ((op >> 4) & 3) == 3:
