@@ -1,7 +1,8 @@
 """The public game benchmark set (benchmarks/games/games.toml; ROMs fetched by scripts/fetch_games.py, never
 committed): gbxcule's full_step SPS on each game beside PyBoy on all host cores from the same state, the
 same-action bounds and, per sort variant (a sort key, or KEY/PARTS:
-that key re-sorted PARTS times a frame; either with @ENVS: at that many envs instead of --envs, e.g.
+that key re-sorted PARTS times a frame, `auto` (the backend's default) choosing among 1, 2, 4 and 8 by
+timing them; either with @ENVS: at that many envs instead of --envs, e.g.
 `path,path@262144`, both columns divided by the same PyBoy figure), the median. One table, one JSON artifact.
 
 The same-action bounds: `shared_random` (one random action a step, taken by every env: the envs play one game
@@ -28,7 +29,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from gbxcule.backends.warp_vec import DEFAULT_SORT_KEY, MAX_ENVS, MAX_SORT_PARTS, SORT_KEYS
+from gbxcule.backends.warp_vec import DEFAULT_SORT_KEY, MAX_ENVS, MAX_SORT_PARTS, SORT_KEYS, parse_sort_parts
 from gbxcule.core.action_codec import CODECS, get_codec
 from gbxcule.core.cartridge import load_rom
 from gbxcule.core.errors import GbxculeError
@@ -62,11 +63,14 @@ def parse_variants(text: str) -> dict[str, dict]:
     for v in (x.strip() for x in text.split(",")):
         spec, _, envs = v.partition("@")
         key, _, parts = spec.partition("/")
-        if (key not in SORT_KEYS or (parts and not (parts.isdigit() and 1 <= int(parts) <= MAX_SORT_PARTS))
-                or ("@" in v and not (envs.isdigit() and 1 <= int(envs) <= MAX_ENVS))):
+        try:
+            value = parse_sort_parts(parts) if parts else None
+        except ValueError:
+            value = 0
+        if key not in SORT_KEYS or value == 0 or ("@" in v and not (envs.isdigit() and 1 <= int(envs) <= MAX_ENVS)):
             raise ValueError(f"--variants takes KEY, KEY/PARTS or either @ENVS (KEY one of {', '.join(SORT_KEYS)}, "
-                             f"PARTS 1 to {MAX_SORT_PARTS}, ENVS 1 to {MAX_ENVS}), got {v!r}")
-        out[v] = {"sort_key": key, **({"sort_parts": int(parts)} if parts else {}),
+                             f"PARTS auto or 1 to {MAX_SORT_PARTS}, ENVS 1 to {MAX_ENVS}), got {v!r}")
+        out[v] = {"sort_key": key, **({"sort_parts": value} if parts else {}),
                   **({"envs": int(envs)} if envs else {})}
     return out
 
@@ -145,6 +149,8 @@ def main() -> int:
                 if repeat > 1:
                     row[f"runs_{name}"] = [x.env_steps_per_s for x in runs]
                 row[f"sps_{name}"] = r.env_steps_per_s
+                if r.sort_trials is not None:
+                    row[f"sort_trials_{name}"] = r.sort_trials  # sort_parts auto: ms a step by parts, per trial
                 if r.instructions_per_s is not None:
                     row[f"ips_{name}"] = r.instructions_per_s  # emulated instructions/s
                     row[f"ipstep_{name}"] = r.instructions_per_s / r.env_steps_per_s  # and per env-step

@@ -315,14 +315,43 @@ def test_a_frame_part_stops_mid_frame_and_resumes_where_it_stopped():
 
 
 def test_sort_parts_is_checked():
+    from gbxcule.backends.warp_vec import parse_sort_parts
     from gbxcule.roms import resolve_rom
 
     rom = str(resolve_rom("ALU_LOOP"))
-    for bad in (0, 65, 2.5):
+    for bad in (0, 65, 2.5, True, "Auto", "4"):
         with pytest.raises(ValueError, match="sort_parts"):
             WarpVecBackend(rom, 1, sort_parts=bad)
     with pytest.raises(ValueError, match="sort_every"):
         WarpVecBackend(rom, 1, sort_parts=2, sort_every=2)
+    assert WarpVecBackend(rom, 1, sort_parts="auto", sort_every=2).tuner is None  # no sort every frame: 1
+    assert WarpVecBackend(rom, 1).tuner is None  # the CPU device does not sort by default
+    assert [parse_sort_parts(t) for t in ("auto", "1", "64")] == ["auto", 1, 64]
+    for bad in ("0", "65", "x", "-1", ""):
+        with pytest.raises(ValueError, match="sort_parts"):
+            parse_sort_parts(bad)
+
+
+def test_sort_parts_auto_times_its_choices_and_changes_no_result():
+    """sort_parts="auto" runs trial steps at 1, 2, 4 and 8 parts (timed on the host on the CPU device), then
+    keeps the fastest; every step's states and observations equal an unsorted backend's."""
+    from gbxcule.roms import resolve_rom
+
+    rom = str(resolve_rom("OVERWORLD"))
+    plain, auto = (WarpVecBackend(rom, 8, schedule=ActionSchedule(12, 4), stage="full_step", sort_envs=s,
+                                  sort_parts=p) for s, p in ((False, 1), (True, "auto")))
+    assert auto.tuner is not None and auto.tuner.candidates == (1, 2, 4, 8)
+    rng = np.random.default_rng(3)
+    for i in range(18):  # trials at steps 1-4 and 13-16 (read at 5 and 17)
+        acts = rng.integers(0, plain.codec.num_actions, 8).astype(np.int32) * (i >= 5)
+        for b in (plain, auto):
+            b.step(acts)
+        assert np.array_equal(plain.fields.numpy(), auto.fields.numpy())
+        assert np.array_equal(plain.ram.numpy(), auto.ram.numpy())
+        assert np.array_equal(plain.obs.numpy(), auto.obs.numpy())
+    hist = auto.tuner.history
+    assert len(hist) == 2 and all(sorted(h) == [1, 2, 4, 8] and min(h.values()) > 0 for h in hist)
+    assert auto.tuner.best == min(hist[-1], key=hist[-1].get)
 
 
 def test_instructions_that_straddle_a_rom_window_end(tmp_path):

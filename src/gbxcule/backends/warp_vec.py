@@ -13,6 +13,7 @@ device; `observation()` derives the 72x80 view from it on the device.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -20,6 +21,7 @@ from itertools import pairwise
 
 import numpy as np
 
+from gbxcule.backends.autotune import Tuner
 from gbxcule.backends.base import CpuState, check_actions, check_env
 from gbxcule.core.action_codec import DEFAULT_CODEC, ActionCodec, get_codec
 from gbxcule.core.cartridge import CartConfig, Rom, cart_config, load_rom, rom_mirror, rom_words
@@ -45,9 +47,19 @@ OBS_MODES = ("stride", "mean")
 SORT_KEYS = ("pc", "path", "stack")
 DEFAULT_SORT_KEY = "path"  # BENCHMARKS.md, "Sort keys"
 MAX_SORT_PARTS = 64
+AUTO = "auto"  # sort_parts chosen by timing (backends/autotune.py)
 OBS_STAGES = ("obs_only", "full_step")  # stages whose step ends with obs_kernel (kernels/gen.py STAGES)
 # The speed knobs of WarpVecBackend (results do not depend on them): what configs may set.
 TUNING_OPTIONS = ("sort_envs", "sort_every", "sort_parts", "sort_key", "lean", "block_dim")
+
+
+def parse_sort_parts(text: str) -> int | str:
+    """A sort_parts value from text (command lines, variant names): "auto" or an integer 1-MAX_SORT_PARTS."""
+    if text == AUTO:
+        return AUTO
+    if text.isdigit() and 1 <= int(text) <= MAX_SORT_PARTS:
+        return int(text)
+    raise ValueError(f"sort_parts must be {AUTO!r} or an integer from 1 to {MAX_SORT_PARTS}, got {text!r}")
 
 
 @cache
@@ -113,7 +125,7 @@ class WarpVecBackend:
                  max_registers: int | None = None, stage: str = "emulate_only", obs_mode: str = "stride",
                  obs_packed: bool = False, reward_window: tuple[int, int] = (0xC100, 0xC110),
                  sort_envs: bool | None = None, sort_every: int = 1, lean: bool | None = None,
-                 block_dim: int | None = None, sort_key: str = DEFAULT_SORT_KEY, sort_parts: int = 1):
+                 block_dim: int | None = None, sort_key: str = DEFAULT_SORT_KEY, sort_parts: int | str = AUTO):
         import warp as wp
 
         from gbxcule.kernels import init_warp
@@ -187,12 +199,22 @@ class WarpVecBackend:
             raise ValueError(f"sort_every must be >= 1 frame, got {sort_every}")
         self.sort_every = sort_every
         # sort_parts: split every frame into this many launches at equal PPU dot counts and sort before
-        # each (envs that parted ways within a frame are regrouped); 1 (the default): whole frames.
-        if not isinstance(sort_parts, int) or not 1 <= sort_parts <= MAX_SORT_PARTS:
-            raise ValueError(f"sort_parts must be an integer from 1 to {MAX_SORT_PARTS}, got {sort_parts!r}")
-        if sort_parts > 1 and sort_every != 1:
+        # each (envs that parted ways within a frame are regrouped); 1: whole frames. "auto" (the default):
+        # with sorting every frame, chosen among 1, 2, 4 and 8 by timing each for a step now and then
+        # (backends/autotune.py; BENCHMARKS.md); 1 without sorting (the CPU device's default).
+        if sort_parts != AUTO and (isinstance(sort_parts, bool) or not isinstance(sort_parts, int)
+                                   or not 1 <= sort_parts <= MAX_SORT_PARTS):
+            raise ValueError(f"sort_parts must be {AUTO!r} or an integer from 1 to {MAX_SORT_PARTS}, "
+                             f"got {sort_parts!r}")
+        if sort_parts != AUTO and sort_parts > 1 and sort_every != 1:
             raise ValueError("sort_parts > 1 sorts within every frame: it needs sort_every = 1")
         self.sort_parts = sort_parts
+        self.tuner = None
+        if sort_parts == AUTO and self.sort_envs and sort_every == 1:
+            self.tuner = Tuner()
+            if device.startswith("cuda"):  # (the CPU device runs each launch before returning: a host clock)
+                self._tuner_events = [(wp.Event(device, enable_timing=True), wp.Event(device, enable_timing=True))
+                                      for _ in self.tuner.candidates]
         # sort_key: "pc" orders by (PC, action); "path" (the default) puts in front of them the instructions each
         # env ran since the last sort, so envs waiting at the same HALT but in different game modes part
         # (BENCHMARKS.md, "Sort keys": +3% median, +26% on the slowest game of the public set); "stack" puts
@@ -252,7 +274,17 @@ class WarpVecBackend:
             starts.add(frames - 1)  # the drawn last frame runs alone in the full kernel
         bounds = sorted(starts) + [frames]
         # (begin, end, resume, stop_dot): whole frames [begin, end), or with sort_parts one part of a frame
-        parts = self.sort_parts if sort else 1
+        parts, timed = 1, False
+        if sort and self.tuner is not None and dim is None:
+            self.tuner.poll(self._tuner_elapsed)
+            parts, timed = self.tuner.plan()
+            if timed and self.device.startswith("cuda"):
+                events = self._tuner_events[len(self.tuner.pending)]
+                wp.get_stream(self.device).record_event(events[0])
+            elif timed:
+                started = time.perf_counter()
+        elif sort and self.sort_parts != AUTO:
+            parts = self.sort_parts
         segments = [(b, e, 0, BIG) for b, e in pairwise(bounds)] if parts == 1 else [
             (f, f + 1, int(j > 0), BIG if j == parts - 1 else (j + 1) * FRAME_CYCLES // parts)
             for f in range(frames) for j in range(parts)]
@@ -282,6 +314,18 @@ class WarpVecBackend:
                       inputs=[self.fields, self.mem, actions, self.masks, self.codec.num_actions, begin, end, frames,
                               release_after, stop_at_boot_exit, render, self.rewards, lo, hi, perm, resume,
                               stop_dot])
+        if timed and self.device.startswith("cuda"):
+            wp.get_stream(self.device).record_event(events[1])
+            self.tuner.timed(parts, events)
+        elif timed:
+            self.tuner.timed(parts, (time.perf_counter() - started) * 1000)
+
+    def _tuner_elapsed(self, handle) -> float:
+        """A timed step's milliseconds: between its two CUDA events (waiting for the second), or as measured on
+        the host (the CPU device)."""
+        if isinstance(handle, float):
+            return handle
+        return self._wp.get_event_elapsed_time(handle[0], handle[1], synchronize=True)
 
     def _lean_kernels(self):
         from gbxcule.kernels.gen import load_kernels
