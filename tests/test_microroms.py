@@ -19,8 +19,8 @@ from gbxcule.roms.micro.common import DONE_ADDR, DONE_VALUE  # noqa: E402
 
 CODEC = "dmg_buttons_v0"
 REQUIRED = {"ALU_LOOP", "MEM_RWB", "JOY_DIVERGE_PERSIST", "FLAGS_DAA", "OPS16_SP", "CB_BITS", "LOADS",
-            "CONTROL_FLOW", "INTERRUPTS", "TIMER", "SERIAL", "OAM_DMA", "OAM_DMA_RACE", "MBC1_RAM", "MBC3_RAM",
-            "MBC5_RAM", "PPU_BG_STATIC", "PPU_BG_SCROLL", "PPU_WINDOW", "PPU_SPRITES"}
+            "CONTROL_FLOW", "INTERRUPTS", "TIMER", "SERIAL", "OAM_DMA", "OAM_DMA_RACE", "IDLE_LOOPS", "MBC1_RAM",
+            "MBC3_RAM", "MBC5_RAM", "PPU_BG_STATIC", "PPU_BG_SCROLL", "PPU_WINDOW", "PPU_SPRITES"}
 NAMES = sorted(suite())
 EXTRA_FRAMES = 30  # the signature must still hold this much later
 

@@ -183,6 +183,7 @@ from gbxcule.kernels.bus import (
 from gbxcule.kernels.cpu import (FLAG_C, FLAG_H, FLAG_N, FLAG_Z, alu, cb_op, check_interrupts, condition, daa,
                                  flag_bit, get_r8, get_rr, incdec8, interrupt_vector, pending_interrupts,
                                  set_r8, set_rr, sp_offset)
+from gbxcule.kernels.idle import idle_loop_skip
 from gbxcule.kernels.mbc import rom_fetch4, rtc_advance
 from gbxcule.kernels.ppu import lcd_advance, lcd_skip_lines
 from gbxcule.kernels.render import fill_frame
@@ -191,7 +192,7 @@ from gbxcule.kernels.timer import timer_advance
 
 
 @wp.func
-def run_op(g: wp.ref[Gb], s: wp.ref[Seq], m: Mem, dispatch: wp.int32):
+def run_op(g: wp.ref[Gb], s: wp.ref[Seq], m: Mem, dispatch: wp.int32, end: wp.int32):
     """Execute one instruction at PC, or (dispatch != 0) the interrupt dispatch.
 
     One loop performs every memory access of the operation through the single bus path: first the
@@ -301,7 +302,7 @@ def cpu_batch(g: wp.ref[Gb], m: Mem, budget: wp.int32):
     g.bail = 0
     s = Seq()
     while dispatch != 0 or (g.cycles < end and g.locked == 0):
-        run_op(g, s, m, dispatch)
+        run_op(g, s, m, dispatch, end)
         if dispatch != 0:
             dispatch = 0
             g.bail = 0  # writes made by the dispatch do not end the batch
