@@ -114,8 +114,10 @@ def ram_layout(cart_ram_size: int) -> RamLayout:
 # Per-thread values that are not state (members of the kernels' `Gb` struct after the fields): which env
 # this thread is, how many envs there are, whether the current frame is drawn into the frame buffer, and the
 # cycle of the last HRAM access whose OAM DMA bytes are still owed (-1: none; kernels/bus.py `bus_access`;
-# always -1 again when a frame's batch ends, so it never needs storing).
-TRANSIENT = ("env", "n", "render", "dma_mark")
+# always -1 again when a frame's batch ends, so it never needs storing), and whether the last CPU batch found
+# its wait loop polling WRAM or HRAM at a fixed point (kernels/idle.py; 0 at a launch's start: merely a
+# missed chance to skip lines).
+TRANSIENT = ("env", "n", "render", "dma_mark", "polling")
 
 FRAME_CYCLES = 70224  # T-cycles in a frame (154 lines of 456 dots)
 RTC_CYCLES_PER_SECOND = 4194304  # T-cycles in an RTC second (the CPU clock)

@@ -300,6 +300,7 @@ def cpu_batch(g: wp.ref[Gb], m: Mem, budget: wp.int32):
         g.cycles = g.cycles + budget  # HALT: jump straight to the next event
     g.intr_queued = 0
     g.bail = 0
+    g.polling = 0
     s = Seq()
     while dispatch != 0 or (g.cycles < end and g.locked == 0):
         run_op(g, s, m, dispatch, end)
@@ -334,13 +335,16 @@ def run_frame(g: wp.ref[Gb], m: Mem, stop_at_boot_exit: wp.int32, fresh: wp.int3
         if stop_at_boot_exit != 0 and g.bootrom == 0:
             return
         skipped = wp.int32(0)
-        if g.halted != 0 and g.dma_active == 0 and g.ime_delay == 0 and pending_interrupts(g) == 0:
-            skipped = lcd_skip_lines(g, m, wp.min(g.timer_cti, g.serial_cti))  # HALT over whole lines
-        if skipped != 0:
+        if (g.halted != 0 or g.polling != 0) and g.dma_active == 0 and g.ime_delay == 0 and (
+                pending_interrupts(g) == 0):
+            skipped = lcd_skip_lines(g, m, wp.min(g.timer_cti, g.serial_cti))  # HALT (or a wait loop) over lines
+        if skipped != 0 and g.halted != 0:
             g.cycles = g.cycles + skipped
         else:
+            # (a CPU in a wait loop that polls WRAM or HRAM, which the PPU cannot change, runs up to the skipped
+            # lines' end in one batch: kernels/idle.py)
             budget = wp.min(wp.min(g.timer_cti, g.lcd_cti), wp.min(g.lcd_ctf, g.serial_cti))
-            cpu_batch(g, m, wp.max(4, budget))
+            cpu_batch(g, m, wp.where(skipped != 0, skipped, wp.max(4, budget)))
         if g.dma_active != 0 and dma_plain_source(g):
             dma_copy_plain(g, m, wp.max(g.cycles, g.dma_mark))  # (with any bytes owed to HRAM accesses)
         elif g.dma_active != 0:
@@ -400,6 +404,7 @@ $LOAD
     g.n = n
     g.render = 0
     g.dma_mark = -1
+    g.polling = 0
     if frame_begin == 0 and resume == 0:
         rebase(g)  # cycle fields count from the start of the step, however many launches it takes
     action = actions[e]

@@ -12,6 +12,9 @@ counts. The round that reaches the batch's end still runs instruction by instruc
 the same instruction as without the skip, and the state at every batch end is the same, bit for bit. (Reads of
 LY and STAT in the skipped rounds all fall before the batch's end, so before the PPU's next event.)
 
+A loop found at a fixed point polling WRAM or HRAM sets `g.polling`: such a loop cannot see the PPU either,
+so the next batch may run over whole PPU lines as a halted CPU's does (gen.py run_frame, `lcd_skip_lines`).
+
 The loop shapes recognised: a read into A (LD A,[a16], LDH A,[a8], LD A,[HL], LD A,[DE], LD A,[BC]), one ALU
 operation on A (with an immediate or with A itself: AND 2, CP 144, OR A...), and a JR (conditional or not)
 back to the read; the code in ROM, the byte read from WRAM (or its echo), HRAM, LY or STAT."""
@@ -60,10 +63,10 @@ def idle_loop_skip(g: wp.ref[Gb], m: Mem, end: wp.int32, jr_at: wp.int32, jr_op:
     addr = wp.where(b0 == 0xFA, (w >> 8) & 0xFFFF, wp.where(b0 == 0xF0, 0xFF00 | ((w >> 8) & 0xFF), wp.where(
         b0 == 0x7E, hl, wp.where(b0 == 0x1A, (g.d << 8) | g.e, (g.b << 8) | g.c))))
     v = idle_read(g, m, addr)
-    period = (m.ops[b0] & 0x1F) + (m.ops[t] & 0x1F) + (m.ops[jr_op] & 0x1F)  # (pack_info: cycles in bits 0-4)
-    rounds = (end - 1 - g.cycles) / period  # whole rounds that end before the batch does
-    if v < 0 or rounds <= 0:
+    if v < 0:
         return
+    period = (m.ops[b0] & 0x1F) + (m.ops[t] & 0x1F) + (m.ops[jr_op] & 0x1F)  # (pack_info: cycles in bits 0-4)
+    rounds = wp.max(0, (end - 1 - g.cycles) / period)  # whole rounds that end before the batch does
     a0 = g.a
     f0 = g.f
     g.a = v
@@ -71,5 +74,6 @@ def idle_loop_skip(g: wp.ref[Gb], m: Mem, end: wp.int32, jr_at: wp.int32, jr_op:
     if g.a == a0 and g.f == f0 and (jr_op == 0x18 or condition(g, (jr_op >> 3) & 3)):
         g.cycles = g.cycles + rounds * period
         g.instructions = g.instructions + 3 * rounds
+        g.polling = wp.where(addr < 0xFF00 or addr >= 0xFF80, 1, 0)  # (not LY or STAT, which the PPU changes)
     g.a = a0
     g.f = f0
