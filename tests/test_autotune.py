@@ -1,4 +1,4 @@
-"""The trial-and-keep policy behind sort_parts="auto" (backends/autotune.py), without a device."""
+"""The A B B A hill-climbing policy behind sort_parts="auto" (backends/autotune.py), without a device."""
 
 import pytest
 
@@ -6,7 +6,8 @@ from gbxcule.backends.autotune import Tuner
 
 
 def run(tuner, steps, cost):
-    """Plan `steps` steps, timing trial steps with cost(step, value); returns the values used."""
+    """Plan `steps` steps, polling before each as the backend does and timing trial steps with
+    cost(step, value); returns the values used."""
     used = []
     for k in range(steps):
         tuner.poll(lambda handle: handle)
@@ -17,41 +18,43 @@ def run(tuner, steps, cost):
     return used
 
 
-def test_trials_time_each_candidate_once_and_keep_the_fastest():
-    t = Tuner((1, 2, 4, 8), first_gap=8, max_gap=32)
-    used = run(t, 6, lambda k, v: {1: 10, 2: 9, 4: 7, 8: 8}[v])
-    assert used == [1, 1, 2, 4, 8, 4]  # step 0 untimed, the trial, then the fastest
-    assert t.best == 4 and t.history == [{1: 10.0, 2: 9.0, 4: 7.0, 8: 8.0}]
+def test_the_climb_goes_on_while_a_neighbour_wins_then_checks_both_sides_later():
+    speed = {1: 10, 2: 9, 4: 7, 8: 8}
+    t = Tuner((1, 2, 4, 8), first_gap=8, max_gap=16)
+    used = run(t, 30, lambda k, v: speed[v])
+    assert used[:1] == [1]  # step 0 is not a trial (it may load kernels)
+    assert used[1:5] == [1, 2, 2, 1] and used[5:9] == [2, 4, 4, 2]  # 2 wins, then 4 at once
+    assert used[9:13] == [4, 8, 8, 4]  # 8 loses: the other side at once
+    assert used[13:17] == [4, 2, 2, 4]  # 2 loses too: 4 stays, and the next trial is 8 steps later
+    assert used[17:25] == [4] * 8 and used[25:29] == [4, 2, 2, 4] and t.best == 4
+    assert t.history[0] == {1: 10.0, 2: 9.0} and len(t.history) == 5
 
 
-def test_trials_come_back_with_doubling_gaps_and_follow_the_game():
-    t = Tuner((1, 2), first_gap=4, max_gap=8)
-    used = run(t, 40, lambda k, v: (1 if v == 1 else 2) if k < 12 else (2 if v == 1 else 1))
-    # trials start at 1 (read at 3), 3 + 4 = 7 (read at 9), 9 + 8 = 17, then 8 after each read: 27, 37
-    # every other trial runs its candidates backwards
-    assert used[:3] == [1, 1, 2] and used[3:7] == [1, 1, 1, 1]
-    assert used[7:9] == [2, 1] and used[9:17] == [1] * 8
-    assert used[17:19] == [1, 2] and used[19] == 2  # the game changed at step 12: 2 is faster now
-    assert used[27:29] == [2, 1] and used[37:39] == [1, 2] and used[39] == 2
-    assert len(t.history) == 5 and t.gap == 8
+def test_steady_drift_favours_neither_side():
+    """Play that slows down step after step (envs spreading) adds the same to both sums of an A B B A trial."""
+    t = Tuner((1, 2), first_gap=4, max_gap=4)
+    used = run(t, 6, lambda k, v: 100 + 50 * k)  # no difference between 1 and 2, a strong drift
+    assert used[1:5] == [1, 2, 2, 1] and t.best == 1
+    t = Tuner((1, 2), first_gap=4, max_gap=4)
+    run(t, 6, lambda k, v: 100 + 50 * k - (1 if v == 2 else 0))  # 2 a little faster despite the drift
+    assert t.best == 2
 
 
-def test_a_trial_waits_for_its_times_before_the_next_starts():
+def test_the_best_value_follows_the_game_and_a_trial_waits_for_its_times():
+    t = Tuner((1, 2), first_gap=2, max_gap=2)
+    used = run(t, 40, lambda k, v: (1 if v == 1 else 2) if k < 20 else (2 if v == 1 else 1))
+    assert used[1:5] == [1, 2, 2, 1] and t.best == 2 and used[-1] == 2  # 1 until the game changes, then 2
     t = Tuner((1, 2), first_gap=1, max_gap=1)
     assert t.plan() == (1, False)
-    assert t.plan() == (1, True)
-    t.timed(1, 5.0)
-    assert t.plan() == (2, True)  # no poll yet: one candidate still to time
-    t.timed(2, 3.0)
-    assert t.plan() == (1, False) and t.plan() == (1, False)  # not read: no new trial, the old choice
+    for v in (1, 2, 2, 1):
+        assert t.plan() == (v, True)
+        t.timed(v, 5.0 if v == 1 else 3.0)
+    assert t.plan() == (1, False) and t.plan() == (1, False)  # not read yet: no new trial, the old value
     t.poll(lambda h: h)
-    assert t.best == 2 and t.plan() == (2, False) and t.plan() == (2, True)  # the second trial backwards
+    assert t.best == 2 and t.plan() == (2, True)  # climbing: the next trial at once (2 against 1, the only side)
 
 
-def test_ties_keep_the_earlier_candidate_and_bad_settings_are_refused():
-    t = Tuner((1, 2, 4))
-    run(t, 5, lambda k, v: 3)
-    assert t.best == 1
-    for bad in ({"candidates": ()}, {"first_gap": 0}, {"first_gap": 8, "max_gap": 4}):
+def test_bad_settings_are_refused():
+    for bad in ({"candidates": (1,)}, {"first_gap": 0}, {"first_gap": 8, "max_gap": 4}):
         with pytest.raises(ValueError):
             Tuner(**bad)
