@@ -200,8 +200,8 @@ class WarpVecBackend:
         self.sort_every = sort_every
         # sort_parts: split every frame into this many launches at equal PPU dot counts and sort before
         # each (envs that parted ways within a frame are regrouped); 1: whole frames. "auto" (the default):
-        # with sorting every frame, chosen among 1, 2, 4 and 8 by timed trials against a neighbour now and
-        # then (backends/autotune.py; BENCHMARKS.md); 1 without sorting (the CPU device's default).
+        # with sorting every frame, chosen among 1, 2 and 4 by timed trials now and then
+        # (backends/autotune.py; BENCHMARKS.md); 1 without sorting (the CPU device's default).
         if sort_parts != AUTO and (isinstance(sort_parts, bool) or not isinstance(sort_parts, int)
                                    or not 1 <= sort_parts <= MAX_SORT_PARTS):
             raise ValueError(f"sort_parts must be {AUTO!r} or an integer from 1 to {MAX_SORT_PARTS}, "
@@ -214,7 +214,7 @@ class WarpVecBackend:
             self.tuner = Tuner()
             if device.startswith("cuda"):  # (the CPU device runs each launch before returning: a host clock)
                 self._tuner_events = [(wp.Event(device, enable_timing=True), wp.Event(device, enable_timing=True))
-                                      for _ in self.tuner.TRIAL]
+                                      for _ in self.tuner.trial]
         # sort_key: "pc" orders by (PC, action); "path" (the default) puts in front of them the instructions each
         # env ran since the last sort, so envs waiting at the same HALT but in different game modes part
         # (BENCHMARKS.md, "Sort keys": +3% median, +26% on the slowest game of the public set); "stack" puts
