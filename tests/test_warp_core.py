@@ -342,7 +342,7 @@ def test_sort_parts_auto_times_its_choices_and_changes_no_result():
                                   sort_parts=p) for s, p in ((False, 1), (True, "auto")))
     assert auto.tuner is not None and auto.tuner.candidates == (1, 2, 4)
     rng = np.random.default_rng(3)
-    for i in range(22):  # trials at steps 1-6 and 15-20 (read at 7 and 21)
+    for i in range(46):  # trials at steps 1-6 and 39-44 (read at 7 and 45)
         acts = rng.integers(0, plain.codec.num_actions, 8).astype(np.int32) * (i >= 5)
         for b in (plain, auto):
             b.step(acts)

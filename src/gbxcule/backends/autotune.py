@@ -9,7 +9,7 @@ times a frame, while a game whose envs stay together loses the same to the extra
 1 2 4 4 2 1: play that speeds up or slows down steadily (random play spreads the envs apart, step after step)
 adds the same to every candidate's sum, so it favours none. (Trying only a neighbour, climbing, does not do:
 on Geometrix 2 parts run slower than 1 and 4 faster than both.) The fastest is kept until the next trial,
-which comes 8 steps after this one is read, then 16, 32, ... up to every `max_gap` steps, since the best value
+which comes 32 steps after this one is read, then 64, 128, ... up to every `max_gap` steps, since the best value
 moves as play goes on. The first trial starts at step 1 (step 0 may load kernels). The step after a trial
 reads its times (`poll`), which waits once for the device to finish the trial's last step: no waits between
 trials."""
@@ -24,7 +24,7 @@ AUTO_CANDIDATES = (1, 2, 4)
 class Tuner:
     """The fastest of `candidates` by palindromic trials (module docstring); the first before any trial."""
 
-    def __init__(self, candidates: Sequence[int] = AUTO_CANDIDATES, first_gap: int = 8, max_gap: int = 256):
+    def __init__(self, candidates: Sequence[int] = AUTO_CANDIDATES, first_gap: int = 32, max_gap: int = 256):
         if len(candidates) < 2 or first_gap < 1 or max_gap < first_gap:
             raise ValueError("Tuner needs two candidates or more and 1 <= first_gap <= max_gap")
         self.candidates = tuple(candidates)
