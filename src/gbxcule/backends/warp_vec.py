@@ -125,7 +125,7 @@ class WarpVecBackend:
                  max_registers: int | None = None, stage: str = "emulate_only", obs_mode: str = "stride",
                  obs_packed: bool = False, reward_window: tuple[int, int] = (0xC100, 0xC110),
                  sort_envs: bool | None = None, sort_every: int = 1, lean: bool | None = None,
-                 block_dim: int | None = None, sort_key: str = DEFAULT_SORT_KEY, sort_parts: int | str = AUTO):
+                 block_dim: int | None = None, sort_key: str = DEFAULT_SORT_KEY, sort_parts: int | str = 1):
         import warp as wp
 
         from gbxcule.kernels import init_warp
@@ -199,9 +199,10 @@ class WarpVecBackend:
             raise ValueError(f"sort_every must be >= 1 frame, got {sort_every}")
         self.sort_every = sort_every
         # sort_parts: split every frame into this many launches at equal PPU dot counts and sort before
-        # each (envs that parted ways within a frame are regrouped); 1: whole frames. "auto" (the default):
-        # with sorting every frame, chosen among 1, 2 and 4 by timed trials now and then
-        # (backends/autotune.py; BENCHMARKS.md); 1 without sorting (the CPU device's default).
+        # each (envs that parted ways within a frame are regrouped); 1 (the default): whole frames. "auto":
+        # with sorting every frame, chosen among 1, 2 and 4 by timed trials now and then (backends/autotune.py;
+        # BENCHMARKS.md, eighth visit: +12-22% on Geometrix, -1-12% on most other games over ten steps with a
+        # trial among them); 1 without sorting (the CPU device's default).
         if sort_parts != AUTO and (isinstance(sort_parts, bool) or not isinstance(sort_parts, int)
                                    or not 1 <= sort_parts <= MAX_SORT_PARTS):
             raise ValueError(f"sort_parts must be {AUTO!r} or an integer from 1 to {MAX_SORT_PARTS}, "
