@@ -1,4 +1,4 @@
-"""Developer tools that read profiler output: scripts/ncu_lines.py on a small synthetic profile."""
+"""Developer tools: scripts/ncu_lines.py on a small synthetic profile, scripts/pc_profile.py on a built-in ROM."""
 
 import json
 import subprocess
@@ -43,3 +43,18 @@ def test_ncu_lines_sums_by_function_and_line(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "scripts/ncu_lines.py"), str(tmp_path / "k.py"),
                         str(tmp_path / "l.txt")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+
+
+def test_pc_profile_samples_a_built_in_rom():
+    """scripts/pc_profile.py: every sample is a running or a halted env, and the hottest PCs are listed with
+    their instructions; a missing ROM is one error line."""
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/pc_profile.py"), "--rom", "IDLE_LOOPS", "--envs", "2",
+                        "--warmup", "2", "--steps", "1", "--stops", "2", "--top", "3"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    lines = [x for x in r.stdout.splitlines() if not x.startswith(("Module", "Warp"))]
+    assert lines[0].startswith("IDLE_LOOPS.gb: 96 samples,") and "instructions a frame" in lines[0]
+    assert 1 <= len(lines[1:]) <= 3 and all("%" in x for x in lines[1:])
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/pc_profile.py"), "--rom", "missing.gb"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("pc_profile:")
