@@ -1,8 +1,7 @@
 """The public game benchmark set (benchmarks/games/games.toml; ROMs fetched by scripts/fetch_games.py, never
 committed): gbxcule's full_step SPS on each game beside PyBoy on all host cores from the same state, the
-same-action bounds and, per sort variant (a sort key, or KEY/PARTS:
-that key re-sorted PARTS times a frame, `auto` (the backend's default) choosing among 1, 2, 4 and 8 by
-timing them; either with @ENVS: at that many envs instead of --envs, e.g.
+same-action bounds and, per sort variant (a sort key, or KEY/PARTS: that key re-sorted PARTS times a frame,
+or `auto`: 1, 2 or 4 as timed trials choose; either with @ENVS: at that many envs instead of --envs, e.g.
 `path,path@262144`, both columns divided by the same PyBoy figure), the median. One table, one JSON artifact.
 
 The same-action bounds: `shared_random` (one random action a step, taken by every env: the envs play one game
@@ -65,9 +64,10 @@ def parse_variants(text: str) -> dict[str, dict]:
         key, _, parts = spec.partition("/")
         try:
             value = parse_sort_parts(parts) if parts else None
+            ok = key in SORT_KEYS and ("@" not in v or (envs.isdigit() and 1 <= int(envs) <= MAX_ENVS))
         except ValueError:
-            value = 0
-        if key not in SORT_KEYS or value == 0 or ("@" in v and not (envs.isdigit() and 1 <= int(envs) <= MAX_ENVS)):
+            ok = False
+        if not ok:
             raise ValueError(f"--variants takes KEY, KEY/PARTS or either @ENVS (KEY one of {', '.join(SORT_KEYS)}, "
                              f"PARTS auto or 1 to {MAX_SORT_PARTS}, ENVS 1 to {MAX_ENVS}), got {v!r}")
         out[v] = {"sort_key": key, **({"sort_parts": value} if parts else {}),

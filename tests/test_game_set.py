@@ -88,7 +88,7 @@ def test_bench_games_writes_a_row_per_game_and_the_median(tmp_path):
     assert data["summary"]["path"]["median_sps"] == row["sps_path"]
     assert (games / "states" / "ow.state").stat().st_size > 0
     assert "median, sort path" in r.stdout and "median, sort path/3" in r.stdout and "sort path@3" in r.stdout
-    for bad in ("path/0", "nope", "pc/x", "path@0", "path@x", "pc/2@"):
+    for bad in ("path/0", "nope", "pc/x", "path@0", "path@x", "pc/2@", "path/Auto", "nope/auto"):
         r = _run(ROOT / "scripts/bench_games.py", "--manifest", manifest, "--games", games, "--variants", bad)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--variants" in r.stderr
 

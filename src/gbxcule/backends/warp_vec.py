@@ -276,7 +276,7 @@ class WarpVecBackend:
         bounds = sorted(starts) + [frames]
         # (begin, end, resume, stop_dot): whole frames [begin, end), or with sort_parts one part of a frame
         parts, timed = 1, False
-        if sort and self.tuner is not None and dim is None:
+        if sort and self.tuner is not None:  # (sort: a step, not the boot's one-env launch)
             self.tuner.poll(self._tuner_elapsed)
             parts, timed = self.tuner.plan()
             if timed and self.device.startswith("cuda"):
