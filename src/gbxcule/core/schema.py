@@ -79,7 +79,7 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("rtc_latch_on", "latch command armed"), ("rtc_ls", "latched seconds"), ("rtc_lm", "latched minutes"),
     ("rtc_lh", "latched hours"), ("rtc_ldl", "latched day low"), ("rtc_ldh", "latched day high"),
     # bookkeeping
-    ("frames", "frames completed since reset"), ("instructions", "instructions executed (wraps)"),
+    ("frames", "frames completed since reset"), ("instructions", "instructions executed one by one (wraps; not skipped wait-loop rounds)"),
 )
 FIELD_INDEX: dict[str, int] = {name: i for i, (name, _) in enumerate(FIELDS)}
 NUM_FIELDS = len(FIELDS)

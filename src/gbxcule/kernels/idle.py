@@ -7,8 +7,10 @@ reads: interrupts are dispatched only at a batch's start, the PPU changes LY and
 end batches, and WRAM and HRAM change only by CPU writes (the loop makes none; an OAM DMA writes only OAM, and
 no round is skipped while one runs). So once one round leaves the registers as they were (a fixed point:
 the byte read, put through the test, gives back the same A and F, and the jump is taken), every further round
-in the batch does the same, and k rounds only add k times their cycles and three instructions each to the
-counts. The round that reaches the batch's end still runs instruction by instruction, so the batch ends on
+in the batch does the same, and k rounds only add k times their cycles to the cycle count. They are not
+counted as instructions (`instructions` counts what the CPU ran one by one; a halted CPU's time is not counted
+either), so the `path` sort key (snapshot.py) sees the work an env did between its waits, not how long it
+waited. The round that reaches the batch's end still runs instruction by instruction, so the batch ends on
 the same instruction as without the skip, and the state at every batch end is the same, bit for bit. (Reads of
 LY and STAT in the skipped rounds all fall before the batch's end, so before the PPU's next event.)
 
@@ -44,8 +46,8 @@ def idle_read(g: wp.ref[Gb], m: Mem, a: wp.int32) -> wp.int32:
 @wp.func
 def idle_loop_skip(g: wp.ref[Gb], m: Mem, end: wp.int32, jr_at: wp.int32, jr_op: wp.int32):
     """Called right after a JR at `jr_at` (opcode `jr_op`) jumped back to g.pc: if g.pc..jr_at is a polling
-    loop (module docstring) at a fixed point whose jump is taken, add the cycles and instructions of as many
-    rounds as end before `end`, the batch's end (the round that reaches it runs as usual, reads included)."""
+    loop (module docstring) at a fixed point whose jump is taken, add the cycles of as many rounds as end
+    before `end`, the batch's end (the round that reaches it runs as usual, reads included)."""
     head = g.pc
     if g.bootrom != 0 or head >= 0x8000 or (head & 0x3FFF) > 0x3FF8 or g.dma_active != 0 or g.ime_delay != 0:
         return
@@ -73,7 +75,6 @@ def idle_loop_skip(g: wp.ref[Gb], m: Mem, end: wp.int32, jr_at: wp.int32, jr_op:
     alu(g, (t >> 3) & 7, wp.where(imm_form, n, v))
     if g.a == a0 and g.f == f0 and (jr_op == 0x18 or condition(g, (jr_op >> 3) & 3)):
         g.cycles = g.cycles + rounds * period
-        g.instructions = g.instructions + 3 * rounds
         g.polling = wp.where(addr < 0xFF00 or addr >= 0xFF80, 1, 0)  # (not LY or STAT, which the PPU changes)
     g.a = a0
     g.f = f0

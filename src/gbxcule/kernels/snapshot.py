@@ -137,7 +137,8 @@ def path_key_kernel(fields: wp.array(dtype=wp.int32), actions: wp.array(dtype=wp
                     keys: wp.array(dtype=wp.int32), envs: wp.array(dtype=wp.int32), n: wp.int32, pc_row: wp.int32,
                     instr_row: wp.int32):
     """Key of env e by the path it took since the last sort: the instructions it ran since then (a
-    fingerprint of the code path: envs in the same game mode run the same count), then its PC, then its
+    fingerprint of the code path: envs in the same game mode run the same count; time halted or in skipped
+    wait-loop rounds counts nothing), then its PC, then its
     action (low 4 bits). Sorting on it groups envs that will likely run the same code this frame even when
     they all wait at the same HALT. `prev` keeps each env's counter for the next sort; 31 key bits."""
     e = wp.tid()
