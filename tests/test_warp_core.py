@@ -150,7 +150,7 @@ def test_reset_restores_the_start_state_and_reads_gather_single_envs(boot):
     start = b.env_states()
     assert all(np.array_equal(s.ram, start[0].ram) and np.array_equal(s.fields, start[0].fields) for s in start)
     b.step(np.array([0, 1, 2], dtype=np.int32))
-    full = b.fields.numpy().reshape(-1, 3), b.ram.numpy().reshape(-1, 3)
+    full = b.fields.numpy().reshape(3, -1).T, b.ram.numpy().reshape(-1, 3)
     picked = b.env_states([2, 0])
     assert np.array_equal(picked[0].fields, full[0][:, 2]) and np.array_equal(picked[1].ram, full[1][:, 0])
     wram = b.layout.bases["wram"]
@@ -178,7 +178,7 @@ def test_sorting_envs_by_pc_changes_no_result():
         acts = rng.integers(0, plain.codec.num_actions, 6).astype(np.int32)
         for b in (plain, sorted_, every, path, stack):
             b.step(acts)
-        assert len(set(sorted_.fields.numpy().reshape(-1, 6)[9])) > 1  # the envs did end at different PCs
+        assert len(set(sorted_.fields.numpy().reshape(6, -1)[:, 9])) > 1  # the envs did end at different PCs
         for b in (sorted_, every, path, stack):
             assert np.array_equal(plain.fields.numpy(), b.fields.numpy())
             assert np.array_equal(plain.ram.numpy(), b.ram.numpy())
@@ -239,8 +239,8 @@ def test_stack_sort_key_reads_the_word_at_sp_within_the_region():
     b = WarpVecBackend(str(resolve_rom("JOY_DIVERGE_PERSIST")), n, schedule=ActionSchedule(3, 1), boot="skip",
                        sort_key="stack", sort_envs=True)
     b.step(np.arange(n, dtype=np.int32) % b.codec.num_actions)
-    fields = b.fields.numpy().reshape(-1, n)
-    fields[FIELD_INDEX["sp"]] = [0xC123, 0xDFFF, 0xFF90, 0xFFFE, 0x1234, 0xFFFF]
+    fields = b.fields.numpy().reshape(n, -1)  # env-major (core/schema.py)
+    fields[:, FIELD_INDEX["sp"]] = [0xC123, 0xDFFF, 0xFF90, 0xFFFE, 0x1234, 0xFFFF]
     b.fields.assign(fields.reshape(-1))
     ram = b.ram.numpy()
     rng = np.random.default_rng(0)
@@ -249,7 +249,7 @@ def test_stack_sort_key_reads_the_word_at_sp_within_the_region():
     b.ram.assign(ram)
     keys, envs = (wp.zeros(2 * n, dtype=wp.int32, device="cpu") for _ in range(2))
     wp.launch(stack_key_kernel, dim=n, device="cpu",
-              inputs=[b.fields, b.actions, b.ram, keys, envs, n, FIELD_INDEX["pc"], FIELD_INDEX["sp"],
+              inputs=[b.fields, b.actions, b.ram, keys, envs, FIELD_INDEX["pc"], FIELD_INDEX["sp"],
                       b.layout.bases["wram"], b.layout.bases["hram"]])
     w, h = b.layout.bases["wram"], b.layout.bases["hram"]
     want = [word(w + 0x123, w + 0x124, 0), word(w + 0x1FFF, w, 1), word(h + 0x10, h + 0x11, 2), 0, 0, 0]
@@ -302,7 +302,7 @@ def test_a_frame_part_stops_mid_frame_and_resumes_where_it_stopped():
                                cut.rewards, 0xC100, 0xC110, cut._no_perm, resume, stop])
 
     launch(0, FRAME_CYCLES // 2)
-    f = cut.fields.numpy().reshape(-1, n)
+    f = cut.fields.numpy().reshape(n, -1).T
     assert np.array_equal(cut.field_values("frames"), frames0)
     assert (f[FIELD_INDEX["frame_done"]] == 0).all()
     clock = f[FIELD_INDEX["lcd_clock"]]
@@ -397,6 +397,6 @@ def test_wild_oam_dma_index_from_a_state_stays_inside_oam(source):
     fields[FIELD_INDEX["dma_index"]] = [-5, 0x7FFFFFF0, -(2**31), 300]
     b.fields.assign(fields.reshape(-1))
     b.step(np.zeros(4, dtype=np.int32))
-    after = b.fields.numpy().reshape(NUM_FIELDS, 4)
+    after = b.fields.numpy().reshape(4, NUM_FIELDS).T
     assert (after[FIELD_INDEX["dma_index"]] >= 0).all() and (after[FIELD_INDEX["dma_index"]] <= 0xA0).all()
     assert (after[FIELD_INDEX["frames"]] == fields[FIELD_INDEX["frames"]] + 1).all()

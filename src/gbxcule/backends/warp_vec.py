@@ -88,7 +88,8 @@ def load_env_states(state, rom: Rom) -> list[EnvState]:
 
 
 BLOCK_DIMS = (256, 128, 64, 32)
-# Flat int32 indexes (`row * num_envs + env`) into the 1D per-env arrays must stay below 2**31; RAM is 2D.
+# Flat int32 indexes (`row * num_envs + env`, `env * NUM_FIELDS + f`) into the 1D per-env arrays stay below 2**31;
+# RAM is 2D.
 MAX_ENVS = (2**31 - 1) // max(NUM_FIELDS, SERIAL_CAPTURE, 144 * 40)
 
 
@@ -163,7 +164,7 @@ class WarpVecBackend:
         self._stage_args = (int(obs_mode == "mean"), int(obs_packed), lo, hi)
         boot_rom = pyboy_boot_rom()
         n = num_envs
-        self.fields = wp.zeros(NUM_FIELDS * n, dtype=wp.int32, device=device)
+        self.fields = wp.zeros(NUM_FIELDS * n, dtype=wp.int32, device=device)  # env-major: [env, field]
         self.ram = wp.zeros((self.layout.total, n), dtype=wp.uint8, device=device)  # [byte, env]: 64-bit offsets
         self.serial = wp.zeros(SERIAL_CAPTURE * n, dtype=wp.uint8, device=device)
         self.actions = wp.zeros(n, dtype=wp.int32, device=device)
@@ -296,16 +297,16 @@ class WarpVecBackend:
             if sort and (parts > 1 or begin % every == 0):
                 if self.sort_key == "path":
                     wp.launch(path_key_kernel, dim=n, device=self.device,
-                              inputs=[self.fields, actions, self._sort_prev, self._sort_keys, self._sort_vals, n,
+                              inputs=[self.fields, actions, self._sort_prev, self._sort_keys, self._sort_vals,
                                       FIELD_INDEX["pc"], FIELD_INDEX["instructions"]])
                 elif self.sort_key == "stack":
                     wp.launch(stack_key_kernel, dim=n, device=self.device,
-                              inputs=[self.fields, actions, self.ram, self._sort_keys, self._sort_vals, n,
+                              inputs=[self.fields, actions, self.ram, self._sort_keys, self._sort_vals,
                                       FIELD_INDEX["pc"], FIELD_INDEX["sp"], self.layout.bases["wram"],
                                       self.layout.bases["hram"]])
                 else:
                     wp.launch(sort_key_kernel, dim=n, device=self.device,
-                              inputs=[self.fields, actions, self._sort_keys, self._sort_vals, n, FIELD_INDEX["pc"]])
+                              inputs=[self.fields, actions, self._sort_keys, self._sort_vals, FIELD_INDEX["pc"]])
                 bits = 24 if self.sort_key == "pc" else 31
                 wp.utils.radix_sort_pairs(self._sort_keys, self._sort_vals, n, end_bit=bits)
             kernels = self._kernels
@@ -344,7 +345,7 @@ class WarpVecBackend:
         self._start_ram = wp.zeros(self.layout.total, dtype=wp.uint8, device=self.device)
         self.reset()
         self._launch(BOOT_FRAME_LIMIT, 0, stop_at_boot_exit=1, dim=1)
-        fields = self._gather(self.fields, NUM_FIELDS, [0])[:, 0].copy()
+        fields = self._gather(self._field_rows(), NUM_FIELDS, [0])[:, 0].copy()
         ram = self._gather(self.ram, self.layout.total, [0])[:, 0].copy()
         if fields[FIELD_INDEX["bootrom"]] != 0:
             raise GbxculeError(f"the boot ROM did not hand over to the cartridge within {BOOT_FRAME_LIMIT} frames")
@@ -467,9 +468,7 @@ class WarpVecBackend:
 
     def field_values(self, name: str) -> np.ndarray:
         """Field `name` (`core/schema.py`) of every env, int32 [num_envs] on the host (synchronises)."""
-        n = self.num_envs
-        row = FIELD_INDEX[name]
-        return self.fields[row * n:(row + 1) * n].numpy().copy()
+        return self.fields.reshape((self.num_envs, NUM_FIELDS))[:, FIELD_INDEX[name]].numpy().copy()
 
     def wram_bytes(self, addr: int) -> np.ndarray:
         """The WRAM byte at `addr` (0xC000-0xDFFF) of every env, uint8 [num_envs] (synchronises)."""
@@ -486,21 +485,26 @@ class WarpVecBackend:
         return sum(a.capacity for a in arrays) // self.num_envs
 
     # --- introspection ------------------------------------------------------------------------------
+    def _field_rows(self):
+        """The fields as a [NUM_FIELDS, num_envs] device view (they are stored env-major: core/schema.py)."""
+        return self.fields.reshape((self.num_envs, NUM_FIELDS)).transpose()
+
     def _gather(self, arr, rows: int, ids: list[int]) -> np.ndarray:
-        """[rows, len(ids)] host copy of the envs `ids` of an interleaved device array (synchronises)."""
+        """[rows, len(ids)] host copy of the envs `ids` of a device array of rows over envs: interleaved (flat
+        or [rows, num_envs]) or a [rows, num_envs] view such as `_field_rows()` (synchronises)."""
         from gbxcule.kernels.snapshot import gather_kernel
 
         wp = self._wp
+        view = arr if arr.ndim == 2 else arr.reshape((rows, self.num_envs))
         if len(ids) == self.num_envs and ids == list(range(self.num_envs)):
-            return arr.numpy().reshape(rows, self.num_envs)
+            return view.numpy()
         out = wp.empty((rows, len(ids)), dtype=arr.dtype, device=self.device)
         wp.launch(gather_kernel, dim=(rows, len(ids)), device=self.device,
-                  inputs=[arr.reshape((rows, self.num_envs)),
-                          wp.array(np.asarray(ids, dtype=np.int32), dtype=wp.int32, device=self.device), out])
+                  inputs=[view, wp.array(np.asarray(ids, dtype=np.int32), dtype=wp.int32, device=self.device), out])
         return out.numpy()
 
     def env_fields(self, env: int) -> dict[str, int]:
-        host = self._gather(self.fields, NUM_FIELDS, [check_env(self, env)])[:, 0]
+        host = self._gather(self._field_rows(), NUM_FIELDS, [check_env(self, env)])[:, 0]
         return {name: int(host[i]) for i, (name, _) in enumerate(FIELDS)}
 
     def env_region(self, env: int, region: str) -> np.ndarray:
@@ -549,7 +553,7 @@ class WarpVecBackend:
     def env_states(self, envs=None) -> list:
         """`EnvState`s (fields, RAM, SB ring) of `envs` (default: all) on the host (synchronises)."""
         ids = list(range(self.num_envs)) if envs is None else [check_env(self, int(e)) for e in envs]
-        fields = self._gather(self.fields, NUM_FIELDS, ids)
+        fields = self._gather(self._field_rows(), NUM_FIELDS, ids)
         ram = self._gather(self.ram, self.layout.total, ids)
         ring = self._gather(self.serial, SERIAL_CAPTURE, ids)
         return [EnvState(fields[:, j].copy(), ram[:, j].copy(), ring[:, j].copy()) for j in range(len(ids))]

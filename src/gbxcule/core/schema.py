@@ -3,8 +3,10 @@
 Two kinds of state:
 - **Fields**: int32 scalars (CPU registers, IO registers, timer, PPU, serial, DMA, MBC and RTC state).
   In a kernel they live in the thread-local `Gb` struct (`kernels/state.py` builds it from `FIELDS`);
-  between launches they live in one int32 device array `fields[f * num_envs + env]` (field-major, so
-  lanes touching the same field coalesce).
+  between launches they live in one int32 device array `fields[env * NUM_FIELDS + f]` (env-major: an env's
+  fields are consecutive words, so a thread loading its env's fields touches a few 32-byte sectors even when
+  the backend's sort gives a warp scattered envs; field-major, such a warp touched a sector per field and lane,
+  four times the time at 262,144 envs, BENCHMARKS.md ninth visit).
 - **RAM regions**: bytes of the address space that belong to an env (VRAM, WRAM, OAM, IO, HRAM,
   cartridge RAM), interleaved across envs in one [bytes, num_envs] array: byte `o` of env `e` is
   `ram[o, e]` (flat offset `o * num_envs + e`, 64-bit in Warp's indexing, so the array may pass 2 GiB),
@@ -79,7 +81,8 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("rtc_latch_on", "latch command armed"), ("rtc_ls", "latched seconds"), ("rtc_lm", "latched minutes"),
     ("rtc_lh", "latched hours"), ("rtc_ldl", "latched day low"), ("rtc_ldh", "latched day high"),
     # bookkeeping
-    ("frames", "frames completed since reset"), ("instructions", "instructions executed one by one (wraps; not skipped wait-loop rounds)"),
+    ("frames", "frames completed since reset"),
+    ("instructions", "instructions executed one by one (wraps; not skipped wait-loop rounds)"),
 )
 FIELD_INDEX: dict[str, int] = {name: i for i, (name, _) in enumerate(FIELDS)}
 NUM_FIELDS = len(FIELDS)

@@ -162,8 +162,9 @@ def _template_sources() -> dict[str, str]:
 
 
 def _field_io_source() -> tuple[str, str]:
-    load = "\n".join(f"    g.{name} = fields[{i} * n + e]" for i, (name, _) in enumerate(FIELDS))
-    store = "\n".join(f"    fields[{i} * n + e] = g.{name}" for i, (name, _) in enumerate(FIELDS))
+    nf = len(FIELDS)  # env-major: env e's fields are the consecutive words fields[e * nf ...] (core/schema.py)
+    load = "\n".join(f"    g.{name} = fields[e * {nf} + {i}]" for i, (name, _) in enumerate(FIELDS))
+    store = "\n".join(f"    fields[e * {nf} + {i}] = g.{name}" for i, (name, _) in enumerate(FIELDS))
     return load, store
 
 

@@ -1,15 +1,16 @@
 """Env states on the device: a slot store, per-env snapshots into it and masked restores from it.
 
 A slot holds one env's state contiguously: its `FIELDS` (int32), then its RAM regions packed 4 bytes to a
-little-endian uint32 word (the last word zero-padded). Envs live interleaved (`fields[f * n + e]`,
-`ram[o, e]`, see `state.py`), so a copy between an env and a slot is a gather or a scatter.
+little-endian uint32 word (the last word zero-padded). An env's fields are consecutive words
+(`fields[e * NUM_FIELDS + f]`) and its RAM is interleaved with the other envs' (`ram[o, e]`; `core/schema.py`),
+so a copy between an env and a slot is a gather or a scatter.
 
 - `save_slot_kernel`: one thread per word of the slot, copying one env into it.
 - `restore_kernel`: threads over (chunk, env) pairs; a thread of an env whose mask entry is 0 returns at
   once, a thread of a masked env copies `chunk` consecutive words of its slot into the env. `chunk` = the
   whole slot gives one thread per env (best on the CPU device, where threads run in turn); smaller chunks
   spread one env over many GPU threads. Lanes of one warp are consecutive envs at the same word, so their
-  stores to the interleaved arrays are adjacent. The slot of env e is `slots[e]` (reduced into range), or
+  stores to the interleaved RAM are adjacent. The slot of env e is `slots[e]` (reduced into range), or
   by the seeded rule `reset_slot(seed, e, epoch) % K`.
 - `gather_kernel`: the rows of a few envs, for reading them on the host.
 - `sort_key_kernel`, `path_key_kernel`, `stack_key_kernel`: the keys the backend's `sort_envs` orders threads
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 import warp as wp
 
+from gbxcule.core.schema import NUM_FIELDS
 from gbxcule.kernels.mbc import rtc_advance_seconds
 from gbxcule.kernels.ppu import mode3_adjustment, stat_update_line
 from gbxcule.kernels.state import Gb, Mem
@@ -36,6 +38,7 @@ _K_ENV = wp.constant(wp.uint32(0x85EBCA77))
 _K_EPOCH = wp.constant(wp.uint32(0xC2B2AE3D))
 _K_MIX1 = wp.constant(wp.uint32(0x85EBCA6B))
 _K_MIX2 = wp.constant(wp.uint32(0xC2B2AE35))
+_NF = wp.constant(NUM_FIELDS)  # words a env's fields take (they are consecutive: fields[e * _NF + f])
 
 
 @wp.func
@@ -58,7 +61,7 @@ def save_slot_kernel(fields: wp.array(dtype=wp.int32), ram: wp.array2d(dtype=wp.
     w = wp.tid()
     ram_words = (ram_bytes + 3) / 4
     if w < num_fields:
-        slot_fields[slot * num_fields + w] = fields[w * n + env]
+        slot_fields[slot * num_fields + w] = fields[env * num_fields + w]
         return
     q = w - num_fields
     word = wp.uint32(0)
@@ -90,7 +93,7 @@ def restore_kernel(mask: wp.array(dtype=Any), slots: wp.array(dtype=wp.int32), f
     end = wp.min(w + chunk, num_fields + ram_words)
     while w < end:
         if w < num_fields:
-            fields[w * n + e] = slot_fields[k * num_fields + w]
+            fields[e * num_fields + w] = slot_fields[k * num_fields + w]
         else:
             q = w - num_fields
             word = slot_ram[k * ram_words + q]
@@ -107,10 +110,10 @@ def broadcast_kernel(src_fields: wp.array(dtype=wp.int32), src_ram: wp.array(dty
                      fields: wp.array(dtype=wp.int32), ram: wp.array2d(dtype=wp.uint8), n: wp.int32,
                      num_fields: wp.int32):
     """Every env gets one state (fields, then RAM bytes); dim = (fields + RAM bytes, n). Consecutive
-    threads are consecutive envs at the same word: adjacent stores on both devices."""
+    threads are consecutive envs at the same word: adjacent RAM stores on both devices."""
     w, e = wp.tid()
     if w < num_fields:
-        fields[w * n + e] = src_fields[w]
+        fields[e * num_fields + w] = src_fields[w]
     else:
         ram[w - num_fields, e] = src_ram[w - num_fields]
 
@@ -125,16 +128,16 @@ def gather_kernel(src: wp.array2d(dtype=Any), ids: wp.array(dtype=wp.int32), out
 
 @wp.kernel(enable_backward=False)
 def sort_key_kernel(fields: wp.array(dtype=wp.int32), actions: wp.array(dtype=wp.int32), keys: wp.array(dtype=wp.int32),
-                    envs: wp.array(dtype=wp.int32), n: wp.int32, pc_row: wp.int32):
+                    envs: wp.array(dtype=wp.int32), pc_row: wp.int32):
     """Key of env e for grouping envs into warps: its PC, then its action this step (low 8 bits)."""
     e = wp.tid()
-    keys[e] = ((fields[pc_row * n + e] & 0xFFFF) << 8) | (actions[e] & 0xFF)
+    keys[e] = ((fields[e * _NF + pc_row] & 0xFFFF) << 8) | (actions[e] & 0xFF)
     envs[e] = e
 
 
 @wp.kernel(enable_backward=False)
 def path_key_kernel(fields: wp.array(dtype=wp.int32), actions: wp.array(dtype=wp.int32), prev: wp.array(dtype=wp.int32),
-                    keys: wp.array(dtype=wp.int32), envs: wp.array(dtype=wp.int32), n: wp.int32, pc_row: wp.int32,
+                    keys: wp.array(dtype=wp.int32), envs: wp.array(dtype=wp.int32), pc_row: wp.int32,
                     instr_row: wp.int32):
     """Key of env e by the path it took since the last sort: the instructions it ran since then (a
     fingerprint of the code path: envs in the same game mode run the same count; time halted or in skipped
@@ -142,24 +145,24 @@ def path_key_kernel(fields: wp.array(dtype=wp.int32), actions: wp.array(dtype=wp
     action (low 4 bits). Sorting on it groups envs that will likely run the same code this frame even when
     they all wait at the same HALT. `prev` keeps each env's counter for the next sort; 31 key bits."""
     e = wp.tid()
-    now = fields[instr_row * n + e]
+    now = fields[e * _NF + instr_row]
     ran = wp.int32(wp.uint32(now) - wp.uint32(prev[e]))  # the counter wraps: a uint32 difference
     prev[e] = now
     bucket = wp.clamp(ran >> 3, 0, 2047)  # a restore or reset in between gives any value: still in range
-    keys[e] = (bucket << 20) | ((fields[pc_row * n + e] & 0xFFFF) << 4) | (actions[e] & 0xF)
+    keys[e] = (bucket << 20) | ((fields[e * _NF + pc_row] & 0xFFFF) << 4) | (actions[e] & 0xF)
     envs[e] = e
 
 
 @wp.kernel(enable_backward=False)
 def stack_key_kernel(fields: wp.array(dtype=wp.int32), actions: wp.array(dtype=wp.int32),
                      ram: wp.array2d(dtype=wp.uint8), keys: wp.array(dtype=wp.int32), envs: wp.array(dtype=wp.int32),
-                     n: wp.int32, pc_row: wp.int32, sp_row: wp.int32, wram: wp.int32, hram: wp.int32):
+                     pc_row: wp.int32, sp_row: wp.int32, wram: wp.int32, hram: wp.int32):
     """Key of env e by its caller: the 16-bit word at SP (the return address of the routine it waits in,
     when SP lies in WRAM or HRAM, else 0), then its PC's low 11 bits, then its action (low 4 bits): envs that
     wait at the same HALT from different game modes part. RAM rows are masked into the region: a wild SP
     reads inside it. 31 key bits."""
     e = wp.tid()
-    sp = fields[sp_row * n + e] & 0xFFFF
+    sp = fields[e * _NF + sp_row] & 0xFFFF
     w_lo = wram + ((sp - 0xC000) & 0x1FFF)
     w_hi = wram + ((sp + 1 - 0xC000) & 0x1FFF)  # 0xDFFF + 1 reads 0xC000, as the echo does
     h_lo = hram + wp.min((sp - 0xFF80) & 0x7F, 125)
@@ -169,7 +172,7 @@ def stack_key_kernel(fields: wp.array(dtype=wp.int32), actions: wp.array(dtype=w
     w_word = wp.int32(ram[w_lo, e]) | (wp.int32(ram[w_hi, e]) << 8)
     h_word = wp.int32(ram[h_lo, e]) | (wp.int32(ram[h_hi, e]) << 8)
     caller = wp.where(in_w, w_word, wp.where(in_h, h_word, 0))
-    keys[e] = (caller << 15) | ((fields[pc_row * n + e] & 0x7FF) << 4) | (actions[e] & 0xF)
+    keys[e] = (caller << 15) | ((fields[e * _NF + pc_row] & 0x7FF) << 4) | (actions[e] & 0xF)
     envs[e] = e
 
 

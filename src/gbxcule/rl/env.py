@@ -27,6 +27,7 @@ from gbxcule.core.action_codec import get_codec
 from gbxcule.core.cartridge import Rom, load_rom
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.schedule import ActionSchedule
+from gbxcule.core.schema import NUM_FIELDS
 from gbxcule.rl.goals import (
     GoalError,
     GoalTemplate,
@@ -275,7 +276,6 @@ class GameEnv:
     def _build_starts(self, start_states) -> None:
         """Fill the device reset cache: K start slots and each slot's first frame (docs/rl_env.md)."""
         spec = self._start_spec(start_states)
-        from gbxcule.core.schema import NUM_FIELDS
         from gbxcule.kernels.snapshot import SlotStore
 
         be, n = self.backend, self.num_envs
@@ -597,6 +597,10 @@ class GameEnv:
                 else float("nan")}
 
     # --- state for checkpoints ------------------------------------------------------------------------------
+    def _field_rows(self):
+        """The backend's fields as a [NUM_FIELDS, num_envs] torch view (stored env-major: core/schema.py)."""
+        return self._wp.to_torch(self.backend.fields).view(self.num_envs, NUM_FIELDS).t()
+
     def state_dict(self, emulator: bool = True) -> dict:
         """Everything needed to continue bit for bit: counters, frame ring, novelty tables and (with
         `emulator`) every env's emulator state and frame buffer. Host tensors."""
@@ -610,7 +614,8 @@ class GameEnv:
                 d[name] = table.seen.cpu().clone()
         if emulator:
             be, wp = self.backend, self._wp
-            d["emu"] = {"fields": wp.to_torch(be.fields).cpu().clone(), "ram": self._ram.cpu().clone(),
+            # fields field-major, as checkpoints always held them
+            d["emu"] = {"fields": self._field_rows().reshape(-1).cpu().clone(), "ram": self._ram.cpu().clone(),
                         "serial": wp.to_torch(be.serial).cpu().clone(),
                         "frame": wp.to_torch(be.frame_buffer()).cpu().clone()}
         return d
@@ -634,7 +639,10 @@ class GameEnv:
                 table.seen.copy_(d[name])
         if "emu" in d:
             be, wp, e = self.backend, self._wp, d["emu"]
-            wp.to_torch(be.fields).copy_(e["fields"])
+            if tuple(e["fields"].shape) != (NUM_FIELDS * self.num_envs,):
+                raise EnvConfigError(f"env state holds {e['fields'].numel()} field words, this env needs "
+                                     f"{NUM_FIELDS * self.num_envs} ({self.num_envs} envs)")
+            self._field_rows().copy_(e["fields"].view(NUM_FIELDS, self.num_envs))
             self._ram.copy_(e["ram"])
             wp.to_torch(be.serial).copy_(e["serial"])
             wp.to_torch(be.frame_buffer()).copy_(e["frame"])
@@ -646,7 +654,7 @@ class GameEnv:
 
     def emulator_bytes(self) -> int:
         """Bytes of emulator state a checkpoint with `emulator=True` stores."""
-        from gbxcule.core.schema import NUM_FIELDS, SERIAL_CAPTURE
+        from gbxcule.core.schema import SERIAL_CAPTURE
 
         return self.num_envs * (4 * NUM_FIELDS + self.backend.layout.total + SERIAL_CAPTURE + 144 * 160)
 
