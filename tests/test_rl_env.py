@@ -10,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gbxcule.core.errors import GbxculeError  # noqa: E402
+from gbxcule.core.schema import FIELD_INDEX, NUM_FIELDS  # noqa: E402
 from gbxcule.rl import EnvConfigError, GameEnv, GoalTemplate, RamCondition, TaskError, TemplateError  # noqa: E402
 from gbxcule.rl.goals import NoveltyTable, RamGoal, TemplateScorer, frame_key, pack_shades  # noqa: E402
 from gbxcule.rl.tasks import load_task  # noqa: E402
@@ -189,6 +190,10 @@ def test_state_dict_round_trip_is_bit_exact():
     for _ in range(3):
         env.step(rng.integers(0, 8, size=3))
     sd = env.state_dict()
+    # checkpoints hold the fields field-major ([field, env]) whatever the device layout, as they always have
+    rows = sd["emu"]["fields"].view(NUM_FIELDS, 3)
+    for name in ("pc", "sp", "frames"):
+        assert rows[FIELD_INDEX[name]].tolist() == env.backend.field_values(name).tolist()
     acts = [rng.integers(0, 8, size=3) for _ in range(8)]
     ref = _trajectory(env, acts)
     stats = env.episode_stats()
@@ -204,6 +209,9 @@ def test_state_dict_round_trip_is_bit_exact():
     for other_kw in (dict(stack_k=2), dict(start_states=("random_noops", 3, 2))):
         with pytest.raises(EnvConfigError):
             GameEnv(**(kw | other_kw)).load_state_dict(sd)
+    bad = {**sd, "emu": {**sd["emu"], "fields": sd["emu"]["fields"][:-1]}}  # a cut field array: one typed error
+    with pytest.raises(EnvConfigError, match="field words"):
+        GameEnv(**kw).load_state_dict(bad)
 
 
 def _equal(a, b) -> bool:

@@ -626,6 +626,9 @@ class GameEnv:
         if tuple(d["ring"].shape) != tuple(self._ring.shape):
             raise EnvConfigError(f"env state is for observations {tuple(d['ring'].shape)}, this env has "
                                  f"{tuple(self._ring.shape)}")
+        if "emu" in d and tuple(d["emu"]["fields"].shape) != (NUM_FIELDS * self.num_envs,):
+            raise EnvConfigError(f"env state holds {d['emu']['fields'].numel()} field words, this env needs "
+                                 f"{NUM_FIELDS * self.num_envs} ({self.num_envs} envs)")
         self._pos, self.seed = int(d["pos"]), int(d["seed"])
         for name in _STATE_TENSORS:
             if name in d or name not in _NEWER_STATE:
@@ -639,9 +642,6 @@ class GameEnv:
                 table.seen.copy_(d[name])
         if "emu" in d:
             be, wp, e = self.backend, self._wp, d["emu"]
-            if tuple(e["fields"].shape) != (NUM_FIELDS * self.num_envs,):
-                raise EnvConfigError(f"env state holds {e['fields'].numel()} field words, this env needs "
-                                     f"{NUM_FIELDS * self.num_envs} ({self.num_envs} envs)")
             self._field_rows().copy_(e["fields"].view(NUM_FIELDS, self.num_envs))
             self._ram.copy_(e["ram"])
             wp.to_torch(be.serial).copy_(e["serial"])
