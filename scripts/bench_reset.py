@@ -33,10 +33,10 @@ def check(b: WarpVecBackend, chunk: int | None, rng) -> bool:
     mask = rng.random(n) < 0.01
     slots = rng.integers(0, b.slots.num_slots, n).astype(np.int32)
     b.step(rng.integers(0, b.codec.num_actions, n))
-    f0, r0 = b.fields.numpy().reshape(n, NUM_FIELDS).T.copy(), b.ram.numpy().reshape(b.layout.total, n).copy()
+    f0, r0 = b.fields.numpy().reshape(n, NUM_FIELDS).T.copy(), b.ram.numpy().T.copy()
     b.restore(wp.array(mask.astype(np.int32), device=b.device), wp.array(slots, dtype=wp.int32, device=b.device),
               chunk=chunk)
-    f1, r1 = b.fields.numpy().reshape(n, NUM_FIELDS).T, b.ram.numpy().reshape(b.layout.total, n)
+    f1, r1 = b.fields.numpy().reshape(n, NUM_FIELDS).T, b.ram.numpy().T
     ok = np.array_equal(f1[:, ~mask], f0[:, ~mask]) and np.array_equal(r1[:, ~mask], r0[:, ~mask])
     for k in range(b.slots.num_slots):
         fields, ram = b.slots.download(k)

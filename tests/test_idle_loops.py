@@ -63,8 +63,8 @@ def skip_cases(cases: wp.array2d(dtype=wp.int32), m: Mem, out: wp.array2d(dtype=
     g.ly = cases[i, 7]
     g.dma_active = cases[i, 8]
     g.ime_delay = cases[i, 9]
-    m.ram[m.wram + 0x10, 0] = wp.uint8(cases[i, 10])
-    m.ram[m.hram + 0x10, 0] = wp.uint8(cases[i, 11])
+    m.ram[0, m.wram + 0x10] = wp.uint8(cases[i, 10])
+    m.ram[0, m.hram + 0x10] = wp.uint8(cases[i, 11])
     idle_loop_skip(g, m, 1000 + cases[i, 6], cases[i, 1], cases[i, 2])
     out[i, 0] = g.cycles - 1000
     out[i, 1] = g.instructions

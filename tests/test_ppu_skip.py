@@ -100,7 +100,7 @@ def test_skip_equals_stepping_the_transitions():
     mems = []
     for _ in range(2):
         m = Mem()
-        m.ram = wp.array(ram, dtype=wp.uint8, device="cpu")
+        m.ram = wp.array(np.ascontiguousarray(ram.T), dtype=wp.uint8, device="cpu")  # env-major
         m.oam, m.vram, m.n_envs = layout.bases["oam"], layout.bases["vram"], n
         m.frame = wp.zeros(n * 144 * 40, dtype=wp.uint32, device="cpu")
         mems.append(m)
@@ -190,7 +190,7 @@ def test_sprite_penalty_matches_a_plain_model():
     ram = np.zeros((layout.total, n), dtype=np.uint8)
     ram[layout.bases["oam"]:layout.bases["oam"] + 160] = oam.T
     m = Mem()
-    m.ram = wp.array(ram, dtype=wp.uint8, device="cpu")
+    m.ram = wp.array(np.ascontiguousarray(ram.T), dtype=wp.uint8, device="cpu")  # env-major
     m.oam, m.n_envs = layout.bases["oam"], n
     out = wp.zeros(n, dtype=wp.int32, device="cpu")
     wp.launch(penalty_kernel, dim=n, inputs=[wp.array(cases, dtype=wp.int32, device="cpu"), m, out], device="cpu")

@@ -400,7 +400,7 @@ def test_cli_state_option(stress, tmp_path):
 
 def _host(b: WarpVecBackend):
     n = b.num_envs
-    return b.fields.numpy().reshape(n, NUM_FIELDS).T.copy(), b.ram.numpy().reshape(b.layout.total, n).copy()
+    return b.fields.numpy().reshape(n, NUM_FIELDS).T.copy(), b.ram.numpy().T.copy()
 
 
 def _cuda() -> bool:

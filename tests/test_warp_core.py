@@ -65,7 +65,7 @@ def test_boot_through_pyboy_rom_unmaps_it():
 def test_illegal_opcode_locks_only_that_env_and_time_goes_on():
     rom = build(" ld a, [$C100]\n or a\n jr z, .ok\n db $D3\n.ok:\n ld hl, $C000\n inc [hl]\n jr .ok")
     b = backend(rom, n=2, frames=2)
-    ram = b.ram.numpy().reshape(b.layout.total, 2)
+    ram = b.ram.numpy().T  # [byte, env] (stored env-major)
     ram[b.layout.bases["wram"] + 0x100, 1] = 1  # env 1 takes the illegal opcode (CPU device: a live view)
     b.step(np.zeros(2, np.int32))
     f0, f1 = b.env_fields(0), b.env_fields(1)
@@ -150,7 +150,7 @@ def test_reset_restores_the_start_state_and_reads_gather_single_envs(boot):
     start = b.env_states()
     assert all(np.array_equal(s.ram, start[0].ram) and np.array_equal(s.fields, start[0].fields) for s in start)
     b.step(np.array([0, 1, 2], dtype=np.int32))
-    full = b.fields.numpy().reshape(3, -1).T, b.ram.numpy().reshape(-1, 3)
+    full = b.fields.numpy().reshape(3, -1).T, b.ram.numpy().T
     picked = b.env_states([2, 0])
     assert np.array_equal(picked[0].fields, full[0][:, 2]) and np.array_equal(picked[1].ram, full[1][:, 0])
     wram = b.layout.bases["wram"]
@@ -242,11 +242,11 @@ def test_stack_sort_key_reads_the_word_at_sp_within_the_region():
     fields = b.fields.numpy().reshape(n, -1)  # env-major (core/schema.py)
     fields[:, FIELD_INDEX["sp"]] = [0xC123, 0xDFFF, 0xFF90, 0xFFFE, 0x1234, 0xFFFF]
     b.fields.assign(fields.reshape(-1))
-    ram = b.ram.numpy()
+    ram = b.ram.numpy().T.copy()  # [byte, env] (stored env-major)
     rng = np.random.default_rng(0)
     word = lambda lo, hi, e: int(ram[lo, e]) | int(ram[hi, e]) << 8  # noqa: E731
     ram[:] = rng.integers(0, 256, ram.shape, dtype=np.uint8)
-    b.ram.assign(ram)
+    b.ram.assign(np.ascontiguousarray(ram.T))
     keys, envs = (wp.zeros(2 * n, dtype=wp.int32, device="cpu") for _ in range(2))
     wp.launch(stack_key_kernel, dim=n, device="cpu",
               inputs=[b.fields, b.actions, b.ram, keys, envs, FIELD_INDEX["pc"], FIELD_INDEX["sp"],

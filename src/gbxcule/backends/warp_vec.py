@@ -165,7 +165,7 @@ class WarpVecBackend:
         boot_rom = pyboy_boot_rom()
         n = num_envs
         self.fields = wp.zeros(NUM_FIELDS * n, dtype=wp.int32, device=device)  # env-major: [env, field]
-        self.ram = wp.zeros((self.layout.total, n), dtype=wp.uint8, device=device)  # [byte, env]: 64-bit offsets
+        self.ram = wp.zeros((n, self.layout.total), dtype=wp.uint8, device=device)  # [env, byte]: 64-bit offsets
         self.serial = wp.zeros(SERIAL_CAPTURE * n, dtype=wp.uint8, device=device)
         self.actions = wp.zeros(n, dtype=wp.int32, device=device)
         # Pageable on purpose: the driver stages a pageable upload before returning, so the next step may
@@ -346,7 +346,7 @@ class WarpVecBackend:
         self.reset()
         self._launch(BOOT_FRAME_LIMIT, 0, stop_at_boot_exit=1, dim=1)
         fields = self._gather(self._field_rows(), NUM_FIELDS, [0])[:, 0].copy()
-        ram = self._gather(self.ram, self.layout.total, [0])[:, 0].copy()
+        ram = self._gather(self.ram.transpose(), self.layout.total, [0])[:, 0].copy()
         if fields[FIELD_INDEX["bootrom"]] != 0:
             raise GbxculeError(f"the boot ROM did not hand over to the cartridge within {BOOT_FRAME_LIMIT} frames")
         fields[FIELD_INDEX["frames"]] = 0
@@ -359,9 +359,8 @@ class WarpVecBackend:
     def reset(self, seed: int | None = None) -> None:
         from gbxcule.kernels.snapshot import broadcast_kernel
 
-        self._wp.launch(broadcast_kernel, dim=(NUM_FIELDS + self.layout.total, self.num_envs), device=self.device,
-                        inputs=[self._start_fields, self._start_ram, self.fields, self.ram, self.num_envs,
-                                NUM_FIELDS])
+        self._wp.launch(broadcast_kernel, dim=(self.num_envs, NUM_FIELDS + self.layout.total), device=self.device,
+                        inputs=[self._start_fields, self._start_ram, self.fields, self.ram, NUM_FIELDS])
         self.serial.zero_()
         if self._frame is not None:
             self._frame.zero_()
@@ -475,7 +474,7 @@ class WarpVecBackend:
         if not 0xC000 <= addr < 0xE000:
             raise ValueError(f"WRAM address must lie in 0xC000-0xDFFF, got {addr:#x}")
         o = self.layout.bases["wram"] + addr - 0xC000
-        return self.ram[o:o + 1].numpy()[0].copy()
+        return self.ram[:, o].numpy().copy()
 
     def device_bytes_per_env(self) -> int:
         """Bytes of per-env device state: fields, RAM, serial capture, stage outputs and the frame buffer."""
@@ -490,8 +489,8 @@ class WarpVecBackend:
         return self.fields.reshape((self.num_envs, NUM_FIELDS)).transpose()
 
     def _gather(self, arr, rows: int, ids: list[int]) -> np.ndarray:
-        """[rows, len(ids)] host copy of the envs `ids` of a device array of rows over envs: interleaved (flat
-        or [rows, num_envs]) or a [rows, num_envs] view such as `_field_rows()` (synchronises)."""
+        """[rows, len(ids)] host copy of the envs `ids` of a device array of rows over envs: interleaved (flat,
+        the serial ring) or a [rows, num_envs] view such as `_field_rows()` or `ram.transpose()` (synchronises)."""
         from gbxcule.kernels.snapshot import gather_kernel
 
         wp = self._wp
@@ -509,7 +508,7 @@ class WarpVecBackend:
 
     def env_region(self, env: int, region: str) -> np.ndarray:
         base, size = self.layout.bases[region], self.layout.sizes[region]
-        return self._gather(self.ram, self.layout.total, [check_env(self, env)])[base:base + size, 0].copy()
+        return self._gather(self.ram.transpose(), self.layout.total, [check_env(self, env)])[base:base + size, 0].copy()
 
     def serial_bytes(self, env: int) -> bytes:
         count = self.env_fields(env)["serial_count"]
@@ -520,7 +519,7 @@ class WarpVecBackend:
         return bytes(np.concatenate([ring[start:], ring[:start]]))
 
     def snapshot(self, env: int) -> EnvSnapshot:
-        ram = self._gather(self.ram, self.layout.total, [check_env(self, env)])[:, 0]
+        ram = self._gather(self.ram.transpose(), self.layout.total, [check_env(self, env)])[:, 0]
         regions = {r: ram[b:b + self.layout.sizes[r]].copy() for r, b in self.layout.bases.items()}
         return EnvSnapshot(self.env_fields(env), regions, self.rom.data, self.cart)
 
@@ -554,7 +553,7 @@ class WarpVecBackend:
         """`EnvState`s (fields, RAM, SB ring) of `envs` (default: all) on the host (synchronises)."""
         ids = list(range(self.num_envs)) if envs is None else [check_env(self, int(e)) for e in envs]
         fields = self._gather(self._field_rows(), NUM_FIELDS, ids)
-        ram = self._gather(self.ram, self.layout.total, ids)
+        ram = self._gather(self.ram.transpose(), self.layout.total, ids)
         ring = self._gather(self.serial, SERIAL_CAPTURE, ids)
         return [EnvState(fields[:, j].copy(), ram[:, j].copy(), ring[:, j].copy()) for j in range(len(ids))]
 

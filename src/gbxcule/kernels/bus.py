@@ -104,7 +104,7 @@ def dma_plain_read(g: wp.ref[Gb], m: Mem, addr: wp.int32) -> wp.int32:
     """A byte the OAM DMA copies from ROM (addr < 0x8000) or else WRAM and its echo (0xC000-0xFDFF)."""
     if addr < 0x8000:
         return rom_read(g, m, addr)
-    return wp.int32(m.ram[m.wram + ((addr - 0xC000) & 0x1FFF), g.env])
+    return wp.int32(m.ram[g.env, m.wram + ((addr - 0xC000) & 0x1FFF)])
 
 
 @wp.func
@@ -116,15 +116,15 @@ def dma_source_read(g: wp.ref[Gb], m: Mem, addr: wp.int32, now: wp.int32, mao: w
         value = dma_plain_read(g, m, addr)
     elif addr < 0xA000:
         if mao == 0 or not vram_blocked_read(g):
-            value = wp.int32(m.ram[m.vram + (addr - 0x8000), g.env])
+            value = wp.int32(m.ram[g.env, m.vram + (addr - 0x8000)])
     elif addr < 0xC000:
         if m.has_rtc != 0 and g.ram_bank >= 0x08 and g.ram_bank <= 0x0C:
             rtc_advance(g, now)
         value = cart_read(g, m, addr)
     elif addr < 0xFEA0:  # (0xC000-0xFDFF went to the first branch)
-        value = wp.int32(m.ram[m.oam + (addr - 0xFE00), g.env])
+        value = wp.int32(m.ram[g.env, m.oam + (addr - 0xFE00)])
     elif addr < 0xFF00:
-        value = wp.int32(m.ram[m.unusable + (addr - 0xFEA0), g.env])
+        value = wp.int32(m.ram[g.env, m.unusable + (addr - 0xFEA0)])
     return value
 
 
@@ -145,7 +145,7 @@ def dma_sync(g: wp.ref[Gb], m: Mem, now: wp.int32, offset: wp.int32, mao: wp.int
         src = src - 0x20
     while g.dma_index < target:
         value = dma_source_read(g, m, (src << 8) | g.dma_index, now, mao)
-        m.ram[m.oam + g.dma_index, g.env] = wp.uint8(value)
+        m.ram[g.env, m.oam + g.dma_index] = wp.uint8(value)
         g.dma_index = g.dma_index + 1
     if g.dma_index == 0xA0:
         g.dma_active = 0
@@ -174,13 +174,13 @@ def dma_copy_plain(g: wp.ref[Gb], m: Mem, until: wp.int32):
         if src < 0x80:
             word = rom_fetch4(g, m, addr)
         else:
-            word = (wp.int32(m.ram[row, g.env]) | (wp.int32(m.ram[row + 1, g.env]) << 8)
-                    | (wp.int32(m.ram[row + 2, g.env]) << 16) | (wp.int32(m.ram[row + 3, g.env]) << 24))
+            word = (wp.int32(m.ram[g.env, row]) | (wp.int32(m.ram[g.env, row + 1]) << 8)
+                    | (wp.int32(m.ram[g.env, row + 2]) << 16) | (wp.int32(m.ram[g.env, row + 3]) << 24))
         for k in range(4):
-            m.ram[m.oam + g.dma_index + k, g.env] = wp.uint8((word >> (8 * k)) & 0xFF)
+            m.ram[g.env, m.oam + g.dma_index + k] = wp.uint8((word >> (8 * k)) & 0xFF)
         g.dma_index = g.dma_index + 4
     while g.dma_index < target:
-        m.ram[m.oam + g.dma_index, g.env] = wp.uint8(dma_plain_read(g, m, (src << 8) | g.dma_index))
+        m.ram[g.env, m.oam + g.dma_index] = wp.uint8(dma_plain_read(g, m, (src << 8) | g.dma_index))
         g.dma_index = g.dma_index + 1
     if g.dma_index == 0xA0:
         g.dma_active = 0
@@ -268,9 +268,9 @@ def io_access(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32, write: wp.
             else:
                 out = g.ie
         elif write != 0:
-            m.ram[m.hram + (addr - 0xFF80), g.env] = wp.uint8(value)
+            m.ram[g.env, m.hram + (addr - 0xFF80)] = wp.uint8(value)
         else:
-            out = wp.int32(m.ram[m.hram + (addr - 0xFF80), g.env])
+            out = wp.int32(m.ram[g.env, m.hram + (addr - 0xFF80)])
         return out
     if addr >= 0xFF4C:
         if write != 0 and addr == 0xFF50 and g.bootrom != 0 and (value == 0x01 or value == 0x11):
@@ -323,7 +323,7 @@ def io_access(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32, write: wp.
         else:
             out = g.joyp
     elif write != 0:
-        m.ram[m.io + (addr - 0xFF00), g.env] = wp.uint8(value)  # unused registers keep what was written
+        m.ram[g.env, m.io + (addr - 0xFF00)] = wp.uint8(value)  # unused registers keep what was written
     if write != 0:
         g.bail = 1
     return out
@@ -376,9 +376,9 @@ def bus_access(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32, write: wp
     if row >= 0:
         g.dma_mark = wp.where(a >= 0xFF80 and g.dma_active != 0, now + mao, g.dma_mark)
         if write != 0:
-            m.ram[row, g.env] = wp.uint8(v)
+            m.ram[g.env, row] = wp.uint8(v)
         else:
-            out = wp.int32(m.ram[row, g.env])
+            out = wp.int32(m.ram[g.env, row])
         return out
     # VRAM, OAM and IO: catch the PPU up first when it can see this access.
     vram = a < 0xA000
@@ -407,9 +407,9 @@ def bus_access(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32, write: wp
     if vram:
         row = m.vram + (a - 0x8000)
         if write != 0:
-            m.ram[row, g.env] = wp.uint8(v)
+            m.ram[g.env, row] = wp.uint8(v)
         else:
-            out = wp.int32(m.ram[row, g.env])
+            out = wp.int32(m.ram[g.env, row])
         return out
     # OAM and IO: the OAM DMA first copies what is due (an OAM read at HL looks 4 cycles ahead).
     if g.dma_active != 0:
@@ -421,11 +421,11 @@ def bus_access(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32, write: wp
         row = m.oam + (a - 0xFE00)
         if write != 0:
             if g.dma_active == 0:
-                m.ram[row, g.env] = wp.uint8(v)
+                m.ram[g.env, row] = wp.uint8(v)
         elif g.dma_active != 0 and now + mao >= g.dma_start:
             out = 0xFF
         else:
-            out = wp.int32(m.ram[row, g.env])
+            out = wp.int32(m.ram[g.env, row])
         return out
     if ppu_reg:
         r = ppu_reg_access(g, a, v, write, now)

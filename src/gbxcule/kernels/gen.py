@@ -454,7 +454,7 @@ _REWARD_V0 = """
     acc = g.a
     i = reward_lo
     while i < reward_hi:
-        acc = acc + wp.int32(mem.ram[mem.wram + ((i - 0xC000) & 0x1FFF), g.env])
+        acc = acc + wp.int32(mem.ram[g.env, mem.wram + ((i - 0xC000) & 0x1FFF)])
         i = i + 1
     rewards[e] = wp.float32(acc & 0xFF) / 255.0"""
 _EPILOGUES: dict[str, tuple[str, str]] = {"none": ("", "nothing"), "reward": (_REWARD_V0, "rewards")}

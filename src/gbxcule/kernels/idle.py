@@ -35,7 +35,7 @@ def idle_read(g: wp.ref[Gb], m: Mem, a: wp.int32) -> wp.int32:
     row = wp.where(a >= 0xC000 and a < 0xFE00, m.wram + ((a - 0xC000) & 0x1FFF),
                    wp.where(a >= 0xFF80 and a < 0xFFFF, m.hram + (a - 0xFF80), -1))
     if row >= 0:
-        return wp.int32(m.ram[row, g.env])
+        return wp.int32(m.ram[g.env, row])
     if a == 0xFF44:
         return g.ly
     if a == 0xFF41 and g.stat_mode_override == 0:

@@ -170,7 +170,7 @@ def mbc_write(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32):
     if kind == 0:
         if cart:
             # ROM only / ROM+RAM: written whether or not RAM is enabled, as in the reference
-            m.ram[cart_ram_row(m, g.ram_bank, addr), g.env] = wp.uint8(value)
+            m.ram[g.env, cart_ram_row(m, g.ram_bank, addr)] = wp.uint8(value)
         elif addr >= 0x2000 and addr < 0x4000:
             v = value
             if v == 0:
@@ -182,7 +182,7 @@ def mbc_write(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32):
                 g.ram_bank = 0
                 if g.mbc_mode == 1:
                     g.ram_bank = g.mbc_reg2
-                m.ram[cart_ram_row(m, g.ram_bank % m.cart_ram_banks, addr), g.env] = wp.uint8(value)
+                m.ram[g.env, cart_ram_row(m, g.ram_bank % m.cart_ram_banks, addr)] = wp.uint8(value)
         elif addr < 0x2000:
             g.ram_enabled = wp.where((value & 0x0F) == 0x0A, 1, 0)
         elif addr < 0x4000:
@@ -198,7 +198,7 @@ def mbc_write(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32):
     elif kind == 2:
         if cart:
             if g.ram_enabled != 0:
-                m.ram[cart_ram_row(m, 0, addr & 0x1FF), g.env] = wp.uint8(value | 0xF0)
+                m.ram[g.env, cart_ram_row(m, 0, addr & 0x1FF)] = wp.uint8(value | 0xF0)
         elif addr < 0x4000:
             v = value & 0x0F
             if (addr & 0x100) == 0:
@@ -214,7 +214,7 @@ def mbc_write(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32):
                 if kind == 30:
                     top = 7
                 if g.ram_bank <= top:
-                    m.ram[cart_ram_row(m, g.ram_bank, addr), g.env] = wp.uint8(value)
+                    m.ram[g.env, cart_ram_row(m, g.ram_bank, addr)] = wp.uint8(value)
                 elif m.has_rtc != 0 and g.ram_bank >= 0x08 and g.ram_bank <= 0x0C:
                     rtc_write(g, g.ram_bank, value)
         elif addr < 0x2000:
@@ -237,7 +237,7 @@ def mbc_write(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32):
     elif kind == 5:
         if cart:
             if g.ram_enabled != 0:
-                m.ram[cart_ram_row(m, g.ram_bank, addr), g.env] = wp.uint8(value)
+                m.ram[g.env, cart_ram_row(m, g.ram_bank, addr)] = wp.uint8(value)
         elif addr < 0x2000:
             g.ram_enabled = wp.where(value == 0x0A, 1, 0)
         elif addr < 0x3000:
@@ -255,7 +255,7 @@ def cart_read(g: wp.ref[Gb], m: Mem, addr: wp.int32) -> wp.int32:
         return 0xFF
     kind = m.mbc
     if kind == 2:
-        return wp.int32(m.ram[cart_ram_row(m, 0, addr & 0x1FF), g.env]) | 0xF0
+        return wp.int32(m.ram[g.env, cart_ram_row(m, 0, addr & 0x1FF)]) | 0xF0
     if kind == 1:
         g.ram_bank = 0
         if g.mbc_mode == 1:
@@ -264,4 +264,4 @@ def cart_read(g: wp.ref[Gb], m: Mem, addr: wp.int32) -> wp.int32:
         return rtc_read(g, g.ram_bank)
     if g.ram_bank >= m.cart_ram_banks:
         return 0  # banks the cartridge lacks read as the reference's zeroed spare banks
-    return wp.int32(m.ram[cart_ram_row(m, g.ram_bank, addr), g.env])
+    return wp.int32(m.ram[g.env, cart_ram_row(m, g.ram_bank, addr)])

@@ -27,12 +27,12 @@ vec10i = wp.types.vector(length=10, dtype=wp.int32)
 
 @wp.func
 def vram_byte(g: wp.ref[Gb], m: Mem, addr: wp.int32) -> wp.int32:
-    return wp.int32(m.ram[m.vram + (addr & 0x1FFF), g.env])
+    return wp.int32(m.ram[g.env, m.vram + (addr & 0x1FFF)])
 
 
 @wp.func
 def oam_byte(m: Mem, g: wp.ref[Gb], index: wp.int32) -> wp.int32:
-    return wp.int32(m.ram[m.oam + (index & 0xFF), g.env])
+    return wp.int32(m.ram[g.env, m.oam + (index & 0xFF)])
 
 
 @wp.func

@@ -2,16 +2,17 @@
 
 A slot holds one env's state contiguously: its `FIELDS` (int32), then its RAM regions packed 4 bytes to a
 little-endian uint32 word (the last word zero-padded). An env's fields are consecutive words
-(`fields[e * NUM_FIELDS + f]`) and its RAM is interleaved with the other envs' (`ram[o, e]`; `core/schema.py`),
-so a copy between an env and a slot is a gather or a scatter.
+(`fields[e * NUM_FIELDS + f]`) and so are its RAM bytes (`ram[e, o]`; `core/schema.py`): a copy between an env
+and a slot moves one run of words.
 
 - `save_slot_kernel`: one thread per word of the slot, copying one env into it.
 - `restore_kernel`: threads over (chunk, env) pairs; a thread of an env whose mask entry is 0 returns at
   once, a thread of a masked env copies `chunk` consecutive words of its slot into the env. `chunk` = the
   whole slot gives one thread per env (best on the CPU device, where threads run in turn); smaller chunks
-  spread one env over many GPU threads. Lanes of one warp are consecutive envs at the same word, so their
-  stores to the interleaved RAM are adjacent. The slot of env e is `slots[e]` (reduced into range), or
-  by the seeded rule `reset_slot(seed, e, epoch) % K`.
+  spread one env over many GPU threads. Lanes of one warp are consecutive envs at the same word (their
+  stores lie an env's state apart now that the state is env-major; the thread order predates that and is
+  not re-measured). The slot of env e is `slots[e]` (reduced into range), or by the seeded rule
+  `reset_slot(seed, e, epoch) % K`.
 - `gather_kernel`: the rows of a few envs, for reading them on the host.
 - `sort_key_kernel`, `path_key_kernel`, `stack_key_kernel`: the keys the backend's `sort_envs` orders threads
   by: (PC, action), (instructions run since the last sort, PC, action), or (the word at SP, PC, action).
@@ -68,7 +69,7 @@ def save_slot_kernel(fields: wp.array(dtype=wp.int32), ram: wp.array2d(dtype=wp.
     for i in range(4):
         o = q * 4 + i
         if o < ram_bytes:
-            word = word | (wp.uint32(ram[o, env]) << wp.uint32(8 * i))
+            word = word | (wp.uint32(ram[env, o]) << wp.uint32(8 * i))
     slot_ram[slot * ram_words + q] = word
 
 
@@ -100,27 +101,26 @@ def restore_kernel(mask: wp.array(dtype=Any), slots: wp.array(dtype=wp.int32), f
             for i in range(4):
                 o = q * 4 + i
                 if o < ram_bytes:
-                    ram[o, e] = wp.uint8((word >> wp.uint32(8 * i)) & wp.uint32(0xFF))
+                    ram[e, o] = wp.uint8((word >> wp.uint32(8 * i)) & wp.uint32(0xFF))
         w = w + 1
 
 
 # regs of pyboy_loader_kernel: inputs, then outputs
 @wp.kernel(enable_backward=False)
 def broadcast_kernel(src_fields: wp.array(dtype=wp.int32), src_ram: wp.array(dtype=wp.uint8),
-                     fields: wp.array(dtype=wp.int32), ram: wp.array2d(dtype=wp.uint8), n: wp.int32,
-                     num_fields: wp.int32):
-    """Every env gets one state (fields, then RAM bytes); dim = (fields + RAM bytes, n). Consecutive
-    threads are consecutive envs at the same word: adjacent RAM stores on both devices."""
-    w, e = wp.tid()
+                     fields: wp.array(dtype=wp.int32), ram: wp.array2d(dtype=wp.uint8), num_fields: wp.int32):
+    """Every env gets one state (fields, then RAM bytes); dim = (n, fields + RAM bytes). Consecutive
+    threads are consecutive words of one env: adjacent stores on both devices (both are env-major)."""
+    e, w = wp.tid()
     if w < num_fields:
         fields[e * num_fields + w] = src_fields[w]
     else:
-        ram[w - num_fields, e] = src_ram[w - num_fields]
+        ram[e, w - num_fields] = src_ram[w - num_fields]
 
 
 @wp.kernel(enable_backward=False)
 def gather_kernel(src: wp.array2d(dtype=Any), ids: wp.array(dtype=wp.int32), out: wp.array2d(dtype=Any)):
-    """Columns `ids` of an interleaved array ([rows, n]) into a compact one ([rows, len(ids)]), so reading a
+    """Columns `ids` of a [rows, n] array (or view) into a compact one ([rows, len(ids)]), so reading a
     few envs moves only their bytes off the device; dim = (rows, len(ids))."""
     w, j = wp.tid()
     out[w, j] = src[w, ids[j]]
@@ -169,8 +169,8 @@ def stack_key_kernel(fields: wp.array(dtype=wp.int32), actions: wp.array(dtype=w
     h_hi = hram + wp.min((sp + 1 - 0xFF80) & 0x7F, 126)
     in_w = sp >= 0xC000 and sp <= 0xDFFF
     in_h = sp >= 0xFF80 and sp <= 0xFFFD
-    w_word = wp.int32(ram[w_lo, e]) | (wp.int32(ram[w_hi, e]) << 8)
-    h_word = wp.int32(ram[h_lo, e]) | (wp.int32(ram[h_hi, e]) << 8)
+    w_word = wp.int32(ram[e, w_lo]) | (wp.int32(ram[e, w_hi]) << 8)
+    h_word = wp.int32(ram[e, h_lo]) | (wp.int32(ram[e, h_hi]) << 8)
     caller = wp.where(in_w, w_word, wp.where(in_h, h_word, 0))
     keys[e] = (caller << 15) | ((fields[e * _NF + pc_row] & 0x7FF) << 4) | (actions[e] & 0xF)
     envs[e] = e
@@ -281,7 +281,7 @@ class SlotStore:
         return f, words.astype("<u4").view(np.uint8)[:self.ram_bytes].copy()
 
     def save(self, fields, ram, n: int, env: int, slot: int) -> None:
-        """Copy env `env` of the interleaved arrays into `slot` (one launch, no synchronisation)."""
+        """Copy env `env` of the backend's arrays into `slot` (one launch, no synchronisation)."""
         self.check_slot(slot)
         wp.launch(save_slot_kernel, dim=self.words, device=self.device,
                   inputs=[fields, ram, self.fields, self.ram, n, env, slot, self.num_fields, self.ram_bytes])

@@ -35,7 +35,7 @@ class Mem:
     rom_banks: wp.int32  # number of 16 KiB banks of the cartridge
     rom_mask: wp.int32  # rom's length - 1: rom holds the banks mirrored up to a power of two (rom_mirror)
     boot: wp.array(dtype=wp.uint8)  # 256-byte boot ROM (or 1 dummy byte)
-    ram: wp.array2d(dtype=wp.uint8)  # per-env regions, [bytes, envs]: interleaved
+    ram: wp.array2d(dtype=wp.uint8)  # per-env regions, [envs, bytes]: env-major
     serial: wp.array(dtype=wp.uint8)  # per-env SB capture ring, interleaved
     ops: wp.array(dtype=wp.int32)  # per opcode (512: base, then CB): packed info and family (gen.op_table)
     n_envs: wp.int32

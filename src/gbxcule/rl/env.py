@@ -199,7 +199,7 @@ class GameEnv:
         self._env_ids = torch.arange(n, dtype=torch.int64, device=dev)
         self._act32 = torch.zeros(n, dtype=torch.int32, device=dev)
         self._act_wp = wp.from_torch(self._act32)
-        self._ram = wp.to_torch(self.backend.ram)  # [bytes, N]
+        self._ram = wp.to_torch(self.backend.ram).t()  # [bytes, N] (a view of the env-major [N, bytes])
         self.rewards = torch.zeros(n, dtype=torch.float32, device=dev)
         self.terminated = torch.zeros(n, dtype=torch.bool, device=dev)
         self.truncated = torch.zeros(n, dtype=torch.bool, device=dev)

@@ -246,7 +246,7 @@ def ram_offset(addr: int, what: str = "address") -> tuple[str, int]:
 
 
 def ram_rows(addrs, layout) -> list[int]:
-    """Row indices in the backend's [bytes, envs] RAM array for the given addresses."""
+    """Row indices into the [bytes, envs] view of the backend's RAM (the env's `_ram`) for the given addresses."""
     rows = []
     for a in addrs:
         region, off = ram_offset(int(a))
