@@ -1,4 +1,4 @@
-"""Check that envs whose RAM lies past 2 GiB of the interleaved array compute what a small run does.
+"""Check that envs whose RAM lies past 2 GiB of the RAM array compute what a small run does.
 
     python scripts/check_wide_ram.py [--rom OVERWORLD] [--envs 65536] [--device cuda] [--steps 6]
 
