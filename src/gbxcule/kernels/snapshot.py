@@ -6,13 +6,12 @@ little-endian uint32 word (the last word zero-padded). An env's fields are conse
 and a slot moves one run of words.
 
 - `save_slot_kernel`: one thread per word of the slot, copying one env into it.
-- `restore_kernel`: threads over (chunk, env) pairs; a thread of an env whose mask entry is 0 returns at
-  once, a thread of a masked env copies `chunk` consecutive words of its slot into the env. `chunk` = the
-  whole slot gives one thread per env (best on the CPU device, where threads run in turn); smaller chunks
-  spread one env over many GPU threads. Lanes of one warp are consecutive envs at the same word (their
-  stores lie an env's state apart now that the state is env-major; the thread order predates that and is
-  not re-measured). The slot of env e is `slots[e]` (reduced into range), or by the seeded rule
-  `reset_slot(seed, e, epoch) % K`.
+- `restore_kernel`: threads over (env, thread) pairs, a run of threads per env; a thread of an env whose
+  mask entry is 0 returns at once, a thread of a masked env copies every `threads`-th word of its slot
+  into the env, starting at its own index, so an env's threads store adjacent words (the state is
+  env-major). A chunk of the whole slot gives one thread per env (best on the CPU device, where threads run
+  in turn); smaller chunks spread one env over many GPU threads. The slot of env e is `slots[e]` (reduced
+  into range), or by the seeded rule `reset_slot(seed, e, epoch) % K`.
 - `gather_kernel`: the rows of a few envs, for reading them on the host.
 - `sort_key_kernel`, `path_key_kernel`, `stack_key_kernel`: the keys the backend's `sort_envs` orders threads
   by: (PC, action), (instructions run since the last sort, PC, action), or (the word at SP, PC, action).
@@ -77,9 +76,11 @@ def save_slot_kernel(fields: wp.array(dtype=wp.int32), ram: wp.array2d(dtype=wp.
 def restore_kernel(mask: wp.array(dtype=Any), slots: wp.array(dtype=wp.int32), fields: wp.array(dtype=wp.int32),
                    ram: wp.array2d(dtype=wp.uint8), slot_fields: wp.array(dtype=wp.int32),
                    slot_ram: wp.array(dtype=wp.uint32), n: wp.int32, num_slots: wp.int32, seeded: wp.int32,
-                   seed: wp.int32, epoch: wp.int32, num_fields: wp.int32, ram_bytes: wp.int32, chunk: wp.int32):
-    """Copy the slot of every env whose mask entry is non-zero into it; dim = (chunks, n)."""
-    c, e = wp.tid()
+                   seed: wp.int32, epoch: wp.int32, num_fields: wp.int32, ram_bytes: wp.int32, threads: wp.int32):
+    """Copy the slot of every env whose mask entry is non-zero into it; dim = (n, threads): thread c of env e
+    copies words c, c + threads, c + 2 * threads ... of the slot, so the lanes of a warp (one env's threads,
+    when it has 32 or more) store adjacent words."""
+    e, c = wp.tid()
     if wp.int32(mask[e]) == 0:
         return
     k = wp.int32(0)
@@ -90,8 +91,8 @@ def restore_kernel(mask: wp.array(dtype=Any), slots: wp.array(dtype=wp.int32), f
         if k < 0:
             k = k + num_slots
     ram_words = (ram_bytes + 3) / 4
-    w = c * chunk
-    end = wp.min(w + chunk, num_fields + ram_words)
+    end = num_fields + ram_words
+    w = c
     while w < end:
         if w < num_fields:
             fields[e * num_fields + w] = slot_fields[k * num_fields + w]
@@ -102,7 +103,7 @@ def restore_kernel(mask: wp.array(dtype=Any), slots: wp.array(dtype=wp.int32), f
                 o = q * 4 + i
                 if o < ram_bytes:
                     ram[e, o] = wp.uint8((word >> wp.uint32(8 * i)) & wp.uint32(0xFF))
-        w = w + 1
+        w = w + threads
 
 
 # regs of pyboy_loader_kernel: inputs, then outputs
@@ -289,17 +290,18 @@ class SlotStore:
     def restore(self, fields, ram, n: int, mask, slots=None, chunk: int | None = None) -> None:
         """Restore every env whose `mask` entry (int32, uint8 or bool device array [n]) is non-zero from
         `slots[e]` (int32 device array [n]) or, without `slots`, from the seeded rule (advancing the epoch).
-        One launch, no synchronisation. `chunk`: words per thread (default: the whole slot)."""
+        One launch, no synchronisation. `chunk`: about that many words per thread, every `chunks`-th word of
+        the slot (default: the whole slot, one thread per env)."""
         _check_env_array(mask, n, self.device, "mask", (wp.int32, wp.uint8, wp.bool))
         if slots is not None:
             _check_env_array(slots, n, self.device, "slots", (wp.int32,))
         step = self.words if chunk is None else max(1, min(int(chunk), self.words))
         chunks = (self.words + step - 1) // step
         seeded = slots is None
-        wp.launch(restore_kernel, dim=(chunks, n), device=self.device,
+        wp.launch(restore_kernel, dim=(n, chunks), device=self.device,
                   inputs=[mask, self._dummy_slots if seeded else slots, fields, ram, self.fields, self.ram, n,
                           self.num_slots, int(seeded), self.seed & 0x7FFFFFFF, self.epoch & 0x7FFFFFFF,
-                          self.num_fields, self.ram_bytes, step])
+                          self.num_fields, self.ram_bytes, chunks])
         if seeded:
             self.epoch += 1
 
