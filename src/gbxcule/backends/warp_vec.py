@@ -202,8 +202,8 @@ class WarpVecBackend:
         # sort_parts: split every frame into this many launches at equal PPU dot counts and sort before
         # each (envs that parted ways within a frame are regrouped); 1 (the default): whole frames. "auto":
         # with sorting every frame, chosen among 1, 2 and 4 by timed trials now and then (backends/autotune.py;
-        # BENCHMARKS.md, eighth visit: +12-22% on Geometrix, -1-12% on most other games over ten steps with a
-        # trial among them); 1 without sorting (the CPU device's default).
+        # BENCHMARKS.md, eighth and ninth visits: Geometrix +15% to +32%, but a first trial too early in play cost
+        # Tobu Tobu Girl 11% at 65,536 envs); 1 without sorting (the CPU device's default).
         if sort_parts != AUTO and (isinstance(sort_parts, bool) or not isinstance(sort_parts, int)
                                    or not 1 <= sort_parts <= MAX_SORT_PARTS):
             raise ValueError(f"sort_parts must be {AUTO!r} or an integer from 1 to {MAX_SORT_PARTS}, "
@@ -467,7 +467,7 @@ class WarpVecBackend:
 
     def field_values(self, name: str) -> np.ndarray:
         """Field `name` (`core/schema.py`) of every env, int32 [num_envs] on the host (synchronises)."""
-        return self.fields.reshape((self.num_envs, NUM_FIELDS))[:, FIELD_INDEX[name]].numpy().copy()
+        return self._field_rows()[FIELD_INDEX[name]].numpy().copy()
 
     def wram_bytes(self, addr: int) -> np.ndarray:
         """The WRAM byte at `addr` (0xC000-0xDFFF) of every env, uint8 [num_envs] (synchronises)."""

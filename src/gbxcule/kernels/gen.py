@@ -25,7 +25,7 @@ import numpy as np
 
 from gbxcule.core.isa import BASE, CB, R8, ROTATES, Opcode
 from gbxcule.core.paths import cache_dir
-from gbxcule.core.schema import CYCLE_FIELDS, FIELDS, TRANSIENT
+from gbxcule.core.schema import CYCLE_FIELDS, FIELDS, NUM_FIELDS, TRANSIENT
 from gbxcule.kernels.state import SEQ_FIELDS
 from gbxcule.kernels.templates import MERGED, TEMPLATES
 
@@ -162,9 +162,9 @@ def _template_sources() -> dict[str, str]:
 
 
 def _field_io_source() -> tuple[str, str]:
-    nf = len(FIELDS)  # env-major: env e's fields are the consecutive words fields[e * nf ...] (core/schema.py)
-    load = "\n".join(f"    g.{name} = fields[e * {nf} + {i}]" for i, (name, _) in enumerate(FIELDS))
-    store = "\n".join(f"    fields[e * {nf} + {i}] = g.{name}" for i, (name, _) in enumerate(FIELDS))
+    # env-major: env e's fields are the consecutive words fields[e * NUM_FIELDS ...] (core/schema.py)
+    load = "\n".join(f"    g.{name} = fields[e * {NUM_FIELDS} + {i}]" for i, (name, _) in enumerate(FIELDS))
+    store = "\n".join(f"    fields[e * {NUM_FIELDS} + {i}] = g.{name}" for i, (name, _) in enumerate(FIELDS))
     return load, store
 
 
