@@ -85,6 +85,9 @@ def main() -> int:
     ap.add_argument("--envs", type=int, default=65536, help="gbxcule envs (default 65536)")
     ap.add_argument("--steps", type=int, default=5, help="timed steps (default 5)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    ap.add_argument("--window", type=int, default=0,
+                    help="also time every stretch of this many steps on its own (gbxcule and PyBoy alike), since "
+                         "random play spreads the envs apart and later steps run slower (default 0: whole run only)")
     ap.add_argument("--variants", default="pc,path,stack",
                     help="sort variants to measure with random actions: KEY (one of "
                          f"{', '.join(SORT_KEYS)}) or KEY/PARTS (re-sorted PARTS times a frame), either with "
@@ -144,11 +147,17 @@ def main() -> int:
 
             def run(name, backend, n, steps, actions="seeded_random", rom=rom, state=state, row=row, repeat=1, **kw):
                 runs = [measure(backend, rom, n, steps, schedule, args.codec, actions, 0, args.warmup,
-                                state=state, **kw) for _ in range(repeat)]
+                                args.window, state=state, **kw) for _ in range(repeat)]
                 r = sorted(runs, key=lambda x: x.env_steps_per_s)[len(runs) // 2]  # the median run
                 if repeat > 1:
                     row[f"runs_{name}"] = [x.env_steps_per_s for x in runs]
                 row[f"sps_{name}"] = r.env_steps_per_s
+                if r.windows:  # per window: the median run's SPS (and instructions/s where counted)
+                    row[f"windows_{name}"] = [statistics.median(x.windows[i]["env_steps_per_s"] for x in runs)
+                                              for i in range(len(r.windows))]
+                    row["window_first_steps"] = [w["first_step"] for w in r.windows]
+                    if "instructions_per_s" in r.windows[0]:
+                        row[f"window_ips_{name}"] = [w["instructions_per_s"] for w in r.windows]
                 if r.sort_trials is not None:
                     row[f"sort_trials_{name}"] = r.sort_trials  # sort_parts auto: ms a step by parts, per trial
                 if r.instructions_per_s is not None:
@@ -173,8 +182,14 @@ def main() -> int:
             row["fixed_over_random"] = row["sps_fixed"] / row[f"sps_{ref}"]  # NOOP bound: less work as well
         if f"ips_{ref}" in row and "ips_shared" in row:
             row["divergence"] = row["ips_shared"] / row[f"ips_{ref}"]  # emulated instructions/s, lockstep over random
+            if f"window_ips_{ref}" in row and "window_ips_shared" in row:
+                row["window_divergence"] = [a / b for a, b in zip(row["window_ips_shared"], row[f"window_ips_{ref}"],
+                                                                  strict=False)]
         if "pyboy_sps" in row:
             row["x_pyboy"] = {k: row[f"sps_{k}"] / row["pyboy_sps"] for k in keys}
+            if "windows_pyboy" in row:  # the same stretch of play on both (--pyboy-steps = --steps)
+                row["window_x_pyboy"] = {k: [a / b for a, b in zip(row[f"windows_{k}"], row["windows_pyboy"],
+                                                                   strict=False)] for k in keys}
         rows.append(row)
         print(f"{slug}: " + ", ".join(f"{k} {row[f'sps_{k}']:,.0f}" for k in keys)
               + "".join(f", {b} {row[f'sps_{b}']:,.0f}" for b in bounds)
@@ -187,13 +202,20 @@ def main() -> int:
         if rows and all("pyboy_sps" in r for r in rows):
             ratios = [r["x_pyboy"][k] for r in rows]
             summary[k].update(median_x_pyboy=statistics.median(ratios), min_x_pyboy=min(ratios))
+        if rows and all("window_x_pyboy" in r for r in rows):
+            summary[k]["windows"] = [
+                {"first_step": rows[0]["window_first_steps"][i],
+                 "median_sps": statistics.median(r[f"windows_{k}"][i] for r in rows),
+                 "median_x_pyboy": statistics.median(r["window_x_pyboy"][k][i] for r in rows),
+                 "min_x_pyboy": min(r["window_x_pyboy"][k][i] for r in rows)}
+                for i in range(min(len(r["window_x_pyboy"][k]) for r in rows))]
     divs = [r["divergence"] for r in rows if "divergence" in r]
     if divs:
         summary["divergence"] = {"median": statistics.median(divs), "max": max(divs)}
     data = {"games": rows, "failed": failed, "summary": summary, "envs": args.envs, "pyboy_envs": pyboy_envs,
             "host_cores": os.cpu_count(), "device": args.device, "steps": args.steps,
             "pyboy_steps": args.pyboy_steps or args.steps,
-            "pyboy_repeat": args.pyboy_repeat, "warmup": args.warmup,
+            "pyboy_repeat": args.pyboy_repeat, "warmup": args.warmup, "window": args.window,
             "state_frames": args.state_frames, "frames_per_step": 24, "codec": args.codec, "stage": "full_step",
             "environment": environment()}
     out = write_output(Path(args.out), json.dumps(data, indent=1))
@@ -210,6 +232,13 @@ def main() -> int:
         line += f" {r.get('pyboy_sps', 0):>8,.0f}" + "".join(f" {r.get('x_pyboy', {}).get(k, 0):>{wx[k]}.1f}"
                                                             for k in keys)
         print(line)
+    if args.window and rows and all("window_x_pyboy" in r for r in rows):
+        print(f"x PyBoy by stretch of {args.window} steps (first steps " +
+              ", ".join(map(str, rows[0]["window_first_steps"])) + ")")
+        for r in rows:
+            print(f"{r['slug'][:18]:18s} " + "  ".join(
+                f"{k}: " + " ".join(f"{x:.1f}" for x in r["window_x_pyboy"][k]) for k in keys)
+                  + "".join("  div: " + " ".join(f"{x:.1f}" for x in d) for d in [r.get("window_divergence")] if d))
     print("div: emulated instructions/s with every env on one shared random action sequence, over those with "
           "independent random actions (default sort key)")
     if divs:
@@ -219,6 +248,9 @@ def main() -> int:
         s = summary[k]
         extra = f", {s['median_x_pyboy']:.1f}x PyBoy (min {s['min_x_pyboy']:.1f}x)" if "median_x_pyboy" in s else ""
         print(f"median, sort {k}: {s['median_sps'] or 0:,.0f} env-steps/s{extra}")
+        for w in s.get("windows", []):
+            print(f"  steps {w['first_step']}-{w['first_step'] + args.window - 1}: {w['median_sps']:,.0f} env-steps/s, "
+                  f"{w['median_x_pyboy']:.1f}x PyBoy (min {w['min_x_pyboy']:.1f}x)")
     for f in failed:
         print(f"failed {f['slug']}: {f['error']}")
     print(f"artifact: {out}")

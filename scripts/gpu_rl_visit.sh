@@ -7,7 +7,7 @@
 #   adapters         scripts/bench_adapters.py at 1,024 and 16,384 envs
 #   cold             time to the first step from an empty kernel cache and from a warm one (bench, train)
 #   games            scripts/bench_games.py: the public game set beside PyBoy (ROMs from scripts/fetch_games.py);
-#                    env ONLY (slugs), VARIANTS (sort variants), PYBOY=0 (no baseline), PYBOY_REPEAT, STEPS, WARMUP, PARTNAME,
+#                    env ONLY (slugs), VARIANTS (sort variants), PYBOY=0 (no baseline), PYBOY_REPEAT, STEPS, WARMUP, WINDOW, PARTNAME,
 #                    BOUNDS (same-action bounds, '' none), SRC (the gbxcule sources to run: A/B against a copy)
 #   speed            raw full_step at 16,384 envs: after power-on and once spread out, by sort key; and
 #                    scripts/gpu_resume_check.py (what a resumed CUDA run reproduces)
@@ -76,7 +76,7 @@ PY
     PYTHONPATH=/root/gpu:${SRC:-$PWD/src} python3 scripts/bench_games.py --games "${GAMES:-/root/gpu/games}" \
       --envs "${ENVS:-65536}" --only "${ONLY:-}" --variants "${VARIANTS:-pc,path,stack}" --steps "${STEPS:-5}" \
       --bounds "${BOUNDS-shared,fixed}" $([[ ${PYBOY:-1} == 0 ]] && echo --no-pyboy) --pyboy-repeat "${PYBOY_REPEAT:-3}" --warmup "${WARMUP:-3}" \
-      --out "$RUNS/games${PARTNAME:-}.json" 2>&1 | grep -v "^Module"
+      --window "${WINDOW:-0}" --out "$RUNS/games${PARTNAME:-}.json" 2>&1 | grep -v "^Module"
     tar -czf "$OUT/rl_games${PARTNAME:-}.tgz" -C "$RUNS" "games${PARTNAME:-}.json" ;;
   speed)  # raw full_step right after power-on and after 100 random steps (envs spread out), by sort key
     for spec in "poweron pc 3 5 seeded_random" "spread pc 100 20 seeded_random" "spread path 100 20 seeded_random" \

@@ -10,7 +10,9 @@ times a frame, while a game whose envs stay together loses the same to the extra
 adds the same to every candidate's sum, so it favours none. (Trying only a neighbour, climbing, does not do:
 on Geometrix 2 parts run slower than 1 and 4 faster than both.) The fastest is kept until the next trial,
 which comes 32 steps after this one is read, then 64, 128, ... up to every `max_gap` steps, since the best value
-moves as play goes on. The first trial starts at step 1 (step 0 may load kernels). The step after a trial
+moves as play goes on. The first trial starts at step `first_trial` (16): the first steps from a state are no guide,
+since the envs have not spread apart yet (on Tobu Tobu Girl at 65,536 envs a step took 0.27 s at steps 1-6 and
+1.8 s at steps 39-44, and the early trial picked 2 parts where 1 ran fastest later: BENCHMARKS.md, ninth visit). The step after a trial
 reads its times (`poll`), which waits once for the device to finish the trial's last step: no waits between
 trials."""
 
@@ -24,14 +26,15 @@ AUTO_CANDIDATES = (1, 2, 4)
 class Tuner:
     """The fastest of `candidates` by palindromic trials (module docstring); the first before any trial."""
 
-    def __init__(self, candidates: Sequence[int] = AUTO_CANDIDATES, first_gap: int = 32, max_gap: int = 256):
-        if len(candidates) < 2 or first_gap < 1 or max_gap < first_gap:
-            raise ValueError("Tuner needs two candidates or more and 1 <= first_gap <= max_gap")
+    def __init__(self, candidates: Sequence[int] = AUTO_CANDIDATES, first_gap: int = 32, max_gap: int = 256,
+                 first_trial: int = 16):
+        if len(candidates) < 2 or first_gap < 1 or max_gap < first_gap or first_trial < 0:
+            raise ValueError("Tuner needs two candidates or more, 1 <= first_gap <= max_gap and first_trial >= 0")
         self.candidates = tuple(candidates)
         self.trial = self.candidates + self.candidates[::-1]  # each candidate twice, drift cancelling
         self.best = self.candidates[0]
         self.step = 0  # steps planned so far
-        self.next_trial = 1  # the earliest step the next trial may start at
+        self.next_trial = first_trial  # the earliest step the next trial may start at
         self.gap = first_gap
         self.max_gap = max_gap
         self._trial_at: int | None = None  # the step the trial being planned started at

@@ -2,7 +2,8 @@
 
 Each measurement constructs the backend, resets it (then loads `state` when given), runs `warmup` steps
 (not timed: kernel compilation and caches), then times `steps` steps, synchronising once at the end (and
-every `sync_every` steps if given).
+every `sync_every` steps if given: each such stretch is then also reported on its own, as a window, since random
+play spreads the envs apart and later steps can run slower than the first).
 Reported: env-steps/s (SPS), frames/s, emulated instructions/s where the backend counts them, ms per step.
 Every artifact records what was measured and on what: backend, ROM sha1, codec, schedule, env count,
 device, package versions and git revision.
@@ -47,6 +48,7 @@ class BenchResult:
     mode_histogram: dict[str, int] | None = None  # JOY_DIVERGE_PERSIST: envs per inner loop (mode & 3)
     block_dim: int | None = None  # warp backends on CUDA: threads per block of the step kernel
     sort_trials: list[dict[str, float]] | None = None  # sort_parts "auto": each trial's ms per step by parts
+    windows: list[dict] | None = None  # sync_every > 0: each stretch of sync_every steps (its first step, SPS...)
 
 
 def _offered(backend, method: str, *args):
@@ -59,6 +61,14 @@ def _instruction_counts(backend) -> np.ndarray | None:
     """Per-env wrapping instruction counters, where the backend keeps them."""
     counts = _offered(backend, "field_values", "instructions")
     return None if counts is None else counts.astype(np.uint32)
+
+
+def _window(first: int, steps: int, seconds: float, envs: int, before, after) -> dict:
+    """One timed stretch: its first step (counting the warmup), steps, seconds, SPS and instructions/s."""
+    w = {"first_step": first, "steps": steps, "seconds": seconds, "env_steps_per_s": envs * steps / seconds}
+    if before is not None and after is not None:
+        w["instructions_per_s"] = float((after - before).astype(np.int64).sum()) / seconds
+    return w
 
 
 def _distinct_pcs(backend) -> int | None:
@@ -93,13 +103,21 @@ def measure(backend_name: str, rom: Rom, envs: int, steps: int, schedule: Action
         _offered(backend, "synchronize")
         before = _instruction_counts(backend)
         plan = [gen(warmup + k) for k in range(steps)]
+        seconds, windows, mark, start = 0.0, [], before, 0
         t0 = time.perf_counter()
         for k, acts in enumerate(plan):
             backend.step(acts)
-            if sync_every and (k + 1) % sync_every == 0:
+            if sync_every and ((k + 1) % sync_every == 0 or k + 1 == steps):
                 _offered(backend, "synchronize")
-        _offered(backend, "synchronize")
-        seconds = time.perf_counter() - t0
+                dt = time.perf_counter() - t0
+                seconds += dt
+                counts = _instruction_counts(backend)  # read off the clock
+                windows.append(_window(warmup + start, k + 1 - start, dt, envs, mark, counts))
+                mark, start = counts, k + 1
+                t0 = time.perf_counter()
+        if not sync_every:
+            _offered(backend, "synchronize")
+            seconds = time.perf_counter() - t0
         after = _instruction_counts(backend)
         instr = None
         if before is not None and after is not None:
@@ -107,7 +125,8 @@ def measure(backend_name: str, rom: Rom, envs: int, steps: int, schedule: Action
         return BenchResult(backend_name, rom.path, envs, steps, schedule.frames_per_step, seconds,
                            envs * steps / seconds, envs * steps * schedule.frames_per_step / seconds, instr,
                            1000 * seconds / steps, _distinct_pcs(backend), _offered(backend, "device_bytes_per_env"),
-                           _mode_histogram(backend, rom), getattr(backend, "block_dim", None), _sort_trials(backend))
+                           _mode_histogram(backend, rom), getattr(backend, "block_dim", None), _sort_trials(backend),
+                           windows or None)
     finally:
         backend.close()
 

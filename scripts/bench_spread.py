@@ -1,0 +1,136 @@
+"""Sort variants compared on envs that have spread apart: each game from its start state (scripts/bench_games.py)
+plays `--spread` steps of seeded random actions once, every env's state is copied aside on the device, and each
+variant (KEY/PARTS, as bench_games' --variants, or KEY/PARTS/BLOCK) then times the same `--steps` steps with the
+same actions from that copy. The first variant runs again last, so the table shows how far a rerun moves.
+
+Random play spreads the envs: a step from the start state runs several times faster than one 30 steps later
+(BENCHMARKS.md, tenth visit), so what wins right after a state is loaded need not win in training. This times
+the later regime without replaying the spread for every variant.
+
+    python scripts/bench_spread.py --games .games --only geometrix --envs 262144 --variants path/1,path/4,pc/1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from gbxcule.backends import load_start_state, make_backend
+from gbxcule.backends.warp_vec import BLOCK_DIMS, SORT_KEYS, parse_sort_parts
+from gbxcule.core.action_codec import get_codec
+from gbxcule.core.cartridge import load_rom
+from gbxcule.core.errors import GbxculeError
+from gbxcule.core.outputs import write_output
+from gbxcule.core.schedule import ActionSchedule
+from gbxcule.harness.actions import make_action_gen
+from gbxcule.harness.bench import environment
+
+ROOT = Path(__file__).resolve().parent.parent
+STATE = ("fields", "ram", "serial", "_sort_prev")  # what a step reads that earlier steps wrote
+
+
+def parse(text: str) -> list[tuple[str, str, int, int | None]]:
+    """'path/1,pc/4/64' -> [(name, key, parts, block_dim or None)]; fixed parts only (no "auto")."""
+    out = []
+    for name in (v for v in text.split(",") if v):
+        bits = name.split("/")
+        key, parts = bits[0], parse_sort_parts(bits[1]) if len(bits) > 1 else 1
+        block = int(bits[2]) if len(bits) > 2 else None
+        if key not in SORT_KEYS or not isinstance(parts, int) or (block is not None and block not in BLOCK_DIMS):
+            raise ValueError(f"bad variant {name!r}: KEY/PARTS[/BLOCK], KEY one of {', '.join(SORT_KEYS)}, "
+                             f"PARTS an integer, BLOCK one of {', '.join(map(str, BLOCK_DIMS))}")
+        out.append((name, key, parts, block))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--manifest", default=str(ROOT / "benchmarks/games/games.toml"))
+    ap.add_argument("--games", default=str(ROOT / ".games"), help="folder of <slug>.gb and states/<slug>.state")
+    ap.add_argument("--only", default="", help="comma-separated slugs")
+    ap.add_argument("--device", default="cuda", help="cuda, or cpu to try the script (sorting forced on)")
+    ap.add_argument("--envs", type=int, default=262144)
+    ap.add_argument("--spread", type=int, default=30, help="untimed steps of random play first (default 30)")
+    ap.add_argument("--steps", type=int, default=8, help="timed steps per variant (default 8)")
+    ap.add_argument("--variants", default="path/1,path/2,path/4,pc/1,stack/1")
+    ap.add_argument("--out", default="bench_out/spread.json")
+    args = ap.parse_args()
+    try:
+        variants = parse(args.variants)
+        import tomllib
+
+        games = tomllib.loads(Path(args.manifest).read_text())["game"]
+    except (ValueError, OSError) as exc:
+        sys.stderr.write(f"bench_spread: {exc}\n")
+        return 2
+    import warp as wp
+
+    only = {s for s in args.only.split(",") if s}
+    codec = get_codec("pokemonred_puffer_v1")
+    schedule = ActionSchedule(24, 8)
+    gen = make_action_gen("seeded_random", codec, args.envs, 0)
+    rows = []
+    for g in games:
+        slug = g["slug"]
+        if only and slug not in only:
+            continue
+        folder = Path(args.games)
+        try:
+            rom = load_rom(str(folder / f"{slug}.gb"))
+            be = make_backend("warp_vec_cuda" if args.device == "cuda" else "warp_vec_cpu", rom, num_envs=args.envs,
+                              codec=codec, schedule=schedule, stage="full_step", sort_envs=True)
+            be.reset(0)
+            load_start_state(be, str(folder / "states" / f"{slug}.state"))
+        except (GbxculeError, OSError, ValueError) as exc:
+            sys.stderr.write(f"bench_spread: {slug}: {exc}\n")
+            continue
+        for k in range(args.spread):
+            be.step(gen(k))
+        saved = {a: wp.clone(getattr(be, a)) for a in STATE}
+
+        def restore(be=be, saved=saved):
+            for a, arr in saved.items():
+                wp.copy(getattr(be, a), arr)
+
+        default_block = be.block_dim
+        row, done = {"slug": slug, "sps": {}}, set()
+        for name, key, parts, block in [*variants, variants[0]]:
+            be.sort_key, be.sort_parts, be.block_dim = key, parts, block or default_block
+            restore()  # (no untimed step: the key kernels share one module, loaded during the spread)
+            be.synchronize()
+            t0 = time.perf_counter()
+            for k in range(args.steps):
+                be.step(gen(args.spread + k))
+            be.synchronize()
+            sps = args.envs * args.steps / (time.perf_counter() - t0)
+            row["sps"].setdefault(name, []).append(sps)
+            done.add(int(be.field_values("instructions").astype("int64").sum()))  # each variant, the same work
+        be.close()
+        row["same_work"] = len(done) == 1
+        base = statistics.mean(row["sps"][variants[0][0]])
+        row["relative"] = {n: statistics.mean(v) / base for n, v in row["sps"].items()}
+        rows.append(row)
+        print(f"{slug}: " + ", ".join(f"{n} {'/'.join(f'{x:,.0f}' for x in v)}" for n, v in row["sps"].items()),
+              flush=True)
+    data = {"envs": args.envs, "spread": args.spread, "steps": args.steps, "variants": args.variants,
+            "games": rows, "environment": environment()}
+    out = write_output(Path(args.out), json.dumps(data, indent=1))
+    names = [v[0] for v in variants]
+    print(f"{'game':16s}" + "".join(f" {n:>10s}" for n in names) + "  (relative to the first; its two runs)")
+    for r in rows:
+        reruns = "/".join(f"{x:,.0f}" for x in r["sps"][names[0]])
+        print(f"{r['slug'][:16]:16s}" + "".join(f" {r['relative'][n]:>10.3f}" for n in names) + f"  {reruns}"
+              + ("" if r["same_work"] else "  DIFFERENT WORK"))
+    if rows:
+        print(f"{'median':16s}" + "".join(f" {statistics.median(r['relative'][n] for r in rows):>10.3f}"
+                                         for n in names))
+    print(f"artifact: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
