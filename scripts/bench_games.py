@@ -11,7 +11,9 @@ because random play runs several times the instructions of an idle title screen:
 emulated instructions/s in lockstep (shared_random) over instructions/s at independent random actions.
 
 Each game starts from one PyBoy state taken after `--state-frames` frames of NOOPs from power-on (made here
-with PyBoy and kept in `--states`), so every backend runs the same work.
+with PyBoy and kept in `--states`), so every backend runs the same work. The timed steps come after `--warmup`
+steps of random play (default 30), once the envs have spread apart: steps 2-11 from a state ran 2-3 times as
+fast, against PyBoy, as steps 32 on (BENCHMARKS.md, tenth visit; `--window` shows the curve).
 
     python scripts/fetch_games.py --out .games
     python scripts/bench_games.py --games .games --envs 65536 --out bench_out/games.json
@@ -83,8 +85,10 @@ def main() -> int:
     ap.add_argument("--only", default="", help="comma-separated slugs")
     ap.add_argument("--device", default="cuda", help="warp device: cuda or cpu (default cuda)")
     ap.add_argument("--envs", type=int, default=65536, help="gbxcule envs (default 65536)")
-    ap.add_argument("--steps", type=int, default=5, help="timed steps (default 5)")
-    ap.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    ap.add_argument("--steps", type=int, default=10, help="timed steps (default 10)")
+    ap.add_argument("--warmup", type=int, default=30,
+                    help="untimed steps first (default 30: random play spreads the envs apart over the first 30 or "
+                         "so steps from a state, and a step then runs several times slower than the first ones)")
     ap.add_argument("--window", type=int, default=0,
                     help="also time every stretch of this many steps on its own (gbxcule and PyBoy alike), since "
                          "random play spreads the envs apart and later steps run slower (default 0: whole run only)")

@@ -13,11 +13,14 @@ the later regime without replaying the spread for every variant.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 from gbxcule.backends import load_start_state, make_backend
 from gbxcule.backends.warp_vec import BLOCK_DIMS, SORT_KEYS, parse_sort_parts
@@ -26,11 +29,12 @@ from gbxcule.core.cartridge import load_rom
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.outputs import write_output
 from gbxcule.core.schedule import ActionSchedule
+from gbxcule.core.schema import FIELD_INDEX
 from gbxcule.harness.actions import make_action_gen
 from gbxcule.harness.bench import environment
 
 ROOT = Path(__file__).resolve().parent.parent
-STATE = ("fields", "ram", "serial", "_sort_prev")  # what a step reads that earlier steps wrote
+STATE = ("fields", "ram", "serial", "_sort_prev", "_waited")  # what a step reads that earlier steps wrote
 
 
 def parse(text: str) -> list[tuple[str, str, int, int | None]]:
@@ -108,9 +112,11 @@ def main() -> int:
             be.synchronize()
             sps = args.envs * args.steps / (time.perf_counter() - t0)
             row["sps"].setdefault(name, []).append(sps)
-            done.add(int(be.field_values("instructions").astype("int64").sum()))  # each variant, the same work
+            rows_ = be._field_rows().numpy()  # each variant, the same emulation: the same fields, bit for bit
+            done.add(hashlib.sha1(rows_.tobytes()).hexdigest())
+            row.setdefault("instructions", {})[name] = int(rows_[FIELD_INDEX["instructions"]].astype(np.int64).sum())
         be.close()
-        row["same_work"] = len(done) == 1
+        row["same_results"] = len(done) == 1
         base = statistics.mean(row["sps"][variants[0][0]])
         row["relative"] = {n: statistics.mean(v) / base for n, v in row["sps"].items()}
         rows.append(row)
@@ -124,7 +130,7 @@ def main() -> int:
     for r in rows:
         reruns = "/".join(f"{x:,.0f}" for x in r["sps"][names[0]])
         print(f"{r['slug'][:16]:16s}" + "".join(f" {r['relative'][n]:>10.3f}" for n in names) + f"  {reruns}"
-              + ("" if r["same_work"] else "  DIFFERENT WORK"))
+              + ("" if r["same_results"] else "  DIFFERENT RESULTS"))
     if rows:
         print(f"{'median':16s}" + "".join(f" {statistics.median(r['relative'][n] for r in rows):>10.3f}"
                                          for n in names))

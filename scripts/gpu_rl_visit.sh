@@ -74,8 +74,8 @@ PY
     tar -czf "$OUT/rl_cold.tgz" -C "$RUNS" cold.txt ;;
   games)  # the public game set (benchmarks/games/games.toml), ROMs in GAMES (default /root/gpu/games)
     PYTHONPATH=/root/gpu:${SRC:-$PWD/src} python3 scripts/bench_games.py --games "${GAMES:-/root/gpu/games}" \
-      --envs "${ENVS:-65536}" --only "${ONLY:-}" --variants "${VARIANTS:-pc,path,stack}" --steps "${STEPS:-5}" \
-      --bounds "${BOUNDS-shared,fixed}" $([[ ${PYBOY:-1} == 0 ]] && echo --no-pyboy) --pyboy-repeat "${PYBOY_REPEAT:-3}" --warmup "${WARMUP:-3}" \
+      --envs "${ENVS:-65536}" --only "${ONLY:-}" --variants "${VARIANTS:-pc,path,stack}" --steps "${STEPS:-10}" \
+      --bounds "${BOUNDS-shared,fixed}" $([[ ${PYBOY:-1} == 0 ]] && echo --no-pyboy) --pyboy-repeat "${PYBOY_REPEAT:-3}" --warmup "${WARMUP:-30}" \
       --window "${WINDOW:-0}" --out "$RUNS/games${PARTNAME:-}.json" 2>&1 | grep -v "^Module"
     tar -czf "$OUT/rl_games${PARTNAME:-}.tgz" -C "$RUNS" "games${PARTNAME:-}.json" ;;
   speed)  # raw full_step right after power-on and after 100 random steps (envs spread out), by sort key

@@ -72,7 +72,7 @@ def test_bench_games_writes_a_row_per_game_and_the_median(tmp_path):
     (games / "ow.gb").write_bytes(rom)
     out = tmp_path / "games.json"
     r = _run(ROOT / "scripts/bench_games.py", "--manifest", manifest, "--games", games, "--device", "cpu",
-             "--envs", 2, "--steps", 1, "--warmup", 1, "--pyboy-envs", 1, "--pyboy-steps", 1, "--pyboy-repeat", 2,
+             "--envs", 2, "--steps", 2, "--warmup", 1, "--window", 1, "--pyboy-envs", 1, "--pyboy-repeat", 2,
              "--state-frames", 30, "--variants", "pc,path,stack,path/3,path@3", "--out", out)
     assert r.returncode == 1, r.stderr  # the missing game is reported, the other measured
     data = json.loads(out.read_text())
@@ -87,6 +87,12 @@ def test_bench_games_writes_a_row_per_game_and_the_median(tmp_path):
     assert data["summary"]["divergence"]["median"] == row["divergence"]
     assert data["summary"]["path"]["median_sps"] == row["sps_path"]
     assert (games / "states" / "ow.state").stat().st_size > 0
+    # --window 1: each step timed on its own too (steps 1 and 2, after the one warmup step), PyBoy alike
+    assert row["window_first_steps"] == [1, 2] and len(row["windows_pyboy"]) == 2
+    assert row["sps_path"] == pytest.approx(2 / sum(1 / w for w in row["windows_path"]))  # the same seconds
+    assert row["window_x_pyboy"]["path"][1] == pytest.approx(row["windows_path"][1] / row["windows_pyboy"][1])
+    assert len(row["window_divergence"]) == 2 and [w["first_step"] for w in data["summary"]["pc"]["windows"]] == [1, 2]
+    assert "steps 2-2:" in r.stdout
     assert "median, sort path" in r.stdout and "median, sort path/3" in r.stdout and "sort path@3" in r.stdout
     for bad in ("path/0", "nope", "pc/x", "path@0", "path@x", "pc/2@", "path/Auto", "nope/auto"):
         r = _run(ROOT / "scripts/bench_games.py", "--manifest", manifest, "--games", games, "--variants", bad)

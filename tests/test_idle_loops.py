@@ -68,6 +68,7 @@ def skip_cases(cases: wp.array2d(dtype=wp.int32), m: Mem, out: wp.array2d(dtype=
     idle_loop_skip(g, m, 1000 + cases[i, 6], cases[i, 1], cases[i, 2])
     out[i, 0] = g.cycles - 1000
     out[i, 1] = g.instructions
+    out[i, 5] = g.waited
     out[i, 2] = g.a
     out[i, 3] = g.f
     out[i, 4] = g.polling
@@ -76,7 +77,7 @@ def skip_cases(cases: wp.array2d(dtype=wp.int32), m: Mem, out: wp.array2d(dtype=
 def run(cases):
     b = backend(build(LOOPS))
     c = wp.array(np.array([list(x) for x in cases], dtype=np.int32), dtype=wp.int32, device="cpu")
-    out = wp.zeros((len(cases), 5), dtype=wp.int32, device="cpu")
+    out = wp.zeros((len(cases), 6), dtype=wp.int32, device="cpu")
     for i in range(len(cases)):  # one at a time: the cases share env 0's RAM
         wp.launch(skip_cases, dim=1, inputs=[c[i:i + 1], b.mem, out[i:i + 1]], device="cpu")
     return out.numpy()
@@ -95,9 +96,10 @@ def test_fixed_points_skip_every_round_that_ends_before_the_batch():
     periods = [A16[3], LDH[3], HL[3], HL[3], HL[3], LY[3], A16[3], A16[3], A16[3]]
     budgets = [1000] * 6 + [33, 64, 65]
     out = run(cases)
-    for (cycles, instructions, a, f, _), c, p, budget in zip(out, cases, periods, budgets, strict=True):
+    for (cycles, instructions, a, f, _, waited), c, p, budget in zip(out, cases, periods, budgets, strict=True):
         rounds = (budget - 1) // p  # whole rounds that end before the batch does
-        assert cycles == rounds * p and instructions == 0 and (a, f) == (c[3], c[4])
+        # each round's three instructions count, and go to `waited` too (the path key leaves them out)
+        assert cycles == rounds * p and instructions == waited == 3 * rounds and (a, f) == (c[3], c[4])
     # polling: WRAM, HRAM and echo loops may run over whole PPU lines (gen.py run_frame); LY and STAT may not
     assert [int(x) for x in out[:, 4]] == [1, 1, 1, 1, 0, 0, 1, 1, 1]
     assert [int(x) for x in out[6:, 0]] == [32, 32, 64] and out[0, 0] == 31 * 32
@@ -115,6 +117,6 @@ def test_fixed_points_skip_every_round_that_ends_before_the_batch():
     case(A16, a=0, f=0xA0, budget=32),  # no whole round fits before the batch's end
 ])
 def test_what_does_not_skip(c):
-    cycles, instructions, a, f, polling = run([c])[0]
-    assert (cycles, instructions, a, f) == (0, 0, c[3], c[4])
+    cycles, instructions, a, f, polling, waited = run([c])[0]
+    assert (cycles, instructions, a, f, waited) == (0, 0, c[3], c[4], 0)
     assert polling == (c[6] == 32)  # only the short batch is a fixed point (skipping no round)

@@ -257,13 +257,16 @@ def test_stack_sort_key_reads_the_word_at_sp_within_the_region():
     assert all(k >= 0 for k in keys.numpy()[:n])
 
 
-@pytest.mark.parametrize("parts,key,lean", [(3, "path", True), (7, "pc", False)])
-def test_sorting_within_frames_changes_no_result(parts, key, lean):
+@pytest.mark.parametrize("parts,key,lean,game", [(3, "path", True, "OVERWORLD"), (7, "pc", False, "OVERWORLD"),
+                                                (4, "path", True, "IDLE_LOOPS")])
+def test_sorting_within_frames_changes_no_result(parts, key, lean, game):
     """sort_parts splits every frame into launches that stop at PPU dot counts and re-sort in between; states,
-    rewards and observations (the last frame drawn, or every frame) equal one plain launch per step."""
+    rewards and observations (the last frame drawn, or every frame) equal one plain launch per step. IDLE_LOOPS
+    waits in polling loops whose rounds are skipped (kernels/idle.py): a launch's end runs one round one by one,
+    and still every field, the instruction count included, is the same."""
     from gbxcule.roms import resolve_rom
 
-    rom = str(resolve_rom("OVERWORLD"))
+    rom = str(resolve_rom(game))
     plain, split = (WarpVecBackend(rom, 8, schedule=ActionSchedule(24, 8), stage="full_step", sort_envs=s,
                                    sort_parts=p, sort_key=key, lean=lean) for s, p in ((False, 1), (True, parts)))
     rng = np.random.default_rng(parts)
@@ -276,7 +279,10 @@ def test_sorting_within_frames_changes_no_result(parts, key, lean):
         assert np.array_equal(plain.frame_buffer().numpy(), split.frame_buffer().numpy())
         assert np.array_equal(plain.rewards.numpy(), split.rewards.numpy())
         assert np.array_equal(plain.obs.numpy(), split.obs.numpy())
-    assert len(set(plain.field_values("instructions"))) > 1 and plain.obs.numpy().any()  # the envs parted
+    if game == "IDLE_LOOPS":  # rounds were skipped (the same in every env: the ROM ignores the buttons)
+        assert (split._waited.numpy() > 0).all()
+    else:
+        assert len(set(plain.field_values("instructions"))) > 1 and plain.obs.numpy().any()  # the envs parted
 
 
 def test_a_frame_part_stops_mid_frame_and_resumes_where_it_stopped():
@@ -299,7 +305,7 @@ def test_a_frame_part_stops_mid_frame_and_resumes_where_it_stopped():
     def launch(resume, stop):
         cut._wp.launch(k.step_kernel, dim=n, device="cpu",
                        inputs=[cut.fields, cut.mem, cut.actions, cut.masks, cut.codec.num_actions, 0, 1, 1, 1, 0, 0,
-                               cut.rewards, 0xC100, 0xC110, cut._no_perm, resume, stop])
+                               cut.rewards, 0xC100, 0xC110, cut._no_perm, resume, stop, cut._waited])
 
     launch(0, FRAME_CYCLES // 2)
     f = cut.fields.numpy().reshape(n, -1).T
@@ -326,6 +332,7 @@ def test_sort_parts_is_checked():
         WarpVecBackend(rom, 1, sort_parts=2, sort_every=2)
     assert WarpVecBackend(rom, 1, sort_parts="auto", sort_every=2).tuner is None  # no sort every frame: 1
     assert WarpVecBackend(rom, 1).tuner is None  # the CPU device does not sort by default
+    assert WarpVecBackend(rom, 1, sort_envs=True).tuner is not None  # sorting every frame: "auto" by default
     assert [parse_sort_parts(t) for t in ("auto", "1", "64")] == ["auto", 1, 64]
     for bad in ("0", "65", "x", "-1", ""):
         with pytest.raises(ValueError, match="sort_parts"):
@@ -342,7 +349,7 @@ def test_sort_parts_auto_times_its_choices_and_changes_no_result():
                                   sort_parts=p) for s, p in ((False, 1), (True, "auto")))
     assert auto.tuner is not None and auto.tuner.candidates == (1, 2, 4)
     rng = np.random.default_rng(3)
-    for i in range(46):  # trials at steps 1-6 and 39-44 (read at 7 and 45)
+    for i in range(61):  # trials at steps 16-21 and 54-59 (read at 22 and 60)
         acts = rng.integers(0, plain.codec.num_actions, 8).astype(np.int32) * (i >= 5)
         for b in (plain, auto):
             b.step(acts)

@@ -10,11 +10,11 @@ times a frame, while a game whose envs stay together loses the same to the extra
 adds the same to every candidate's sum, so it favours none. (Trying only a neighbour, climbing, does not do:
 on Geometrix 2 parts run slower than 1 and 4 faster than both.) The fastest is kept until the next trial,
 which comes 32 steps after this one is read, then 64, 128, ... up to every `max_gap` steps, since the best value
-moves as play goes on. The first trial starts at step `first_trial` (16): the first steps from a state are no guide,
-since the envs have not spread apart yet (on Tobu Tobu Girl at 65,536 envs a step took 0.27 s at steps 1-6 and
-1.8 s at steps 39-44, and the early trial picked 2 parts where 1 ran fastest later: BENCHMARKS.md, ninth visit). The step after a trial
-reads its times (`poll`), which waits once for the device to finish the trial's last step: no waits between
-trials."""
+moves as play goes on. The first trial starts at step `first_trial` (16): the first steps from a state are no
+guide, since the envs have not spread apart yet (on Tobu Tobu Girl at 65,536 envs a step took 0.27 s at steps 1-6
+and 1.8 s at steps 39-44, and the early trial picked 2 parts where 1 ran fastest later: BENCHMARKS.md, ninth
+visit). The step after a trial reads its times (`poll`), which waits once for the device to finish the trial's
+last step: no waits between trials."""
 
 from __future__ import annotations
 

@@ -126,7 +126,7 @@ class WarpVecBackend:
                  max_registers: int | None = None, stage: str = "emulate_only", obs_mode: str = "stride",
                  obs_packed: bool = False, reward_window: tuple[int, int] = (0xC100, 0xC110),
                  sort_envs: bool | None = None, sort_every: int = 1, lean: bool | None = None,
-                 block_dim: int | None = None, sort_key: str = DEFAULT_SORT_KEY, sort_parts: int | str = 1):
+                 block_dim: int | None = None, sort_key: str = DEFAULT_SORT_KEY, sort_parts: int | str = "auto"):
         import warp as wp
 
         from gbxcule.kernels import init_warp
@@ -200,10 +200,11 @@ class WarpVecBackend:
             raise ValueError(f"sort_every must be >= 1 frame, got {sort_every}")
         self.sort_every = sort_every
         # sort_parts: split every frame into this many launches at equal PPU dot counts and sort before
-        # each (envs that parted ways within a frame are regrouped); 1 (the default): whole frames. "auto":
-        # with sorting every frame, chosen among 1, 2 and 4 by timed trials now and then (backends/autotune.py;
-        # BENCHMARKS.md, eighth and ninth visits: Geometrix +15% to +32%, but a first trial too early in play cost
-        # Tobu Tobu Girl 11% at 65,536 envs); 1 without sorting (the CPU device's default).
+        # each (envs that parted ways within a frame are regrouped); 1: whole frames. "auto" (the default):
+        # with sorting every frame, chosen among 1, 2 and 4 by timed trials now and then from step 16 on
+        # (backends/autotune.py; BENCHMARKS.md, tenth visit: at 262,144 envs once the envs have spread,
+        # Geometrix +23% and Shock Lobster +15%, five other games within 1%); 1 without sorting every frame
+        # (the CPU device's default). Results never depend on it, bit for bit (kernels/idle.py).
         if sort_parts != AUTO and (isinstance(sort_parts, bool) or not isinstance(sort_parts, int)
                                    or not 1 <= sort_parts <= MAX_SORT_PARTS):
             raise ValueError(f"sort_parts must be {AUTO!r} or an integer from 1 to {MAX_SORT_PARTS}, "
@@ -232,6 +233,9 @@ class WarpVecBackend:
             block_dim = step_block_dim(n, wp.get_device(device).sm_count)
         self.block_dim = block_dim
         self._no_perm = wp.zeros(1, dtype=wp.int32, device=device)
+        # per env, the instructions of the wait-loop rounds its launches skipped (kernels/idle.py): the `path`
+        # key's work count is `instructions` less this. Not state: it depends on where launches end.
+        self._waited = wp.zeros(n, dtype=wp.int32, device=device)
         if self.sort_envs:
             self._sort_keys = wp.zeros(2 * n, dtype=wp.int32, device=device)
             self._sort_vals = wp.zeros(2 * n, dtype=wp.int32, device=device)
@@ -298,7 +302,7 @@ class WarpVecBackend:
                 if self.sort_key == "path":
                     wp.launch(path_key_kernel, dim=n, device=self.device,
                               inputs=[self.fields, actions, self._sort_prev, self._sort_keys, self._sort_vals,
-                                      FIELD_INDEX["pc"], FIELD_INDEX["instructions"]])
+                                      FIELD_INDEX["pc"], FIELD_INDEX["instructions"], self._waited])
                 elif self.sort_key == "stack":
                     wp.launch(stack_key_kernel, dim=n, device=self.device,
                               inputs=[self.fields, actions, self.ram, self._sort_keys, self._sort_vals,
@@ -315,7 +319,7 @@ class WarpVecBackend:
             wp.launch(kernels.step_kernel, dim=n if dim is None else dim, device=self.device, block_dim=self.block_dim,
                       inputs=[self.fields, self.mem, actions, self.masks, self.codec.num_actions, begin, end, frames,
                               release_after, stop_at_boot_exit, render, self.rewards, lo, hi, perm, resume,
-                              stop_dot])
+                              stop_dot, self._waited])
         if timed and self.device.startswith("cuda"):
             wp.get_stream(self.device).record_event(events[1])
             self.tuner.timed(parts, events)

@@ -49,10 +49,10 @@ def register(sub) -> None:
                         "warps (default: on for CUDA, off for the CPU device)")
     p.add_argument("--sort-every", type=int, default=1, metavar="FRAMES",
                    help="warp backends with --sort-envs: sort every FRAMES frames, one launch each (default 1)")
-    p.add_argument("--sort-parts", type=sort_parts_arg, default=1, metavar="PARTS",
+    p.add_argument("--sort-parts", type=sort_parts_arg, default="auto", metavar="PARTS",
                    help="warp backends with --sort-envs: split every frame into PARTS launches at equal PPU dot "
-                        "counts and sort before each (default 1: whole frames), or auto: 1, 2 or 4, whichever "
-                        "runs fastest in timed trials now and then")
+                        "counts and sort before each (1: whole frames), or auto (the default): 1, 2 or 4, "
+                        "whichever runs fastest in timed trials now and then")
     p.add_argument("--sort-key", default=DEFAULT_SORT_KEY, choices=SORT_KEYS,
                    help="warp backends with --sort-envs: order by the instructions each env ran since the last sort, "
                         "then (PC, action) (path, the default), by (PC, action) alone (pc), or by the word at SP "

@@ -85,7 +85,7 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("rtc_lh", "latched hours"), ("rtc_ldl", "latched day low"), ("rtc_ldh", "latched day high"),
     # bookkeeping
     ("frames", "frames completed since reset"),
-    ("instructions", "instructions executed one by one (wraps; not skipped wait-loop rounds)"),
+    ("instructions", "instructions executed (wraps; skipped wait-loop rounds count their instructions)"),
 )
 FIELD_INDEX: dict[str, int] = {name: i for i, (name, _) in enumerate(FIELDS)}
 NUM_FIELDS = len(FIELDS)
@@ -122,8 +122,9 @@ def ram_layout(cart_ram_size: int) -> RamLayout:
 # cycle of the last HRAM access whose OAM DMA bytes are still owed (-1: none; kernels/bus.py `bus_access`;
 # always -1 again when a frame's batch ends, so it never needs storing), and whether the last CPU batch found
 # its wait loop polling WRAM or HRAM at a fixed point (kernels/idle.py; 0 at a launch's start: merely a
-# missed chance to skip lines).
-TRANSIENT = ("env", "n", "render", "dma_mark", "polling")
+# missed chance to skip lines), and the instructions of wait-loop rounds this launch skipped (added to the
+# backend's per-env `waited` counter at the launch's end, for the `path` sort key: not state).
+TRANSIENT = ("env", "n", "render", "dma_mark", "polling", "waited")
 
 FRAME_CYCLES = 70224  # T-cycles in a frame (154 lines of 456 dots)
 RTC_CYCLES_PER_SECOND = 4194304  # T-cycles in an RTC second (the CPU clock)

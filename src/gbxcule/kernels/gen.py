@@ -389,7 +389,8 @@ def step_kernel(fields: wp.array(dtype=wp.int32), mem: Mem, actions: wp.array(dt
                 frame_end: wp.int32, frames_per_step: wp.int32, release_after: wp.int32,
                 stop_at_boot_exit: wp.int32, render: wp.int32,
                 rewards: wp.array(dtype=wp.float32), reward_lo: wp.int32,
-                reward_hi: wp.int32, perm: wp.array(dtype=wp.int32), resume: wp.int32, stop_dot: wp.int32):
+                reward_hi: wp.int32, perm: wp.array(dtype=wp.int32), resume: wp.int32, stop_dot: wp.int32,
+                waited: wp.array(dtype=wp.int32)):
     """Run frames [frame_begin, frame_end) of a step of frames_per_step frames in every env (a step may
     take several launches). render: 0 draw nothing, 1 draw the step's last frame, 2 every frame.
     Thread t runs env perm[t] when perm holds n entries (envs grouped by state share warps), else env t.
@@ -406,6 +407,7 @@ $LOAD
     g.render = 0
     g.dma_mark = -1
     g.polling = 0
+    g.waited = 0
     if frame_begin == 0 and resume == 0:
         rebase(g)  # cycle fields count from the start of the step, however many launches it takes
     action = actions[e]
@@ -441,6 +443,8 @@ $EPILOGUE
     # load's 64-bit addresses live (spilled) through the whole step.
     e = thread_env(perm, t, n)
 $STORE
+    if g.waited != 0:
+        waited[e] = waited[e] + g.waited  # (wraps, as `instructions` does)
 '''
 
 

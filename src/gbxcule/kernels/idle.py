@@ -7,11 +7,15 @@ reads: interrupts are dispatched only at a batch's start, the PPU changes LY and
 end batches, and WRAM and HRAM change only by CPU writes (the loop makes none; an OAM DMA writes only OAM, and
 no round is skipped while one runs). So once one round leaves the registers as they were (a fixed point:
 the byte read, put through the test, gives back the same A and F, and the jump is taken), every further round
-in the batch does the same, and k rounds only add k times their cycles to the cycle count. They are not
-counted as instructions (`instructions` counts what the CPU ran one by one; a halted CPU's time is not counted
-either), so the `path` sort key (snapshot.py) sees the work an env did between its waits, not how long it
-waited. The round that reaches the batch's end still runs instruction by instruction, so the batch ends on
-the same instruction as without the skip, and the state at every batch end is the same, bit for bit. (Reads of
+in the batch does the same, and k rounds only add k times their cycles to the cycle count and their 3k
+instructions (read, test, jump) to the instruction count. The round that reaches the batch's end still runs
+instruction by instruction, so the batch ends on the same instruction as without the skip, and the state at
+every batch end is the same, bit for bit, wherever launches split a frame (sort_parts).
+
+The skipped instructions also go to `g.waited`, which the step kernel adds to a per-env counter outside the
+state at its end: the `path` sort key (snapshot.py) subtracts it, so it sees the work an env did between its
+waits, not how long it waited (BENCHMARKS.md, ninth visit: +3% median). That work count does depend on where
+launches end (each end runs one round one by one), which is why it is kept out of the state. (Reads of
 LY and STAT in the skipped rounds all fall before the batch's end, so before the PPU's next event.)
 
 A loop found at a fixed point polling WRAM or HRAM sets `g.polling`: such a loop cannot see the PPU either,
@@ -75,6 +79,8 @@ def idle_loop_skip(g: wp.ref[Gb], m: Mem, end: wp.int32, jr_at: wp.int32, jr_op:
     alu(g, (t >> 3) & 7, wp.where(imm_form, n, v))
     if g.a == a0 and g.f == f0 and (jr_op == 0x18 or condition(g, (jr_op >> 3) & 3)):
         g.cycles = g.cycles + rounds * period
+        g.instructions = g.instructions + 3 * rounds
+        g.waited = g.waited + 3 * rounds
         g.polling = wp.where(addr < 0xFF00 or addr >= 0xFF80, 1, 0)  # (not LY or STAT, which the PPU changes)
     g.a = a0
     g.f = f0
