@@ -54,7 +54,7 @@ def profile(rom: str, state: str | None, envs: int, warmup: int, steps: int, sto
                 b._wp.launch(kernel, dim=envs, device="cpu", inputs=[
                     b.fields, b.mem, b.actions, b.masks, b.codec.num_actions, frame, frame + 1,
                     schedule.frames_per_step, schedule.release_after_frames, 0, 0, b.rewards, 0xC100, 0xC110,
-                    b._no_perm, resume, stop])
+                    b._no_perm, resume, stop, b._waited])
                 resume = 1
                 if stop == BIG:
                     continue
