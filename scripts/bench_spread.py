@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_games import make_state  # (this script's folder is on sys.path)
 
 from gbxcule.backends import load_start_state, make_backend
 from gbxcule.backends.warp_vec import BLOCK_DIMS, SORT_KEYS, parse_sort_parts
@@ -42,19 +43,26 @@ def parse(text: str) -> list[tuple[str, str, int, int | None]]:
     out = []
     for name in (v for v in text.split(",") if v):
         bits = name.split("/")
-        key, parts = bits[0], parse_sort_parts(bits[1]) if len(bits) > 1 else 1
-        block = int(bits[2]) if len(bits) > 2 else None
-        if key not in SORT_KEYS or not isinstance(parts, int) or (block is not None and block not in BLOCK_DIMS):
+        try:
+            parts = parse_sort_parts(bits[1]) if len(bits) > 1 else 1
+            block = int(bits[2]) if len(bits) > 2 else None
+        except ValueError:
+            parts = block = None
+        if (bits[0] not in SORT_KEYS or not isinstance(parts, int) or len(bits) > 3
+                or (len(bits) > 2 and block not in BLOCK_DIMS)):
             raise ValueError(f"bad variant {name!r}: KEY/PARTS[/BLOCK], KEY one of {', '.join(SORT_KEYS)}, "
                              f"PARTS an integer, BLOCK one of {', '.join(map(str, BLOCK_DIMS))}")
-        out.append((name, key, parts, block))
+        out.append((name, bits[0], parts, block))
     return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--manifest", default=str(ROOT / "benchmarks/games/games.toml"))
-    ap.add_argument("--games", default=str(ROOT / ".games"), help="folder of <slug>.gb and states/<slug>.state")
+    ap.add_argument("--games", default=str(ROOT / ".games"),
+                    help="folder of <slug>.gb; the start states in its states/ (made with PyBoy when missing, as "
+                         "bench_games.py makes them)")
+    ap.add_argument("--state-frames", type=int, default=1200, help="frames from power-on to a made start state")
     ap.add_argument("--only", default="", help="comma-separated slugs")
     ap.add_argument("--device", default="cuda", help="cuda, or cpu to try the script (sorting forced on)")
     ap.add_argument("--envs", type=int, default=262144)
@@ -77,7 +85,7 @@ def main() -> int:
     codec = get_codec("pokemonred_puffer_v1")
     schedule = ActionSchedule(24, 8)
     gen = make_action_gen("seeded_random", codec, args.envs, 0)
-    rows = []
+    rows, failed = [], []
     for g in games:
         slug = g["slug"]
         if only and slug not in only:
@@ -88,9 +96,11 @@ def main() -> int:
             be = make_backend("warp_vec_cuda" if args.device == "cuda" else "warp_vec_cpu", rom, num_envs=args.envs,
                               codec=codec, schedule=schedule, stage="full_step", sort_envs=True)
             be.reset(0)
-            load_start_state(be, str(folder / "states" / f"{slug}.state"))
+            load_start_state(be, str(make_state(folder / f"{slug}.gb", args.state_frames,
+                                                folder / "states" / f"{slug}.state")))
         except (GbxculeError, OSError, ValueError) as exc:
             sys.stderr.write(f"bench_spread: {slug}: {exc}\n")
+            failed.append(slug)
             continue
         for k in range(args.spread):
             be.step(gen(k))
@@ -122,7 +132,7 @@ def main() -> int:
         rows.append(row)
         print(f"{slug}: " + ", ".join(f"{n} {'/'.join(f'{x:,.0f}' for x in v)}" for n, v in row["sps"].items()),
               flush=True)
-    data = {"envs": args.envs, "spread": args.spread, "steps": args.steps, "variants": args.variants,
+    data = {"failed": failed, "envs": args.envs, "spread": args.spread, "steps": args.steps, "variants": args.variants,
             "games": rows, "environment": environment()}
     out = write_output(Path(args.out), json.dumps(data, indent=1))
     names = [v[0] for v in variants]
@@ -135,7 +145,7 @@ def main() -> int:
         print(f"{'median':16s}" + "".join(f" {statistics.median(r['relative'][n] for r in rows):>10.3f}"
                                          for n in names))
     print(f"artifact: {out}")
-    return 0
+    return 1 if failed or not all(r["same_results"] for r in rows) else 0
 
 
 if __name__ == "__main__":

@@ -99,6 +99,30 @@ def test_bench_games_writes_a_row_per_game_and_the_median(tmp_path):
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--variants" in r.stderr
 
 
+def test_bench_spread_times_variants_from_one_spread_state(tmp_path):
+    """scripts/bench_spread.py: each variant from the same copied state, the same fields at the end; a missing
+    game is one error line and exit 1, a bad variant one line and exit 2."""
+    pytest.importorskip("pyboy")
+    rom = resolve_rom("OVERWORLD").read_bytes()
+    manifest = _manifest(tmp_path, {"ow": rom, "missing": b"x" * 32768})
+    games = tmp_path / "games"
+    games.mkdir()
+    (games / "ow.gb").write_bytes(rom)
+    out = tmp_path / "spread.json"
+    r = _run(ROOT / "scripts/bench_spread.py", "--manifest", manifest, "--games", games, "--device", "cpu",
+             "--envs", 4, "--spread", 2, "--steps", 1, "--state-frames", 30, "--variants", "path/1,path/3,pc/1",
+             "--out", out)
+    assert r.returncode == 1 and r.stderr.count("bench_spread: missing:") == 1, r.stderr
+    data = json.loads(out.read_text())
+    row = data["games"][0]
+    assert data["failed"] == ["missing"] and row["slug"] == "ow" and row["same_results"]
+    assert len(row["sps"]["path/1"]) == 2 and row["relative"]["path/1"] == 1.0 and row["sps"]["path/3"][0] > 0
+    assert len(set(row["instructions"].values())) == 1 and (games / "states" / "ow.state").is_file()
+    for bad in ("path/x", "nope/1", "path/1/48", "path/auto"):
+        r = _run(ROOT / "scripts/bench_spread.py", "--manifest", manifest, "--games", games, "--variants", bad)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and "bad variant" in r.stderr, (bad, r.stderr)
+
+
 @pytest.mark.skipif(not os.environ.get("GBXCULE_TEST_ROMS"), reason="GBXCULE_TEST_ROMS is not set")
 def test_every_game_of_the_set_runs_when_present():
     """Each game of the set found under GBXCULE_TEST_ROMS (as <slug>.gb) runs a few steps on the CPU device."""
