@@ -63,13 +63,19 @@ def test_fetch_checks_every_rom_and_fails_one_line_each(tmp_path):
     assert r.returncode == 0 and (out / "joy.gb").read_bytes() == other
 
 
-def test_bench_games_writes_a_row_per_game_and_the_median(tmp_path):
-    pytest.importorskip("pyboy")
+def _one_game_and_a_missing_one(tmp_path: Path) -> tuple[Path, Path]:
+    """A manifest of OVERWORLD ("ow", in the games folder) and "missing" (not there), and the games folder."""
+    pytest.importorskip("pyboy")  # the start states are made with PyBoy
     rom = resolve_rom("OVERWORLD").read_bytes()
     manifest = _manifest(tmp_path, {"ow": rom, "missing": b"x" * 32768})
     games = tmp_path / "games"
     games.mkdir()
     (games / "ow.gb").write_bytes(rom)
+    return manifest, games
+
+
+def test_bench_games_writes_a_row_per_game_and_the_median(tmp_path):
+    manifest, games = _one_game_and_a_missing_one(tmp_path)
     out = tmp_path / "games.json"
     r = _run(ROOT / "scripts/bench_games.py", "--manifest", manifest, "--games", games, "--device", "cpu",
              "--envs", 2, "--steps", 2, "--warmup", 1, "--window", 1, "--pyboy-envs", 1, "--pyboy-repeat", 2,
@@ -102,12 +108,7 @@ def test_bench_games_writes_a_row_per_game_and_the_median(tmp_path):
 def test_bench_spread_times_variants_from_one_spread_state(tmp_path):
     """scripts/bench_spread.py: each variant from the same copied state, the same fields at the end; a missing
     game is one error line and exit 1, a bad variant one line and exit 2."""
-    pytest.importorskip("pyboy")
-    rom = resolve_rom("OVERWORLD").read_bytes()
-    manifest = _manifest(tmp_path, {"ow": rom, "missing": b"x" * 32768})
-    games = tmp_path / "games"
-    games.mkdir()
-    (games / "ow.gb").write_bytes(rom)
+    manifest, games = _one_game_and_a_missing_one(tmp_path)
     out = tmp_path / "spread.json"
     r = _run(ROOT / "scripts/bench_spread.py", "--manifest", manifest, "--games", games, "--device", "cpu",
              "--envs", 4, "--spread", 2, "--steps", 1, "--state-frames", 30, "--variants", "path/1,path/3,pc/1",
