@@ -33,29 +33,26 @@ from gbxcule.core.schedule import ActionSchedule
 from gbxcule.core.schema import FIELD_INDEX
 from gbxcule.harness.actions import make_action_gen
 from gbxcule.harness.bench import environment
-from gbxcule.kernels.lanes import REGROUP
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE = ("fields", "ram", "serial", "_sort_prev", "_waited")  # what a step reads that earlier steps wrote
 
 
-def parse(text: str) -> list[tuple[str, str, int, int | None, str]]:
-    """'path/1,pc/4/64,path/1@min' -> [(name, key, parts, block_dim or None, regroup)]; fixed parts only."""
+def parse(text: str) -> list[tuple[str, str, int, int | None]]:
+    """'path/1,pc/4/64' -> [(name, key, parts, block_dim or None)]; fixed parts only (no "auto")."""
     out = []
     for name in (v for v in text.split(",") if v):
-        spec, _, regroup = name.partition("@")
-        bits = spec.split("/")
+        bits = name.split("/")
         try:
             parts = parse_sort_parts(bits[1]) if len(bits) > 1 else 1
             block = int(bits[2]) if len(bits) > 2 else None
         except ValueError:
             parts = block = None
         if (bits[0] not in SORT_KEYS or not isinstance(parts, int) or len(bits) > 3
-                or (len(bits) > 2 and block not in BLOCK_DIMS) or (regroup or "off") not in REGROUP):
-            raise ValueError(f"bad variant {name!r}: KEY/PARTS[/BLOCK][@REGROUP], KEY one of {', '.join(SORT_KEYS)}, "
-                             f"PARTS an integer, BLOCK one of {', '.join(map(str, BLOCK_DIMS))}, "
-                             f"REGROUP one of {', '.join(REGROUP)}")
-        out.append((name, bits[0], parts, block, regroup or "off"))
+                or (len(bits) > 2 and block not in BLOCK_DIMS)):
+            raise ValueError(f"bad variant {name!r}: KEY/PARTS[/BLOCK], KEY one of {', '.join(SORT_KEYS)}, "
+                             f"PARTS an integer, BLOCK one of {', '.join(map(str, BLOCK_DIMS))}")
+        out.append((name, bits[0], parts, block))
     return out
 
 
@@ -98,7 +95,7 @@ def main() -> int:
             rom = load_rom(str(folder / f"{slug}.gb"))
             be = make_backend("warp_vec_cuda" if args.device == "cuda" else "warp_vec_cpu", rom, num_envs=args.envs,
                               codec=codec, schedule=schedule, stage="full_step", sort_envs=True,
-                              sort_parts=1)  # fixed parts (no tuner), so each variant's own parts are the ones run
+                              sort_parts=1)  # fixed parts (no tuner): each variant runs the parts it names
             be.reset(0)
             load_start_state(be, str(make_state(folder / f"{slug}.gb", args.state_frames,
                                                 folder / "states" / f"{slug}.state")))
@@ -116,13 +113,9 @@ def main() -> int:
 
         default_block = be.block_dim
         row, done = {"slug": slug, "sps": {}}, set()
-        for name, key, parts, block, regroup in [*variants, variants[0]]:
+        for name, key, parts, block in [*variants, variants[0]]:
             be.sort_key, be.sort_parts, be.block_dim = key, parts, block or default_block
-            if regroup != be.regroup:  # another kernel: one untimed step compiles and loads it
-                be.regroup = regroup
-                restore()
-                be.step(gen(args.spread))
-            restore()  # (the key kernels share one module, loaded during the spread)
+            restore()  # (no untimed step: the key kernels share one module, loaded during the spread)
             be.synchronize()
             t0 = time.perf_counter()
             for k in range(args.steps):

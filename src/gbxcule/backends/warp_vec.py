@@ -126,8 +126,7 @@ class WarpVecBackend:
                  max_registers: int | None = None, stage: str = "emulate_only", obs_mode: str = "stride",
                  obs_packed: bool = False, reward_window: tuple[int, int] = (0xC100, 0xC110),
                  sort_envs: bool | None = None, sort_every: int = 1, lean: bool | None = None,
-                 block_dim: int | None = None, sort_key: str = DEFAULT_SORT_KEY, sort_parts: int | str = "auto",
-                 regroup: str = "off"):
+                 block_dim: int | None = None, sort_key: str = DEFAULT_SORT_KEY, sort_parts: int | str = "auto"):
         import warp as wp
 
         from gbxcule.kernels import init_warp
@@ -157,8 +156,7 @@ class WarpVecBackend:
         if not 0xC000 <= lo <= hi <= 0xE000:
             raise ValueError(f"reward_window must lie in WRAM 0xC000-0xDFFF, got {lo:#x}-{hi:#x}")
         self.stage = stage
-        self.regroup = regroup  # lanes regrouped within warps (kernels/lanes.py); no effect on results
-        self._kernels = load_kernels(max_registers, stage, regroup=regroup)
+        self._kernels = load_kernels(max_registers, stage)
         self._max_registers = max_registers
         # lean (default: on for CUDA): frames that draw nothing run a second kernel built without the
         # renderer (kernels/gen.py kernel_source(draws=False)); off, every frame runs the one full kernel.
@@ -315,7 +313,9 @@ class WarpVecBackend:
                               inputs=[self.fields, actions, self._sort_keys, self._sort_vals, FIELD_INDEX["pc"]])
                 bits = 24 if self.sort_key == "pc" else 31
                 wp.utils.radix_sort_pairs(self._sort_keys, self._sort_vals, n, end_bit=bits)
-            kernels = self._step_kernels(not (lean and not (render == 1 and end == frames)))
+            kernels = self._kernels
+            if lean and not (render == 1 and end == frames):
+                kernels = self._lean_kernels()
             wp.launch(kernels.step_kernel, dim=n if dim is None else dim, device=self.device, block_dim=self.block_dim,
                       inputs=[self.fields, self.mem, actions, self.masks, self.codec.num_actions, begin, end, frames,
                               release_after, stop_at_boot_exit, render, self.rewards, lo, hi, perm, resume,
@@ -333,14 +333,10 @@ class WarpVecBackend:
             return handle
         return self._wp.get_event_elapsed_time(handle[0], handle[1], synchronize=True)
 
-    def _step_kernels(self, draws: bool = True):
-        """The step kernels' module: with the renderer, or the lean one (draws=False); `regroup` as set now."""
+    def _lean_kernels(self):
         from gbxcule.kernels.gen import load_kernels
 
-        return load_kernels(self._max_registers, self.stage, draws, self.regroup)
-
-    def _lean_kernels(self):
-        return self._step_kernels(draws=False)
+        return load_kernels(self._max_registers, self.stage, draws=False)
 
     def _start_state(self, boot: str) -> tuple[np.ndarray, np.ndarray | None]:
         """Fields (and RAM, when not all zero) every env starts from."""

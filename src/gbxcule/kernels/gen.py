@@ -26,7 +26,6 @@ import numpy as np
 from gbxcule.core.isa import BASE, CB, R8, ROTATES, Opcode
 from gbxcule.core.paths import cache_dir
 from gbxcule.core.schema import CYCLE_FIELDS, FIELDS, NUM_FIELDS, TRANSIENT
-from gbxcule.kernels.lanes import REGROUP
 from gbxcule.kernels.state import SEQ_FIELDS
 from gbxcule.kernels.templates import MERGED, TEMPLATES
 
@@ -191,7 +190,7 @@ from gbxcule.kernels.ppu import lcd_advance, lcd_skip_lines
 from gbxcule.kernels.render import fill_frame
 from gbxcule.kernels.state import BIG, Gb, Mem, Seq
 from gbxcule.kernels.timer import timer_advance
-$TURN_IMPORT
+
 
 @wp.func
 def run_op(g: wp.ref[Gb], s: wp.ref[Seq], m: Mem, dispatch: wp.int32, end: wp.int32):
@@ -305,7 +304,7 @@ def cpu_batch(g: wp.ref[Gb], m: Mem, budget: wp.int32):
     g.polling = 0
     s = Seq()
     while dispatch != 0 or (g.cycles < end and g.locked == 0):
-$TURN        run_op(g, s, m, dispatch, end)
+        run_op(g, s, m, dispatch, end)
         if dispatch != 0:
             dispatch = 0
             g.bail = 0  # writes made by the dispatch do not end the batch
@@ -470,8 +469,7 @@ _DRAW = "wp.where(render == 2 or (render == 1 and frame == frames_per_step - 1),
 
 
 @cache
-def kernel_source(max_registers: int | None = None, stage: str = "emulate_only", draws: bool = True,
-                  regroup: str = "off") -> str:
+def kernel_source(max_registers: int | None = None, stage: str = "emulate_only", draws: bool = True) -> str:
     """The generated module for one stage (stages with the same epilogue give the same source).
     `max_registers` caps the CUDA registers per thread (None: the compiler's choice); lower caps trade
     spills for occupancy, and lose (see BENCHMARKS.md). `draws=False` builds
@@ -485,10 +483,6 @@ def kernel_source(max_registers: int | None = None, stage: str = "emulate_only",
     if epilogue:  # only the launch that ends the step writes the stage outputs
         epilogue = "    if frame_end >= frames_per_step and stop_dot == BIG:" + textwrap.indent(epilogue, "    ")
     src = src.replace("$DRAW", _DRAW if draws else "0")
-    turn = REGROUP[regroup]
-    src = src.replace("$TURN_IMPORT", f"from gbxcule.kernels.lanes import {turn[0]}\n" if turn else "")
-    src = src.replace("$TURN", f"        if {turn[0]}(wp.where(dispatch != 0, 0, g.pc + 1){turn[1]}) == 0:\n"
-                      "            continue\n" if turn else "")
     src = src.replace("$EPILOGUE", epilogue).replace("$STAGE_WRITES", writes).replace("$STAGE", STAGES[stage])
     for key, text in _template_sources().items():
         src = src.replace(key, text)
@@ -496,17 +490,14 @@ def kernel_source(max_registers: int | None = None, stage: str = "emulate_only",
 
 
 @cache
-def load_kernels(max_registers: int | None = None, stage: str = "emulate_only", draws: bool = True,
-                 regroup: str = "off") -> ModuleType:
+def load_kernels(max_registers: int | None = None, stage: str = "emulate_only", draws: bool = True) -> ModuleType:
     """Write the generated module into the cache (named by its hash) and import it."""
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}")
     first = next(s for s in STAGES if STAGES[s] == STAGES[stage])  # one module per epilogue
     if first != stage:
-        return load_kernels(max_registers, first, draws, regroup)
-    if regroup not in REGROUP:
-        raise ValueError(f"unknown regroup {regroup!r}; choose one of {', '.join(REGROUP)}")
-    src = kernel_source(max_registers, stage, draws, regroup)
+        return load_kernels(max_registers, first, draws)
+    src = kernel_source(max_registers, stage, draws)
     digest = hashlib.sha1((src + "|" + ",".join(TRANSIENT)).encode()).hexdigest()[:16]
     name = f"gbxcule_step_{digest}"
     folder = cache_dir() / "kernels"
