@@ -56,6 +56,17 @@ def parse(text: str) -> list[tuple[str, str, int, int | None]]:
     return out
 
 
+def game_backend(folder: Path, slug: str, envs: int, device: str, state_frames: int, codec, schedule):
+    """A full_step backend on `device` (cuda or cpu) with every env at the game's start state (made with PyBoy
+    when missing); envs sorted before every frame, in fixed parts (no tuner): callers set `sort_parts`."""
+    rom = load_rom(str(folder / f"{slug}.gb"))
+    be = make_backend("warp_vec_cuda" if device == "cuda" else "warp_vec_cpu", rom, num_envs=envs, codec=codec,
+                      schedule=schedule, stage="full_step", sort_envs=True, sort_parts=1)
+    be.reset(0)
+    load_start_state(be, str(make_state(folder / f"{slug}.gb", state_frames, folder / "states" / f"{slug}.state")))
+    return be
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--manifest", default=str(ROOT / "benchmarks/games/games.toml"))
@@ -90,15 +101,8 @@ def main() -> int:
         slug = g["slug"]
         if only and slug not in only:
             continue
-        folder = Path(args.games)
         try:
-            rom = load_rom(str(folder / f"{slug}.gb"))
-            be = make_backend("warp_vec_cuda" if args.device == "cuda" else "warp_vec_cpu", rom, num_envs=args.envs,
-                              codec=codec, schedule=schedule, stage="full_step", sort_envs=True,
-                              sort_parts=1)  # fixed parts (no tuner): each variant runs the parts it names
-            be.reset(0)
-            load_start_state(be, str(make_state(folder / f"{slug}.gb", args.state_frames,
-                                                folder / "states" / f"{slug}.state")))
+            be = game_backend(Path(args.games), slug, args.envs, args.device, args.state_frames, codec, schedule)
         except (GbxculeError, OSError, ValueError) as exc:
             sys.stderr.write(f"bench_spread: {slug}: {exc}\n")
             failed.append(slug)

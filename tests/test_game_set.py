@@ -124,6 +124,43 @@ def test_bench_spread_times_variants_from_one_spread_state(tmp_path):
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "bad variant" in r.stderr, (bad, r.stderr)
 
 
+def test_warp_share_counts_each_warp_at_its_busiest_lane():
+    """warp_tail.warp_share: the work over 32 x each warp's busiest lane, a short last warp by its own lanes."""
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from warp_tail import distinct_per_warp, warp_share
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    even = np.full(64, 7)
+    assert warp_share(even, np.arange(64)) == 1.0
+    mixed = np.array([1] * 32 + [3] * 32)  # apart: each warp even; interleaved: both warps wait for 3
+    assert warp_share(mixed, np.arange(64)) == 1.0
+    interleaved = np.stack([np.arange(32), np.arange(32, 64)], axis=1).reshape(-1)  # 0, 32, 1, 33, ...
+    assert warp_share(mixed, interleaved) == pytest.approx(128 / (2 * 32 * 3))
+    assert warp_share(np.array([4, 0, 0]), np.arange(3)) == pytest.approx(4 / 12)  # one short warp of 3 lanes
+    assert distinct_per_warp(np.array([5] * 32 + [1, 2] * 16)) == 1.5
+
+
+def test_warp_tail_reports_work_shares_per_frame(tmp_path):
+    """scripts/warp_tail.py on the CPU device: a share per frame in (0, 1], the oracle order never below the
+    launch's or env order; a missing game is one error line and exit 1."""
+    manifest, games = _one_game_and_a_missing_one(tmp_path)
+    out = tmp_path / "tail.json"
+    r = _run(ROOT / "scripts/warp_tail.py", "--manifest", manifest, "--games", games, "--device", "cpu",
+             "--envs", 40, "--spread", 2, "--frames", 3, "--state-frames", 30, "--out", out)
+    assert r.returncode == 1 and r.stderr.count("warp_tail: missing:") == 1, r.stderr
+    data = json.loads(out.read_text())
+    row = data["games"][0]
+    assert data["failed"] == ["missing"] and row["slug"] == "ow" and len(row["frames"]) == 3
+    for f in row["frames"]:
+        assert f["instructions"] > 0 and 0 < f["unsorted"] <= 1 and 0 < f["sorted"] <= 1
+        assert f["oracle"] >= max(f["sorted"], f["unsorted"]) - 1e-12
+    assert "by_prev" not in row["frames"][0] and "by_prev" in row["frames"][1]
+    assert "ow" in r.stdout and "artifact:" in r.stdout
+
+
 @pytest.mark.skipif(not os.environ.get("GBXCULE_TEST_ROMS"), reason="GBXCULE_TEST_ROMS is not set")
 def test_every_game_of_the_set_runs_when_present():
     """Each game of the set found under GBXCULE_TEST_ROMS (as <slug>.gb) runs a few steps on the CPU device."""

@@ -1,0 +1,145 @@
+"""How much of a warp's time its lanes leave idle: per frame, once the envs have spread apart.
+
+A warp runs a frame for as long as its busiest lane. For each of `--frames` frames after `--spread` steps of
+seeded random play (24-frame steps, as bench_games.py), this reads every env's executed instructions in the frame
+(`instructions` less skipped wait-loop rounds) and the thread order the sort gave the frame's launch, and reports
+the work share of 32-lane warps, sum(work) / (32 x sum of each warp's busiest lane):
+
+- `sorted`: in the launch's thread order (the sort key of `--key`);
+- `unsorted`: in env order (no sort);
+- `oracle`: in order of the frame's own work, the best a key that predicted each env's work could do;
+- `by_prev`: in order of the previous frame's work.
+
+Lanes of one warp that run the same amount of work at different PCs still count as busy here: a share near 1
+means the time goes to lanes that run different code (branch divergence), a low one to lanes that wait for the
+busiest. `pcs/warp` is the mean number of distinct PCs in a warp at the frame's start (thread order). Each frame
+runs as a one-frame step (buttons held for the step's first 8 frames, as in play). Nothing is timed: a one-frame
+full_step step draws its frame, which the frames of a 24-frame step mostly do not.
+
+    python scripts/warp_tail.py --games .games --only tobutobugirl --envs 262144 --spread 30 --frames 24
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+from bench_spread import game_backend  # (this script's folder is on sys.path)
+
+from gbxcule.backends.warp_vec import SORT_KEYS
+from gbxcule.core.action_codec import get_codec
+from gbxcule.core.errors import GbxculeError
+from gbxcule.core.outputs import write_output
+from gbxcule.core.schedule import ActionSchedule
+from gbxcule.core.schema import FIELD_INDEX
+from gbxcule.harness.actions import make_action_gen
+from gbxcule.harness.bench import environment
+
+ROOT = Path(__file__).resolve().parent.parent
+WARP = 32
+
+
+def warp_share(work: np.ndarray, order: np.ndarray) -> float:
+    """sum(work) / (WARP x the sum over warps of the busiest lane), lanes taken in `order` (a short last warp
+    counts its lanes only)."""
+    w = work[order].astype(np.float64)
+    pad = (-len(w)) % WARP
+    lanes = np.concatenate([w, np.full(pad, np.nan)]).reshape(-1, WARP)
+    busiest = np.nanmax(lanes, axis=1) * np.sum(~np.isnan(lanes), axis=1)
+    return float(w.sum() / busiest.sum()) if busiest.sum() > 0 else 1.0
+
+
+def distinct_per_warp(values: np.ndarray) -> float:
+    """Mean number of distinct values in each run of WARP entries."""
+    return float(np.mean([len(np.unique(values[i:i + WARP])) for i in range(0, len(values), WARP)]))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--manifest", default=str(ROOT / "benchmarks/games/games.toml"))
+    ap.add_argument("--games", default=str(ROOT / ".games"), help="folder of <slug>.gb (states as bench_spread.py)")
+    ap.add_argument("--state-frames", type=int, default=1200)
+    ap.add_argument("--only", default="", help="comma-separated slugs")
+    ap.add_argument("--device", default="cuda", help="cuda, or cpu (sorting forced on)")
+    ap.add_argument("--envs", type=int, default=262144)
+    ap.add_argument("--spread", type=int, default=30, help="untimed 24-frame steps of random play first")
+    ap.add_argument("--frames", type=int, default=24, help="frames measured, one launch each (default 24)")
+    ap.add_argument("--key", default="path", choices=SORT_KEYS)
+    ap.add_argument("--out", default="bench_out/warp_tail.json")
+    args = ap.parse_args()
+    try:
+        import tomllib
+
+        games = tomllib.loads(Path(args.manifest).read_text())["game"]
+    except (ValueError, OSError) as exc:
+        sys.stderr.write(f"warp_tail: {exc}\n")
+        return 2
+    only = {s for s in args.only.split(",") if s}
+    codec = get_codec("pokemonred_puffer_v1")
+    gen = make_action_gen("seeded_random", codec, args.envs, 0)
+    rows, failed = [], []
+    ins, pc = FIELD_INDEX["instructions"], FIELD_INDEX["pc"]
+    for g in games:
+        slug = g["slug"]
+        if only and slug not in only:
+            continue
+        try:
+            be = game_backend(Path(args.games), slug, args.envs, args.device, args.state_frames, codec,
+                              ActionSchedule(24, 8))
+        except (GbxculeError, OSError, ValueError) as exc:
+            sys.stderr.write(f"warp_tail: {slug}: {exc}\n")
+            failed.append(slug)
+            continue
+        be.sort_key = args.key
+        for k in range(args.spread):
+            be.step(gen(k))
+        be.schedule = ActionSchedule(1, 1)
+        none = np.zeros(args.envs, dtype=np.int32)
+
+        def executed(be=be) -> tuple[np.ndarray, np.ndarray]:
+            rows_ = be._field_rows().numpy()
+            done = rows_[ins].astype(np.int64) - be._waited.numpy().astype(np.int64)
+            return done, rows_[pc].copy()
+
+        before, pcs = executed()
+        prev = None
+        frames = []
+        for f in range(args.frames):
+            held = gen(args.spread + f // 24) if f % 24 < 8 else none
+            be.step(held)
+            after, pcs_next = executed()
+            work = (after - before) & 0xFFFFFFFF  # (the counter wraps as int32)
+            order = be._perm.numpy().copy()
+            frame = {"instructions": int(work.sum()), "sorted": warp_share(work, order),
+                     "unsorted": warp_share(work, np.arange(args.envs)),
+                     "oracle": warp_share(work, np.argsort(-work, kind="stable")),
+                     "pcs_per_warp": distinct_per_warp(pcs[order]), "mean": float(work.mean()),
+                     "max": int(work.max())}
+            if prev is not None:
+                frame["by_prev"] = warp_share(work, np.argsort(-prev, kind="stable"))
+            frames.append(frame)
+            before, pcs, prev = after, pcs_next, work
+        be.close()
+        med = {k: statistics.median(fr[k] for fr in frames if k in fr)
+               for k in ("sorted", "unsorted", "oracle", "by_prev", "pcs_per_warp", "mean")}
+        rows.append({"slug": slug, "frames": frames, "median": med})
+        print(f"{slug}: " + ", ".join(f"{k} {v:.3g}" for k, v in med.items()), flush=True)
+    data = {"failed": failed, "envs": args.envs, "spread": args.spread, "frames": args.frames, "key": args.key,
+            "games": rows, "environment": environment()}
+    out = write_output(Path(args.out), json.dumps(data, indent=1))
+    print(f"{'game':16s} {'instr/env':>9s} {'sorted':>7s} {'unsorted':>8s} {'by_prev':>7s} "
+          f"{'oracle':>7s} {'pcs/warp':>8s}  (work share of 32-lane warps; medians over frames)")
+    for r in rows:
+        m = r["median"]
+        print(f"{r['slug'][:16]:16s} {m['mean']:9.0f} {m['sorted']:7.3f} {m['unsorted']:8.3f} "
+              f"{m['by_prev']:7.3f} {m['oracle']:7.3f} {m['pcs_per_warp']:8.2f}")
+    print(f"artifact: {out}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
