@@ -57,6 +57,17 @@ def make_state(rom_path: Path, frames: int, out: Path) -> Path:
     return write_output(out, data)
 
 
+def read_games(manifest: str, only: str = "") -> list[dict]:
+    """The games of a manifest (benchmarks/games/games.toml), those named in `only` (comma-separated slugs) when
+    given; ValueError with the reason when the manifest cannot be read."""
+    try:
+        games = tomllib.loads(Path(manifest).read_text())["game"]
+    except (OSError, tomllib.TOMLDecodeError, KeyError) as exc:
+        raise ValueError(f"bad manifest {manifest}: {exc}") from exc
+    picked = {s for s in only.split(",") if s}
+    return [g for g in games if not picked or g.get("slug") in picked]
+
+
 def parse_variants(text: str) -> dict[str, dict]:
     """'path,pc/4,path@262144' -> {"path": {"sort_key": "path"}, "pc/4": {"sort_key": "pc", "sort_parts": 4},
     "path@262144": {"sort_key": "path", "envs": 262144}} (no "envs": --envs)."""
@@ -111,11 +122,10 @@ def main() -> int:
     ap.add_argument("--out", default="bench_out/games.json")
     args = ap.parse_args()
     try:
-        games = tomllib.loads(Path(args.manifest).read_text())["game"]
-    except (OSError, tomllib.TOMLDecodeError, KeyError) as exc:
-        sys.stderr.write(f"bench_games: bad manifest {args.manifest}: {exc}\n")
+        games = read_games(args.manifest, args.only)
+    except ValueError as exc:
+        sys.stderr.write(f"bench_games: {exc}\n")
         return 2
-    only = {s for s in args.only.split(",") if s}
     folder = Path(args.games)
     states = Path(args.states) if args.states else folder / "states"
     warp_backend = "warp_vec_cuda" if args.device.startswith("cuda") else "warp_vec_cpu"
@@ -137,8 +147,6 @@ def main() -> int:
     rows, failed = [], []
     for g in games:
         slug = g["slug"]
-        if only and slug not in only:
-            continue
         path = folder / f"{slug}.gb"
         if not path.is_file():
             failed.append({"slug": slug, "error": f"{path} missing (run scripts/fetch_games.py)"})

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from bench_games import make_state  # (this script's folder is on sys.path)
+from bench_games import make_state, read_games  # (this script's folder is on sys.path)
 
 from gbxcule.backends import load_start_state, make_backend
 from gbxcule.backends.warp_vec import BLOCK_DIMS, SORT_KEYS, parse_sort_parts
@@ -84,23 +84,18 @@ def main() -> int:
     args = ap.parse_args()
     try:
         variants = parse(args.variants)
-        import tomllib
-
-        games = tomllib.loads(Path(args.manifest).read_text())["game"]
-    except (ValueError, OSError) as exc:
+        games = read_games(args.manifest, args.only)
+    except ValueError as exc:
         sys.stderr.write(f"bench_spread: {exc}\n")
         return 2
     import warp as wp
 
-    only = {s for s in args.only.split(",") if s}
     codec = get_codec("pokemonred_puffer_v1")
     schedule = ActionSchedule(24, 8)
     gen = make_action_gen("seeded_random", codec, args.envs, 0)
     rows, failed = [], []
     for g in games:
         slug = g["slug"]
-        if only and slug not in only:
-            continue
         try:
             be = game_backend(Path(args.games), slug, args.envs, args.device, args.state_frames, codec, schedule)
         except (GbxculeError, OSError, ValueError) as exc:

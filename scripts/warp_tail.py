@@ -28,7 +28,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from bench_spread import game_backend  # (this script's folder is on sys.path)
+from bench_games import read_games  # (this script's folder is on sys.path)
+from bench_spread import game_backend
 
 from gbxcule.backends.warp_vec import SORT_KEYS
 from gbxcule.core.action_codec import get_codec
@@ -72,21 +73,16 @@ def main() -> int:
     ap.add_argument("--out", default="bench_out/warp_tail.json")
     args = ap.parse_args()
     try:
-        import tomllib
-
-        games = tomllib.loads(Path(args.manifest).read_text())["game"]
-    except (ValueError, OSError) as exc:
+        games = read_games(args.manifest, args.only)
+    except ValueError as exc:
         sys.stderr.write(f"warp_tail: {exc}\n")
         return 2
-    only = {s for s in args.only.split(",") if s}
     codec = get_codec("pokemonred_puffer_v1")
     gen = make_action_gen("seeded_random", codec, args.envs, 0)
     rows, failed = [], []
     ins, pc = FIELD_INDEX["instructions"], FIELD_INDEX["pc"]
     for g in games:
         slug = g["slug"]
-        if only and slug not in only:
-            continue
         try:
             be = game_backend(Path(args.games), slug, args.envs, args.device, args.state_frames, codec,
                               ActionSchedule(24, 8))
