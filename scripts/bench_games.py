@@ -27,8 +27,9 @@ import json
 import os
 import statistics
 import sys
-import tomllib
 from pathlib import Path
+
+from fetch_games import MANIFEST, read_games  # (this script's folder is on sys.path)
 
 from gbxcule.backends.warp_vec import DEFAULT_SORT_KEY, MAX_ENVS, MAX_SORT_PARTS, SORT_KEYS, parse_sort_parts
 from gbxcule.core.action_codec import CODECS, get_codec
@@ -57,17 +58,6 @@ def make_state(rom_path: Path, frames: int, out: Path) -> Path:
     return write_output(out, data)
 
 
-def read_games(manifest: str, only: str = "") -> list[dict]:
-    """The games of a manifest (benchmarks/games/games.toml), those named in `only` (comma-separated slugs) when
-    given; ValueError with the reason when the manifest cannot be read."""
-    try:
-        games = tomllib.loads(Path(manifest).read_text())["game"]
-    except (OSError, tomllib.TOMLDecodeError, KeyError) as exc:
-        raise ValueError(f"bad manifest {manifest}: {exc}") from exc
-    picked = {s for s in only.split(",") if s}
-    return [g for g in games if not picked or g.get("slug") in picked]
-
-
 def parse_variants(text: str) -> dict[str, dict]:
     """'path,pc/4,path@262144' -> {"path": {"sort_key": "path"}, "pc/4": {"sort_key": "pc", "sort_parts": 4},
     "path@262144": {"sort_key": "path", "envs": 262144}} (no "envs": --envs)."""
@@ -90,7 +80,7 @@ def parse_variants(text: str) -> dict[str, dict]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--manifest", default=str(ROOT / "benchmarks/games/games.toml"))
+    ap.add_argument("--manifest", default=str(MANIFEST))
     ap.add_argument("--games", default=str(ROOT / ".games"), help="folder of <slug>.gb (scripts/fetch_games.py)")
     ap.add_argument("--states", default=None, help="folder for the start states (default GAMES/states)")
     ap.add_argument("--only", default="", help="comma-separated slugs")

@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from bench_games import make_state, read_games  # (this script's folder is on sys.path)
+from bench_games import make_state  # (this script's folder is on sys.path)
+from fetch_games import MANIFEST, read_games
 
 from gbxcule.backends import load_start_state, make_backend
 from gbxcule.backends.warp_vec import BLOCK_DIMS, SORT_KEYS, parse_sort_parts
@@ -69,7 +70,7 @@ def game_backend(folder: Path, slug: str, envs: int, device: str, state_frames: 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--manifest", default=str(ROOT / "benchmarks/games/games.toml"))
+    ap.add_argument("--manifest", default=str(MANIFEST))
     ap.add_argument("--games", default=str(ROOT / ".games"),
                     help="folder of <slug>.gb; the start states in its states/ (made with PyBoy when missing, as "
                          "bench_games.py makes them)")

@@ -98,6 +98,22 @@ def fetch_one(game: dict, out: Path, src: Path | None, by_sha: dict[str, Path], 
     return "copied" if src else "downloaded"
 
 
+def read_games(manifest: str | Path, only: str = "") -> list[dict]:
+    """The games of a manifest, in its order; with `only` (comma-separated slugs) just those. ValueError with
+    the reason for a manifest that cannot be read, an entry without a slug, or a slug it does not list."""
+    try:
+        games = tomllib.loads(Path(manifest).read_text())["game"]
+    except (OSError, tomllib.TOMLDecodeError, KeyError) as exc:
+        raise ValueError(f"bad manifest {manifest}: {exc}") from exc
+    if not isinstance(games, list) or not all(isinstance(g, dict) and isinstance(g.get("slug"), str) for g in games):
+        raise ValueError(f"bad manifest {manifest}: every [[game]] needs a slug")
+    wanted = [s.strip() for s in only.split(",") if s.strip()]
+    unknown = sorted(set(wanted) - {g["slug"] for g in games})
+    if unknown:
+        raise ValueError(f"unknown slug(s): {', '.join(unknown)}")
+    return [g for g in games if not wanted or g["slug"] in wanted]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--manifest", type=Path, default=MANIFEST, help="games manifest (TOML)")
@@ -108,19 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     try:
-        games = tomllib.loads(args.manifest.read_text())["game"]
+        games = read_games(args.manifest, args.only or "")
         by_sha = index_dir(args.src) if args.src else {}
         args.out.mkdir(parents=True, exist_ok=True)
-    except (OSError, tomllib.TOMLDecodeError, KeyError) as e:
+    except (OSError, ValueError) as e:
         print(f"fetch_games: {e}", file=sys.stderr)
         return 2
-    if args.only:
-        wanted = [s.strip() for s in args.only.split(",") if s.strip()]
-        unknown = sorted(set(wanted) - {g["slug"] for g in games})
-        if unknown:
-            print(f"fetch_games: unknown slug(s): {', '.join(unknown)}", file=sys.stderr)
-            return 2
-        games = [g for g in games if g["slug"] in wanted]
 
     rows, failed = [], 0
     for game in games:

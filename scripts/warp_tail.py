@@ -28,8 +28,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from bench_games import read_games  # (this script's folder is on sys.path)
-from bench_spread import game_backend
+from bench_spread import game_backend  # (this script's folder is on sys.path)
+from fetch_games import MANIFEST, read_games
 
 from gbxcule.backends.warp_vec import SORT_KEYS
 from gbxcule.core.action_codec import get_codec
@@ -61,7 +61,7 @@ def distinct_per_warp(values: np.ndarray) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--manifest", default=str(ROOT / "benchmarks/games/games.toml"))
+    ap.add_argument("--manifest", default=str(MANIFEST))
     ap.add_argument("--games", default=str(ROOT / ".games"), help="folder of <slug>.gb (states as bench_spread.py)")
     ap.add_argument("--state-frames", type=int, default=1200)
     ap.add_argument("--only", default="", help="comma-separated slugs")

@@ -159,6 +159,8 @@ def test_warp_tail_reports_work_shares_per_frame(tmp_path):
         assert f["oracle"] >= max(f["sorted"], f["unsorted"]) - 1e-12
     assert "by_prev" not in row["frames"][0] and "by_prev" in row["frames"][1]
     assert "ow" in r.stdout and "artifact:" in r.stdout
+    r = _run(ROOT / "scripts/warp_tail.py", "--manifest", manifest, "--games", games, "--only", "ow,nope")
+    assert r.returncode == 2 and r.stderr == "warp_tail: unknown slug(s): nope\n", r.stderr
 
 
 @pytest.mark.skipif(not os.environ.get("GBXCULE_TEST_ROMS"), reason="GBXCULE_TEST_ROMS is not set")
