@@ -161,7 +161,7 @@ def main() -> int:
                     if "instructions_per_s" in r.windows[0]:
                         row[f"window_ips_{name}"] = [w["instructions_per_s"] for w in r.windows]
                 if r.sort_trials is not None:
-                    row[f"sort_trials_{name}"] = r.sort_trials  # sort_parts auto: ms a step by parts, per trial
+                    row[f"sort_trials_{name}"] = r.sort_trials  # sort_parts auto: ms a step by choice, per trial
                 if r.instructions_per_s is not None:
                     row[f"ips_{name}"] = r.instructions_per_s  # emulated instructions/s
                     row[f"ipstep_{name}"] = r.instructions_per_s / r.env_steps_per_s  # and per env-step

@@ -21,6 +21,8 @@ import argparse
 import sys
 import time
 
+import numpy as np
+
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -51,10 +53,17 @@ def main() -> int:
     if args.state:
         load_start_state(backend, args.state)
     gen = make_action_gen(args.actions, backend.codec, args.envs, seed=0)
+    before = None
     for k in range(args.steps):
+        if k == args.steps - 1:
+            before = backend.field_values("instructions").astype(np.int64)
         backend.step(gen(k))
     wp.synchronize_device("cuda")
-    print(f"{args.rom}: {args.steps} steps of {args.envs} envs, block_dim {backend.block_dim}")
+    last = int((backend.field_values("instructions").astype(np.int64) - before).sum()) if before is not None else 0
+    # (`instructions` wraps in int32; per-step deltas are far below that)
+    print(f"{args.rom}: {args.steps} steps of {args.envs} envs, block_dim {backend.block_dim}; "
+          f"emulated instructions in the last step: {last} ({last / args.envs / backend.schedule.frames_per_step:.1f} "
+          "per env and frame)")
     if args.breakdown:
         breakdown(wp, backend, gen, args.steps, args.breakdown)
     return 0

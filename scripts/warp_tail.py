@@ -42,6 +42,8 @@ from gbxcule.harness.bench import environment
 
 ROOT = Path(__file__).resolve().parent.parent
 WARP = 32
+LAUNCH = ("launch_sorted", "launch_light_first", "launch_heavy_first", "launch_heavy2", "launch_heavy_max2",
+          "launch_oracle", "corr_prev", "corr_prev2")
 
 
 def warp_share(work: np.ndarray, order: np.ndarray) -> float:
@@ -52,6 +54,28 @@ def warp_share(work: np.ndarray, order: np.ndarray) -> float:
     lanes = np.concatenate([w, np.full(pad, np.nan)]).reshape(-1, WARP)
     busiest = np.nanmax(lanes, axis=1) * np.sum(~np.isnan(lanes), axis=1)
     return float(w.sum() / busiest.sum()) if busiest.sum() > 0 else 1.0
+
+
+def launch_share(work: np.ndarray, order: np.ndarray, sms: int, block: int = 256) -> float:
+    """A launch's SM share under a simple model: blocks of `block` lanes in `order` go, in order, to whichever
+    of `sms` SMs frees first (one block at a time, as at 255 registers a thread); a block holds its SM for its
+    busiest lane's work. The work over `sms` x the time the last block ends: 1 when no SM waits at the end."""
+    w = work[order].astype(np.float64)
+    pad = (-len(w)) % block
+    times = np.concatenate([w, np.zeros(pad)]).reshape(-1, block).max(axis=1)
+    free = np.zeros(sms)
+    for t in times:  # (heapq would be faster; a few thousand blocks a frame)
+        i = int(free.argmin())
+        free[i] += t
+    end = free.max()
+    return float(times.sum() / (sms * end)) if end > 0 else 1.0
+
+
+def key_order(predicted: np.ndarray, pcs: np.ndarray, heavy_first: bool) -> np.ndarray:
+    """Thread order of the `path` key built on `predicted` work: 8-instruction buckets (heaviest first or
+    last), then PC."""
+    bucket = np.clip(predicted >> 3, 0, 2047)
+    return np.lexsort((pcs & 0xFFFF, 2047 - bucket if heavy_first else bucket))
 
 
 def distinct_per_warp(values: np.ndarray) -> float:
@@ -70,6 +94,7 @@ def main() -> int:
     ap.add_argument("--spread", type=int, default=30, help="untimed 24-frame steps of random play first")
     ap.add_argument("--frames", type=int, default=24, help="frames measured, one launch each (default 24)")
     ap.add_argument("--key", default="path", choices=SORT_KEYS)
+    ap.add_argument("--sms", type=int, default=0, help="SMs for the launch model (default: the device's; cpu 132)")
     ap.add_argument("--out", default="bench_out/warp_tail.json")
     args = ap.parse_args()
     try:
@@ -77,6 +102,8 @@ def main() -> int:
     except ValueError as exc:
         sys.stderr.write(f"warp_tail: {exc}\n")
         return 2
+    import warp as wp
+
     codec = get_codec("pokemonred_puffer_v1")
     gen = make_action_gen("seeded_random", codec, args.envs, 0)
     rows, failed = [], []
@@ -101,8 +128,9 @@ def main() -> int:
             done = rows_[ins].astype(np.int64) - be._waited.numpy().astype(np.int64)
             return done, rows_[pc].copy()
 
+        sms = args.sms or (wp.get_device(args.device).sm_count if args.device.startswith("cuda") else 132)
         before, pcs = executed()
-        prev = None
+        prev = prev2 = None
         frames = []
         for f in range(args.frames):
             held = gen(args.spread + f // 24) if f % 24 < 8 else none
@@ -115,13 +143,22 @@ def main() -> int:
                      "oracle": warp_share(work, np.argsort(-work, kind="stable")),
                      "pcs_per_warp": distinct_per_warp(pcs[order]), "mean": float(work.mean()),
                      "max": int(work.max())}
+            frame["launch_sorted"] = launch_share(work, order, sms)
+            frame["launch_oracle"] = launch_share(work, key_order(work, pcs, True), sms)
             if prev is not None:
                 frame["by_prev"] = warp_share(work, np.argsort(-prev, kind="stable"))
+                frame["launch_light_first"] = launch_share(work, key_order(prev, pcs, False), sms)
+                frame["launch_heavy_first"] = launch_share(work, key_order(prev, pcs, True), sms)
+                frame["corr_prev"] = float(np.corrcoef(prev, work)[0, 1])
+            if prev2 is not None:
+                frame["launch_heavy2"] = launch_share(work, key_order(prev2, pcs, True), sms)
+                frame["launch_heavy_max2"] = launch_share(work, key_order(np.maximum(prev, prev2), pcs, True), sms)
+                frame["corr_prev2"] = float(np.corrcoef(prev2, work)[0, 1])
             frames.append(frame)
-            before, pcs, prev = after, pcs_next, work
+            before, pcs, prev, prev2 = after, pcs_next, work, prev
         be.close()
         med = {k: statistics.median(fr[k] for fr in frames if k in fr)
-               for k in ("sorted", "unsorted", "oracle", "by_prev", "pcs_per_warp", "mean")}
+               for k in ("sorted", "unsorted", "oracle", "by_prev", "pcs_per_warp", "mean", *LAUNCH)}
         rows.append({"slug": slug, "frames": frames, "median": med})
         print(f"{slug}: " + ", ".join(f"{k} {v:.3g}" for k, v in med.items()), flush=True)
     data = {"failed": failed, "envs": args.envs, "spread": args.spread, "frames": args.frames, "key": args.key,
@@ -133,6 +170,10 @@ def main() -> int:
         m = r["median"]
         print(f"{r['slug'][:16]:16s} {m['mean']:9.0f} {m['sorted']:7.3f} {m['unsorted']:8.3f} "
               f"{m['by_prev']:7.3f} {m['oracle']:7.3f} {m['pcs_per_warp']:8.2f}")
+    print(f"\n{'game':16s} " + " ".join(f"{k.removeprefix('launch_'):>11s}" for k in LAUNCH)
+          + "  (launch model: SM share; corr: of each env's work with the frame's before)")
+    for r in rows:
+        print(f"{r['slug'][:16]:16s} " + " ".join(f"{r['median'][k]:11.3f}" for k in LAUNCH))
     print(f"artifact: {out}")
     return 1 if failed else 0
 

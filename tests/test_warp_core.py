@@ -168,24 +168,26 @@ def test_sorting_envs_by_pc_changes_no_result():
     from gbxcule.roms import resolve_rom
 
     rom = str(resolve_rom("JOY_DIVERGE_PERSIST"))
-    plain, sorted_, every, path, stack = (WarpVecBackend(rom, 6, schedule=ActionSchedule(3, 1), boot="skip",
-                                                         stage="full_step", sort_envs=s, sort_every=k, lean=k == 1,
-                                                         sort_key=key)
-                                          for s, k, key in ((False, 1, "pc"), (True, 3, "pc"), (True, 1, "pc"),
-                                                            (True, 1, "path"), (True, 2, "stack")))
+    plain, sorted_, every, path, light, stack = (
+        WarpVecBackend(rom, 6, schedule=ActionSchedule(3, 1), boot="skip", stage="full_step", sort_envs=s,
+                       sort_every=k, lean=k == 1, sort_key=key, sort_parts=1)
+        for s, k, key in ((False, 1, "pc"), (True, 3, "pc"), (True, 1, "pc"), (True, 1, "path"),
+                          (True, 1, "path_light"), (True, 2, "stack")))
     rng = np.random.default_rng(1)
     for _ in range(5):
         acts = rng.integers(0, plain.codec.num_actions, 6).astype(np.int32)
-        for b in (plain, sorted_, every, path, stack):
+        for b in (plain, sorted_, every, path, light, stack):
             b.step(acts)
         assert len(set(sorted_.fields.numpy().reshape(6, -1)[:, 9])) > 1  # the envs did end at different PCs
-        for b in (sorted_, every, path, stack):
+        for b in (sorted_, every, path, light, stack):
             assert np.array_equal(plain.fields.numpy(), b.fields.numpy())
             assert np.array_equal(plain.ram.numpy(), b.ram.numpy())
             assert np.array_equal(plain.rewards.numpy(), b.rewards.numpy())
             assert np.array_equal(plain.obs.numpy(), b.obs.numpy())
     assert plain.obs.numpy().any()
     assert len(set(path._sort_keys.numpy()[:6] >> 20)) > 1  # the path key did part envs by their work
+    heavy = 2047 - (path._sort_keys.numpy()[:6] >> 20)  # "path": the most work first; "path_light": the least
+    assert np.all(np.diff(heavy) <= 0) and np.array_equal(heavy[::-1], light._sort_keys.numpy()[:6] >> 20)
 
 
 def test_step_block_dim_spreads_warps_over_the_sms():
@@ -340,25 +342,27 @@ def test_sort_parts_is_checked():
 
 
 def test_sort_parts_auto_times_its_choices_and_changes_no_result():
-    """sort_parts="auto" runs timed trials of 1, 2 and 4 parts (timed on the host on the CPU device) and keeps
-    the fastest; every step's states and observations equal an unsorted backend's."""
+    """sort_parts="auto" runs timed trials of 1, 2 and 4 parts, heaviest or lightest envs first (timed on the host
+    on the CPU device), and keeps the fastest; every step's states and observations equal an unsorted backend's."""
     from gbxcule.roms import resolve_rom
 
     rom = str(resolve_rom("OVERWORLD"))
     plain, auto = (WarpVecBackend(rom, 8, schedule=ActionSchedule(12, 4), stage="full_step", sort_envs=s,
                                   sort_parts=p) for s, p in ((False, 1), (True, "auto")))
-    assert auto.tuner is not None and auto.tuner.candidates == (1, 2, 4)
+    assert auto.tuner is not None  # with the path key: 1, 2 and 4 parts, heaviest or lightest first
+    assert auto.tuner.candidates == ((1, True), (1, False), (2, True), (2, False), (4, True), (4, False))
     rng = np.random.default_rng(3)
-    for i in range(61):  # trials at steps 16-21 and 54-59 (read at 22 and 60)
+    for i in range(73):  # trials at steps 16-27 and 60-71 (read at 28 and 72)
         acts = rng.integers(0, plain.codec.num_actions, 8).astype(np.int32) * (i >= 5)
         for b in (plain, auto):
             b.step(acts)
         assert np.array_equal(plain.fields.numpy(), auto.fields.numpy())
         assert np.array_equal(plain.ram.numpy(), auto.ram.numpy())
         assert np.array_equal(plain.obs.numpy(), auto.obs.numpy())
-    hist = auto.tuner.history  # each trial: ms per step by number of parts
-    assert len(hist) == 2 and all(sorted(h) == [1, 2, 4] and min(h.values()) > 0 for h in hist)
+    hist = auto.tuner.history  # each trial: ms per step by (parts, heaviest first)
+    assert len(hist) == 2 and all(set(h) == set(auto.tuner.candidates) and min(h.values()) > 0 for h in hist)
     assert auto.tuner.best == min(hist[-1], key=hist[-1].get)
+    assert set(auto.sort_trials()[-1]) == {"1", "1/light", "2", "2/light", "4", "4/light"}
 
 
 def test_instructions_that_straddle_a_rom_window_end(tmp_path):

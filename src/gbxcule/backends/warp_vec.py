@@ -21,7 +21,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from gbxcule.backends.autotune import Tuner
+from gbxcule.backends.autotune import AUTO_CANDIDATES, Tuner
 from gbxcule.backends.base import CpuState, check_actions, check_env
 from gbxcule.core.action_codec import DEFAULT_CODEC, ActionCodec, get_codec
 from gbxcule.core.cartridge import CartConfig, Rom, cart_config, load_rom, rom_mirror, rom_words
@@ -44,7 +44,7 @@ from gbxcule.core.snapshot import EnvState, Snapshot, encode_snapshot, write_sna
 
 RENDER_MODES = {"none": 0, "last": 1, "all": 2}
 OBS_MODES = ("stride", "mean")
-SORT_KEYS = ("pc", "path", "stack")
+SORT_KEYS = ("pc", "path", "path_light", "stack")
 DEFAULT_SORT_KEY = "path"  # BENCHMARKS.md, "Sort keys"
 MAX_SORT_PARTS = 64
 AUTO = "auto"  # sort_parts chosen by timing (backends/autotune.py)
@@ -213,17 +213,24 @@ class WarpVecBackend:
             raise ValueError("sort_parts > 1 sorts within every frame: it needs sort_every = 1")
         self.sort_parts = sort_parts
         self.tuner = None
+        if sort_key not in SORT_KEYS:
+            raise ValueError(f"sort_key must be one of {', '.join(SORT_KEYS)}, not {sort_key!r}")
         if sort_parts == AUTO and self.sort_envs and sort_every == 1:
-            self.tuner = Tuner()
+            # (parts, heaviest first): with the `path` key the tuner also picks which end of the work order
+            # runs first (below)
+            orders = (True, False) if sort_key == "path" else (sort_key != "path_light",)
+            self.tuner = Tuner(tuple((p, o) for p in AUTO_CANDIDATES for o in orders))
             if device.startswith("cuda"):  # (the CPU device runs each launch before returning: a host clock)
                 self._tuner_events = [(wp.Event(device, enable_timing=True), wp.Event(device, enable_timing=True))
                                       for _ in self.tuner.trial]
         # sort_key: "pc" orders by (PC, action); "path" (the default) puts in front of them the instructions each
         # env ran since the last sort, so envs waiting at the same HALT but in different game modes part
-        # (BENCHMARKS.md, "Sort keys": +3% median, +26% on the slowest game of the public set); "stack" puts
-        # the word at SP (the waiting routine's caller) in front of them instead (not measured on a GPU yet).
-        if sort_key not in SORT_KEYS:
-            raise ValueError(f"sort_key must be one of {', '.join(SORT_KEYS)}, not {sort_key!r}")
+        # (BENCHMARKS.md, "Sort keys": +3% median, +26% on the slowest game of the public set), the heaviest
+        # envs first: blocks go to SMs in thread order, and heavy blocks started last leave SMs idle at the
+        # launch's end (BENCHMARKS.md, twelfth visit: +8% to +40% on three of four games spread apart). Where
+        # the work since the last sort predicts badly (envs whose frames spike), the lightest first runs faster
+        # (Tobu Tobu Girl, 6%), so "auto" tries both orders; "path_light" is that order fixed. "stack" puts the
+        # word at SP (the waiting routine's caller) in front of (PC, action) instead.
         self.sort_key = sort_key
         # threads per block of the step kernel (default: step_block_dim for the GPU's SM count; Warp's 256 on
         # the CPU device, where it means nothing).
@@ -280,10 +287,10 @@ class WarpVecBackend:
             starts.add(frames - 1)  # the drawn last frame runs alone in the full kernel
         bounds = sorted(starts) + [frames]
         # (begin, end, resume, stop_dot): whole frames [begin, end), or with sort_parts one part of a frame
-        parts, timed = 1, False
+        parts, heavy_first, timed = 1, self.sort_key != "path_light", False
         if sort and self.tuner is not None:  # (sort: a step, not the boot's one-env launch)
             self.tuner.poll(self._tuner_elapsed)
-            parts, timed = self.tuner.plan()
+            (parts, heavy_first), timed = self.tuner.plan()
             if timed and self.device.startswith("cuda"):
                 events = self._tuner_events[len(self.tuner.pending)]
                 wp.get_stream(self.device).record_event(events[0])
@@ -299,10 +306,11 @@ class WarpVecBackend:
         perm = self._perm if sort else self._no_perm
         for begin, end, resume, stop_dot in segments:
             if sort and (parts > 1 or begin % every == 0):
-                if self.sort_key == "path":
+                if self.sort_key in ("path", "path_light"):
                     wp.launch(path_key_kernel, dim=n, device=self.device,
                               inputs=[self.fields, actions, self._sort_prev, self._sort_keys, self._sort_vals,
-                                      FIELD_INDEX["pc"], FIELD_INDEX["instructions"], self._waited])
+                                      FIELD_INDEX["pc"], FIELD_INDEX["instructions"], self._waited,
+                                      int(heavy_first)])
                 elif self.sort_key == "stack":
                     wp.launch(stack_key_kernel, dim=n, device=self.device,
                               inputs=[self.fields, actions, self.ram, self._sort_keys, self._sort_vals,
@@ -322,9 +330,16 @@ class WarpVecBackend:
                               stop_dot, self._waited])
         if timed and self.device.startswith("cuda"):
             wp.get_stream(self.device).record_event(events[1])
-            self.tuner.timed(parts, events)
+            self.tuner.timed((parts, heavy_first), events)
         elif timed:
-            self.tuner.timed(parts, (time.perf_counter() - started) * 1000)
+            self.tuner.timed((parts, heavy_first), (time.perf_counter() - started) * 1000)
+
+    def sort_trials(self) -> list[dict[str, float]] | None:
+        """The sort tuner's trials so far (ms per step by choice: "4" for 4 parts heaviest first, "4/light"
+        lightest first), or None without a tuner."""
+        if self.tuner is None:
+            return None
+        return [{f"{p}{'' if heavy else '/light'}": ms for (p, heavy), ms in t.items()} for t in self.tuner.history]
 
     def _tuner_elapsed(self, handle) -> float:
         """A timed step's milliseconds: between its two CUDA events (waiting for the second), or as measured on

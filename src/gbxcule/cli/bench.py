@@ -52,11 +52,13 @@ def register(sub) -> None:
     p.add_argument("--sort-parts", type=sort_parts_arg, default="auto", metavar="PARTS",
                    help="warp backends with --sort-envs: split every frame into PARTS launches at equal PPU dot "
                         "counts and sort before each (1: whole frames), or auto (the default): 1, 2 or 4, "
-                        "whichever runs fastest in timed trials now and then")
+                        "whichever runs fastest in timed trials now and then (with the path key, each in both "
+                        "orders)")
     p.add_argument("--sort-key", default=DEFAULT_SORT_KEY, choices=SORT_KEYS,
                    help="warp backends with --sort-envs: order by the instructions each env ran since the last sort, "
-                        "then (PC, action) (path, the default), by (PC, action) alone (pc), or by the word at SP "
-                        "(the waiting routine's caller), then (PC, action) (stack)")
+                        "then (PC, action) (path, the default: the most work first, or with --sort-parts auto "
+                        "whichever end runs faster; path_light: the least first), by (PC, action) alone (pc), or by "
+                        "the word at SP (the waiting routine's caller), then (PC, action) (stack)")
     p.add_argument("--lean", default=None, action=argparse.BooleanOptionalAction,
                    help="warp backends: run frames that draw nothing in a kernel built without the renderer "
                         "(default: on for CUDA, off for the CPU device)")

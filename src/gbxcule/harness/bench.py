@@ -47,7 +47,7 @@ class BenchResult:
     device_bytes_per_env: int | None = None
     mode_histogram: dict[str, int] | None = None  # JOY_DIVERGE_PERSIST: envs per inner loop (mode & 3)
     block_dim: int | None = None  # warp backends on CUDA: threads per block of the step kernel
-    sort_trials: list[dict[str, float]] | None = None  # sort_parts "auto": each trial's ms per step by parts
+    sort_trials: list[dict[str, float]] | None = None  # sort_parts "auto": each trial's ms per step by choice
     windows: list[dict] | None = None  # sync_every > 0: each stretch of sync_every steps (its first step, SPS...)
 
 
@@ -74,12 +74,6 @@ def _window(first: int, steps: int, seconds: float, envs: int, before, after) ->
 def _distinct_pcs(backend) -> int | None:
     pcs = _offered(backend, "field_values", "pc")
     return None if pcs is None else int(np.unique(pcs).size)
-
-
-def _sort_trials(backend) -> list[dict[str, float]] | None:
-    """The sort_parts tuner's trials so far (ms per step by parts), where the backend has one."""
-    tuner = getattr(backend, "tuner", None)
-    return None if tuner is None else [{str(k): v for k, v in t.items()} for t in tuner.history]
 
 
 def _mode_histogram(backend, rom: Rom) -> dict[str, int] | None:
@@ -125,8 +119,8 @@ def measure(backend_name: str, rom: Rom, envs: int, steps: int, schedule: Action
         return BenchResult(backend_name, rom.path, envs, steps, schedule.frames_per_step, seconds,
                            envs * steps / seconds, envs * steps * schedule.frames_per_step / seconds, instr,
                            1000 * seconds / steps, _distinct_pcs(backend), _offered(backend, "device_bytes_per_env"),
-                           _mode_histogram(backend, rom), getattr(backend, "block_dim", None), _sort_trials(backend),
-                           windows or None)
+                           _mode_histogram(backend, rom), getattr(backend, "block_dim", None),
+                           _offered(backend, "sort_trials"), windows or None)
     finally:
         backend.close()
 

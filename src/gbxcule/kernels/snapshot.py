@@ -139,17 +139,20 @@ def sort_key_kernel(fields: wp.array(dtype=wp.int32), actions: wp.array(dtype=wp
 @wp.kernel(enable_backward=False)
 def path_key_kernel(fields: wp.array(dtype=wp.int32), actions: wp.array(dtype=wp.int32), prev: wp.array(dtype=wp.int32),
                     keys: wp.array(dtype=wp.int32), envs: wp.array(dtype=wp.int32), pc_row: wp.int32,
-                    instr_row: wp.int32, waited: wp.array(dtype=wp.int32)):
+                    instr_row: wp.int32, waited: wp.array(dtype=wp.int32), heavy_first: wp.int32):
     """Key of env e by the path it took since the last sort: the instructions it ran since then, less those
     of skipped wait-loop rounds (`waited`, kernels/idle.py) (a fingerprint of the code path: envs in the same
     game mode run the same count; time halted or waiting counts nothing), then its PC, then its action (low 4
     bits). Sorting on it groups envs that will likely run the same code this frame even when they all wait at
-    the same HALT. `prev` keeps each env's work count for the next sort; 31 key bits."""
+    the same HALT. `heavy_first` 1 puts the most work first (blocks go to SMs in thread order: heavy ones
+    started last leave SMs idle at the launch's end), 0 the least. `prev` keeps each env's work count for the
+    next sort; 31 key bits."""
     e = wp.tid()
     now = wp.int32(wp.uint32(fields[e * _NF + instr_row]) - wp.uint32(waited[e]))
     ran = wp.int32(wp.uint32(now) - wp.uint32(prev[e]))  # the counter wraps: a uint32 difference
     prev[e] = now
     bucket = wp.clamp(ran >> 3, 0, 2047)  # a restore or reset in between gives any value: still in range
+    bucket = wp.where(heavy_first != 0, 2047 - bucket, bucket)
     keys[e] = (bucket << 20) | ((fields[e * _NF + pc_row] & 0xFFFF) << 4) | (actions[e] & 0xF)
     envs[e] = e
 
