@@ -5,6 +5,10 @@ envs that part ways within a frame (Geometrix, Shock Lobster) run up to a fifth 
 times a frame, while a game whose envs stay together loses the same to the extra launches (BENCHMARKS.md,
 "Re-sorting within frames"). Results do not depend on the choice, so it can follow the measured speed.
 
+The backend's candidates are (parts, heaviest first) pairs: with the `path` key, whether the envs that ran the
+most since the last sort go first or last changes how long SMs sit idle at a launch's end, and the better end
+depends on the game (BENCHMARKS.md, twelfth visit).
+
 `Tuner` is the policy alone, without the device. A trial times every candidate for two steps, in the order
 1 2 4 4 2 1: play that speeds up or slows down steadily (random play spreads the envs apart, step after step)
 adds the same to every candidate's sum, so it favours none. (Trying only a neighbour, climbing, does not do:
@@ -18,7 +22,7 @@ last step: no waits between trials."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 AUTO_CANDIDATES = (1, 2, 4)
 
@@ -26,7 +30,7 @@ AUTO_CANDIDATES = (1, 2, 4)
 class Tuner:
     """The fastest of `candidates` by palindromic trials (module docstring); the first before any trial."""
 
-    def __init__(self, candidates: Sequence[int] = AUTO_CANDIDATES, first_gap: int = 32, max_gap: int = 256,
+    def __init__(self, candidates: Sequence[Hashable] = AUTO_CANDIDATES, first_gap: int = 32, max_gap: int = 256,
                  first_trial: int = 16):
         if len(candidates) < 2 or first_gap < 1 or max_gap < first_gap or first_trial < 0:
             raise ValueError("Tuner needs two candidates or more, 1 <= first_gap <= max_gap and first_trial >= 0")
@@ -39,9 +43,9 @@ class Tuner:
         self.max_gap = max_gap
         self._trial_at: int | None = None  # the step the trial being planned started at
         self.pending: list[tuple[int, object]] = []  # (value, handle) of the trial's steps, not read yet
-        self.history: list[dict[int, float]] = []  # the last 64 trials: ms per step by value (mean of two)
+        self.history: list[dict[Hashable, float]] = []  # the last 64 trials: ms per step by value (mean of two)
 
-    def plan(self) -> tuple[int, bool]:
+    def plan(self) -> tuple[Hashable, bool]:
         """The value for the next step, and whether that step is timed (a trial step); advances the count."""
         step = self.step
         self.step += 1
@@ -54,7 +58,7 @@ class Tuner:
             return self.trial[k], True
         return self.best, False
 
-    def timed(self, value: int, handle: object) -> None:
+    def timed(self, value: Hashable, handle: object) -> None:
         """Record the handle of a trial step's timing (read later by `poll`)."""
         self.pending.append((value, handle))
 

@@ -216,10 +216,11 @@ class WarpVecBackend:
         if sort_key not in SORT_KEYS:
             raise ValueError(f"sort_key must be one of {', '.join(SORT_KEYS)}, not {sort_key!r}")
         if sort_parts == AUTO and self.sort_envs and sort_every == 1:
-            # (parts, heaviest first): with the `path` key the tuner also picks which end of the work order
-            # runs first (below)
-            orders = (True, False) if sort_key == "path" else (sort_key != "path_light",)
-            self.tuner = Tuner(tuple((p, o) for p in AUTO_CANDIDATES for o in orders))
+            # (parts, heaviest first): with the `path` key whole frames are also tried lightest first (below;
+            # in parts, the lightest first was the slowest choice on all 17 games, BENCHMARKS.md twelfth visit)
+            heavy = sort_key != "path_light"
+            light = ((1, False),) if sort_key == "path" else ()
+            self.tuner = Tuner(((1, heavy), *light, *((p, heavy) for p in AUTO_CANDIDATES[1:])))
             if device.startswith("cuda"):  # (the CPU device runs each launch before returning: a host clock)
                 self._tuner_events = [(wp.Event(device, enable_timing=True), wp.Event(device, enable_timing=True))
                                       for _ in self.tuner.trial]
