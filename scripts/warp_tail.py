@@ -10,6 +10,12 @@ the work share of 32-lane warps, sum(work) / (32 x sum of each warp's busiest la
 - `oracle`: in order of the frame's own work, the best a key that predicted each env's work could do;
 - `by_prev`: in order of the previous frame's work.
 
+It also models the launch: blocks of 256 lanes go in thread order to whichever SM frees first, each holding its
+SM for its busiest lane's work, and `launch_*` is the SM share (the work over SMs x the last block's end) for
+the launch's own order and for `path` orders built on other predictions of the frame's work: the last frame's,
+lightest or heaviest first; two frames back; the larger of the last two; the frame's own (`oracle`). `corr_*`:
+the correlation of each env's work with its work one and two frames before.
+
 Lanes of one warp that run the same amount of work at different PCs still count as busy here: a share near 1
 means the time goes to lanes that run different code (branch divergence), a low one to lanes that wait for the
 busiest. `pcs/warp` is the mean number of distinct PCs in a warp at the frame's start (thread order). Each frame
@@ -25,6 +31,7 @@ import argparse
 import json
 import statistics
 import sys
+from math import nan
 from pathlib import Path
 
 import numpy as np
@@ -157,8 +164,8 @@ def main() -> int:
             frames.append(frame)
             before, pcs, prev, prev2 = after, pcs_next, work, prev
         be.close()
-        med = {k: statistics.median(fr[k] for fr in frames if k in fr)
-               for k in ("sorted", "unsorted", "oracle", "by_prev", "pcs_per_warp", "mean", *LAUNCH)}
+        keys = ("sorted", "unsorted", "oracle", "by_prev", "pcs_per_warp", "mean", *LAUNCH)
+        med = {k: statistics.median(fr[k] for fr in frames if k in fr) for k in keys if any(k in fr for fr in frames)}
         rows.append({"slug": slug, "frames": frames, "median": med})
         print(f"{slug}: " + ", ".join(f"{k} {v:.3g}" for k, v in med.items()), flush=True)
     data = {"failed": failed, "envs": args.envs, "spread": args.spread, "frames": args.frames, "key": args.key,
@@ -169,11 +176,11 @@ def main() -> int:
     for r in rows:
         m = r["median"]
         print(f"{r['slug'][:16]:16s} {m['mean']:9.0f} {m['sorted']:7.3f} {m['unsorted']:8.3f} "
-              f"{m['by_prev']:7.3f} {m['oracle']:7.3f} {m['pcs_per_warp']:8.2f}")
+              f"{m.get('by_prev', nan):7.3f} {m['oracle']:7.3f} {m['pcs_per_warp']:8.2f}")
     print(f"\n{'game':16s} " + " ".join(f"{k.removeprefix('launch_'):>11s}" for k in LAUNCH)
           + "  (launch model: SM share; corr: of each env's work with the frame's before)")
     for r in rows:
-        print(f"{r['slug'][:16]:16s} " + " ".join(f"{r['median'][k]:11.3f}" for k in LAUNCH))
+        print(f"{r['slug'][:16]:16s} " + " ".join(f"{r['median'].get(k, nan):11.3f}" for k in LAUNCH))
     print(f"artifact: {out}")
     return 1 if failed else 0
 

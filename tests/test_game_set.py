@@ -143,6 +143,24 @@ def test_warp_share_counts_each_warp_at_its_busiest_lane():
     assert distinct_per_warp(np.array([5] * 32 + [1, 2] * 16)) == 1.5
 
 
+def test_launch_share_models_blocks_going_to_the_first_free_sm():
+    """warp_tail.launch_share: a heavy block started last leaves the other SM idle; started first, it does not."""
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from warp_tail import key_order, launch_share
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    work = np.array([1, 1, 1, 1, 4])
+    assert launch_share(work, np.arange(5), sms=2, block=1) == pytest.approx(8 / 12)  # 4 starts at 2: ends at 6
+    assert launch_share(work, np.arange(5)[::-1], sms=2, block=1) == 1.0
+    assert launch_share(np.full(8, 3), np.arange(8), sms=2, block=2) == 1.0
+    pcs = np.array([9, 8, 7, 6, 5])
+    assert list(key_order(work * 8, pcs, True)) == [4, 3, 2, 1, 0]  # heaviest first, then by PC
+    assert list(key_order(work * 8, pcs, False)) == [3, 2, 1, 0, 4]
+
+
 def test_warp_tail_reports_work_shares_per_frame(tmp_path):
     """scripts/warp_tail.py on the CPU device: a share per frame in (0, 1], the oracle order never below the
     launch's or env order; a missing game is one error line and exit 1."""
@@ -158,6 +176,9 @@ def test_warp_tail_reports_work_shares_per_frame(tmp_path):
         assert f["instructions"] > 0 and 0 < f["unsorted"] <= 1 and 0 < f["sorted"] <= 1
         assert f["oracle"] >= max(f["sorted"], f["unsorted"]) - 1e-12
     assert "by_prev" not in row["frames"][0] and "by_prev" in row["frames"][1]
+    for f in row["frames"]:
+        assert 0 < f["launch_sorted"] <= 1 and 0 < f["launch_oracle"] <= 1
+    assert "launch_heavy2" in row["frames"][2] and "launch_heavy2" not in row["frames"][1]
     assert "ow" in r.stdout and "artifact:" in r.stdout
     r = _run(ROOT / "scripts/warp_tail.py", "--manifest", manifest, "--games", games, "--only", "ow,nope")
     assert r.returncode == 2 and r.stderr == "warp_tail: unknown slug(s): nope\n", r.stderr
