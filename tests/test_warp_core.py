@@ -191,8 +191,9 @@ def test_sorting_envs_by_pc_changes_no_result():
 
 
 def test_step_block_dim_spreads_warps_over_the_sms():
-    """The default block size: 256 once 256-thread blocks cover every SM; below that, no SM gets more warps
-    than it must, the largest block that achieves it; the H100 choices BENCHMARKS.md measured."""
+    """The default block size: 256 once 256-thread blocks make four waves over the SMs, 128 from one wave to
+    four; below that, no SM gets more warps than it must, the largest block that achieves it; the H100 choices
+    BENCHMARKS.md measured."""
     from gbxcule.backends.warp_vec import BLOCK_DIMS, step_block_dim
     from gbxcule.roms import resolve_rom
 
@@ -200,13 +201,16 @@ def test_step_block_dim_spreads_warps_over_the_sms():
         blocks = math.ceil(n / b)
         return math.ceil(blocks / sms) * (b // 32)
 
-    assert [step_block_dim(n, 132) for n in (4096, 16384, 32768, 40960, 65536)] == [32, 128, 256, 256, 256]
+    assert [step_block_dim(n, 132) for n in (4096, 16384, 32768, 40960, 65536, 262144)] == [32, 128, 256, 128,
+                                                                                              128, 256]
     for sms in (1, 2, 46, 108, 132, 144):
         for n in (1, 31, 33, 500, 1024, 5000, 16384, 40000):
             b = step_block_dim(n, sms)
             assert b in BLOCK_DIMS
-            if n >= 256 * sms:
+            if n >= 4 * 256 * sms:
                 assert b == 256
+            elif n >= 256 * sms:
+                assert b == 128
             else:
                 assert busiest(n, sms, b) == min(busiest(n, sms, c) for c in BLOCK_DIMS)
     with pytest.raises(ValueError, match="block_dim"):

@@ -98,9 +98,14 @@ def step_block_dim(num_envs: int, sm_count: int) -> int:
     runs one 256-thread block (8 warps) at a time, so a grid of fewer 256-thread blocks than SMs leaves SMs
     idle: then take the block size that gives no SM more warps than it must (ceil(blocks / SMs) x warps a
     block), the largest such. Measured on the H100 (132 SMs, BENCHMARKS.md "Block size"): 32 at 4,096 envs
-    (+28% over 256), 128 at 16,384 (+19% to +39%); at 32,768 envs and above 256 was best or within 1%."""
-    if num_envs >= BLOCK_DIMS[0] * sm_count:
+    (+28% over 256), 128 at 16,384 (+19% to +39%). With fewer than four waves of 256-thread blocks, 128: an
+    SM then frees half its warps at a time, so the launch's last blocks end closer together (65,536 envs,
+    heaviest first: +2% to +5% on four games spread apart, OVERWORLD +1.8%; BENCHMARKS.md twelfth visit). From
+    four waves on, 256 (262,144 envs: 128 and 64 within -1% to +4%)."""
+    if num_envs >= 4 * BLOCK_DIMS[0] * sm_count:
         return BLOCK_DIMS[0]
+    if num_envs >= BLOCK_DIMS[0] * sm_count:
+        return BLOCK_DIMS[1]
 
     def busiest_sm_warps(block: int) -> int:
         blocks = -(-num_envs // block)
