@@ -42,7 +42,7 @@ class Tuner:
         self.gap = first_gap
         self.max_gap = max_gap
         self._trial_at: int | None = None  # the step the trial being planned started at
-        self.pending: list[tuple[int, object]] = []  # (value, handle) of the trial's steps, not read yet
+        self.pending: list[tuple[Hashable, object]] = []  # (value, handle) of the trial's steps, not read yet
         self.history: list[dict[Hashable, float]] = []  # the last 64 trials: ms per step by value (mean of two)
 
     def plan(self) -> tuple[Hashable, bool]:
@@ -67,7 +67,7 @@ class Tuner:
         fastest value and schedule the next trial."""
         if self._trial_at is not None or len(self.pending) < len(self.trial):
             return
-        times: dict[int, float] = {}
+        times: dict[Hashable, float] = {}
         for value, handle in self.pending:
             times[value] = times.get(value, 0.0) + elapsed(handle) / 2
         self.pending = []
