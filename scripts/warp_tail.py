@@ -13,7 +13,8 @@ the work share of 32-lane warps, sum(work) / (32 x sum of each warp's busiest la
 It also models the launch: blocks of 256 lanes go in thread order to whichever SM frees first, each holding its
 SM for its busiest lane's work, and `launch_*` is the SM share (the work over SMs x the last block's end) for
 the launch's own order and for `path` orders built on other predictions of the frame's work: the last frame's,
-lightest or heaviest first; two frames back; the larger of the last two; the frame's own (`oracle`). `corr_*`:
+lightest or heaviest first; two frames back; the larger of the last two; 0.5, 0.3 and 0.2 of the last three
+(`smooth3`); the frame's own (`oracle`). `corr_*`:
 the correlation of each env's work with its work one and two frames before.
 
 Lanes of one warp that run the same amount of work at different PCs still count as busy here: a share near 1
@@ -50,7 +51,7 @@ from gbxcule.harness.bench import environment
 ROOT = Path(__file__).resolve().parent.parent
 WARP = 32
 LAUNCH = ("launch_sorted", "launch_light_first", "launch_heavy_first", "launch_heavy2", "launch_heavy_max2",
-          "launch_oracle", "corr_prev", "corr_prev2")
+          "launch_heavy_smooth3", "launch_oracle", "corr_prev", "corr_prev2")
 
 
 def warp_share(work: np.ndarray, order: np.ndarray) -> float:
@@ -137,7 +138,7 @@ def main() -> int:
 
         sms = args.sms or (wp.get_device(args.device).sm_count if args.device.startswith("cuda") else 132)
         before, pcs = executed()
-        prev = prev2 = None
+        prev = prev2 = prev3 = None
         frames = []
         for f in range(args.frames):
             held = gen(args.spread + f // 24) if f % 24 < 8 else none
@@ -161,8 +162,11 @@ def main() -> int:
                 frame["launch_heavy2"] = launch_share(work, key_order(prev2, pcs, True), sms)
                 frame["launch_heavy_max2"] = launch_share(work, key_order(np.maximum(prev, prev2), pcs, True), sms)
                 frame["corr_prev2"] = float(np.corrcoef(prev2, work)[0, 1])
+            if prev3 is not None:  # a smoothed count: 0.5, 0.3 and 0.2 of the last three frames
+                smooth = (5 * prev + 3 * prev2 + 2 * prev3) // 10
+                frame["launch_heavy_smooth3"] = launch_share(work, key_order(smooth, pcs, True), sms)
             frames.append(frame)
-            before, pcs, prev, prev2 = after, pcs_next, work, prev
+            before, pcs, prev, prev2, prev3 = after, pcs_next, work, prev, prev2
         be.close()
         keys = ("sorted", "unsorted", "oracle", "by_prev", "pcs_per_warp", "mean", *LAUNCH)
         med = {k: statistics.median(fr[k] for fr in frames if k in fr) for k in keys if any(k in fr for fr in frames)}

@@ -167,11 +167,11 @@ def test_warp_tail_reports_work_shares_per_frame(tmp_path):
     manifest, games = _one_game_and_a_missing_one(tmp_path)
     out = tmp_path / "tail.json"
     r = _run(ROOT / "scripts/warp_tail.py", "--manifest", manifest, "--games", games, "--device", "cpu",
-             "--envs", 40, "--spread", 2, "--frames", 3, "--state-frames", 30, "--out", out)
+             "--envs", 40, "--spread", 2, "--frames", 4, "--state-frames", 30, "--out", out)
     assert r.returncode == 1 and r.stderr.count("warp_tail: missing:") == 1, r.stderr
     data = json.loads(out.read_text())
     row = data["games"][0]
-    assert data["failed"] == ["missing"] and row["slug"] == "ow" and len(row["frames"]) == 3
+    assert data["failed"] == ["missing"] and row["slug"] == "ow" and len(row["frames"]) == 4
     for f in row["frames"]:
         assert f["instructions"] > 0 and 0 < f["unsorted"] <= 1 and 0 < f["sorted"] <= 1
         assert f["oracle"] >= max(f["sorted"], f["unsorted"]) - 1e-12
@@ -179,6 +179,7 @@ def test_warp_tail_reports_work_shares_per_frame(tmp_path):
     for f in row["frames"]:
         assert 0 < f["launch_sorted"] <= 1 and 0 < f["launch_oracle"] <= 1
     assert "launch_heavy2" in row["frames"][2] and "launch_heavy2" not in row["frames"][1]
+    assert "launch_heavy_smooth3" in row["frames"][3] and "launch_heavy_smooth3" not in row["frames"][2]
     assert "ow" in r.stdout and "artifact:" in r.stdout
     r = _run(ROOT / "scripts/warp_tail.py", "--manifest", manifest, "--games", games, "--only", "ow,nope")
     assert r.returncode == 2 and r.stderr == "warp_tail: unknown slug(s): nope\n", r.stderr
