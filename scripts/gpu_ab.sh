@@ -3,7 +3,8 @@
 # commit's src/ beside the working tree's src), OVERWORLD raw full_step at 65,536 envs from power-on and the
 # game set at the default sort key (scripts/gpu_rl_visit.sh games, no PyBoy, no bounds). Env ONLY (slugs),
 # STEPS, WARMUP (default 3: kernel cost, quickly; 30 for spread-out envs), VARIANTS (default path), PARTS
-# (OVERWORLD's --sort-parts, default 1: kernels compared on equal launches). Results: $OUT/ab_<name>.tgz and a table.   Usage: bash scripts/gpu_ab.sh NAME=SRC [NAME=SRC ...]
+# (OVERWORLD's --sort-parts, default 1: kernels compared on equal launches). Results: $OUT/ab_<name>.tgz and a
+# table.   Usage: bash scripts/gpu_ab.sh NAME=SRC [NAME=SRC ...]
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT" /tmp/ab

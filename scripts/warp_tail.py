@@ -10,12 +10,12 @@ the work share of 32-lane warps, sum(work) / (32 x sum of each warp's busiest la
 - `oracle`: in order of the frame's own work, the best a key that predicted each env's work could do;
 - `by_prev`: in order of the previous frame's work.
 
-It also models the launch: blocks of 256 lanes go in thread order to whichever SM frees first, each holding its
-SM for its busiest lane's work, and `launch_*` is the SM share (the work over SMs x the last block's end) for
-the launch's own order and for `path` orders built on other predictions of the frame's work: the last frame's,
-lightest or heaviest first; two frames back; the larger of the last two; 0.5, 0.3 and 0.2 of the last three
-(`smooth3`); the frame's own (`oracle`). `corr_*`:
-the correlation of each env's work with its work one and two frames before.
+It also models the launch: blocks of the backend's size go in thread order to whichever SM slot frees first, each
+holding it for its busiest lane's work, and `launch_*` is the SM share (the work over the slots x the last
+block's end) for the launch's own order and for `path` orders built on other predictions of the frame's work:
+the last frame's, lightest or heaviest first; two frames back; the larger of the last two; 0.5, 0.3 and 0.2 of
+the last three (`smooth3`); the frame's own (`oracle`). `corr_*`: the correlation of each env's work with its
+work one and two frames before.
 
 Lanes of one warp that run the same amount of work at different PCs still count as busy here: a share near 1
 means the time goes to lanes that run different code (branch divergence), a low one to lanes that wait for the
@@ -47,6 +47,7 @@ from gbxcule.core.schedule import ActionSchedule
 from gbxcule.core.schema import FIELD_INDEX
 from gbxcule.harness.actions import make_action_gen
 from gbxcule.harness.bench import environment
+from gbxcule.kernels.snapshot import PATH_SHIFT, PATH_TOP
 
 ROOT = Path(__file__).resolve().parent.parent
 WARP = 32
@@ -64,26 +65,28 @@ def warp_share(work: np.ndarray, order: np.ndarray) -> float:
     return float(w.sum() / busiest.sum()) if busiest.sum() > 0 else 1.0
 
 
-def launch_share(work: np.ndarray, order: np.ndarray, sms: int, block: int = 256) -> float:
+def launch_share(work: np.ndarray, order: np.ndarray, sms: int, block: int = 256, per_sm: int = 1) -> float:
     """A launch's SM share under a simple model: blocks of `block` lanes in `order` go, in order, to whichever
-    of `sms` SMs frees first (one block at a time, as at 255 registers a thread); a block holds its SM for its
-    busiest lane's work. The work over `sms` x the time the last block ends: 1 when no SM waits at the end."""
+    of the `sms` x `per_sm` block slots frees first (at 255 registers a thread an SM holds 256 lanes: one
+    256-lane block, two of 128); a block holds its slot for its busiest lane's work. The work over the slots x
+    the time the last block ends: 1 when no slot waits at the end."""
     w = work[order].astype(np.float64)
     pad = (-len(w)) % block
     times = np.concatenate([w, np.zeros(pad)]).reshape(-1, block).max(axis=1)
-    free = np.zeros(sms)
+    slots = sms * per_sm
+    free = np.zeros(slots)
     for t in times:  # (heapq would be faster; a few thousand blocks a frame)
         i = int(free.argmin())
         free[i] += t
     end = free.max()
-    return float(times.sum() / (sms * end)) if end > 0 else 1.0
+    return float(times.sum() / (slots * end)) if end > 0 else 1.0
 
 
 def key_order(predicted: np.ndarray, pcs: np.ndarray, heavy_first: bool) -> np.ndarray:
-    """Thread order of the `path` key built on `predicted` work: 8-instruction buckets (heaviest first or
+    """Thread order of the `path` key (`path_key_kernel`) built on `predicted` work: buckets (heaviest first or
     last), then PC."""
-    bucket = np.clip(predicted >> 3, 0, 2047)
-    return np.lexsort((pcs & 0xFFFF, 2047 - bucket if heavy_first else bucket))
+    bucket = np.clip(predicted >> PATH_SHIFT, 0, PATH_TOP)
+    return np.lexsort((pcs & 0xFFFF, PATH_TOP - bucket if heavy_first else bucket))
 
 
 def distinct_per_warp(values: np.ndarray) -> float:
@@ -137,6 +140,7 @@ def main() -> int:
             return done, rows_[pc].copy()
 
         sms = args.sms or (wp.get_device(args.device).sm_count if args.device.startswith("cuda") else 132)
+        block = be.block_dim or 256  # (None on the CPU device)
         before, pcs = executed()
         prev = prev2 = prev3 = None
         frames = []
@@ -151,20 +155,24 @@ def main() -> int:
                      "oracle": warp_share(work, np.argsort(-work, kind="stable")),
                      "pcs_per_warp": distinct_per_warp(pcs[order]), "mean": float(work.mean()),
                      "max": int(work.max())}
-            frame["launch_sorted"] = launch_share(work, order, sms)
-            frame["launch_oracle"] = launch_share(work, key_order(work, pcs, True), sms)
+
+            def modelled(predicted: np.ndarray, heavy_first: bool = True, work=work, pcs=pcs, sms=sms,
+                         block=block) -> float:
+                return launch_share(work, key_order(predicted, pcs, heavy_first), sms, block, 256 // block)
+
+            frame["launch_sorted"] = launch_share(work, order, sms, block, 256 // block)
+            frame["launch_oracle"] = modelled(work)
             if prev is not None:
                 frame["by_prev"] = warp_share(work, np.argsort(-prev, kind="stable"))
-                frame["launch_light_first"] = launch_share(work, key_order(prev, pcs, False), sms)
-                frame["launch_heavy_first"] = launch_share(work, key_order(prev, pcs, True), sms)
+                frame["launch_light_first"] = modelled(prev, False)
+                frame["launch_heavy_first"] = modelled(prev)
                 frame["corr_prev"] = float(np.corrcoef(prev, work)[0, 1])
             if prev2 is not None:
-                frame["launch_heavy2"] = launch_share(work, key_order(prev2, pcs, True), sms)
-                frame["launch_heavy_max2"] = launch_share(work, key_order(np.maximum(prev, prev2), pcs, True), sms)
+                frame["launch_heavy2"] = modelled(prev2)
+                frame["launch_heavy_max2"] = modelled(np.maximum(prev, prev2))
                 frame["corr_prev2"] = float(np.corrcoef(prev2, work)[0, 1])
             if prev3 is not None:  # a smoothed count: 0.5, 0.3 and 0.2 of the last three frames
-                smooth = (5 * prev + 3 * prev2 + 2 * prev3) // 10
-                frame["launch_heavy_smooth3"] = launch_share(work, key_order(smooth, pcs, True), sms)
+                frame["launch_heavy_smooth3"] = modelled((5 * prev + 3 * prev2 + 2 * prev3) // 10)
             frames.append(frame)
             before, pcs, prev, prev2, prev3 = after, pcs_next, work, prev, prev2
         be.close()

@@ -156,6 +156,8 @@ def test_launch_share_models_blocks_going_to_the_first_free_sm():
     assert launch_share(work, np.arange(5), sms=2, block=1) == pytest.approx(8 / 12)  # 4 starts at 2: ends at 6
     assert launch_share(work, np.arange(5)[::-1], sms=2, block=1) == 1.0
     assert launch_share(np.full(8, 3), np.arange(8), sms=2, block=2) == 1.0
+    # 128-lane blocks: two slots an SM; the heavy block alone at the end leaves 3 of 4 slots idle
+    assert launch_share(np.array([1] * 512 + [4] * 128), np.arange(640), 2, 128, per_sm=2) == pytest.approx(8 / 20)
     pcs = np.array([9, 8, 7, 6, 5])
     assert list(key_order(work * 8, pcs, True)) == [4, 3, 2, 1, 0]  # heaviest first, then by PC
     assert list(key_order(work * 8, pcs, False)) == [3, 2, 1, 0, 4]

@@ -36,6 +36,9 @@ from gbxcule.kernels.state import Gb, Mem
 _K_SEED = wp.constant(wp.uint32(0x9E3779B1))
 _K_ENV = wp.constant(wp.uint32(0x85EBCA77))
 _K_EPOCH = wp.constant(wp.uint32(0xC2B2AE3D))
+# The `path` key's work bucket: instructions >> PATH_SHIFT, at most PATH_TOP (11 bits above PC and action).
+PATH_SHIFT = wp.constant(3)
+PATH_TOP = wp.constant(2047)
 _K_MIX1 = wp.constant(wp.uint32(0x85EBCA6B))
 _K_MIX2 = wp.constant(wp.uint32(0xC2B2AE35))
 _NF = wp.constant(NUM_FIELDS)  # words a env's fields take (they are consecutive: fields[e * _NF + f])
@@ -151,8 +154,8 @@ def path_key_kernel(fields: wp.array(dtype=wp.int32), actions: wp.array(dtype=wp
     now = wp.int32(wp.uint32(fields[e * _NF + instr_row]) - wp.uint32(waited[e]))
     ran = wp.int32(wp.uint32(now) - wp.uint32(prev[e]))  # the counter wraps: a uint32 difference
     prev[e] = now
-    bucket = wp.clamp(ran >> 3, 0, 2047)  # a restore or reset in between gives any value: still in range
-    bucket = wp.where(heavy_first != 0, 2047 - bucket, bucket)
+    bucket = wp.clamp(ran >> PATH_SHIFT, 0, PATH_TOP)  # a restore or reset in between gives any value: in range
+    bucket = wp.where(heavy_first != 0, PATH_TOP - bucket, bucket)
     keys[e] = (bucket << 20) | ((fields[e * _NF + pc_row] & 0xFFFF) << 4) | (actions[e] & 0xF)
     envs[e] = e
 
