@@ -1,6 +1,7 @@
 """Sort variants compared on envs that have spread apart: each game from its start state (scripts/bench_games.py)
 plays `--spread` steps of seeded random actions once, every env's state is copied aside on the device, and each
-variant (KEY/PARTS, as bench_games' --variants, or KEY/PARTS/BLOCK) then times the same `--steps` steps with the
+variant (KEY/PARTS, as bench_games' --variants, or KEY/PARTS/BLOCK, each with an optional @LOOP: the
+backend's `loop`, nested or flat) then times the same `--steps` steps with the
 same actions from that copy. The first variant runs again last, so the table shows how far a rerun moves.
 
 Random play spreads the envs: a step from the start state runs several times faster than one 30 steps later
@@ -25,7 +26,7 @@ from bench_games import make_state  # (this script's folder is on sys.path)
 from fetch_games import MANIFEST, read_games
 
 from gbxcule.backends import load_start_state, make_backend
-from gbxcule.backends.warp_vec import BLOCK_DIMS, SORT_KEYS, parse_sort_parts
+from gbxcule.backends.warp_vec import BLOCK_DIMS, LOOPS, SORT_KEYS, parse_sort_parts
 from gbxcule.core.action_codec import get_codec
 from gbxcule.core.cartridge import load_rom
 from gbxcule.core.errors import GbxculeError
@@ -39,21 +40,24 @@ ROOT = Path(__file__).resolve().parent.parent
 STATE = ("fields", "ram", "serial", "_sort_prev", "_waited")  # what a step reads that earlier steps wrote
 
 
-def parse(text: str) -> list[tuple[str, str, int, int | None]]:
-    """'path/1,pc/4/64' -> [(name, key, parts, block_dim or None)]; fixed parts only (no "auto")."""
+def parse(text: str) -> list[tuple[str, str, int, int | None, str | None]]:
+    """'path/1,pc/4/64,path/1@flat' -> [(name, key, parts, block_dim or None, loop or None)]; fixed parts only
+    (no "auto")."""
     out = []
     for name in (v for v in text.split(",") if v):
-        bits = name.split("/")
+        spec, _, loop = name.partition("@")
+        bits = spec.split("/")
         try:
             parts = parse_sort_parts(bits[1]) if len(bits) > 1 else 1
             block = int(bits[2]) if len(bits) > 2 else None
         except ValueError:
             parts = block = None
         if (bits[0] not in SORT_KEYS or not isinstance(parts, int) or len(bits) > 3
-                or (len(bits) > 2 and block not in BLOCK_DIMS)):
-            raise ValueError(f"bad variant {name!r}: KEY/PARTS[/BLOCK], KEY one of {', '.join(SORT_KEYS)}, "
-                             f"PARTS an integer, BLOCK one of {', '.join(map(str, BLOCK_DIMS))}")
-        out.append((name, bits[0], parts, block))
+                or (len(bits) > 2 and block not in BLOCK_DIMS) or loop not in ("", *LOOPS[1:])):
+            raise ValueError(f"bad variant {name!r}: KEY/PARTS[/BLOCK][@LOOP], KEY one of {', '.join(SORT_KEYS)}, "
+                             f"PARTS an integer, BLOCK one of {', '.join(map(str, BLOCK_DIMS))}, LOOP one of "
+                             f"{', '.join(LOOPS[1:])}")
+        out.append((name, bits[0], parts, block, loop or None))
     return out
 
 
@@ -112,12 +116,18 @@ def main() -> int:
                 wp.copy(getattr(be, a), arr)
 
         default_block = be.block_dim
-        for block in {b or default_block for _, _, _, b in variants} - {default_block}:
-            be.block_dim = block  # Warp builds a module per block size: build each one outside the timing
+        default_loop = getattr(be, "loop", None)  # (None: a source tree from before the option)
+        for block, loop in {(v[3] or default_block, v[4] or default_loop) for v in variants}:
+            be.block_dim = block  # Warp builds a module per block size and loop: build each one outside the timing
+            if default_loop is not None:
+                be.loop = loop
             be.step(gen(args.spread))
+        be.block_dim = default_block
         row, done = {"slug": slug, "sps": {}}, set()
-        for name, key, parts, block in [*variants, variants[0]]:
+        for name, key, parts, block, loop in [*variants, variants[0]]:
             be.sort_key, be.sort_parts, be.block_dim = key, parts, block or default_block
+            if default_loop is not None:
+                be.loop = loop or default_loop
             restore()
             be.synchronize()
             t0 = time.perf_counter()

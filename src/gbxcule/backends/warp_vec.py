@@ -50,7 +50,8 @@ MAX_SORT_PARTS = 64
 AUTO = "auto"  # sort_parts chosen by timing (backends/autotune.py)
 OBS_STAGES = ("obs_only", "full_step")  # stages whose step ends with obs_kernel (kernels/gen.py STAGES)
 # The speed knobs of WarpVecBackend (results do not depend on them): what configs may set.
-TUNING_OPTIONS = ("sort_envs", "sort_every", "sort_parts", "sort_key", "lean", "block_dim")
+TUNING_OPTIONS = ("sort_envs", "sort_every", "sort_parts", "sort_key", "lean", "block_dim", "loop")
+LOOPS = (AUTO, "nested", "flat")  # the step kernel's instruction loop (kernels/gen.py _INNER)
 
 
 def parse_sort_parts(text: str) -> int | str:
@@ -131,7 +132,8 @@ class WarpVecBackend:
                  max_registers: int | None = None, stage: str = "emulate_only", obs_mode: str = "stride",
                  obs_packed: bool = False, reward_window: tuple[int, int] = (0xC100, 0xC110),
                  sort_envs: bool | None = None, sort_every: int = 1, lean: bool | None = None,
-                 block_dim: int | None = None, sort_key: str = DEFAULT_SORT_KEY, sort_parts: int | str = "auto"):
+                 block_dim: int | None = None, sort_key: str = DEFAULT_SORT_KEY, sort_parts: int | str = "auto",
+                 loop: str = AUTO):
         import warp as wp
 
         from gbxcule.kernels import init_warp
@@ -220,12 +222,22 @@ class WarpVecBackend:
         self.tuner = None
         if sort_key not in SORT_KEYS:
             raise ValueError(f"sort_key must be one of {', '.join(SORT_KEYS)}, not {sort_key!r}")
+        # loop: the step kernel's instruction loop (kernels/gen.py _INNER). "nested": a warp runs its lanes' CPU
+        # batches to the slowest one's end before any lane goes on; "flat": lanes go on from batch to batch
+        # without waiting (Tobu Tobu Girl +51%, others -2% to -19%: BENCHMARKS.md, thirteenth visit). "auto"
+        # (the default): tried by the sort tuner where there is one, else nested. Results never depend on it.
+        if loop not in LOOPS:
+            raise ValueError(f"loop must be one of {', '.join(LOOPS)}, not {loop!r}")
+        self.loop = loop
         if sort_parts == AUTO and self.sort_envs and sort_every == 1:
-            # (parts, heaviest first): with the `path` key whole frames are also tried lightest first (below;
-            # in parts, the lightest first was the slowest choice on all 17 games, BENCHMARKS.md twelfth visit)
-            heavy = sort_key != "path_light"
-            light = ((1, False),) if sort_key == "path" else ()
-            self.tuner = Tuner(((1, heavy), *light, *((p, heavy) for p in AUTO_CANDIDATES[1:])))
+            # (parts, heaviest first, flat loop): with the `path` key whole frames are also tried lightest
+            # first (below; in parts, the lightest first was the slowest choice on all 17 games, BENCHMARKS.md
+            # twelfth visit), and whole frames in the flat loop (loop "auto"; in parts it lost: thirteenth visit)
+            heavy, flat = sort_key != "path_light", loop == "flat"
+            orders = (heavy, False) if sort_key == "path" else (heavy,)
+            loops = (False, True) if loop == AUTO else (flat,)
+            self.tuner = Tuner(tuple(dict.fromkeys(
+                [*((1, h, f) for f in loops for h in orders), *((p, heavy, flat) for p in AUTO_CANDIDATES[1:])])))
             if device.startswith("cuda"):  # (the CPU device runs each launch before returning: a host clock)
                 self._tuner_events = [(wp.Event(device, enable_timing=True), wp.Event(device, enable_timing=True))
                                       for _ in self.tuner.trial]
@@ -293,10 +305,13 @@ class WarpVecBackend:
             starts.add(frames - 1)  # the drawn last frame runs alone in the full kernel
         bounds = sorted(starts) + [frames]
         # (begin, end, resume, stop_dot): whole frames [begin, end), or with sort_parts one part of a frame
-        parts, heavy_first, timed = 1, self.sort_key != "path_light", False
+        parts, heavy_first, flat, timed = 1, self.sort_key != "path_light", self.loop == "flat", False
         if sort and self.tuner is not None:  # (sort: a step, not the boot's one-env launch)
             self.tuner.poll(self._tuner_elapsed)
-            (parts, heavy_first), timed = self.tuner.plan()
+            (parts, heavy_first, flat), timed = self.tuner.plan()
+            if timed:  # a kernel's first launch builds its module: never inside a timed step
+                for draws in {not lean, not lean or render == 1}:
+                    wp.load_module(self._step_kernels(draws, flat), device=self.device, block_dim=self.block_dim)
             if timed and self.device.startswith("cuda"):
                 events = self._tuner_events[len(self.tuner.pending)]
                 wp.get_stream(self.device).record_event(events[0])
@@ -327,25 +342,24 @@ class WarpVecBackend:
                               inputs=[self.fields, actions, self._sort_keys, self._sort_vals, FIELD_INDEX["pc"]])
                 bits = 24 if self.sort_key == "pc" else 31
                 wp.utils.radix_sort_pairs(self._sort_keys, self._sort_vals, n, end_bit=bits)
-            kernels = self._kernels
-            if lean and not (render == 1 and end == frames):
-                kernels = self._lean_kernels()
+            kernels = self._step_kernels(not (lean and not (render == 1 and end == frames)), flat)
             wp.launch(kernels.step_kernel, dim=n if dim is None else dim, device=self.device, block_dim=self.block_dim,
                       inputs=[self.fields, self.mem, actions, self.masks, self.codec.num_actions, begin, end, frames,
                               release_after, stop_at_boot_exit, render, self.rewards, lo, hi, perm, resume,
                               stop_dot, self._waited])
         if timed and self.device.startswith("cuda"):
             wp.get_stream(self.device).record_event(events[1])
-            self.tuner.timed((parts, heavy_first), events)
+            self.tuner.timed((parts, heavy_first, flat), events)
         elif timed:
-            self.tuner.timed((parts, heavy_first), (time.perf_counter() - started) * 1000)
+            self.tuner.timed((parts, heavy_first, flat), (time.perf_counter() - started) * 1000)
 
     def sort_trials(self) -> list[dict[str, float]] | None:
-        """The sort tuner's trials so far (ms per step by choice: "4" for 4 parts heaviest first, "4/light"
-        lightest first), or None without a tuner."""
+        """The sort tuner's trials so far (ms per step by choice: "4" for 4 parts heaviest first, "1/light"
+        lightest first, "1/flat" in the flat loop), or None without a tuner."""
         if self.tuner is None:
             return None
-        return [{f"{p}{'' if heavy else '/light'}": ms for (p, heavy), ms in t.items()} for t in self.tuner.history]
+        return [{f"{p}{'' if heavy else '/light'}{'/flat' if flat else ''}": ms for (p, heavy, flat), ms in t.items()}
+                for t in self.tuner.history]
 
     def _tuner_elapsed(self, handle) -> float:
         """A timed step's milliseconds: between its two CUDA events (waiting for the second), or as measured on
@@ -354,10 +368,14 @@ class WarpVecBackend:
             return handle
         return self._wp.get_event_elapsed_time(handle[0], handle[1], synchronize=True)
 
-    def _lean_kernels(self):
+    def _step_kernels(self, draws: bool = True, flat: bool = False):
+        """The step kernel's module: with the renderer or lean (draws=False), with the nested or flat loop."""
         from gbxcule.kernels.gen import load_kernels
 
-        return load_kernels(self._max_registers, self.stage, draws=False)
+        return load_kernels(self._max_registers, self.stage, draws, flat)
+
+    def _lean_kernels(self):
+        return self._step_kernels(draws=False)
 
     def _start_state(self, boot: str) -> tuple[np.ndarray, np.ndarray | None]:
         """Fields (and RAM, when not all zero) every env starts from."""

@@ -65,6 +65,9 @@ def register(sub) -> None:
     p.add_argument("--block-dim", type=int, default=None, metavar="THREADS",
                    help="warp backends: threads per block of the step kernel (default on CUDA: chosen from the env "
                         "count and the GPU's SM count, backends/warp_vec.py step_block_dim)")
+    p.add_argument("--loop", default="auto", choices=("auto", "nested", "flat"),
+                   help="warp backends: the step kernel's instruction loop, nested or flat (default auto: timed by "
+                        "the sort tuner where it runs, else nested; backends/warp_vec.py)")
     p.add_argument("--sync-every", type=int, default=0, help="synchronise every N steps (default: at the end)")
     add_state_arg(p)
     p.add_argument("--out", default="bench_out/bench.json", help="JSON artifact path (default bench_out/bench.json)")
@@ -100,7 +103,7 @@ def run(args) -> int:
 
         load_env_states(args.state, rom)
     warp = {"stage": args.stage, "sort_envs": args.sort_envs, "sort_every": args.sort_every, "lean": args.lean,
-            "block_dim": args.block_dim, "sort_key": args.sort_key, "sort_parts": args.sort_parts}
+            "block_dim": args.block_dim, "sort_key": args.sort_key, "sort_parts": args.sort_parts, "loop": args.loop}
     extra = {"pyboy_puffer_vec": {"mode": args.puffer_mode}, "warp_vec_cpu": warp, "warp_vec_cuda": warp}
     results, skipped = [], []
     for b in backends:
@@ -125,6 +128,7 @@ def run(args) -> int:
     data["sort_parts"] = args.sort_parts
     data["lean"] = args.lean
     data["block_dim"] = args.block_dim
+    data["loop"] = args.loop
     data["state"] = args.state
     data["plot"] = str(write_output(plot, lambda p: scaling_plot(results, p), inputs))
     data["artifact"] = str(write_output(out, lambda p: write_artifact(data, p), inputs))

@@ -123,8 +123,10 @@ def ram_layout(cart_ram_size: int) -> RamLayout:
 # always -1 again when a frame's batch ends, so it never needs storing), and whether the last CPU batch found
 # its wait loop polling WRAM or HRAM at a fixed point (kernels/idle.py; 0 at a launch's start: merely a
 # missed chance to skip lines), and the instructions of wait-loop rounds this launch skipped (added to the
-# backend's per-env `waited` counter at the launch's end, for the `path` sort key: not state).
-TRANSIENT = ("env", "n", "render", "dma_mark", "polling", "waited")
+# backend's per-env `waited` counter at the launch's end, for the `path` sort key: not state), and the CPU
+# batch under way: the cycle it ends at and whether it starts with an interrupt dispatch (kernels/gen.py
+# `batch_start`; a batch never outlives a launch).
+TRANSIENT = ("env", "n", "render", "dma_mark", "polling", "waited", "batch_end", "dispatch")
 
 FRAME_CYCLES = 70224  # T-cycles in a frame (154 lines of 456 dots)
 RTC_CYCLES_PER_SECOND = 4194304  # T-cycles in an RTC second (the CPU clock)

@@ -185,7 +185,7 @@ from gbxcule.kernels.cpu import (FLAG_C, FLAG_H, FLAG_N, FLAG_Z, alu, cb_op, che
                                  flag_bit, get_r8, get_rr, incdec8, interrupt_vector, pending_interrupts,
                                  set_r8, set_rr, sp_offset)
 from gbxcule.kernels.idle import idle_loop_skip
-from gbxcule.kernels.mbc import rom_fetch4, rtc_advance
+$LANES_IMPORTfrom gbxcule.kernels.mbc import rom_fetch4, rtc_advance
 from gbxcule.kernels.ppu import lcd_advance, lcd_skip_lines
 from gbxcule.kernels.render import fill_frame
 from gbxcule.kernels.state import BIG, Gb, Mem, Seq
@@ -283,17 +283,19 @@ $POST
 
 
 @wp.func
-def cpu_batch(g: wp.ref[Gb], m: Mem, budget: wp.int32):
-    """Run instructions for at least `budget` cycles (or until one ends the batch early). A pending
-    interrupt is dispatched first, and a halted CPU jumps straight to the end of the batch."""
-    end = g.cycles + budget
+def batch_start(g: wp.ref[Gb], m: Mem, budget: wp.int32) -> wp.int32:
+    """Start a CPU batch of at least `budget` cycles (it ends at g.batch_end, or earlier when an instruction
+    ends it): a pending interrupt is dispatched first (g.dispatch), and a halted CPU jumps straight to the
+    batch's end. Returns 1 when instructions follow (`batch_op`), 0 when the batch is already over."""
+    g.batch_end = g.cycles + budget
+    g.dispatch = 0
     if g.locked != 0:
-        g.cycles = end
-        return
+        g.cycles = g.batch_end
+        return 0
     woke = check_interrupts(g)
     if woke != 0:
         g.halted = 0
-    dispatch = wp.where(woke == 2, 1, 0)
+    g.dispatch = wp.where(woke == 2, 1, 0)
     if g.halted != 0 and g.intr_queued != 0:
         g.halted = 0
         g.pc = (g.pc + 1) & 0xFFFF
@@ -302,61 +304,82 @@ def cpu_batch(g: wp.ref[Gb], m: Mem, budget: wp.int32):
     g.intr_queued = 0
     g.bail = 0
     g.polling = 0
+    return wp.where(g.dispatch != 0 or (g.cycles < g.batch_end and g.locked == 0), 1, 0)
+
+
+@wp.func
+def batch_op(g: wp.ref[Gb], s: wp.ref[Seq], m: Mem) -> wp.int32:
+    """Run the batch's next instruction (or its interrupt dispatch); returns 1 when the batch goes on."""
+    run_op(g, s, m, g.dispatch, g.batch_end)
+    if g.dispatch != 0:
+        g.dispatch = 0
+        g.bail = 0  # writes made by the dispatch do not end the batch
+    else:
+        g.instructions = g.instructions + 1
+        if g.ime_delay != 0:
+            g.ime_delay = g.ime_delay - 1
+            if g.ime_delay == 0:
+                g.ime = 1
+                g.bail = wp.where(pending_interrupts(g) != 0, 1, 0)
+        if g.bail != 0:
+            return 0
+    return wp.where(g.cycles < g.batch_end and g.locked == 0, 1, 0)
+
+
+@wp.func
+def batch_next(g: wp.ref[Gb], m: Mem) -> wp.int32:
+    """Between batches: a halted CPU that nothing can wake skips whole PPU lines at once (`lcd_skip_lines`;
+    then no batch runs and 0 is returned), else the next batch starts (`batch_start`), up to the next event."""
+    skipped = wp.int32(0)
+    if (g.halted != 0 or g.polling != 0) and g.dma_active == 0 and g.ime_delay == 0 and (
+            pending_interrupts(g) == 0):
+        skipped = lcd_skip_lines(g, m, wp.min(g.timer_cti, g.serial_cti))  # HALT (or a wait loop) over lines
+    if skipped != 0 and g.halted != 0:
+        g.cycles = g.cycles + skipped
+        return 0
+    # (a CPU in a wait loop that polls WRAM or HRAM, which the PPU cannot change, runs up to the skipped
+    # lines' end in one batch: kernels/idle.py)
+    budget = wp.min(wp.min(g.timer_cti, g.lcd_cti), wp.min(g.lcd_ctf, g.serial_cti))
+    return batch_start(g, m, wp.where(skipped != 0, skipped, wp.max(4, budget)))
+
+
+@wp.func
+def batch_events(g: wp.ref[Gb], m: Mem):
+    """After a batch: OAM DMA, the serial port, the timer and the PPU catch up to the CPU."""
+    if g.dma_active != 0 and dma_plain_source(g):
+        dma_copy_plain(g, m, wp.max(g.cycles, g.dma_mark))  # (with any bytes owed to HRAM accesses)
+    elif g.dma_active != 0:
+        dma_sync(g, m, g.cycles, 0, 0)
+    if serial_advance(g, g.cycles) != 0:
+        g.if_ = g.if_ | INT_SERIAL
+    if timer_advance(g, g.cycles) != 0:
+        g.if_ = g.if_ | INT_TIMER
+    lcd_advance(g, m, g.cycles)
+
+
+@wp.func
+def cpu_batch(g: wp.ref[Gb], m: Mem):
+    """Run the batch `batch_next` started to its end, one instruction after another (the nested loop)."""
     s = Seq()
-    while dispatch != 0 or (g.cycles < end and g.locked == 0):
-        run_op(g, s, m, dispatch, end)
-        if dispatch != 0:
-            dispatch = 0
-            g.bail = 0  # writes made by the dispatch do not end the batch
-        else:
-            g.instructions = g.instructions + 1
-            if g.ime_delay != 0:
-                g.ime_delay = g.ime_delay - 1
-                if g.ime_delay == 0:
-                    g.ime = 1
-                    g.bail = wp.where(pending_interrupts(g) != 0, 1, 0)
-            if g.bail != 0:
-                break
+    go = wp.int32(1)
+    while go != 0:
+        go = batch_op(g, s, m)
 
 
 @wp.func
 def run_frame(g: wp.ref[Gb], m: Mem, stop_at_boot_exit: wp.int32, fresh: wp.int32, stop_dot: wp.int32):
-    """Emulate until the PPU ends a frame; events are processed between CPU batches. A halted CPU that
-    nothing can wake skips whole PPU lines at once (`lcd_skip_lines`). With
-    stop_at_boot_exit, return right after the instruction that unmaps the boot ROM.
+    """Emulate until the PPU ends a frame: CPU batches, each up to the next event, with the events processed
+    between them. With stop_at_boot_exit, return right after the instruction that unmaps the boot ROM.
     A frame may run in parts (the backend's sort_parts): `fresh` 0 continues the frame an earlier part
     stopped (nothing, if it ended there), and a part stops between two batches once the PPU's dot count
     in the frame reaches `stop_dot` (BIG: run to the frame's end). Stopping between batches and
-    going on later is the same computation, so results do not depend on the parts."""
+    going on later is the same computation, so results do not depend on the parts.
+    The instruction loop is "$LOOP" (kernel_source's `flat`); a lane runs the same computation either way."""
     if fresh != 0:
         g.frame_done = 0
     elif g.frame_done != 0:
         return  # the frame ended in an earlier part
-    while g.frame_done == 0:
-        if stop_at_boot_exit != 0 and g.bootrom == 0:
-            return
-        skipped = wp.int32(0)
-        if (g.halted != 0 or g.polling != 0) and g.dma_active == 0 and g.ime_delay == 0 and (
-                pending_interrupts(g) == 0):
-            skipped = lcd_skip_lines(g, m, wp.min(g.timer_cti, g.serial_cti))  # HALT (or a wait loop) over lines
-        if skipped != 0 and g.halted != 0:
-            g.cycles = g.cycles + skipped
-        else:
-            # (a CPU in a wait loop that polls WRAM or HRAM, which the PPU cannot change, runs up to the skipped
-            # lines' end in one batch: kernels/idle.py)
-            budget = wp.min(wp.min(g.timer_cti, g.lcd_cti), wp.min(g.lcd_ctf, g.serial_cti))
-            cpu_batch(g, m, wp.where(skipped != 0, skipped, wp.max(4, budget)))
-        if g.dma_active != 0 and dma_plain_source(g):
-            dma_copy_plain(g, m, wp.max(g.cycles, g.dma_mark))  # (with any bytes owed to HRAM accesses)
-        elif g.dma_active != 0:
-            dma_sync(g, m, g.cycles, 0, 0)
-        if serial_advance(g, g.cycles) != 0:
-            g.if_ = g.if_ | INT_SERIAL
-        if timer_advance(g, g.cycles) != 0:
-            g.if_ = g.if_ | INT_TIMER
-        lcd_advance(g, m, g.cycles)
-        if g.frame_done == 0 and g.lcd_clock >= stop_dot:
-            break
+$FRAME_LOOP
     if g.frame_done != 0:
         g.frames = g.frames + 1
 
@@ -468,13 +491,50 @@ STAGES: dict[str, str] = {"emulate_only": "none", "reward_only": "reward", "obs_
 _DRAW = "wp.where(render == 2 or (render == 1 and frame == frames_per_step - 1), 1, 0)"
 
 
+# The loops of run_frame. "nested": each lane runs its batch to the end, and a warp goes on to the
+# events once all its lanes have (the lanes whose batch ended first idle meanwhile). "flat": a warp leaves the
+# loop as soon as one of its lanes has ended its batch (a warp vote, kernels/lanes.py); those lanes process their
+# events and start their next batch while the others go on with theirs, so a warp's lanes need not wait for
+# its slowest batch, at the price of walking the event code more often with fewer lanes (BENCHMARKS.md,
+# thirteenth visit: Tobu Tobu Girl +51%, three other games -2% to -19%; backends/warp_vec.py `loop`).
+_FRAME_LOOPS = {
+    False: ("nested", """
+    while g.frame_done == 0:
+        if stop_at_boot_exit != 0 and g.bootrom == 0:
+            return
+        if batch_next(g, m) != 0:
+            cpu_batch(g, m)
+        batch_events(g, m)
+        if g.frame_done == 0 and g.lcd_clock >= stop_dot:
+            break"""),
+    True: ("flat", """
+    if stop_at_boot_exit != 0 and g.bootrom == 0:
+        return
+    s = Seq()
+    go = batch_next(g, m)
+    while True:
+        while lanes_ready(go) == 0:  # every lane of the warp leaves together, once one has ended its batch
+            if go != 0:
+                go = batch_op(g, s, m)
+        if go == 0:
+            batch_events(g, m)
+            if g.frame_done != 0 or g.lcd_clock >= stop_dot:
+                break
+            if stop_at_boot_exit != 0 and g.bootrom == 0:
+                return
+            go = batch_next(g, m)"""),
+}
+
+
 @cache
-def kernel_source(max_registers: int | None = None, stage: str = "emulate_only", draws: bool = True) -> str:
+def kernel_source(max_registers: int | None = None, stage: str = "emulate_only", draws: bool = True,
+                  flat: bool = False) -> str:
     """The generated module for one stage (stages with the same epilogue give the same source).
     `max_registers` caps the CUDA registers per thread (None: the compiler's choice); lower caps trade
     spills for occupancy, and lose (see BENCHMARKS.md). `draws=False` builds
     the lean kernel for frames that draw nothing: the render argument is ignored, `g.render` is always
-    0, and the compiler drops the renderer (on CUDA 30% of the code and three quarters of the spill stack)."""
+    0, and the compiler drops the renderer (on CUDA 30% of the code and three quarters of the spill stack).
+    `flat` picks run_frame's instruction loop (`_FRAME_LOOPS`)."""
     epilogue, writes = _EPILOGUES[STAGES[stage]]
     load, store = _field_io_source()
     rebase = "\n".join(f"    g.{f} = g.{f} - c" for f in CYCLE_FIELDS)
@@ -483,6 +543,9 @@ def kernel_source(max_registers: int | None = None, stage: str = "emulate_only",
     if epilogue:  # only the launch that ends the step writes the stage outputs
         epilogue = "    if frame_end >= frames_per_step and stop_dot == BIG:" + textwrap.indent(epilogue, "    ")
     src = src.replace("$DRAW", _DRAW if draws else "0")
+    loop, frame_loop = _FRAME_LOOPS[bool(flat)]
+    src = src.replace("$LANES_IMPORT", "from gbxcule.kernels.lanes import lanes_ready\n" if flat else "")
+    src = src.replace("$LOOP", loop).replace("$FRAME_LOOP", frame_loop.strip("\n"))
     src = src.replace("$EPILOGUE", epilogue).replace("$STAGE_WRITES", writes).replace("$STAGE", STAGES[stage])
     for key, text in _template_sources().items():
         src = src.replace(key, text)
@@ -490,14 +553,15 @@ def kernel_source(max_registers: int | None = None, stage: str = "emulate_only",
 
 
 @cache
-def load_kernels(max_registers: int | None = None, stage: str = "emulate_only", draws: bool = True) -> ModuleType:
+def load_kernels(max_registers: int | None = None, stage: str = "emulate_only", draws: bool = True,
+                 flat: bool = False) -> ModuleType:
     """Write the generated module into the cache (named by its hash) and import it."""
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}")
     first = next(s for s in STAGES if STAGES[s] == STAGES[stage])  # one module per epilogue
     if first != stage:
-        return load_kernels(max_registers, first, draws)
-    src = kernel_source(max_registers, stage, draws)
+        return load_kernels(max_registers, first, draws, flat)
+    src = kernel_source(max_registers, stage, draws, flat)
     digest = hashlib.sha1((src + "|" + ",".join(TRANSIENT)).encode()).hexdigest()[:16]
     name = f"gbxcule_step_{digest}"
     folder = cache_dir() / "kernels"

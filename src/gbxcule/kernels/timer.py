@@ -74,11 +74,19 @@ def timer_advance(g: wp.ref[Gb], now: wp.int32) -> wp.int32:
             g.div_counter = (g.div_counter + cycles) & 0xFFFF
             g.timer_cti = BIG
             return 0
-    # A reload is pending or TIMA overflows within this span: step cycle by cycle.
+    # A reload is pending or TIMA overflows within this span: go from event to event (a step of the reload
+    # counter, or the falling edge that overflows TIMA), counting the edges in between at once. Within one
+    # cycle the reload counter steps before the divider ticks, as in the reference's cycle-by-cycle loop.
     raised = wp.int32(0)
+    shift = timer_shift(g.tac)
+    on = wp.where((g.tac & 4) != 0, 1, 0)
     while cycles > 0:
+        at = g.div_counter
+        # cycles until the edge that takes TIMA past 0xFF: the next edge, then one a period per count left
+        k = wp.where(on != 0, ((1 << shift) - (at & ((1 << shift) - 1))) + ((0xFF - g.tima) << shift), BIG)
+        k = wp.min(wp.min(k, wp.where(g.tima_reload != 0, g.tima_counter, BIG)), cycles)
         if g.tima_reload != 0:
-            g.tima_counter = g.tima_counter - 1
+            g.tima_counter = g.tima_counter - k
             if g.tima_counter == 0:
                 if g.tima_reload == 1:
                     g.tima_reload = 2
@@ -86,12 +94,12 @@ def timer_advance(g: wp.ref[Gb], now: wp.int32) -> wp.int32:
                     raised = 1
                 else:
                     g.tima_reload = 0
-        counter = g.div_counter
-        new_counter = (counter + 1) & 0xFFFF
-        if (g.tac & 4) != 0 and (counter & tb) != 0 and (new_counter & tb) == 0:
+        n_edges = wp.where(on != 0, ((at + k) >> shift) - (at >> shift), 0)
+        if n_edges > 0:
+            g.tima = g.tima + n_edges - 1  # (k never goes past the overflowing edge: only the last can overflow)
             timer_increase_tima(g)
-        g.div_counter = new_counter
-        cycles = cycles - 1
+        g.div_counter = (at + k) & 0xFFFF
+        cycles = cycles - k
     timer_schedule(g)
     return raised
 
