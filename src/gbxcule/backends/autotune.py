@@ -5,9 +5,10 @@ envs that part ways within a frame (Geometrix, Shock Lobster) run up to a fifth 
 times a frame, while a game whose envs stay together loses the same to the extra launches (BENCHMARKS.md,
 "Re-sorting within frames"). Results do not depend on the choice, so it can follow the measured speed.
 
-The backend's candidates are (parts, heaviest first) pairs: with the `path` key, whether the envs that ran the
-most since the last sort go first or last changes how long SMs sit idle at a launch's end, and the better end
-depends on the game (BENCHMARKS.md, twelfth visit).
+The backend's candidates are (parts, heaviest first, flat loop) triples: with the `path` key, whether the envs
+that ran the most since the last sort go first or last changes how long SMs sit idle at a launch's end, and the
+better end depends on the game (BENCHMARKS.md, twelfth visit); so does whether the step kernel's lanes wait for
+their warp's slowest CPU batch (the nested loop) or go on from batch to batch (the flat loop; thirteenth visit).
 
 `Tuner` is the policy alone, without the device. A trial times every candidate for two steps, in the order
 1 2 4 4 2 1: play that speeds up or slows down steadily (random play spreads the envs apart, step after step)

@@ -52,7 +52,7 @@ class EnvConfig:
     obs: str = "pixels"
     max_steps: int | None = None
     reward: dict = field(default_factory=dict)
-    backend: dict = field(default_factory=dict)  # emulator options: sort_envs, sort_every, sort_key, lean, block_dim
+    backend: dict = field(default_factory=dict)  # emulator speed knobs: backends/warp_vec.py TUNING_OPTIONS
 
 
 @dataclass
