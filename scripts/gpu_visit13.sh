@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Thirteenth visit: the flat instruction loop (kernels/gen.py _INNER), and the event-to-event
+# Thirteenth visit: the flat instruction loop (kernels/gen.py _FRAME_LOOPS), and the event-to-event
 # timer, on games spread apart (scripts/bench_spread.py). Env: GAMES (slugs), VARIANTS, ENVS, SRC (a gbxcule
 # source folder to time instead of the working tree's, e.g. an earlier commit's src), TAG (artifact name).
 # Run after the setup calls (BENCHMARKS.md); results under $OUT.

@@ -51,7 +51,7 @@ AUTO = "auto"  # sort_parts chosen by timing (backends/autotune.py)
 OBS_STAGES = ("obs_only", "full_step")  # stages whose step ends with obs_kernel (kernels/gen.py STAGES)
 # The speed knobs of WarpVecBackend (results do not depend on them): what configs may set.
 TUNING_OPTIONS = ("sort_envs", "sort_every", "sort_parts", "sort_key", "lean", "block_dim", "loop")
-LOOPS = (AUTO, "nested", "flat")  # the step kernel's instruction loop (kernels/gen.py _INNER)
+LOOPS = (AUTO, "nested", "flat")  # the step kernel's instruction loop (kernels/gen.py _FRAME_LOOPS)
 
 
 def parse_sort_parts(text: str) -> int | str:
@@ -222,17 +222,18 @@ class WarpVecBackend:
         self.tuner = None
         if sort_key not in SORT_KEYS:
             raise ValueError(f"sort_key must be one of {', '.join(SORT_KEYS)}, not {sort_key!r}")
-        # loop: the step kernel's instruction loop (kernels/gen.py _INNER). "nested": a warp runs its lanes' CPU
-        # batches to the slowest one's end before any lane goes on; "flat": lanes go on from batch to batch
-        # without waiting (Tobu Tobu Girl +51%, others -2% to -19%: BENCHMARKS.md, thirteenth visit). "auto"
-        # (the default): tried by the sort tuner where there is one, else nested. Results never depend on it.
+        # loop: the step kernel's instruction loop (kernels/gen.py _FRAME_LOOPS). "nested": a warp runs its lanes'
+        # CPU batches to the slowest one's end before any lane goes on; "flat": lanes go on from batch to batch
+        # without waiting (on one spread state: Tobu Tobu Girl +38% over nested, Carazu, Airaki and Corrib75 -10%
+        # to -24%; BENCHMARKS.md, thirteenth visit). "auto" (the default): tried by the sort tuner where there is
+        # one, else nested. Results never depend on it.
         if loop not in LOOPS:
             raise ValueError(f"loop must be one of {', '.join(LOOPS)}, not {loop!r}")
         self.loop = loop
         if sort_parts == AUTO and self.sort_envs and sort_every == 1:
             # (parts, heaviest first, flat loop): with the `path` key whole frames are also tried lightest
             # first (below; in parts, the lightest first was the slowest choice on all 17 games, BENCHMARKS.md
-            # twelfth visit), and whole frames in the flat loop (loop "auto"; in parts it lost: thirteenth visit)
+            # twelfth visit), and whole frames in the flat loop (loop "auto"; parts in the flat loop: not measured)
             heavy, flat = sort_key != "path_light", loop == "flat"
             orders = (heavy, False) if sort_key == "path" else (heavy,)
             loops = (False, True) if loop == AUTO else (flat,)

@@ -496,7 +496,9 @@ _DRAW = "wp.where(render == 2 or (render == 1 and frame == frames_per_step - 1),
 # loop as soon as one of its lanes has ended its batch (a warp vote, kernels/lanes.py); those lanes process their
 # events and start their next batch while the others go on with theirs, so a warp's lanes need not wait for
 # its slowest batch, at the price of walking the event code more often with fewer lanes (BENCHMARKS.md,
-# thirteenth visit: Tobu Tobu Girl +51%, three other games -2% to -19%; backends/warp_vec.py `loop`).
+# thirteenth visit: Tobu Tobu Girl +38% over nested, three other games -10% to -24%; backends/warp_vec.py `loop`).
+# The nested loop keeps `cpu_batch` around its own instruction loop: one loop built from the same pieces ran 3-5%
+# slower on three games.
 _FRAME_LOOPS = {
     False: ("nested", """
     while g.frame_done == 0:
