@@ -19,6 +19,8 @@ def main() -> int:
     p.add_argument("--only", required=True, help="comma-separated slugs")
     p.add_argument("--envs", type=int, default=64)
     p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--loop", default="auto", choices=("auto", "nested", "flat"),
+                   help="the CUDA backend's instruction loop (flat: the flat kernel from the first step)")
     args = p.parse_args()
     import numpy as np
 
@@ -32,7 +34,7 @@ def main() -> int:
         pair = []
         for device in ("cpu", "cuda"):
             b = WarpVecBackend(f"{args.games}/{slug}.gb", args.envs, "pokemonred_puffer_v1", ActionSchedule(24, 8),
-                               device=device, stage="full_step")
+                               device=device, stage="full_step", loop=args.loop if device == "cuda" else "auto")
             load_start_state(b, f"{args.games}/states/{slug}.state")
             pair.append(b)
         gen = make_action_gen("seeded_random", pair[0].codec, args.envs, seed=1)

@@ -376,6 +376,17 @@ def test_sort_parts_auto_times_its_choices_and_changes_no_result():
     assert set(auto.sort_trials()[-1]) == {"1", "1/light", "1/flat", "1/light/flat", "2", "4"}
 
 
+def test_the_flat_loop_gives_the_nested_loops_bits():
+    """devcheck's comparison, the flat kernel (loop="flat", from the first step) against the default backend on
+    the CPU device: every field, RAM byte, frame, observation and reward after every step (`gbxcule devcheck
+    --loop flat` runs the same against CUDA)."""
+    from gbxcule.harness.devcheck import compare_devices
+
+    check = compare_devices("OVERWORLD", 6, 3, 0, ActionSchedule(24, 8), codec="pokemonred_puffer_v1", device="cpu",
+                            loop="flat")
+    assert check.ok and check.steps_compared == 3, check.first_difference
+
+
 def test_instructions_that_straddle_a_rom_window_end(tmp_path):
     """The step kernel fetches an instruction in one ROM load when its bytes lie in one 16 KiB window, and
     byte by byte otherwise. Instructions at 0x3FFE/0x3FFF take bytes from the switchable bank (2, then 3)

@@ -18,6 +18,9 @@ def register(sub) -> None:
     p.add_argument("--seeds", default="0,1", help="comma-separated action seeds (default 0,1)")
     p.add_argument("--frames-per-step", type=int, default=24, help="frames per step (default 24)")
     p.add_argument("--device", default="cuda", help="device compared with the CPU (default cuda)")
+    p.add_argument("--loop", default="auto", choices=("auto", "nested", "flat"),
+                   help="the compared device's instruction loop (default auto: nested until the sort tuner's first "
+                        "trial at step 16; flat checks the flat kernel from the first step)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -27,7 +30,7 @@ def run(args) -> int:
 
     seeds = [int(s) for s in args.seeds.split(",") if s]
     schedule = ActionSchedule(args.frames_per_step, min(8, args.frames_per_step))
-    results = [compare_devices(name, args.envs, args.steps, seed, schedule, device=args.device)
+    results = [compare_devices(name, args.envs, args.steps, seed, schedule, device=args.device, loop=args.loop)
                for name in (args.roms or list(suite())) for seed in seeds]
     ok = all(r.ok for r in results)
     emit(args, {"ok": ok, "results": [r.to_dict() for r in results]},
