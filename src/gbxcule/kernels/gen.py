@@ -185,7 +185,8 @@ from gbxcule.kernels.cpu import (FLAG_C, FLAG_H, FLAG_N, FLAG_Z, alu, cb_op, che
                                  flag_bit, get_r8, get_rr, incdec8, interrupt_vector, pending_interrupts,
                                  set_r8, set_rr, sp_offset)
 from gbxcule.kernels.idle import idle_loop_skip
-$LANES_IMPORTfrom gbxcule.kernels.mbc import rom_fetch4, rtc_advance
+from gbxcule.kernels.lanes import lanes_ready
+from gbxcule.kernels.mbc import rom_fetch4, rtc_advance
 from gbxcule.kernels.ppu import lcd_advance, lcd_skip_lines
 from gbxcule.kernels.render import fill_frame
 from gbxcule.kernels.state import BIG, Gb, Mem, Seq
@@ -546,7 +547,6 @@ def kernel_source(max_registers: int | None = None, stage: str = "emulate_only",
         epilogue = "    if frame_end >= frames_per_step and stop_dot == BIG:" + textwrap.indent(epilogue, "    ")
     src = src.replace("$DRAW", _DRAW if draws else "0")
     loop, frame_loop = _FRAME_LOOPS[bool(flat)]
-    src = src.replace("$LANES_IMPORT", "from gbxcule.kernels.lanes import lanes_ready\n" if flat else "")
     src = src.replace("$LOOP", loop).replace("$FRAME_LOOP", frame_loop.strip("\n"))
     src = src.replace("$EPILOGUE", epilogue).replace("$STAGE_WRITES", writes).replace("$STAGE", STAGES[stage])
     for key, text in _template_sources().items():

@@ -55,16 +55,15 @@ def timer_advance(g: wp.ref[Gb], now: wp.int32) -> wp.int32:
     if cycles == 0:
         return 0
     g.timer_last = now
-    tb = timer_bit(g.tac)
+    shift = timer_shift(g.tac)  # TIMA's period is 1 << shift cycles
     if g.tima_reload == 0:
         if g.tac & 4:
-            period = tb * 2
+            period = 1 << shift
             start = g.div_counter
             end = start + cycles
             # falling edges of the bit in (start, end]: the period is a power of two, so shifts divide (rule 7
             # of docs/kernel_style.md); both are >= 0 (the timer is only ever advanced forwards)
-            sh = timer_shift(g.tac)
-            edges = (end >> sh) - (start >> sh)
+            edges = (end >> shift) - (start >> shift)
             if g.tima + edges <= 0xFF:
                 g.tima = g.tima + edges
                 g.div_counter = end & 0xFFFF
@@ -78,7 +77,6 @@ def timer_advance(g: wp.ref[Gb], now: wp.int32) -> wp.int32:
     # counter, or the falling edge that overflows TIMA), counting the edges in between at once. Within one
     # cycle the reload counter steps before the divider ticks, as in the reference's cycle-by-cycle loop.
     raised = wp.int32(0)
-    shift = timer_shift(g.tac)
     on = wp.where((g.tac & 4) != 0, 1, 0)
     while cycles > 0:
         at = g.div_counter
