@@ -43,16 +43,18 @@ case $1 in
     done ;;
   ncu_games)  # GAMES (default /root/gpu/games) holds <slug>.gb and states/<slug>.state; GAMES_NCU slugs (a
     # built-in ROM name such as OVERWORLD runs from power-on); SKIPS launches to profile (130: a lean launch
-    # mid-step; 143: the step's drawn last frame); ENVS; ACTIONS (default seeded_random; shared_random: lockstep)
+    # mid-step; 143: the step's drawn last frame); ENVS; ACTIONS (default seeded_random; shared_random: lockstep);
+    # LOOP (auto | nested | flat: the instruction loop)
     games=${GAMES:-/root/gpu/games}
     acts=${ACTIONS:-seeded_random}
     for slug in ${GAMES_NCU:-geometrix shock-lobster}; do
       args="--rom $games/$slug.gb --state $games/states/$slug.state --codec pokemonred_puffer_v1 --lineinfo"
-      args="$args --actions $acts"
+      args="$args --actions $acts --loop ${LOOP:-auto}"
       [[ -f $games/$slug.gb ]] || args="--rom $slug --lineinfo"
       python3 scripts/profile_step.py $args --envs 64 --steps 1 > /dev/null  # build the kernels first
       for skip in ${SKIPS:-130}; do
         name=$slug$([[ ${SKIPS:-130} == 130 ]] || echo "_$skip")$([[ $acts == seeded_random ]] || echo "_$acts")
+        name=$name$([[ ${LOOP:-auto} == auto ]] || echo "_$LOOP")
         ncu --clock-control none -k regex:step_kernel --launch-skip $skip --launch-count 1 --set full \
           -f -o "$OUT/ncu_$name" python3 scripts/profile_step.py $args --envs ${ENVS:-65536} --steps $((skip / 24 + 2)) | tail -3
         ncu --import "$OUT/ncu_$name.ncu-rep" --page details > "$OUT/ncu_${name}_details.txt"

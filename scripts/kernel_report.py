@@ -2,6 +2,7 @@
 the spill loads in its largest loops (nvdisasm). The figures in BENCHMARKS.md "Where the time goes".
 
     .venv/bin/python scripts/kernel_report.py [--stage full_step] [--lean] [--max-registers N] [--arch 90]
+                                              [--loop nested|flat]
                                               [--ptxas ptxas] [--nvdisasm nvdisasm]
 
 Warp writes the kernel's PTX (NVRTC, no GPU needed); ptxas comes with a CUDA toolkit, nvdisasm with one or in
@@ -47,6 +48,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--stage", default="full_step")
     p.add_argument("--lean", action="store_true", help="the kernel without the renderer (docs/step_abi.md)")
+    p.add_argument("--loop", default="nested", choices=("nested", "flat"), help="instruction loop (gen._FRAME_LOOPS)")
     p.add_argument("--max-registers", type=int, default=None, help="the register cap of WarpVecBackend")
     p.add_argument("--arch", type=int, default=90)
     p.add_argument("--ptxas", default="ptxas")
@@ -59,7 +61,7 @@ def main() -> int:
 
     init_warp()
     work = Path(tempfile.mkdtemp(prefix="gbxcule_kernel_"))
-    module = load_kernels(args.max_registers, args.stage, draws=not args.lean)
+    module = load_kernels(args.max_registers, args.stage, draws=not args.lean, flat=args.loop == "flat")
     [ptx_path] = wp.compile_aot_module(module, arch=args.arch, module_dir=work, use_ptx=True)
     ptx = Path(ptx_path).read_bytes().replace(b"\0", b"")
     cubin = work / "step.cubin"
@@ -78,7 +80,7 @@ def main() -> int:
     if r.returncode != 0:
         print(f"error: ptxas failed: {r.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
         return 1
-    print(f"stage {args.stage}{' (lean)' if args.lean else ''}, sm_{args.arch}")
+    print(f"stage {args.stage}{' (lean)' if args.lean else ''}, {args.loop} loop, sm_{args.arch}")
     for line in r.stderr.splitlines():
         if "registers" in line or "spill" in line:
             print("ptxas:", line.split("info    :")[-1].strip())

@@ -34,6 +34,8 @@ def main() -> int:
     p.add_argument("--codec", default=None, help="action codec (default: the backend's)")
     p.add_argument("--state", default=None, help="start every env from this state file (PyBoy or gbxcule)")
     p.add_argument("--sort-parts", type=int, default=1, help="the backend's sort_parts (default 1)")
+    p.add_argument("--loop", default="auto", choices=("auto", "nested", "flat"),
+                   help="the backend's instruction loop (default auto: nested until the tuner's first trial)")
     p.add_argument("--lineinfo", action="store_true", help="compile with line info (ncu's source page by line)")
     p.add_argument("--breakdown", type=int, default=0, metavar="N",
                    help="then time N more steps launch by launch (CUDA events) and print the shares")
@@ -48,7 +50,7 @@ def main() -> int:
 
     backend = WarpVecBackend(str(resolve_rom(args.rom)), num_envs=args.envs, device="cuda",
                              **({"codec": args.codec} if args.codec else {}), stage=args.stage,
-                             sort_parts=args.sort_parts)
+                             sort_parts=args.sort_parts, loop=args.loop)
     backend.reset(seed=0)
     if args.state:
         load_start_state(backend, args.state)

@@ -72,6 +72,30 @@ def test_write_output_is_atomic_and_leaves_no_temp_file(tmp_path):
     assert out.read_text() == "new"
 
 
+def test_write_output_takes_concurrent_writers_of_one_path(tmp_path):
+    """Processes that build the same kernel module (pytest -n, several trainers on one cache) write the same
+    file at once: each writer has a temporary file of its own, so none fails and the file is whole."""
+    import threading
+
+    out, text, errors = tmp_path / "k" / "module.py", "x = 1\n" * 20000, []
+
+    def writer():
+        try:
+            for _ in range(20):
+                write_output(out, text)
+        except Exception as exc:  # noqa: BLE001 (collected for the assertion)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert out.read_text() == text
+    assert sorted(x.name for x in out.parent.iterdir()) == ["module.py"]
+
+
 def test_write_output_permission_error_is_one_line(tmp_path, monkeypatch):
     def deny(*a, **k):
         raise PermissionError(13, "Permission denied")

@@ -26,6 +26,7 @@ import numpy as np
 from gbxcule.backends import load_start_state, make_backend
 from gbxcule.core.action_codec import get_codec
 from gbxcule.core.cartridge import Rom
+from gbxcule.core.outputs import write_output
 from gbxcule.core.schedule import ActionSchedule
 from gbxcule.harness.actions import make_action_gen
 from gbxcule.roms.micro.joy_diverge import MODE as JOY_MODE
@@ -160,12 +161,7 @@ def artifact(results: list[BenchResult], rom: Rom, codec: str, schedule: ActionS
 
 
 def write_artifact(data: dict, path: str | Path) -> Path:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(p.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(p)
-    return p
+    return write_output(path, json.dumps(data, indent=2) + "\n")
 
 
 def table(results: list[BenchResult]) -> str:

@@ -24,6 +24,7 @@ from types import ModuleType
 import numpy as np
 
 from gbxcule.core.isa import BASE, CB, R8, ROTATES, Opcode
+from gbxcule.core.outputs import write_output
 from gbxcule.core.paths import cache_dir
 from gbxcule.core.schema import CYCLE_FIELDS, FIELDS, NUM_FIELDS, TRANSIENT
 from gbxcule.kernels.state import SEQ_FIELDS
@@ -570,9 +571,7 @@ def load_kernels(max_registers: int | None = None, stage: str = "emulate_only", 
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.py"
     if not path.is_file() or path.read_text() != src:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(src)
-        tmp.replace(path)
+        write_output(path, src)  # a temporary file of its own: processes building the same module never collide
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)

@@ -13,6 +13,7 @@ from functools import cache
 from pathlib import Path
 
 from gbxcule.core.errors import GbxculeError
+from gbxcule.core.outputs import write_output
 from gbxcule.core.paths import cache_dir
 from gbxcule.roms.spec import RomSpec
 
@@ -52,9 +53,7 @@ def write_rom(name: str, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{get_spec(name).name}.gb"
     if not path.is_file() or path.read_bytes() != data:
-        tmp = path.with_suffix(".gb.tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)
+        write_output(path, data)
     return path
 
 
