@@ -2,6 +2,10 @@
 # Fourteenth visit. Run after the setup calls (BENCHMARKS.md); results under $OUT.
 #   check: devcheck (built-in ROMs) and devcheck_games.py (the game set) with the flat kernel from the first step
 #   ncu:   Nsight Compute on a lean launch of GAMES_NCU in both instruction loops (gpu_visit.sh ncu_games)
+#   ow:    OVERWORLD full_step at steps 30-39, 65,536 and 262,144 envs (auto)
+#   cold:  time to the first step from an empty kernel cache, then warm (gpu_rl_visit.sh cold), and each of the
+#          first 24 steps of a fresh `auto` backend on a game (the tuner builds the flat kernels at step 16);
+#          then a cold `gbxcule train` again with Warp's module log (which module took how long to build)
 set -uo pipefail
 export PYTHONPATH=/root/gpu:$PWD/src PYTHONUNBUFFERED=1 GBXCULE_CACHE_DIR=${GBXCULE_CACHE_DIR:-/tmp/gbxc}
 games=/root/gpu/games
@@ -19,4 +23,47 @@ case ${1:-} in
     for loop in ${LOOPS:-nested flat}; do
       LOOP=$loop GAMES=$games GAMES_NCU=${GAMES_NCU:-corrib75} bash scripts/gpu_visit.sh ncu_games 2>&1 | tail -45
     done ;;
+  ow)
+    for envs in 65536 262144; do
+      python3 -m gbxcule bench --rom OVERWORLD --backends warp_vec_cuda --stage full_step --envs $envs --steps 10 \
+        --warmup 30 --out "$OUT/ow_$envs.json" 2>&1 | tail -2
+    done ;;
+  cold)
+    OUT=$OUT bash scripts/gpu_rl_visit.sh cold 2>&1 | tail -4
+    rm -rf /tmp/cache_steps
+    GBXCULE_CACHE_DIR=/tmp/cache_steps python3 - "$games" "$OUT/cold_steps.json" <<'PY' 2>&1 | grep -v "^Module\|^Warp"
+import json, sys, time
+t0 = time.perf_counter()
+import numpy as np
+import warp as wp
+from gbxcule.backends import load_start_state
+from gbxcule.backends.warp_vec import WarpVecBackend
+from gbxcule.harness.actions import make_action_gen
+games, out = sys.argv[1], sys.argv[2]
+b = WarpVecBackend(f"{games}/tobutobugirl.gb", num_envs=65536, device="cuda", stage="full_step")
+b.reset(seed=0)
+load_start_state(b, f"{games}/states/tobutobugirl.state")
+gen = make_action_gen("seeded_random", b.codec, 65536, seed=0)
+wp.synchronize()
+rows = [{"step": "setup", "s": round(time.perf_counter() - t0, 2)}]
+for k in range(24):
+    t = time.perf_counter()
+    b.step(gen(k))
+    wp.synchronize()
+    rows.append({"step": k, "s": round(time.perf_counter() - t, 3)})
+print(" ".join(f"{r['step']}:{r['s']}" for r in rows))
+print("trials", b.sort_trials())
+json.dump({"game": "tobutobugirl", "envs": 65536, "steps": rows, "trials": b.sort_trials()}, open(out, "w"), indent=1)
+PY
+    rm -rf /tmp/cache_log
+    start=$(date +%s.%N)
+    GBXCULE_CACHE_DIR=/tmp/cache_log python3 -c "
+import sys, warp as wp, gbxcule.kernels
+wp.config.log_level = wp.LOG_INFO
+from gbxcule.cli.main import main
+sys.exit(main(sys.argv[1:]))" train --task leave_house --num-envs 64 --total-steps 2048 --rollout-steps 32 \
+      --eval-episodes 0 --no-progress --device cuda --run-dir /tmp/cold_log_run > "$OUT/train_cold_log.txt" 2>&1
+    echo "train cold (module log) rc=$? $(python3 -c "import time; print(round(time.time()-$start,1))") s"
+    grep -a "took" "$OUT/train_cold_log.txt" | sed 's/^/  /'
+    ;;
 esac

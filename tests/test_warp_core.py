@@ -348,6 +348,13 @@ def test_sort_parts_is_checked():
             WarpVecBackend(rom, 1, loop=bad)
     fixed = WarpVecBackend(rom, 1, sort_envs=True, loop="flat")  # a fixed loop: the tuner tries orders and parts
     assert {c[2] for c in fixed.tuner.candidates} == {True}
+    # the step modules a GPU backend builds side by side before its first launch: (draws, flat)
+    assert WarpVecBackend(rom, 1, sort_envs=True, lean=True).step_variants() == [
+        (False, False), (False, True), (True, False), (True, True)]
+    assert fixed.step_variants() == [(True, True)]
+    assert WarpVecBackend(rom, 1, sort_envs=True, lean=True, loop="nested").step_variants() == [
+        (False, False), (True, False)]
+    assert WarpVecBackend(rom, 1, lean=True).step_variants() == [(False, False), (True, False)]  # no tuner
 
 
 def test_sort_parts_auto_times_its_choices_and_changes_no_result():

@@ -220,6 +220,7 @@ class WarpVecBackend:
             raise ValueError("sort_parts > 1 sorts within every frame: it needs sort_every = 1")
         self.sort_parts = sort_parts
         self.tuner = None
+        self._modules_loaded = False
         if sort_key not in SORT_KEYS:
             raise ValueError(f"sort_key must be one of {', '.join(SORT_KEYS)}, not {sort_key!r}")
         # loop: the step kernel's instruction loop (kernels/gen.py _FRAME_LOOPS). "nested": a warp runs its lanes'
@@ -296,6 +297,8 @@ class WarpVecBackend:
         with the lean kernel, frames that draw nothing apart from the drawn ones. Nothing here waits for the
         device."""
         wp, n = self._wp, self.num_envs
+        if not self._modules_loaded:
+            self._load_step_modules()
         lo, hi = self._stage_args[2:]
         actions = self.actions if actions is None else actions
         sort = self.sort_envs and dim is None
@@ -368,6 +371,26 @@ class WarpVecBackend:
         if isinstance(handle, float):
             return handle
         return self._wp.get_event_elapsed_time(handle[0], handle[1], synchronize=True)
+
+    def _load_step_modules(self) -> None:
+        """Before the first launch on a GPU, build every step module this backend may launch, side by side
+        (`wp.force_load` compiles modules in parallel threads): lean and drawn, and with a tuner that tries the
+        flat loop, both loops. One at a time, each on first use, a fresh machine paused about 9 s a module: at
+        the first step for two, and again mid-run at the tuner's first trial for the flat pair (BENCHMARKS.md,
+        fourteenth visit). On the CPU device modules still build on first use (the flat pair never runs there
+        unless asked for, and CI's two cores gain nothing from building more at once)."""
+        self._modules_loaded = True
+        if not self.device.startswith("cuda"):
+            return
+        modules = [self._step_kernels(draws, flat).step_kernel.module for draws, flat in self.step_variants()]
+        self._wp.force_load(device=self.device, modules=modules, block_dim=self.block_dim, max_workers=len(modules))
+
+    def step_variants(self) -> list[tuple[bool, bool]]:
+        """(draws, flat) of every step module this backend may launch: drawn, and lean too with the lean
+        kernel; the nested loop, the flat one, or both where the sort tuner tries both."""
+        loops = {self.loop == "flat"} | ({f for (_, _, f) in self.tuner.candidates} if self.tuner else set())
+        draws = {True, False} if self.lean else {True}
+        return [(d, f) for d in sorted(draws) for f in sorted(loops)]
 
     def _step_kernels(self, draws: bool = True, flat: bool = False):
         """The step kernel's module: with the renderer or lean (draws=False), with the nested or flat loop."""

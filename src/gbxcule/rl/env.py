@@ -756,7 +756,9 @@ def task_template(task: Task, meta: TemplateMeta, device: str = "cpu") -> GoalTe
             return GoalTemplate.load(path)
         except GbxculeError:
             path.unlink(missing_ok=True)  # a damaged cache entry: capture again
-    tpl, report = capture(task, device="cpu", stack_k=meta.stack_k, obs=meta.obs)
+    # on the env's device: the same bits as on the CPU, and a GPU machine builds no CPU-device kernels for it
+    # (10 s of a cold `gbxcule train`, BENCHMARKS.md fourteenth visit)
+    tpl, report = capture(task, device=device, stack_k=meta.stack_k, obs=meta.obs)
     if report["ram_goal_holds"] is False:
         raise GbxculeError(f"task {task.id}: its solution does not reach the RAM goal, so no template")
     tpl.save(path)
