@@ -60,9 +60,15 @@ case $1 in
         ncu --import "$OUT/ncu_$name.ncu-rep" --page details > "$OUT/ncu_${name}_details.txt"
         ncu --import "$OUT/ncu_$name.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_${name}_sass.csv"
         python3 scripts/ncu_summary.py "$OUT/ncu_${name}_sass.csv" | tee "$OUT/ncu_${name}_summary.txt"
-        kname=$(head -1 "$OUT/ncu_${name}_sass.csv" | cut -d'"' -f4)  # the profiled kernel's cubin, by its name
-        cubin=$(grep -l "$kname" $(find "$GBXCULE_CACHE_DIR/warp" -name "*.cubin") | head -1)
-        nvdisasm -g -c "$cubin" > "$OUT/ncu_${name}_lines.txt"
+        # the profiled kernel's cubin: by its name, built with line info, with as many instructions as profiled
+        # (the cache may hold the same kernel built without line info, or for another block size)
+        kname=$(head -1 "$OUT/ncu_${name}_sass.csv" | cut -d'"' -f4)
+        rows=$(($(wc -l < "$OUT/ncu_${name}_sass.csv") - 2))
+        for cubin in $(grep -l "$kname" $(find "$GBXCULE_CACHE_DIR/warp" -name "*.cubin")); do
+          nvdisasm -g -c "$cubin" > "$OUT/ncu_${name}_lines.txt"
+          grep -q '//## File' "$OUT/ncu_${name}_lines.txt" && \
+            [[ $(grep -cE '^\s+/\*[0-9a-f]{4,}\*/' "$OUT/ncu_${name}_lines.txt") == "$rows" ]] && break
+        done
         python3 scripts/ncu_lines.py "$OUT/ncu_${name}_sass.csv" "$OUT/ncu_${name}_lines.txt" --py --top 30 \
           --src "$GBXCULE_CACHE_DIR/kernels" src/gbxcule/kernels --json "$OUT/ncu_${name}_lines.json" \
           | tee "$OUT/ncu_${name}_lines_summary.txt"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fourteenth visit. Run after the setup calls (BENCHMARKS.md); results under $OUT.
 #   check: devcheck (built-in ROMs) and devcheck_games.py (the game set) with the flat kernel from the first step
-#   ncu:   Nsight Compute on a lean launch of GAMES_NCU in both instruction loops (gpu_visit.sh ncu_games)
+#   ncu:   Nsight Compute on a lean launch (SKIPS) of GAMES_NCU in LOOPS, under ACTS (gpu_visit.sh ncu_games)
 #   ow:    OVERWORLD full_step at steps 30-39, 65,536 and 262,144 envs (auto)
 #   cold:  time to the first step from an empty kernel cache, then warm (gpu_rl_visit.sh cold), and each of the
 #          first 24 steps of a fresh `auto` backend on a game (the tuner builds the flat kernels at step 16);
@@ -21,8 +21,12 @@ case ${1:-} in
     done ;;
   ncu)
     for loop in ${LOOPS:-nested flat}; do
-      LOOP=$loop GAMES=$games GAMES_NCU=${GAMES_NCU:-corrib75} bash scripts/gpu_visit.sh ncu_games 2>&1 | tail -45
-    done ;;
+      for acts in ${ACTS:-seeded_random}; do
+        LOOP=$loop ACTIONS=$acts GAMES=$games GAMES_NCU=${GAMES_NCU:-corrib75} bash scripts/gpu_visit.sh ncu_games \
+          2>&1 | grep -A12 "^function"
+      done
+    done
+    (cd "$OUT" && tar -cf ncu.tar ncu_* && rm -f ncu_*) ;;  # one file: a run brings back only a few
   ow)
     for envs in 65536 262144; do
       python3 -m gbxcule bench --rom OVERWORLD --backends warp_vec_cuda --stage full_step --envs $envs --steps 10 \

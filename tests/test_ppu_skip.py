@@ -164,6 +164,13 @@ def penalty_model(oam: np.ndarray, lcdc: int, scx: int, ly: int) -> int:
     return max(0, penalty - 7) if count else 0
 
 
+def distinct_on_screen(oam, lcdc, scx, ly) -> int:
+    """Distinct on-screen X values among the first 10 sprites on line ly (the set's fill)."""
+    height = 16 if lcdc & 4 else 8
+    hits = [int(oam[4 * i + 1]) for i in range(40) if int(oam[4 * i]) - 16 <= ly < int(oam[4 * i]) - 16 + height]
+    return len({x for x in hits[:10] if x < 168})
+
+
 @wp.kernel(enable_backward=False)
 def penalty_kernel(cases: wp.array2d(dtype=wp.int32), m: Mem, out: wp.array(dtype=wp.int32)):
     i = wp.tid()
@@ -175,7 +182,7 @@ def penalty_kernel(cases: wp.array2d(dtype=wp.int32), m: Mem, out: wp.array(dtyp
 
 
 def test_sprite_penalty_matches_a_plain_model():
-    """Crowded lines with repeated X values (the kernel re-reads OAM to tell repeats apart)."""
+    """Crowded lines with repeated X values (the kernel keeps the X values seen in a set of packed bytes)."""
     init_warp()
     rng = np.random.default_rng(11)
     n = 3000
@@ -183,9 +190,10 @@ def test_sprite_penalty_matches_a_plain_model():
                      axis=1).astype(np.int32)
     oam = np.zeros((n, 160), dtype=np.uint8)
     oam[:, 0::4] = (cases[:, 2:3] + rng.integers(0, 24, (n, 40))).clip(0, 255)  # near the line
-    xs = rng.integers(0, 176, (n, 6))  # few distinct X values per line: many repeats, some off screen
-    xs[: n // 10] = rng.integers(168, 256, (n // 10, 6))  # only off-screen sprites
-    oam[:, 1::4] = np.take_along_axis(xs, rng.integers(0, 6, (n, 40)), axis=1)
+    xs = rng.integers(0, 176, (n, 12))  # few distinct X values per line: many repeats, some off screen
+    xs[: n // 10] = rng.integers(168, 256, (n // 10, 12))  # only off-screen sprites
+    kinds = rng.choice([3, 6, 12], (n, 1))  # up to 12 distinct X values a line: the set's three words all fill
+    oam[:, 1::4] = np.take_along_axis(xs, rng.integers(0, 12, (n, 40)) % kinds, axis=1)
     layout = ram_layout(0)
     ram = np.zeros((layout.total, n), dtype=np.uint8)
     ram[layout.bases["oam"]:layout.bases["oam"] + 160] = oam.T
@@ -197,4 +205,5 @@ def test_sprite_penalty_matches_a_plain_model():
     want = [penalty_model(oam[i], *cases[i]) for i in range(n)]
     got = out.numpy()
     assert len(set(want)) > 10 and sum(w == -4 for w in want) > 0
+    assert max(distinct_on_screen(oam[i], *cases[i]) for i in range(n)) == 10  # the third word is used
     assert got.tolist() == want

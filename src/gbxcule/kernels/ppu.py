@@ -74,37 +74,49 @@ def stat_write(g: wp.ref[Gb], value: wp.int32) -> wp.int32:
 
 
 @wp.func
-def sprite_x_seen(g: wp.ref[Gb], m: Mem, ly: wp.int32, height: wp.int32, before: wp.int32, x: wp.int32) -> wp.bool:
-    """Whether one of OAM entries 0..before-1 lies on line ly with X == x."""
-    j = wp.int32(0)
-    while j < before:
-        y = oam_byte(m, g, j * 4) - 16
-        if y <= ly and ly < y + height and oam_byte(m, g, j * 4 + 1) == x:
-            return True
-        j = j + 1
-    return False
+def seen_x(set0: wp.uint32, set1: wp.uint32, set2: wp.uint32, x: wp.int32) -> wp.bool:
+    """Whether X value `x` (0-167) is one of the bytes of the three words (`mode3_sprite_penalty`'s set; an
+    empty slot holds 0xFF, which no such X equals): each word XOR x repeated has a zero byte where it holds x,
+    and (v - 0x01010101) & ~v & 0x80808080 is non-zero exactly when v has a zero byte."""
+    rep = wp.uint32(x) * wp.uint32(0x01010101)
+    v0 = set0 ^ rep
+    v1 = set1 ^ rep
+    v2 = set2 ^ rep
+    ones = wp.uint32(0x01010101)
+    hi = wp.uint32(0x80808080)
+    return (((v0 - ones) & ~v0) | ((v1 - ones) & ~v1) | ((v2 - ones) & ~v2)) & hi != wp.uint32(0)
+
+
+@wp.func
+def put_x(word: wp.uint32, slot: wp.int32, x: wp.int32) -> wp.uint32:
+    """`word` with byte `slot & 3` set to x."""
+    sh = wp.uint32((slot & 3) * 8)
+    return (word & ~(wp.uint32(0xFF) << sh)) | (wp.uint32(x) << sh)
 
 
 @wp.func
 def mode3_sprite_penalty(g: wp.ref[Gb], m: Mem, ly: wp.int32) -> wp.int32:
     """Extra mode-3 dots for the sprites on line `ly` (up to 10), by X group and fine alignment.
 
-    A sprite whose X was already seen on the line adds no alignment penalty. `groups8` holds one bit per
-    8 pixels of X seen so far; only when that bit is set are the earlier entries read again for the exact X
-    (few registers: the kernel keeps its state in registers, docs/kernel_style.md). The Y bytes are read
-    four at a time into one word before any is tested (`oam_ys`), so four loads are in flight instead of one,
-    and the four are tested at once (`oam_line_hits`): this scan runs on every line of every frame, and
-    waiting on one OAM load after another was a tenth of the step kernel's stall samples on busy games
-    (BENCHMARKS.md)."""
+    A sprite whose X was already seen on the line adds no alignment penalty. The X values seen so far (at most
+    10) are kept as bytes of three words and looked up all at once (`seen_x`), so a sprite costs the same few
+    operations however many came before it, and the hits take no branch: where lanes meet different sprites,
+    no lane waits on another's re-reading of OAM (which a lookup of earlier entries cost: 7% of a spread
+    game's executed warp instructions, BENCHMARKS.md fourteenth visit). The Y bytes are read four at a time
+    into one word before any is tested (`oam_ys`), so four loads are in flight instead of one, and the four
+    are tested at once (`oam_line_hits`): this scan runs on every line of every frame, and waiting on one OAM
+    load after another was a tenth of the step kernel's stall samples on busy games (BENCHMARKS.md)."""
     if (g.lcdc & 2) == 0:
         return 0
     height = 8
     if (g.lcdc & 4) != 0:
         height = 16
     count = wp.int32(0)
-    groups = wp.int32(0)
+    groups = wp.int32(0)  # distinct X values on screen so far: also the next free slot of the set
     penalty = wp.int32(0)
-    groups8 = wp.int32(0)
+    set0 = wp.uint32(0xFFFFFFFF)
+    set1 = wp.uint32(0xFFFFFFFF)
+    set2 = wp.uint32(0xFFFFFFFF)
     w = wp.int32(0)  # OAM entries 4w..4w+3
     while w < 10 and count < 10:
         hits = oam_line_hits(oam_ys(m, g, w * 4), ly, height)
@@ -112,15 +124,13 @@ def mode3_sprite_penalty(g: wp.ref[Gb], m: Mem, ly: wp.int32) -> wp.int32:
             i = w * 4 + lowest_bit(hits)
             hits = hits & (hits - 1)
             x = oam_byte(m, g, i * 4 + 1)
-            if x < 168:
-                penalty = penalty + 6
-                bit = 1 << (x >> 3)
-                if (groups8 & bit) == 0 or not sprite_x_seen(g, m, ly, height, i, x):
-                    groups = groups + 1
-                    align = 5 - ((x + g.scx - 8) & 7)
-                    if align > 0:
-                        penalty = penalty + align
-                groups8 = groups8 | bit
+            shown = x < 168
+            new = shown and not seen_x(set0, set1, set2, x)
+            penalty = penalty + wp.where(shown, 6, 0) + wp.where(new, wp.max(0, 5 - ((x + g.scx - 8) & 7)), 0)
+            set0 = wp.where(new and groups < 4, put_x(set0, groups, x), set0)
+            set1 = wp.where(new and groups >= 4 and groups < 8, put_x(set1, groups, x), set1)
+            set2 = wp.where(new and groups >= 8, put_x(set2, groups, x), set2)
+            groups = groups + wp.where(new, 1, 0)
             count = count + 1
         w = w + 1
     if count > 0 and groups == 0:
