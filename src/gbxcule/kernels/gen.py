@@ -238,25 +238,18 @@ $PRE
         slot = k - s.n_fetch
         if s.ready != 0 and slot >= s.n_acc:
             break
-        s.addr = wp.where(k == 0, pc, (s.base + k) & 0xFFFF)
-        s.value = 0
-        s.write = 0
-        s.when = t0
-        s.mao = 4 * k
-        if s.ready != 0:
-            if slot == 0:
-                s.addr = s.ad0
-                s.value = s.wv0
-                s.write = s.wmask & 1
-                s.when = t0 + ((s.info >> 10) & 15) * 4  # the access timing (a, k) of slot 0 (pack_info)
-                s.mao = ((s.info >> 14) & 3) * 4
-            else:
-                s.addr = s.ad1
-                s.value = s.wv1
-                s.write = (s.wmask >> 1) & 1
-                s.when = t0 + ((s.info >> 16) & 15) * 4
-                s.mao = ((s.info >> 20) & 3) * 4
+        # The access of this round by selects, not branches: lanes fetching, in slot 0 and in slot 1 (each
+        # slot's timing (a, k) from pack_info) stay together up to bus_access (BENCHMARKS.md fourteenth visit).
+        acc = s.ready != 0
+        first = slot == 0
+        s.addr = wp.where(acc, wp.where(first, s.ad0, s.ad1), wp.where(k == 0, pc, (s.base + k) & 0xFFFF))
+        s.value = wp.where(acc, wp.where(first, s.wv0, s.wv1), 0)
+        s.write = wp.where(acc, wp.where(first, s.wmask, s.wmask >> 1) & 1, 0)
+        s.when = t0 + wp.where(acc, ((s.info >> wp.where(first, 10, 16)) & 15) * 4, 0)
+        s.mao = wp.where(acc, ((s.info >> wp.where(first, 14, 20)) & 3) * 4, 4 * k)
         r = bus_access(g, m, s.addr, s.value, s.write, s.when, s.mao)
+        s.rv0 = wp.where(acc and first, r, s.rv0)
+        s.rv1 = wp.where(acc and not first, r, s.rv1)
         if s.ready == 0:
             if k == 0:
                 s.op = r
@@ -274,12 +267,9 @@ $PRE
                 s.imm = r
             else:
                 s.imm = s.imm | (r << 8)
-        elif slot == 0:
-            s.rv0 = r
+        elif first:
             if s.n_acc > 1:
 $MID
-        else:
-            s.rv1 = r
         k = k + 1
 $POST
 
