@@ -234,7 +234,8 @@ class WarpVecBackend:
         if sort_parts == AUTO and self.sort_envs and sort_every == 1:
             # (parts, heaviest first, flat loop): with the `path` key whole frames are also tried lightest
             # first (below; in parts, the lightest first was the slowest choice on all 17 games, BENCHMARKS.md
-            # twelfth visit), and whole frames in the flat loop (loop "auto"; parts in the flat loop: not measured)
+            # twelfth visit), and whole frames in the flat loop (loop "auto"; in parts the flat loop lost to the nested
+            # one: Shock Lobster -2.5%, Geometrix -0.7% at 4 parts, BENCHMARKS.md fourteenth visit)
             heavy, flat = sort_key != "path_light", loop == "flat"
             orders = (heavy, False) if sort_key == "path" else (heavy,)
             loops = (False, True) if loop == AUTO else (flat,)
