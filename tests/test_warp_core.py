@@ -338,6 +338,9 @@ def test_sort_parts_is_checked():
         WarpVecBackend(rom, 1, sort_parts=2, sort_every=2)
     assert WarpVecBackend(rom, 1, sort_parts="auto", sort_every=2).tuner is None  # no sort every frame: 1
     assert WarpVecBackend(rom, 1).tuner is None  # the CPU device does not sort by default
+    from gbxcule.backends.warp_vec import default_sort_envs  # a GPU sorts once the envs fill more than one warp
+    assert [default_sort_envs(d, n) for d, n in (("cuda", 33), ("cuda:1", 4096), ("cuda", 32), ("cuda", 1),
+                                                 ("cpu", 4096))] == [True, True, False, False, False]
     assert WarpVecBackend(rom, 1, sort_envs=True).tuner is not None  # sorting every frame: "auto" by default
     assert [parse_sort_parts(t) for t in ("auto", "1", "64")] == ["auto", 1, 64]
     for bad in ("0", "65", "x", "-1", ""):

@@ -89,9 +89,15 @@ def load_env_states(state, rom: Rom) -> list[EnvState]:
 
 
 BLOCK_DIMS = (256, 128, 64, 32)
+WARP_SIZE = 32  # threads a warp runs together
 # Flat int32 indexes (`row * num_envs + env`, `env * NUM_FIELDS + f`) into the 1D per-env arrays stay below 2**31;
 # RAM is 2D.
 MAX_ENVS = (2**31 - 1) // max(NUM_FIELDS, SERIAL_CAPTURE, 144 * 40)
+
+
+def default_sort_envs(device: str, num_envs: int) -> bool:
+    """Whether envs are sorted by default: on a GPU, once they fill more than one warp (32 threads)."""
+    return device.startswith("cuda") and num_envs > WARP_SIZE
 
 
 def step_block_dim(num_envs: int, sm_count: int) -> int:
@@ -198,11 +204,13 @@ class WarpVecBackend:
             setattr(mem, region, base)
         mem.frame = wp.zeros(1, dtype=wp.uint32, device=device)  # the real buffer comes with the first render
         self.mem = mem
-        # sort_envs (default: on for CUDA, off for the CPU device, which has no warps): every `sort_every`
-        # frames (default 1; a step then takes one launch per sort), order the threads by a key (sort_key
-        # below; a stable radix sort), so envs at the same code with the same input share warps;
-        # results still land at each env's own index, bit for bit. BENCHMARKS.md has the measurements.
-        self.sort_envs = device.startswith("cuda") if sort_envs is None else bool(sort_envs)
+        # sort_envs (default: on for CUDA with more envs than a warp holds; off for the CPU device, which has
+        # no warps): every `sort_every` frames (default 1; a step then takes one launch per sort), order the
+        # threads by a key (sort_key below; a stable radix sort), so envs at the same code with the same input
+        # share warps; results still land at each env's own index, bit for bit. BENCHMARKS.md has the
+        # measurements. Up to 32 envs share one warp in any order, so there sorting would only cost (and build
+        # the sort and flat-loop kernels, e.g. for a goal template's one-env capture).
+        self.sort_envs = default_sort_envs(device, n) if sort_envs is None else bool(sort_envs)
         if sort_every < 1:
             raise ValueError(f"sort_every must be >= 1 frame, got {sort_every}")
         self.sort_every = sort_every
