@@ -3,11 +3,16 @@ the spill loads in its largest loops (nvdisasm). The figures in BENCHMARKS.md "W
 
     .venv/bin/python scripts/kernel_report.py [--stage full_step] [--lean] [--max-registers N] [--arch 90]
                                               [--loop nested|flat]
-                                              [--ptxas ptxas] [--nvdisasm nvdisasm]
+                                              [--ptxas ptxas] [--nvdisasm nvdisasm] [--lines FILE --block-dim N]
 
 Warp writes the kernel's PTX (NVRTC, no GPU needed); ptxas comes with a CUDA toolkit, nvdisasm with one or in
 Triton's wheel (triton/backends/nvidia/bin). A PTX newer than the ptxas is relabelled to the version the
 ptxas names in its error message.
+
+`--lines FILE --block-dim N` instead writes `nvdisasm -g` of the cubin Warp's own NVRTC builds, with line info,
+for N-thread blocks (`step_block_dim`: 128 at 65,536 envs on an H100): the same SASS, instruction for
+instruction, as the GPU machine builds, so `scripts/ncu_lines.py` can read a profile's source page against it
+when the profile run's cubin is not at hand (BENCHMARKS.md, fourteenth visit).
 """
 
 from __future__ import annotations
@@ -44,6 +49,24 @@ def sass_loops(sass: str) -> tuple[int, int, int, list[tuple[int, int]]]:
     return len(ins), sum("LDL" in t for _, t in ins), sum("STL" in t for _, t in ins), loops[:5]
 
 
+def write_lines(wp, module, work: Path, args) -> int:
+    """The cubin NVRTC builds for `args.block_dim`-thread blocks, disassembled with line info into args.lines."""
+    wp.set_module_options({"block_dim": args.block_dim}, module)
+    [cubin] = wp.compile_aot_module(module, arch=args.arch, module_dir=work, use_ptx=False)
+    try:
+        d = subprocess.run([args.nvdisasm, "-g", "-c", str(cubin)], capture_output=True, text=True)
+    except OSError as exc:
+        print(f"error: cannot run nvdisasm ({exc}); pass --nvdisasm", file=sys.stderr)
+        return 2
+    if d.returncode != 0:
+        print(f"error: nvdisasm failed: {d.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+        return 1
+    Path(args.lines).write_text(d.stdout)
+    n = len(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/", d.stdout, re.M))
+    print(f"{args.lines}: {n} SASS instructions, {args.block_dim}-thread blocks, sm_{args.arch}")
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--stage", default="full_step")
@@ -53,15 +76,20 @@ def main() -> int:
     p.add_argument("--arch", type=int, default=90)
     p.add_argument("--ptxas", default="ptxas")
     p.add_argument("--nvdisasm", default="nvdisasm")
+    p.add_argument("--lines", default=None, metavar="FILE", help="write nvdisasm -g of the NVRTC cubin here")
+    p.add_argument("--block-dim", type=int, default=256, help="threads a block (--lines; default 256)")
     args = p.parse_args()
     import warp as wp
 
+    wp.config.lineinfo = args.lines is not None  # (a module takes it when it is created)
     from gbxcule.kernels import init_warp
     from gbxcule.kernels.gen import load_kernels
 
     init_warp()
     work = Path(tempfile.mkdtemp(prefix="gbxcule_kernel_"))
     module = load_kernels(args.max_registers, args.stage, draws=not args.lean, flat=args.loop == "flat")
+    if args.lines:
+        return write_lines(wp, module, work, args)
     [ptx_path] = wp.compile_aot_module(module, arch=args.arch, module_dir=work, use_ptx=True)
     ptx = Path(ptx_path).read_bytes().replace(b"\0", b"")
     cubin = work / "step.cubin"
