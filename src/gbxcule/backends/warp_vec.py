@@ -322,7 +322,7 @@ class WarpVecBackend:
         if sort and self.tuner is not None:  # (sort: a step, not the boot's one-env launch)
             self.tuner.poll(self._tuner_elapsed)
             (parts, heavy_first, flat), timed = self.tuner.plan()
-            if timed:  # a kernel's first launch builds its module: never inside a timed step
+            if timed:  # a module's first launch builds it: never inside a timed step (on a GPU all are built already)
                 for draws in {not lean, not lean or render == 1}:
                     wp.load_module(self._step_kernels(draws, flat), device=self.device, block_dim=self.block_dim)
             if timed and self.device.startswith("cuda"):
@@ -406,9 +406,6 @@ class WarpVecBackend:
         from gbxcule.kernels.gen import load_kernels
 
         return load_kernels(self._max_registers, self.stage, draws, flat)
-
-    def _lean_kernels(self):
-        return self._step_kernels(draws=False)
 
     def _start_state(self, boot: str) -> tuple[np.ndarray, np.ndarray | None]:
         """Fields (and RAM, when not all zero) every env starts from."""

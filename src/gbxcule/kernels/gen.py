@@ -557,9 +557,7 @@ def load_kernels(max_registers: int | None = None, stage: str = "emulate_only", 
     src = kernel_source(max_registers, stage, draws, flat)
     digest = hashlib.sha1((src + "|" + ",".join(TRANSIENT)).encode()).hexdigest()[:16]
     name = f"gbxcule_step_{digest}"
-    folder = cache_dir() / "kernels"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.py"
+    path = cache_dir() / "kernels" / f"{name}.py"
     if not path.is_file() or path.read_text() != src:
         write_output(path, src)  # a temporary file of its own: processes building the same module never collide
     spec = importlib.util.spec_from_file_location(name, path)
