@@ -138,6 +138,8 @@ def main() -> int:
             row["sps"].setdefault(name, []).append(sps)
             rows_ = be._field_rows().numpy()  # each variant, the same emulation: the same fields, bit for bit
             done.add(hashlib.sha1(rows_.tobytes()).hexdigest())
+            # fields and RAM at the end, to compare source trees (the same emulation must end in the same bits)
+            row["end_sha1"] = hashlib.sha1(rows_.tobytes() + be.ram.numpy().tobytes()).hexdigest()
             row.setdefault("instructions", {})[name] = int(rows_[FIELD_INDEX["instructions"]].astype(np.int64).sum())
         be.close()
         row["same_results"] = len(done) == 1

@@ -10,14 +10,17 @@ DIV and LY, so lockstep against the reference catches any skipped round too many
 5. a fixed point that needs the carry: `ld a,[a16] / adc a,$FF / jr nz` (A=1, carry in and out set) until the
    timer handler clears the byte;
 6. LY: `ldh a,[rLY] / cp 100 / jr c`, interrupts off;
-7. STAT: `ldh a,[rSTAT] / and 3 / jr nz` (until HBlank), then `jr z` (until it ends), three times.
+7. STAT: `ldh a,[rSTAT] / and 3 / jr nz` (until HBlank), then `jr z` (until it ends), three times;
+8. copy loops that poll `ldh a,[rSTAT] / and 2 / jr nz` before every byte, blind to mode 2 -> 3 (kernels/idle.py
+   runs such a poll through mode 3's start): 160 bytes into OAM, then with sprites on and the timer interrupt
+   landing in them, 512 bytes into VRAM; then `ldh a,[rLY] / cp 140 / jr c` with those sprites on the lines.
 
 Signature: the handlers' counts and the loops' last values (the DIV/LY records are checked by lockstep).
 """
 
 from __future__ import annotations
 
-from gbxcule.roms.micro.common import INT_TIMER, INT_VBLANK, done, program, spec
+from gbxcule.roms.micro.common import INT_TIMER, INT_VBLANK, db, done, program, spec
 from gbxcule.roms.spec import VerifySettings
 
 RECORDS = 0xC000  # DIV, LY after every loop
@@ -49,6 +52,16 @@ def _timer_on() -> str:
     xor a
     ldh [rIF], a
     ei"""
+
+
+def _oam_source() -> bytes:
+    """512 bytes: 40 OAM entries (some sprites sharing lines or X values, some off screen), then a pattern."""
+    oam = []
+    for i in range(40):
+        y = (16 + (i * 37) % 150) if i % 7 else 0  # every 7th entry off screen (Y 0)
+        x = (i * 29) % 176  # some X values off screen (168 and up), some repeated
+        oam += [y, x, i, 0]
+    return bytes(oam + [(i * 13 + 5) & 0xFF for i in range(512 - 160)])
 
 
 def signature() -> dict[int, bytes]:
@@ -136,6 +149,48 @@ def source() -> str:
     ld [${SUMMARY + 1:04X}], a
     ldh a, [${TCOUNT & 0xFF:02X}]
     ld [${SUMMARY + 2:04X}], a
+    ; 8: copy loops polling STAT before every byte, blind to mode 2 -> 3
+    push hl
+    ld hl, oam_src
+    ld de, $FE00
+    ld b, 160
+.c8a:
+    ldh a, [rSTAT]
+    and 2
+    jr nz, .c8a
+    ld a, [hl+]
+    ld [de], a
+    inc de
+    dec b
+    jr nz, .c8a
+    ldh a, [rLCDC]
+    or 2
+    ldh [rLCDC], a
+{_timer_on()}
+    ld hl, oam_src
+    ld de, $8800
+    ld c, 2
+.c8o:
+    ld b, 0
+.c8b:
+    ldh a, [rSTAT]
+    and 2
+    jr nz, .c8b
+    ld a, [hl+]
+    ld [de], a
+    inc de
+    dec b
+    jr nz, .c8b
+    dec c
+    jr nz, .c8o
+    di
+    pop hl
+{_record()}
+.w8:
+    ldh a, [rLY]
+    cp 140
+    jr c, .w8
+{_record()}
     jp finish
 
 vblank:
@@ -148,6 +203,9 @@ vblank:
     ld [${VCOUNT:04X}], a
     pop af
     reti
+
+oam_src:  ; 40 sprites (Y, X, tile, flags) spread over the lines and X fine offsets, then more bytes
+{db(_oam_source())}
 
 timer:
     push af
