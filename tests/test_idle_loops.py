@@ -37,21 +37,12 @@ w_two:  ; $016F: two instructions between read and jump: not a recognised shape
     and a
     nop
     jr z, w_two
-w_st2:  ; $0176: ldh a,[rSTAT] / and 2 / jr nz   (blind to mode 2 -> 3)
-    ldh a, [$41]
-    and 2
-    jr nz, w_st2
-w_st1:  ; $017C: ldh a,[rSTAT] / and 1 / jr z    (sees it)
-    ldh a, [$41]
-    and 1
-    jr z, w_st1
 main2:
     jr main2
 """
 # head, jr_at, jr opcode, period (cycles of one round)
 A16, LDH, HL, LY, IO, TWO = (0x153, 0x157, 0x28, 32), (0x159, 0x15D, 0x20, 32), (0x15F, 0x161, 0x28, 24), \
     (0x163, 0x167, 0x38, 32), (0x169, 0x16D, 0x20, 32), (0x16F, 0x174, 0x28, 36)
-ST2, ST1 = (0x176, 0x17A, 0x20, 32), (0x17C, 0x180, 0x28, 32)
 # per case: head, jr_at, jr_op, a, f, hl, end - cycles, ly, dma_active, ime_delay, wram[$C010], hram[$90]
 COLS = 12
 
@@ -74,8 +65,7 @@ def skip_cases(cases: wp.array2d(dtype=wp.int32), m: Mem, out: wp.array2d(dtype=
     g.ime_delay = cases[i, 9]
     m.ram[0, m.wram + 0x10] = wp.uint8(cases[i, 10])
     m.ram[0, m.hram + 0x10] = wp.uint8(cases[i, 11])
-    g.batch_end = 1000 + cases[i, 6]
-    idle_loop_skip(g, m, cases[i, 1], cases[i, 2])
+    idle_loop_skip(g, m, 1000 + cases[i, 6], cases[i, 1], cases[i, 2])
     out[i, 0] = g.cycles - 1000
     out[i, 1] = g.instructions
     out[i, 5] = g.waited
@@ -130,82 +120,3 @@ def test_what_does_not_skip(c):
     cycles, instructions, a, f, polling, waited = run([c])[0]
     assert (cycles, instructions, a, f, waited) == (0, 0, c[3], c[4], 0)
     assert polling == (c[6] == 32)  # only the short batch is a fixed point (skipping no round)
-
-
-# Through mode 3's start (idle.py): the PPU in mode 2 on line 5, mode 3 due `due` cycles after the JR (at cycle 1000),
-# sprites off and SCX 0 (mode 3 lasts 172 cycles), the timer's next event `timer` cycles after the JR.
-@wp.kernel(enable_backward=False)
-def mode3_cases(cases: wp.array2d(dtype=wp.int32), m: Mem, out: wp.array2d(dtype=wp.int32)):
-    i = wp.tid()
-    g = Gb()
-    g.env = 0
-    g.n = 1
-    g.rom_bank = 1
-    g.pc = cases[i, 0]
-    g.a = cases[i, 3]
-    g.f = cases[i, 4]
-    g.h = 0xC0
-    g.l = 0x10
-    g.cycles = 1000
-    g.lcdc = cases[i, 7]
-    g.stat = cases[i, 8]
-    g.stat_mode = cases[i, 8] & 3
-    g.stat_irq_line = cases[i, 9]
-    g.ly = 5
-    g.lyc = cases[i, 10]
-    g.next_mode = 3
-    g.lcd_clock = 6 * 456 - 400 + 40
-    g.lcd_last = 1000 - 40 + cases[i, 11]
-    g.lcd_target = g.lcd_clock + 40 + cases[i, 5] - cases[i, 11]
-    g.timer_last = 990
-    g.timer_cti = cases[i, 6] + 10
-    g.serial_last = 1000
-    g.serial_cti = 0x3FFFFFFF
-    g.batch_end = 1000 + wp.min(cases[i, 5], cases[i, 6])  # the batch's end as batch_next set it
-    idle_loop_skip(g, m, cases[i, 1], cases[i, 2])
-    out[i, 0] = g.cycles - 1000
-    out[i, 1] = g.batch_end - 1000
-    out[i, 2] = g.stat
-    out[i, 3] = g.lcd_target - g.lcd_clock  # = lcd_cti
-    out[i, 4] = g.lcd_last - 1000
-    out[i, 5] = g.if_
-
-
-def run_mode3(cases):
-    b = backend(build(LOOPS))
-    c = wp.array(np.array(cases, dtype=np.int32), dtype=wp.int32, device="cpu")
-    out = wp.zeros((len(cases), 6), dtype=wp.int32, device="cpu")
-    wp.launch(mode3_cases, dim=len(cases), inputs=[c, b.mem, out], device="cpu")
-    return out.numpy()
-
-
-def m3(loop, a, f, due=100, timer=100000, lcdc=0x80, stat=0x82, line=0, lyc=0, synced=0):
-    head, jr_at, jr_op, _ = loop
-    return [head, jr_at, jr_op, a, f, due, timer, lcdc, stat, line, lyc, synced]
-
-
-def test_polls_blind_to_mode_3_run_through_its_start():
-    # the fixed points: STAT & 2 = 2 (NZ, H), LY 5 < 100 (C, N), WRAM byte $C010 = 0 (Z, H: zeroed RAM)
-    cases = [m3(ST2, 2, 0x20), m3(LY, 5, 0x50), m3(A16, 0, 0xA0), m3(ST2, 2, 0x20, timer=132),
-             m3(ST2, 2, 0x20, due=0)]
-    for (cycles, end, stat, cti, last, if_), c in zip(run_mode3(cases), cases, strict=True):
-        due, timer = c[5], c[6]
-        new_end = min(timer, due + 172)  # mode 0 starts 172 cycles after mode 3 (no sprites, SCX 0)
-        assert (stat, cti, last, if_) == (0x83, 172, due, 0)  # mode 3, at its own cycle, no interrupt
-        assert end == new_end and cycles == (new_end - 1) // 32 * 32
-
-
-def test_polls_that_would_see_mode_3_or_could_miss_an_event_stop_at_its_start():
-    cases = [
-        m3(ST1, 0, 0xA0),  # STAT & 1 turns 1 in mode 3: the loop sees it
-        m3(ST2, 2, 0x20, timer=131),  # the timer's event less than a round after mode 3 starts
-        m3(ST2, 2, 0x20, timer=99),  # ... or before it (the batch ends at the timer's event)
-        m3(ST2, 2, 0x20, lcdc=0x00, stat=0x80 | 2),  # LCD off
-        m3(ST2, 2, 0x20, stat=0xC2 | 4, lyc=5),  # LY=LYC with its source on, the line low: mode 3 would raise it
-        m3(ST2, 2, 0x20, due=-1),  # mode 3 overdue (the PPU was caught up past its start)
-        m3(ST2, 2, 0x20, synced=41),  # the PPU caught up to a later cycle (1001) than the CPU's
-    ]
-    for (cycles, end, stat, cti, last, if_), c in zip(run_mode3(cases), cases, strict=True):
-        assert stat == c[8] and if_ == 0 and last == c[11] - 40  # the PPU untouched
-        base = min(c[5], c[6])
-        assert end == base and cycles == max(0, (base - 1) // 32) * 32  # rounds up to the old end, as before

@@ -195,7 +195,7 @@ from gbxcule.kernels.timer import timer_advance
 
 
 @wp.func
-def run_op(g: wp.ref[Gb], s: wp.ref[Seq], m: Mem, dispatch: wp.int32):
+def run_op(g: wp.ref[Gb], s: wp.ref[Seq], m: Mem, dispatch: wp.int32, end: wp.int32):
     """Execute one instruction at PC, or (dispatch != 0) the interrupt dispatch.
 
     One loop performs every memory access of the operation through the single bus path: first the
@@ -302,7 +302,7 @@ def batch_start(g: wp.ref[Gb], m: Mem, budget: wp.int32) -> wp.int32:
 @wp.func
 def batch_op(g: wp.ref[Gb], s: wp.ref[Seq], m: Mem) -> wp.int32:
     """Run the batch's next instruction (or its interrupt dispatch); returns 1 when the batch goes on."""
-    run_op(g, s, m, g.dispatch)
+    run_op(g, s, m, g.dispatch, g.batch_end)
     if g.dispatch != 0:
         g.dispatch = 0
         g.bail = 0  # writes made by the dispatch do not end the batch

@@ -18,14 +18,6 @@ waits, not how long it waited (BENCHMARKS.md, ninth visit: +3% median). That wor
 launches end (each end runs one round one by one), which is why it is kept out of the state. (Reads of
 LY and STAT in the skipped rounds all fall before the batch's end, so before the PPU's next event.)
 
-One PPU event need not end such a batch: mode 3's start changes no byte these loops can read but STAT's mode
-bits (2 -> 3), raises no interrupt and draws nothing (`ppu.lcd_mode3_due`). When the loop's ALU op gives the same
-A and F for the STAT byte of mode 3 as well (`and 2`, as in copy loops that poll between bytes, or any LY, WRAM or
-HRAM loop), that transition is applied at its own cycle (`ppu.lcd_start_mode3_at`, the state the event would
-leave) and the batch's end moves on to mode 0's start or the next timer or serial event, provided at least one
-round fits between: the round the batch ends in then reads after the transition. Such loops ran four batches a
-line, now three (Corrib75's copy loop at 0BD5, BENCHMARKS.md fifteenth visit).
-
 A loop found at a fixed point polling WRAM or HRAM sets `g.polling`: such a loop cannot see the PPU either,
 so the next batch may run over whole PPU lines as a halted CPU's does (gen.py run_frame, `lcd_skip_lines`).
 
@@ -37,7 +29,6 @@ import warp as wp
 
 from gbxcule.kernels.cpu import alu, condition
 from gbxcule.kernels.mbc import rom_fetch4
-from gbxcule.kernels.ppu import lcd_mode3_due, lcd_start_mode3_at
 from gbxcule.kernels.state import Gb, Mem
 
 
@@ -57,11 +48,10 @@ def idle_read(g: wp.ref[Gb], m: Mem, a: wp.int32) -> wp.int32:
 
 
 @wp.func
-def idle_loop_skip(g: wp.ref[Gb], m: Mem, jr_at: wp.int32, jr_op: wp.int32):
+def idle_loop_skip(g: wp.ref[Gb], m: Mem, end: wp.int32, jr_at: wp.int32, jr_op: wp.int32):
     """Called right after a JR at `jr_at` (opcode `jr_op`) jumped back to g.pc: if g.pc..jr_at is a polling
     loop (module docstring) at a fixed point whose jump is taken, add the cycles of as many rounds as end
-    before the batch's end, g.batch_end (the round that reaches it runs as usual, reads included), after
-    moving that end past mode 3's start where the loop cannot see it."""
+    before `end`, the batch's end (the round that reaches it runs as usual, reads included)."""
     head = g.pc
     if g.bootrom != 0 or head >= 0x8000 or (head & 0x3FFF) > 0x3FF8 or g.dma_active != 0 or g.ime_delay != 0:
         return
@@ -82,25 +72,12 @@ def idle_loop_skip(g: wp.ref[Gb], m: Mem, jr_at: wp.int32, jr_op: wp.int32):
     if v < 0:
         return
     period = (m.ops[b0] & 0x1F) + (m.ops[t] & 0x1F) + (m.ops[jr_op] & 0x1F)  # (pack_info: cycles in bits 0-4)
+    rounds = wp.max(0, (end - 1 - g.cycles) / period)  # whole rounds that end before the batch does
     a0 = g.a
     f0 = g.f
     g.a = v
     alu(g, (t >> 3) & 7, wp.where(imm_form, n, v))
     if g.a == a0 and g.f == f0 and (jr_op == 0x18 or condition(g, (jr_op >> 3) & 3)):
-        # Through mode 3's start, if the poll cannot see it: LY, WRAM and HRAM do not change there, STAT only
-        # in its mode bits (2 -> 3), so the ALU op must give the same A and F with them (the jump then goes
-        # the same way). The next timer or serial event must leave one round after it, so that the round the
-        # batch ends in reads after it.
-        due = lcd_mode3_due(g, g.cycles)
-        other = wp.min(g.timer_last + g.timer_cti, g.serial_last + g.serial_cti)
-        if due >= 0 and other >= due + period:
-            v3 = wp.where(addr == 0xFF41, v | 3, v)
-            g.a = v3
-            alu(g, (t >> 3) & 7, wp.where(imm_form, n, v3))
-            if g.a == a0 and g.f == f0:
-                lcd_start_mode3_at(g, m, due)
-                g.batch_end = wp.min(other, due + g.lcd_cti)
-        rounds = wp.max(0, (g.batch_end - 1 - g.cycles) / period)
         g.cycles = g.cycles + rounds * period
         g.instructions = g.instructions + 3 * rounds
         g.waited = g.waited + 3 * rounds

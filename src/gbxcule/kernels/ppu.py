@@ -161,40 +161,6 @@ def wy_check(g: wp.ref[Gb]):
 
 
 @wp.func
-def mode3_begin(g: wp.ref[Gb], m: Mem):
-    """Mode 3 has just begun (the STAT mode is set): its length, and mode 0 next."""
-    g.mode3_adj = mode3_adjustment(g, m, g.ly)
-    g.lcd_target = g.lcd_target + 172 + g.mode3_adj
-    g.next_mode = 0
-    g.stat_transition = ST_NONE
-
-
-@wp.func
-def lcd_mode3_due(g: wp.ref[Gb], now: wp.int32) -> wp.int32:
-    """The cycle (>= `now`) at which mode 3 starts, when the PPU's next transition is mode 2 -> 3 and `now` is
-    at or after its last catch-up; -1 otherwise. That transition raises no interrupt (the STAT line can only
-    fall: mode 3 has no STAT source), draws nothing, and reads only LCDC, SCX and OAM, so a CPU that changes
-    none of these until then may have it applied ahead of its batch's end (`lcd_start_mode3_at`, idle.py)."""
-    if (g.lcdc & 0x80) == 0 or g.lcd_reset != 0 or g.ly == 153 or g.stat_mode != 2 or g.next_mode != 3:
-        return -1
-    if g.stat_transition != ST_NONE or (g.stat_irq_line == 0 and (g.stat & 0x44) == 0x44) or g.lcd_last > now:
-        return -1
-    due = g.lcd_last + g.lcd_target - g.lcd_clock
-    return wp.where(due >= now, due, -1)
-
-
-@wp.func
-def lcd_start_mode3_at(g: wp.ref[Gb], m: Mem, due: wp.int32):
-    """Apply the mode 2 -> 3 transition at cycle `due` (`lcd_mode3_due`): the state `lcd_advance` leaves when
-    it catches the PPU up to that cycle, or to any later one before mode 0 with LCDC, SCX and OAM unchanged."""
-    g.lcd_clock = g.lcd_target
-    g.lcd_last = due
-    g.if_ = g.if_ | stat_set_mode(g, 3)
-    mode3_begin(g, m)
-    lcd_schedule(g)
-
-
-@wp.func
 def lcd_advance(g: wp.ref[Gb], m: Mem, now: wp.int32):
     """Catch the PPU up to cycle `now`, handling at most one transition; interrupts it raises go to IF."""
     cycles = now - g.lcd_last
@@ -260,7 +226,10 @@ def lcd_advance(g: wp.ref[Gb], m: Mem, now: wp.int32):
                 g.if_ = g.if_ | stat_update_lyc(g)
                 wy_check(g)
             elif mode == 3:
-                mode3_begin(g, m)
+                g.mode3_adj = mode3_adjustment(g, m, g.ly)
+                g.lcd_target = g.lcd_target + 172 + g.mode3_adj
+                g.next_mode = 0
+                g.stat_transition = ST_NONE
             elif mode == 0:
                 if g.ly < 143:
                     g.lcd_target = g.lcd_target + 200 - g.mode3_adj

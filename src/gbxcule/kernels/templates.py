@@ -22,7 +22,7 @@ Other names a template may use: g (the Gb struct), op (opcode; for CB ops the by
 (address of the instruction), nxt (address after it), imm (immediate byte or little-endian word), t0
 (cycle count at the instruction start), info (the opcode's packed table entry, `gen.pack_info`: the
 cycles when a condition fails are (info >> 5) & 0x1F), taken and tmp (scratch ints carried from pre to
-post); g.batch_end is the cycle the CPU batch ends at. Before `pre` runs, g.pc = nxt and g.cycles = t0 + the taken
+post), end (the cycle the CPU batch ends at). Before `pre` runs, g.pc = nxt and g.cycles = t0 + the taken
 cycle count; templates change them only for jumps and untaken conditions.
 
 `DISPATCH` is not an opcode: it is the interrupt dispatch, run by the same sequencer at a batch start.
@@ -135,7 +135,7 @@ g.pc = wp.where(tmp != 0, wp.where(op < 0x40, (nxt + imm - ((imm & 0x80) << 1)) 
                                    wp.where(op == 0xE9, {HL}, imm)), g.pc)
 g.cycles = wp.where(tmp != 0, g.cycles, {NOT_TAKEN})
 if tmp != 0 and op < 0x40 and imm >= 0xF9 and imm <= 0xFC:
-    idle_loop_skip(g, m, (nxt - 2) & 0xFFFF, op)  # a JR 4-7 bytes back: a wait loop? (kernels/idle.py)"""},
+    idle_loop_skip(g, m, end, (nxt - 2) & 0xFFFF, op)  # a JR 4-7 bytes back: a wait loop? (kernels/idle.py)"""},
     # CALL a16 (bit 0 set) / CALL cc / RST (low bits 7; target op & 0x38)
     "CALL": {
         "pre": f"taken = (op & 1) | wp.where(condition(g, (op >> 3) & 3), 1, 0)\n{_push('nxt')}\nn_acc = 2 * taken",

@@ -11,9 +11,9 @@ DIV and LY, so lockstep against the reference catches any skipped round too many
    timer handler clears the byte;
 6. LY: `ldh a,[rLY] / cp 100 / jr c`, interrupts off;
 7. STAT: `ldh a,[rSTAT] / and 3 / jr nz` (until HBlank), then `jr z` (until it ends), three times;
-8. copy loops that poll `ldh a,[rSTAT] / and 2 / jr nz` before every byte, blind to mode 2 -> 3 (kernels/idle.py
-   runs such a poll through mode 3's start): 160 bytes into OAM, then with sprites on and the timer interrupt
-   landing in them, 512 bytes into VRAM; then `ldh a,[rLY] / cp 140 / jr c` with those sprites on the lines.
+8. copy loops that poll `ldh a,[rSTAT] / and 2 / jr nz` before every byte (as Corrib75 copies to VRAM): 160
+   bytes into OAM, then, with sprites on and the timer interrupt landing in them, 512 bytes into VRAM; then
+   `ldh a,[rLY] / cp 140 / jr c` with those sprites on the lines (mode 3's length varies by line).
 
 Signature: the handlers' counts and the loops' last values (the DIV/LY records are checked by lockstep).
 """
@@ -149,7 +149,7 @@ def source() -> str:
     ld [${SUMMARY + 1:04X}], a
     ldh a, [${TCOUNT & 0xFF:02X}]
     ld [${SUMMARY + 2:04X}], a
-    ; 8: copy loops polling STAT before every byte, blind to mode 2 -> 3
+    ; 8: copy loops polling STAT before every byte
     push hl
     ld hl, oam_src
     ld de, $FE00
