@@ -9,7 +9,14 @@ from gbxcule.backends.warp_vec import WarpVecBackend
 from gbxcule.core.schedule import ActionSchedule
 from gbxcule.core.schema import ram_layout
 from gbxcule.kernels import init_warp
-from gbxcule.kernels.ppu import ST_ADVANCE_LY, lcd_advance, lcd_skip_lines, mode3_adjustment, mode3_sprite_penalty
+from gbxcule.kernels.ppu import (
+    ST_ADVANCE_LY,
+    lcd_advance,
+    lcd_skip_lines,
+    mode3_adjustment,
+    mode3_sprite_penalty,
+    sprite_bands_refresh,
+)
 from gbxcule.kernels.state import Gb, Mem
 from gbxcule.roms import resolve_rom
 
@@ -38,7 +45,7 @@ def ppu_case(c: wp.array2d(dtype=wp.int32), i: wp.int32, m: Mem) -> Gb:
     g.obp0 = 0xD2
     g.obp1 = 0x1B
     g.stat_irq_line = wp.where((g.stat & 0x44) == 0x44, 1, 0)
-    g.mode3_adj = mode3_adjustment(g, m, g.ly)
+    g.mode3_adj = mode3_adjustment(g, m, g.ly, 0)
     g.lcd_target = (g.ly + 1) * 456 - 4  # mode 0 of line ly has just started: LY advances next
     g.lcd_clock = wp.min(g.ly * 456 + 252 + g.mode3_adj + c[i, 9], g.lcd_target - 1)
     g.lcd_last = 1000
@@ -64,7 +71,8 @@ def skip_vs_step(cases: wp.array2d(dtype=wp.int32), m: Mem, m2: Mem, out: wp.arr
     """The skip draws into m's frame buffer, the stepped transitions into m2's."""
     i = wp.tid()
     g = ppu_case(cases, i, m)
-    skipped = lcd_skip_lines(g, m, cases[i, 10])
+    sprite_bands_refresh(g, m)  # the skip looks the sprite bands up; the stepped transitions below scan OAM
+    skipped = lcd_skip_lines(g, m, cases[i, 10], 1)
     ppu_out(g, out, i, 0)
     h = ppu_case(cases, i, m2)
     now = h.lcd_last
@@ -74,7 +82,7 @@ def skip_vs_step(cases: wp.array2d(dtype=wp.int32), m: Mem, m2: Mem, out: wp.arr
         d = wp.max(1, wp.min(h.lcd_cti, skipped - done))
         now = now + d
         done = done + d
-        lcd_advance(h, m2, now)
+        lcd_advance(h, m2, now, 1)
     ppu_out(h, out, i, 1)
     info[i, 0] = skipped
     info[i, 1] = h.if_
@@ -172,13 +180,21 @@ def distinct_on_screen(oam, lcdc, scx, ly) -> int:
 
 
 @wp.kernel(enable_backward=False)
-def penalty_kernel(cases: wp.array2d(dtype=wp.int32), m: Mem, out: wp.array(dtype=wp.int32)):
+def penalty_kernel(cases: wp.array2d(dtype=wp.int32), m: Mem, out: wp.array(dtype=wp.int32), bands: wp.int32):
     i = wp.tid()
     g = Gb()
     g.env = i
     g.lcdc = cases[i, 0]
     g.scx = cases[i, 1]
-    out[i] = mode3_sprite_penalty(g, m, cases[i, 2])
+    if bands != 0:
+        sprite_bands_refresh(g, m)  # as between batches: then lines in bands no sprite covers take no scan
+        out[n_cases(out) + i] = g.spr_bands
+    out[i] = mode3_sprite_penalty(g, m, cases[i, 2], bands)
+
+
+@wp.func
+def n_cases(out: wp.array(dtype=wp.int32)) -> wp.int32:
+    return out.shape[0] / 2
 
 
 def test_sprite_penalty_matches_a_plain_model():
@@ -190,6 +206,8 @@ def test_sprite_penalty_matches_a_plain_model():
                      axis=1).astype(np.int32)
     oam = np.zeros((n, 160), dtype=np.uint8)
     oam[:, 0::4] = (cases[:, 2:3] + rng.integers(0, 24, (n, 40))).clip(0, 255)  # near the line
+    spread = rng.random(n) < 0.4  # or anywhere, a few on screen: many lines with no sprite, some in a covered band
+    oam[spread, 0::4] = np.where(rng.random((spread.sum(), 40)) < 0.1, rng.integers(0, 256, (spread.sum(), 40)), 0)
     xs = rng.integers(0, 176, (n, 12))  # few distinct X values per line: many repeats, some off screen
     xs[: n // 10] = rng.integers(168, 256, (n // 10, 12))  # only off-screen sprites
     kinds = rng.choice([3, 6, 12], (n, 1))  # up to 12 distinct X values a line: the set's three words all fill
@@ -200,10 +218,19 @@ def test_sprite_penalty_matches_a_plain_model():
     m = Mem()
     m.ram = wp.array(np.ascontiguousarray(ram.T), dtype=wp.uint8, device="cpu")  # env-major
     m.oam, m.n_envs = layout.bases["oam"], n
-    out = wp.zeros(n, dtype=wp.int32, device="cpu")
-    wp.launch(penalty_kernel, dim=n, inputs=[wp.array(cases, dtype=wp.int32, device="cpu"), m, out], device="cpu")
     want = [penalty_model(oam[i], *cases[i]) for i in range(n)]
-    got = out.numpy()
     assert len(set(want)) > 10 and sum(w == -4 for w in want) > 0
     assert max(distinct_on_screen(oam[i], *cases[i]) for i in range(n)) == 10  # the third word is used
-    assert got.tolist() == want
+    for bands in (0, 1):  # the full scan (the PPU catch-up in bus_access), and with the sprite bands looked up
+        out = wp.zeros(2 * n, dtype=wp.int32, device="cpu")
+        wp.launch(penalty_kernel, dim=n, inputs=[wp.array(cases, dtype=wp.int32, device="cpu"), m, out, bands],
+                  device="cpu")
+        assert out.numpy()[:n].tolist() == want
+    # the bands: bit b when a sprite covers one of lines 8b..8b+7 (lines below 144); none found with sprites off
+    got = out.numpy()
+    for i in range(n):
+        height = 16 if cases[i, 0] & 4 else 8
+        lines = {y - 16 + r for y in oam[i, 0::4].astype(int) for r in range(height)} & set(range(144))
+        assert int(got[n + i]) == sum(1 << b for b in {ln >> 3 for ln in lines}) * (cases[i, 0] >> 1 & 1), i
+    free = [i for i in range(n) if cases[i, 0] & 2 and not (got[n + i] >> (cases[i, 2] >> 3)) & 1]
+    assert len(free) > n // 10  # lines the look-up answers without a scan

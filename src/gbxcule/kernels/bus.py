@@ -195,6 +195,7 @@ def dma_start(g: wp.ref[Gb], value: wp.int32, now: wp.int32):
     g.dma_active = 1
     g.dma_source = value
     g.dma_index = 0
+    g.spr_ok = 0  # OAM changes: the sprite bands are found again after the copy (ppu.mode3_sprite_penalty)
 
 
 # --- IO registers ---------------------------------------------------------------------------------
@@ -392,7 +393,7 @@ def bus_access(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32, write: wp
     elif a >= 0xFF00 and mao != 0 and g.dma_active != 0 and g.dma_source >= 0x80 and g.dma_source < 0xA0:
         ppu_time = now + mao  # the OAM DMA below reads VRAM as the PPU sees it at now + mao
     if ppu_time >= 0:
-        lcd_advance(g, m, ppu_time)
+        lcd_advance(g, m, ppu_time, 0)  # (no band look-up: this copy sits in the instruction loop)
     blocked = False
     if mao != 0:
         if vram:
@@ -422,6 +423,7 @@ def bus_access(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32, write: wp
         if write != 0:
             if g.dma_active == 0:
                 m.ram[g.env, row] = wp.uint8(v)
+                g.spr_ok = 0
         elif g.dma_active != 0 and now + mao >= g.dma_start:
             out = 0xFF
         else:

@@ -188,7 +188,7 @@ from gbxcule.kernels.cpu import (FLAG_C, FLAG_H, FLAG_N, FLAG_Z, alu, cb_op, che
 from gbxcule.kernels.idle import idle_loop_skip
 from gbxcule.kernels.lanes import lanes_ready
 from gbxcule.kernels.mbc import rom_fetch4, rtc_advance
-from gbxcule.kernels.ppu import lcd_advance, lcd_skip_lines
+from gbxcule.kernels.ppu import lcd_advance, lcd_skip_lines, sprite_bands_refresh
 from gbxcule.kernels.render import fill_frame
 from gbxcule.kernels.state import BIG, Gb, Mem, Seq
 from gbxcule.kernels.timer import timer_advance
@@ -325,7 +325,7 @@ def batch_next(g: wp.ref[Gb], m: Mem) -> wp.int32:
     skipped = wp.int32(0)
     if (g.halted != 0 or g.polling != 0) and g.dma_active == 0 and g.ime_delay == 0 and (
             pending_interrupts(g) == 0):
-        skipped = lcd_skip_lines(g, m, wp.min(g.timer_cti, g.serial_cti))  # HALT (or a wait loop) over lines
+        skipped = lcd_skip_lines(g, m, wp.min(g.timer_cti, g.serial_cti), $BANDS)  # HALT (or a wait loop): lines
     if skipped != 0 and g.halted != 0:
         g.cycles = g.cycles + skipped
         return 0
@@ -346,7 +346,9 @@ def batch_events(g: wp.ref[Gb], m: Mem):
         g.if_ = g.if_ | INT_SERIAL
     if timer_advance(g, g.cycles) != 0:
         g.if_ = g.if_ | INT_TIMER
-    lcd_advance(g, m, g.cycles)
+    if $BANDS != 0:
+        sprite_bands_refresh(g, m)  # (after OAM writes and DMA: the bands mode 3's start looks up)
+    lcd_advance(g, m, g.cycles, $BANDS)
 
 
 @wp.func
@@ -423,6 +425,7 @@ $LOAD
     g.dma_mark = -1
     g.polling = 0
     g.waited = 0
+    g.spr_ok = 0
     if frame_begin == 0 and resume == 0:
         rebase(g)  # cycle fields count from the start of the step, however many launches it takes
     action = actions[e]
@@ -539,6 +542,9 @@ def kernel_source(max_registers: int | None = None, stage: str = "emulate_only",
     src = src.replace("$DRAW", _DRAW if draws else "0")
     loop, frame_loop = _FRAME_LOOPS[bool(flat)]
     src = src.replace("$LOOP", loop).replace("$FRAME_LOOP", frame_loop.strip("\n"))
+    # The sprite bands (ppu.mode3_sprite_penalty) only in the nested loop: in the flat one, groups of a few lanes
+    # find them again one after another, and it ran 0.6% faster to 2.4% slower (BENCHMARKS.md fifteenth visit).
+    src = src.replace("$BANDS", "0" if flat else "1")
     src = src.replace("$EPILOGUE", epilogue).replace("$STAGE_WRITES", writes).replace("$STAGE", STAGES[stage])
     for key, text in _template_sources().items():
         src = src.replace(key, text)

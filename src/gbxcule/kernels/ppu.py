@@ -95,7 +95,34 @@ def put_x(word: wp.uint32, slot: wp.int32, x: wp.int32) -> wp.uint32:
 
 
 @wp.func
-def mode3_sprite_penalty(g: wp.ref[Gb], m: Mem, ly: wp.int32) -> wp.int32:
+def sprite_bands(g: wp.ref[Gb], m: Mem, height: wp.int32) -> wp.int32:
+    """Bit b set when a sprite of OAM, `height` rows tall, covers any of lines 8b..8b+7 (b < 18). Sprite i covers
+    lines Y-16 .. Y-16+height-1, as `oam_line_hits` tests them (whatever its X)."""
+    bands = wp.int32(0)
+    i = wp.int32(0)
+    while i < 40:
+        lo = oam_byte(m, g, i * 4) - 16
+        hi = lo + height - 1
+        b0 = wp.max(lo, 0) >> 3
+        b1 = wp.max(wp.min(hi, 143), 0) >> 3
+        bands = bands | wp.where(hi >= 0 and lo <= 143, ((2 << b1) - 1) & ~((1 << b0) - 1), 0)
+        i = i + 1
+    return bands
+
+
+@wp.func
+def sprite_bands_refresh(g: wp.ref[Gb], m: Mem):
+    """Find the sprite bands again (`sprite_bands`) if OAM or the sprite height changed since they were found
+    and no OAM DMA runs: g.spr_ok is then the height / 8. Called between CPU batches (gen.py batch_events),
+    so that the scan of OAM stays out of the instruction loop (the PPU catch-up in bus_access)."""
+    tall = wp.where((g.lcdc & 4) != 0, 2, 1)
+    if (g.lcdc & 2) != 0 and g.spr_ok != tall and g.dma_active == 0:
+        g.spr_bands = sprite_bands(g, m, tall * 8)
+        g.spr_ok = tall
+
+
+@wp.func
+def mode3_sprite_penalty(g: wp.ref[Gb], m: Mem, ly: wp.int32, bands: wp.int32) -> wp.int32:
     """Extra mode-3 dots for the sprites on line `ly` (up to 10), by X group and fine alignment.
 
     A sprite whose X was already seen on the line adds no alignment penalty. The X values seen so far (at most
@@ -105,12 +132,18 @@ def mode3_sprite_penalty(g: wp.ref[Gb], m: Mem, ly: wp.int32) -> wp.int32:
     game's warp instructions at 7.7 active lanes, BENCHMARKS.md fourteenth visit). The Y bytes are read four at a time
     into one word before any is tested (`oam_ys`), so four loads are in flight instead of one, and the four
     are tested at once (`oam_line_hits`): this scan runs on every line of every frame, and waiting on one OAM
-    load after another was a tenth of the step kernel's stall samples on busy games (BENCHMARKS.md)."""
+    load after another was a tenth of the step kernel's stall samples on busy games (BENCHMARKS.md). Between
+    batches (`bands` 1), a line in an 8-line band that no sprite covers takes no scan at all (`sprite_bands`)."""
     if (g.lcdc & 2) == 0:
         return 0
     height = 8
     if (g.lcdc & 4) != 0:
         height = 16
+    # Lines in an 8-line band no sprite covers have none (`sprite_bands`, when g.spr_ok holds this height). A
+    # call with `bands` 0, a constant, leaves the look-up out of its inlined copy (the PPU catch-up in bus_access)
+    found = g.spr_ok == wp.where(height == 16, 2, 1)
+    if bands != 0 and found and ly < 144 and ((g.spr_bands >> (ly >> 3)) & 1) == 0:
+        return 0
     count = wp.int32(0)
     groups = wp.int32(0)  # distinct X values on screen so far: also the next free slot of the set
     penalty = wp.int32(0)
@@ -141,8 +174,8 @@ def mode3_sprite_penalty(g: wp.ref[Gb], m: Mem, ly: wp.int32) -> wp.int32:
 
 
 @wp.func
-def mode3_adjustment(g: wp.ref[Gb], m: Mem, ly: wp.int32) -> wp.int32:
-    penalty = mode3_sprite_penalty(g, m, ly)
+def mode3_adjustment(g: wp.ref[Gb], m: Mem, ly: wp.int32, bands: wp.int32) -> wp.int32:
+    penalty = mode3_sprite_penalty(g, m, ly, bands)
     if g.first_frame == 0:
         penalty = penalty + ((g.scx & 7) + 3) / 4 * 4
     return penalty
@@ -161,8 +194,9 @@ def wy_check(g: wp.ref[Gb]):
 
 
 @wp.func
-def lcd_advance(g: wp.ref[Gb], m: Mem, now: wp.int32):
-    """Catch the PPU up to cycle `now`, handling at most one transition; interrupts it raises go to IF."""
+def lcd_advance(g: wp.ref[Gb], m: Mem, now: wp.int32, bands: wp.int32):
+    """Catch the PPU up to cycle `now`, handling at most one transition; interrupts it raises go to IF.
+    `bands`: whether mode 3's start may look up the sprite bands (`mode3_sprite_penalty`)."""
     cycles = now - g.lcd_last
     if cycles == 0:
         return
@@ -226,7 +260,7 @@ def lcd_advance(g: wp.ref[Gb], m: Mem, now: wp.int32):
                 g.if_ = g.if_ | stat_update_lyc(g)
                 wy_check(g)
             elif mode == 3:
-                g.mode3_adj = mode3_adjustment(g, m, g.ly)
+                g.mode3_adj = mode3_adjustment(g, m, g.ly, bands)
                 g.lcd_target = g.lcd_target + 172 + g.mode3_adj
                 g.next_mode = 0
                 g.stat_transition = ST_NONE
@@ -265,7 +299,7 @@ def lcd_advance(g: wp.ref[Gb], m: Mem, now: wp.int32):
 
 
 @wp.func
-def lcd_skip_lines(g: wp.ref[Gb], m: Mem, limit: wp.int32) -> wp.int32:
+def lcd_skip_lines(g: wp.ref[Gb], m: Mem, limit: wp.int32, bands: wp.int32) -> wp.int32:
     """Fast-forward a PPU that nobody watches over whole visible lines; returns the cycles skipped (0: none).
 
     For a halted CPU with nothing to wake it (the caller checks that, and that no OAM DMA runs), the
@@ -276,7 +310,7 @@ def lcd_skip_lines(g: wp.ref[Gb], m: Mem, limit: wp.int32) -> wp.int32:
     the mode-0 start of line L+k earlier than `limit` cycles from now (the next timer or serial event).
     The result is the state the transitions leave, ending at that mode-0 start: LY, the STAT bits and
     line, the WY latch and window line counter, the mode-3 length of line L+k, and, on a drawn frame, the
-    lines drawn."""
+    lines drawn. `bands`: as for `lcd_advance`."""
     if (g.lcdc & 0x80) == 0 or g.stat_transition != ST_ADVANCE_LY or g.first_frame != 0 or g.lcd_reset != 0:
         return 0
     if (g.stat & 0x38) != 0:
@@ -292,12 +326,12 @@ def lcd_skip_lines(g: wp.ref[Gb], m: Mem, limit: wp.int32) -> wp.int32:
     last = wp.min(last, g.ly + 1 + (limit - 1 - base) / 456)
     if last < first:
         return 0
-    adj = mode3_adjustment(g, m, last)
+    adj = mode3_adjustment(g, m, last, bands)
     if base + 456 * (last - first) + adj >= limit:
         last = last - 1
         if last < first:
             return 0
-        adj = mode3_adjustment(g, m, last)
+        adj = mode3_adjustment(g, m, last, bands)
     skipped = base + 456 * (last - first) + adj
     if g.render != 0:
         # drawn frame: each line as its transitions would (WY check at mode 2, the line at mode 0); the

@@ -202,7 +202,7 @@ def pyboy_loader_kernel(m: Mem, regs: wp.array(dtype=wp.int32), rtc: wp.array(dt
     stat_update_line(g)
     regs[5] = g.stat_irq_line
     if g.stat_mode == 3:
-        regs[6] = mode3_adjustment(g, m, regs[3])
+        regs[6] = mode3_adjustment(g, m, regs[3], 0)
     g.rtc_s = rtc[0]
     g.rtc_m = rtc[1]
     g.rtc_h = rtc[2]
