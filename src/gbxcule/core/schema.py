@@ -126,7 +126,7 @@ def ram_layout(cart_ram_size: int) -> RamLayout:
 # backend's per-env `waited` counter at the launch's end, for the `path` sort key: not state), and the CPU
 # batch under way: the cycle it ends at and whether it starts with an interrupt dispatch (kernels/gen.py
 # `batch_start`; a batch never outlives a launch), and which 8-line bands of the screen OAM's sprites cover, with
-# the sprite height they were found for (kernels/ppu.py `mode3_sprite_penalty`; 0 at a launch's start, and after
+# the sprite height they were found for (kernels/ppu.py `sprite_bands_refresh`; 0 at a launch's start, and after
 # any OAM write or OAM DMA: found again from OAM when next needed).
 TRANSIENT = ("env", "n", "render", "dma_mark", "polling", "waited", "batch_end", "dispatch", "spr_ok", "spr_bands")
 

@@ -195,7 +195,7 @@ def dma_start(g: wp.ref[Gb], value: wp.int32, now: wp.int32):
     g.dma_active = 1
     g.dma_source = value
     g.dma_index = 0
-    g.spr_ok = 0  # OAM changes: the sprite bands are found again after the copy (ppu.mode3_sprite_penalty)
+    g.spr_ok = 0  # OAM changes: the sprite bands are found again after the copy (ppu.sprite_bands_refresh)
 
 
 # --- IO registers ---------------------------------------------------------------------------------
@@ -423,7 +423,7 @@ def bus_access(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32, write: wp
         if write != 0:
             if g.dma_active == 0:
                 m.ram[g.env, row] = wp.uint8(v)
-                g.spr_ok = 0
+                g.spr_ok = 0  # (the sprite bands: ppu.sprite_bands_refresh)
         elif g.dma_active != 0 and now + mao >= g.dma_start:
             out = 0xFF
         else:
