@@ -125,10 +125,12 @@ def ram_layout(cart_ram_size: int) -> RamLayout:
 # missed chance to skip lines), and the instructions of wait-loop rounds this launch skipped (added to the
 # backend's per-env `waited` counter at the launch's end, for the `path` sort key: not state), and the CPU
 # batch under way: the cycle it ends at and whether it starts with an interrupt dispatch (kernels/gen.py
-# `batch_start`; a batch never outlives a launch), and which 8-line bands of the screen OAM's sprites cover, with
+# `batch_start`; a batch never outlives a launch) and the cycle before which it may go on over the reference's
+# batch ends (-1: never; `batch_boundary`), and which 8-line bands of the screen OAM's sprites cover, with
 # the sprite height they were found for (kernels/ppu.py `sprite_bands_refresh`; 0 at a launch's start, and after
 # any OAM write or OAM DMA: found again from OAM when next needed).
-TRANSIENT = ("env", "n", "render", "dma_mark", "polling", "waited", "batch_end", "dispatch", "spr_ok", "spr_bands")
+TRANSIENT = ("env", "n", "render", "dma_mark", "polling", "waited", "batch_end", "batch_cap", "dispatch", "spr_ok",
+             "spr_bands")
 
 FRAME_CYCLES = 70224  # T-cycles in a frame (154 lines of 456 dots)
 RTC_CYCLES_PER_SECOND = 4194304  # T-cycles in an RTC second (the CPU clock)

@@ -32,6 +32,7 @@ from gbxcule.kernels.state import Gb, Mem
 from gbxcule.kernels.timer import (
     timer_advance,
     timer_read_tima,
+    timer_schedule,
     timer_write_div,
     timer_write_tac,
     timer_write_tima,
@@ -294,14 +295,16 @@ def io_access(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32, write: wp.
                 out = g.tma
             else:
                 out = g.tac | 0xF8
-        elif addr == 0xFF04:
-            timer_write_div(g)
-        elif addr == 0xFF05:
-            timer_write_tima(g, value)
-        elif addr == 0xFF06:
-            timer_write_tma(g, value)
         else:
-            timer_write_tac(g, value)
+            if addr == 0xFF04:
+                timer_write_div(g)
+            elif addr == 0xFF05:
+                timer_write_tima(g, value)
+            elif addr == 0xFF06:
+                timer_write_tma(g, value)
+            else:
+                timer_write_tac(g, value)
+            timer_schedule(g)  # (the next overflow as the reference predicts it at the batch end: gen.batch_boundary)
     elif addr == 0xFF01 or addr == 0xFF02:
         if serial_advance(g, now) != 0:
             g.if_ = g.if_ | INT_SERIAL

@@ -188,7 +188,7 @@ from gbxcule.kernels.cpu import (FLAG_C, FLAG_H, FLAG_N, FLAG_Z, alu, cb_op, che
 from gbxcule.kernels.idle import idle_loop_skip
 from gbxcule.kernels.lanes import lanes_ready
 from gbxcule.kernels.mbc import rom_fetch4, rtc_advance
-from gbxcule.kernels.ppu import lcd_advance, lcd_skip_lines, sprite_bands_refresh
+from gbxcule.kernels.ppu import lcd_advance, lcd_skip_lines, lcd_tick_light, sprite_bands_refresh
 from gbxcule.kernels.render import fill_frame
 from gbxcule.kernels.state import BIG, Gb, Mem, Seq
 from gbxcule.kernels.timer import timer_advance
@@ -313,15 +313,48 @@ def batch_op(g: wp.ref[Gb], s: wp.ref[Seq], m: Mem) -> wp.int32:
             if g.ime_delay == 0:
                 g.ime = 1
                 g.bail = wp.where(pending_interrupts(g) != 0, 1, 0)
-        if g.bail != 0:
-            return 0
-    return wp.where(g.cycles < g.batch_end and g.locked == 0, 1, 0)
+    if g.bail == 0 and g.cycles < g.batch_end and g.locked == 0:
+        return 1
+    return batch_boundary(g, m)  # the reference's batch ends here: go on when that changes nothing
 
 
 @wp.func
-def batch_next(g: wp.ref[Gb], m: Mem) -> wp.int32:
+def batch_boundary(g: wp.ref[Gb], m: Mem) -> wp.int32:
+    """The reference ends a CPU batch here (g.batch_end reached, or the instruction bailed). Returns 1 when its
+    end and the next batch's start are done right here and the batch goes on, 0 when the batch ends (the event
+    code outside the instruction loop then does them).
+
+    At a batch end the reference catches the timer, serial port, OAM DMA and PPU up, and the next batch's start
+    checks interrupts and computes the batch's end. Where none of that can do more than the PPU's light
+    transitions (`ppu.lcd_tick_light`), it is done here: within `g.batch_cap` (set by `batch_next`: -1 for
+    batches that never go on), no OAM DMA, the CPU neither halted nor polling (`lcd_skip_lines` needs the
+    event code), short of the next timer or serial event (whose catch-ups stay lazy, exact as at any access),
+    and no interrupt the start would see (`check_interrupts`: nothing pending, or the EI delay running). The
+    next end is then the reference's, from the same distances. So a busy CPU runs its frame in a few batches
+    instead of four a line: the warp's lanes wait for each other, and walk the event code, that much less often.
+    The sequence of batch ends, and every state, is the reference's, bit for bit."""
+    y = g.cycles
+    if y >= g.batch_cap or g.locked != 0 or g.halted != 0 or g.polling != 0 or g.dma_active != 0 or (
+            g.frame_done != 0):
+        return 0  # (frame_done: a PPU catch-up inside the batch ended the frame)
+    # The next timer or serial event (cycle counts; cti <= BIG). A pending TIMA reload raises its interrupt even
+    # with the timer stopped, which the prediction (the reference's) leaves out: the batch ends.
+    events = wp.min(g.timer_last + g.timer_cti, g.serial_last + g.serial_cti)
+    if y >= events or g.tima_reload != 0 or lcd_tick_light(g, m, y) == 0:
+        return 0
+    if g.ime_delay == 0 and pending_interrupts(g) != 0:
+        return 0
+    g.bail = 0
+    g.batch_end = y + wp.max(4, wp.min(events - y, wp.min(g.lcd_cti, g.lcd_ctf)))
+    return 1
+
+
+@wp.func
+def batch_next(g: wp.ref[Gb], m: Mem, stop_dot: wp.int32) -> wp.int32:
     """Between batches: a halted CPU that nothing can wake skips whole PPU lines at once (`lcd_skip_lines`;
-    then no batch runs and 0 is returned), else the next batch starts (`batch_start`), up to the next event."""
+    then no batch runs and 0 is returned), else the next batch starts (`batch_start`), up to the next event.
+    An undrawn frame's batch may go on over later batch ends (`batch_boundary`) up to the launch's stop
+    (`stop_dot`, run_frame)."""
     skipped = wp.int32(0)
     if (g.halted != 0 or g.polling != 0) and g.dma_active == 0 and g.ime_delay == 0 and (
             pending_interrupts(g) == 0):
@@ -331,6 +364,13 @@ def batch_next(g: wp.ref[Gb], m: Mem) -> wp.int32:
         return 0
     # (a CPU in a wait loop that polls WRAM or HRAM, which the PPU cannot change, runs up to the skipped
     # lines' end in one batch: kernels/idle.py)
+    g.batch_cap = -1
+    if skipped == 0 and g.render == 0 and g.dma_active == 0 and g.bootrom == 0:
+        g.batch_cap = wp.where(stop_dot < BIG, g.cycles + wp.max(0, stop_dot - g.lcd_clock), BIG)
+        if $BANDS != 0:
+            # nested loop: up to the next line's start at most, so that the busy lanes of a warp end their batches
+            # together (a lane on longer batches than its neighbours' would make them wait)
+            g.batch_cap = wp.min(g.batch_cap, g.cycles + 456 - g.lcd_clock % 456)
     budget = wp.min(wp.min(g.timer_cti, g.lcd_cti), wp.min(g.lcd_ctf, g.serial_cti))
     return batch_start(g, m, wp.where(skipped != 0, skipped, wp.max(4, budget)))
 
@@ -499,7 +539,7 @@ _FRAME_LOOPS = {
     while g.frame_done == 0:
         if stop_at_boot_exit != 0 and g.bootrom == 0:
             return
-        if batch_next(g, m) != 0:
+        if batch_next(g, m, stop_dot) != 0:
             cpu_batch(g, m)
         batch_events(g, m)
         if g.frame_done == 0 and g.lcd_clock >= stop_dot:
@@ -508,7 +548,7 @@ _FRAME_LOOPS = {
     if stop_at_boot_exit != 0 and g.bootrom == 0:
         return
     s = Seq()
-    go = batch_next(g, m)
+    go = batch_next(g, m, stop_dot)
     while True:
         while lanes_ready(go) == 0:  # every lane of the warp leaves together, once one has ended its batch
             if go != 0:
@@ -519,7 +559,7 @@ _FRAME_LOOPS = {
                 break
             if stop_at_boot_exit != 0 and g.bootrom == 0:
                 return
-            go = batch_next(g, m)"""),
+            go = batch_next(g, m, stop_dot)"""),
 }
 
 

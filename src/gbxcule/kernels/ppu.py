@@ -22,7 +22,16 @@ mode 3) and LY=LYC. While the line stays high no new interrupt is raised (STAT b
 import warp as wp
 
 from gbxcule.core import schema
-from gbxcule.kernels.render import blank_screen, lowest_bit, oam_byte, oam_line_hits, oam_ys, scanline
+from gbxcule.kernels.render import (
+    blank_screen,
+    line_done,
+    line_window,
+    lowest_bit,
+    oam_byte,
+    oam_line_hits,
+    oam_ys,
+    scanline,
+)
 from gbxcule.kernels.state import Gb, Mem
 
 FRAME_CYCLES = wp.constant(schema.FRAME_CYCLES)
@@ -195,6 +204,73 @@ def wy_check(g: wp.ref[Gb]):
 
 
 @wp.func
+def lcd_advance_ly(g: wp.ref[Gb]):
+    """Transition ST_ADVANCE_LY: LY steps 4 dots before the next line's mode 2 (`lcd_advance`)."""
+    g.ly = g.ly + 1
+    if g.first_frame != 0:
+        g.stat = g.stat & 0xFB  # coincidence is compared again when mode 2 starts
+        g.if_ = g.if_ | stat_update_line(g)
+    else:
+        g.if_ = g.if_ | stat_update_lyc(g)
+    g.lcd_target = g.lcd_target + 4
+    g.stat_transition = ST_START_MODE2
+
+
+@wp.func
+def lcd_start_mode2(g: wp.ref[Gb]):
+    """Transition ST_START_MODE2: a visible line's mode 2 (`lcd_advance`)."""
+    g.if_ = g.if_ | stat_set_mode(g, 2)
+    if g.first_frame != 0:
+        g.if_ = g.if_ | stat_update_lyc(g)
+    g.lcd_target = g.lcd_target + 80
+    g.next_mode = 3
+    g.stat_transition = ST_NONE
+    wy_check(g)
+
+
+@wp.func
+def lcd_start_mode3(g: wp.ref[Gb], adj: wp.int32):
+    """Mode 3 started (STAT already set) and lasts 172 + `adj` dots (`mode3_adjustment`)."""
+    g.mode3_adj = adj
+    g.lcd_target = g.lcd_target + 172 + adj
+    g.next_mode = 0
+    g.stat_transition = ST_NONE
+
+
+@wp.func
+def lcd_start_mode0(g: wp.ref[Gb]):
+    """Mode 0 started (STAT already set): the rest of the line, then mode 2 or (after line 143) VBlank. The
+    caller then runs the renderer's line (`render.scanline`, or its parts without drawing)."""
+    if g.ly < 143:
+        g.lcd_target = g.lcd_target + 200 - g.mode3_adj
+        g.next_mode = 2
+        g.stat_transition = ST_ADVANCE_LY
+    else:
+        extra = 4
+        if g.first_frame != 0:
+            extra = 0
+        g.lcd_target = g.lcd_target + 200 + extra - g.mode3_adj
+        g.next_mode = 1
+        g.stat_transition = ST_NONE
+
+
+@wp.func
+def lcd_vblank_line(g: wp.ref[Gb]):
+    """Mode 1 (STAT already set): the next VBlank line; at LY 144 VBlank's interrupts. (On the first frame after
+    LCD on the caller then blanks the screen.)"""
+    g.lcd_target = g.lcd_target + 456
+    g.next_mode = 1
+    g.stat_transition = ST_NONE
+    g.ly = g.ly + 1
+    g.if_ = g.if_ | stat_update_lyc(g)
+    if g.ly == 144:
+        if (g.stat & 0x20) != 0 and g.stat_irq_line == 0:
+            g.if_ = g.if_ | INT_STAT  # the mode-2 source fires at the start of VBlank too
+        g.if_ = g.if_ | INT_VBLANK
+        g.wy_latch = 0
+
+
+@wp.func
 def lcd_advance(g: wp.ref[Gb], m: Mem, now: wp.int32, bands: wp.int32):
     """Catch the PPU up to cycle `now`, handling at most one transition; interrupts it raises go to IF.
     `bands`: whether mode 3's start may look up the sprite bands (`mode3_sprite_penalty`)."""
@@ -234,22 +310,9 @@ def lcd_advance(g: wp.ref[Gb], m: Mem, now: wp.int32, bands: wp.int32):
                 wy_check(g)
                 g.if_ = g.if_ | stat_update_lyc(g)
         elif on and g.stat_transition == ST_ADVANCE_LY:
-            g.ly = g.ly + 1
-            if g.first_frame != 0:
-                g.stat = g.stat & 0xFB  # coincidence is compared again when mode 2 starts
-                g.if_ = g.if_ | stat_update_line(g)
-            else:
-                g.if_ = g.if_ | stat_update_lyc(g)
-            g.lcd_target = g.lcd_target + 4
-            g.stat_transition = ST_START_MODE2
+            lcd_advance_ly(g)
         elif on and g.stat_transition == ST_START_MODE2:
-            g.if_ = g.if_ | stat_set_mode(g, 2)
-            if g.first_frame != 0:
-                g.if_ = g.if_ | stat_update_lyc(g)
-            g.lcd_target = g.lcd_target + 80
-            g.next_mode = 3
-            g.stat_transition = ST_NONE
-            wy_check(g)
+            lcd_start_mode2(g)
         elif on:
             g.if_ = g.if_ | stat_set_mode(g, g.next_mode)
             mode = g.stat_mode
@@ -261,42 +324,64 @@ def lcd_advance(g: wp.ref[Gb], m: Mem, now: wp.int32, bands: wp.int32):
                 g.if_ = g.if_ | stat_update_lyc(g)
                 wy_check(g)
             elif mode == 3:
-                g.mode3_adj = mode3_adjustment(g, m, g.ly, bands)
-                g.lcd_target = g.lcd_target + 172 + g.mode3_adj
-                g.next_mode = 0
-                g.stat_transition = ST_NONE
+                lcd_start_mode3(g, mode3_adjustment(g, m, g.ly, bands))
             elif mode == 0:
-                if g.ly < 143:
-                    g.lcd_target = g.lcd_target + 200 - g.mode3_adj
-                    g.next_mode = 2
-                    g.stat_transition = ST_ADVANCE_LY
-                else:
-                    extra = 4
-                    if g.first_frame != 0:
-                        extra = 0
-                    g.lcd_target = g.lcd_target + 200 + extra - g.mode3_adj
-                    g.next_mode = 1
-                    g.stat_transition = ST_NONE
+                lcd_start_mode0(g)
                 scanline(g, m)
             else:
-                g.lcd_target = g.lcd_target + 456
-                g.next_mode = 1
-                g.stat_transition = ST_NONE
-                g.ly = g.ly + 1
-                g.if_ = g.if_ | stat_update_lyc(g)
-                if g.ly == 144:
-                    if (g.stat & 0x20) != 0 and g.stat_irq_line == 0:
-                        g.if_ = g.if_ | INT_STAT  # the mode-2 source fires at the start of VBlank too
-                    g.if_ = g.if_ | INT_VBLANK
-                    g.wy_latch = 0
-                    if g.first_frame != 0:
-                        blank_screen(g, m)  # the first frame after LCD on is not shown
+                lcd_vblank_line(g)
+                if g.ly == 144 and g.first_frame != 0:
+                    blank_screen(g, m)  # the first frame after LCD on is not shown
         else:
             g.frame_done = 1
             g.lcd_clock = g.lcd_clock % FRAME_CYCLES
             g.lcd_target = FRAME_CYCLES
             blank_screen(g, m)
     lcd_schedule(g)
+
+
+@wp.func
+def lcd_tick_light(g: wp.ref[Gb], m: Mem, now: wp.int32) -> wp.int32:
+    """`lcd_advance(g, m, now, 1)` where it is light, for an undrawn frame (g.render 0), else nothing: returns 1 when
+    it ran, 0 when the caller must run `lcd_advance` itself. Light: no transition due, or one of LY's step, mode
+    2's start, mode 3's start on a line no sprite can be on (sprites off, or the line's 8-line band empty in
+    `sprite_bands`), mode 0's start, or a VBlank line's, outside the first frame after LCD on and short of the
+    frame's end. The CPU batch loop runs it at the reference's batch ends inside a longer batch (gen.py
+    `batch_boundary`): it holds no OAM scan and no drawing, so the instruction loop stays small."""
+    cycles = now - g.lcd_last
+    if cycles == 0:
+        return 1
+    clock = g.lcd_clock + cycles
+    due = clock >= g.lcd_target
+    if due:
+        if (g.lcdc & 0x80) == 0 or g.lcd_reset != 0 or g.ly == 153 or g.first_frame != 0:
+            return 0
+        if g.stat_transition == ST_NONE:
+            if g.next_mode == 2:
+                return 0
+            if g.next_mode == 3 and (g.lcdc & 2) != 0:
+                tall = wp.where((g.lcdc & 4) != 0, 2, 1)
+                if g.spr_ok != tall or g.ly >= 144 or ((g.spr_bands >> (g.ly >> 3)) & 1) != 0:
+                    return 0  # sprites may be on the line: the OAM scan is left to lcd_advance
+    g.lcd_last = now
+    g.lcd_clock = clock
+    if due:
+        if g.stat_transition == ST_ADVANCE_LY:
+            lcd_advance_ly(g)
+        elif g.stat_transition == ST_START_MODE2:
+            lcd_start_mode2(g)
+        else:
+            g.if_ = g.if_ | stat_set_mode(g, g.next_mode)
+            if g.stat_mode == 3:
+                lcd_start_mode3(g, ((g.scx & 7) + 3) / 4 * 4)  # (mode3_adjustment without sprites)
+            elif g.stat_mode == 0:
+                lcd_start_mode0(g)
+                line_window(g)
+                line_done(g)
+            else:
+                lcd_vblank_line(g)
+    lcd_schedule(g)
+    return 1
 
 
 @wp.func

@@ -253,17 +253,31 @@ def palette_word(pal: wp.int32, p0: wp.int32, p1: wp.int32) -> wp.int32:
 
 
 @wp.func
-def scanline(g: wp.ref[Gb], m: Mem):
-    """Mode 0 starts on line LY: count window lines, draw the line when rendering."""
+def line_window(g: wp.ref[Gb]) -> wp.int32:
+    """Mode 0 starts on line LY: 1 when the window shows on it (and count the line), else 0."""
     window = 0
     if (g.lcdc & 0x20) != 0 and g.wy_latch != 0 and g.wx < 167:
         window = 1
         g.win_line = (g.win_line + 1) & 0xFF  # only its value mod 256 addresses the map
-    if g.render != 0:
-        draw_line(g, m, g.ly, window)
+    return window
+
+
+@wp.func
+def line_done(g: wp.ref[Gb]):
+    """After line LY (drawn or not): the screen holds drawn lines, and the window count restarts after 143."""
     g.screen_fill = 0
     if g.ly == 143:
         g.win_line = -1
+
+
+@wp.func
+def scanline(g: wp.ref[Gb], m: Mem):
+    """Mode 0 starts on line LY: count window lines, draw the line when rendering. (Without the drawing,
+    `line_window` then `line_done`: the PPU's light transitions, ppu.lcd_tick_light.)"""
+    window = line_window(g)
+    if g.render != 0:
+        draw_line(g, m, g.ly, window)
+    line_done(g)
 
 
 @wp.func
