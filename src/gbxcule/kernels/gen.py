@@ -330,9 +330,9 @@ def batch_boundary(g: wp.ref[Gb], m: Mem) -> wp.int32:
     batches that never go on), no OAM DMA, the CPU neither halted nor polling (`lcd_skip_lines` needs the
     event code), short of the next timer or serial event (whose catch-ups stay lazy, exact as at any access),
     and no interrupt the start would see (`check_interrupts`: nothing pending, or the EI delay running). The
-    next end is then the reference's, from the same distances. So a busy CPU runs its frame in a few batches
-    instead of four a line: the warp's lanes wait for each other, and walk the event code, that much less often.
-    The sequence of batch ends, and every state, is the reference's, bit for bit."""
+    next end is then the reference's, from the same distances. So a busy CPU ends one batch a line (nested loop,
+    `batch_next`) instead of four: the warp's lanes wait for each other, and walk the event code, that much less
+    often. The sequence of batch ends, and every state, is the reference's, bit for bit (docs/timing.md)."""
     y = g.cycles
     if y >= g.batch_cap or g.locked != 0 or g.halted != 0 or g.polling != 0 or g.dma_active != 0 or (
             g.frame_done != 0):
@@ -368,9 +368,10 @@ def batch_next(g: wp.ref[Gb], m: Mem, stop_dot: wp.int32) -> wp.int32:
     if skipped == 0 and g.render == 0 and g.dma_active == 0 and g.bootrom == 0:
         g.batch_cap = wp.where(stop_dot < BIG, g.cycles + wp.max(0, stop_dot - g.lcd_clock), BIG)
         if $BANDS != 0:
-            # nested loop: up to the next line's start at most, so that the busy lanes of a warp end their batches
-            # together (a lane on longer batches than its neighbours' would make them wait)
-            g.batch_cap = wp.min(g.batch_cap, g.cycles + 456 - g.lcd_clock % 456)
+            # nested loop: up to the next mode 3's start at most (dot 80 of a line; where sprites are on the line,
+            # the batch ends there anyway), so that the busy lanes of a warp end their batches together (a lane on
+            # longer batches than its neighbours' would make them wait)
+            g.batch_cap = wp.min(g.batch_cap, g.cycles + 456 - (g.lcd_clock + 376) % 456)
     budget = wp.min(wp.min(g.timer_cti, g.lcd_cti), wp.min(g.lcd_ctf, g.serial_cti))
     return batch_start(g, m, wp.where(skipped != 0, skipped, wp.max(4, budget)))
 

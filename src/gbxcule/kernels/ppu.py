@@ -4,7 +4,9 @@ The PPU is a state machine advanced lazily by `lcd_advance(g, m, now, bands)`: w
 register, VRAM or OAM, and at the end of every CPU batch (there, in the nested loop, with `bands` 1: mode 3's
 start looks up which 8-line bands have sprites, `sprite_bands`, before it scans OAM). One call handles at most
 one transition (`lcd_target` is the dot of the next one); the batch loop never lets the CPU run past a
-transition, so the reference model's order of events is kept exactly.
+transition, so the reference model's order of events is kept exactly. The light transitions (`lcd_tick_light`)
+are also made inside the instruction loop, at the reference's batch ends a batch goes on over (gen.py
+`batch_boundary`).
 
 Line timing (DMG): mode 2 for 80 dots, mode 3 for 172 + `mode3_adj` dots (sprites on the line and SCX
 fine scroll lengthen it), mode 0 for the rest of the 456-dot line; LY advances 4 dots before mode 2 of
