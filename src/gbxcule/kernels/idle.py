@@ -1,16 +1,17 @@
 """Wait loops that poll memory: run as many of their rounds at once as fit before the batch's end.
 
-Games that do not HALT wait in loops such as `.w: ld a,[flag]; and a; jr z,.w` (a flag the VBlank handler
-sets), `ldh a,[rLY]; cp 144; jr nz` or `ldh a,[rSTAT]; and 2; jr nz`. Airaki and Carazu spend four fifths of
-their instructions in one (BENCHMARKS.md). Inside a CPU batch nothing but the CPU changes what such a loop
-reads: interrupts are dispatched only at a batch's start, the PPU changes LY and STAT only at its events, which
-end batches, and WRAM and HRAM change only by CPU writes (the loop makes none; an OAM DMA writes only OAM, and
-no round is skipped while one runs). So once one round leaves the registers as they were (a fixed point:
-the byte read, put through the test, gives back the same A and F, and the jump is taken), every further round
-in the batch does the same, and k rounds only add k times their cycles to the cycle count and their 3k
-instructions (read, test, jump) to the instruction count. The round that reaches the batch's end still runs
-instruction by instruction, so the batch ends on the same instruction as without the skip, and the state at
-every batch end is the same, bit for bit, wherever launches split a frame (sort_parts).
+Games that do not HALT wait in loops such as `.w: ld a,[flag]; and a; jr z,.w` (a flag the VBlank handler sets),
+`ldh a,[rLY]; cp 144; jr nz` or `ldh a,[rSTAT]; and 2; jr nz`. Airaki and Carazu spend four fifths of their
+instructions in one (BENCHMARKS.md). Inside a CPU batch nothing but the CPU changes what such a loop reads:
+interrupts are dispatched only at a batch's start, the PPU changes LY and STAT only at its events, which end
+batches, and WRAM and HRAM change only by CPU writes (the loop makes none; an OAM DMA writes only OAM, and no
+round is skipped while one runs). ("Batch" here is the reference's: `end` is `g.batch_end`, the next of its
+batch ends, also where the kernel's batch goes on over them, gen.py `batch_boundary`.) So once one round leaves
+the registers as they were (a fixed point: the byte read, put through the test, gives back the same A and F, and
+the jump is taken), every further round in the batch does the same, and k rounds only add k times their cycles
+to the cycle count and their 3k instructions (read, test, jump) to the instruction count. The round that reaches
+the batch's end still runs instruction by instruction, so the batch ends on the same instruction as without the
+skip, and the state at every batch end is the same, bit for bit, wherever launches split a frame (sort_parts).
 
 The skipped instructions also go to `g.waited`, which the step kernel adds to a per-env counter outside the
 state at its end: the `path` sort key (snapshot.py) subtracts it, so it sees the work an env did between its
