@@ -134,6 +134,14 @@ def sprite_bands_refresh(g: wp.ref[Gb], m: Mem):
 
 
 @wp.func
+def sprite_band_clear(g: wp.ref[Gb], ly: wp.int32) -> wp.bool:
+    """No sprite can be on line `ly`: its 8-line band is empty in the bands found for the current sprite height
+    (`sprite_bands_refresh`; g.spr_ok 0 when they must be found again)."""
+    tall = wp.where((g.lcdc & 4) != 0, 2, 1)
+    return g.spr_ok == tall and ly < 144 and ((g.spr_bands >> (ly >> 3)) & 1) == 0
+
+
+@wp.func
 def mode3_sprite_penalty(g: wp.ref[Gb], m: Mem, ly: wp.int32, bands: wp.int32) -> wp.int32:
     """Extra mode-3 dots for the sprites on line `ly` (up to 10), by X group and fine alignment.
 
@@ -151,10 +159,8 @@ def mode3_sprite_penalty(g: wp.ref[Gb], m: Mem, ly: wp.int32, bands: wp.int32) -
     height = 8
     if (g.lcdc & 4) != 0:
         height = 16
-    # Lines in an 8-line band no sprite covers have none (`sprite_bands`, when g.spr_ok holds this height). A
-    # call with `bands` 0, a constant, leaves the look-up out of its inlined copy (the PPU catch-up in bus_access)
-    found = g.spr_ok == wp.where(height == 16, 2, 1)
-    if bands != 0 and found and ly < 144 and ((g.spr_bands >> (ly >> 3)) & 1) == 0:
+    # A call with `bands` 0, a constant, leaves the look-up out of its inlined copy (the PPU catch-up in bus_access)
+    if bands != 0 and sprite_band_clear(g, ly):
         return 0
     count = wp.int32(0)
     groups = wp.int32(0)  # distinct X values on screen so far: also the next free slot of the set
@@ -186,10 +192,16 @@ def mode3_sprite_penalty(g: wp.ref[Gb], m: Mem, ly: wp.int32, bands: wp.int32) -
 
 
 @wp.func
+def mode3_scx_dots(g: wp.ref[Gb]) -> wp.int32:
+    """Mode 3's extra dots for SCX's fine scroll (0, 4 or 8; not on the first frame after LCD on)."""
+    return ((g.scx & 7) + 3) / 4 * 4
+
+
+@wp.func
 def mode3_adjustment(g: wp.ref[Gb], m: Mem, ly: wp.int32, bands: wp.int32) -> wp.int32:
     penalty = mode3_sprite_penalty(g, m, ly, bands)
     if g.first_frame == 0:
-        penalty = penalty + ((g.scx & 7) + 3) / 4 * 4
+        penalty = penalty + mode3_scx_dots(g)
     return penalty
 
 
@@ -361,10 +373,8 @@ def lcd_tick_light(g: wp.ref[Gb], m: Mem, now: wp.int32) -> wp.int32:
         if g.stat_transition == ST_NONE:
             if g.next_mode == 2:
                 return 0
-            if g.next_mode == 3 and (g.lcdc & 2) != 0:
-                tall = wp.where((g.lcdc & 4) != 0, 2, 1)
-                if g.spr_ok != tall or g.ly >= 144 or ((g.spr_bands >> (g.ly >> 3)) & 1) != 0:
-                    return 0  # sprites may be on the line: the OAM scan is left to lcd_advance
+            if g.next_mode == 3 and (g.lcdc & 2) != 0 and not sprite_band_clear(g, g.ly):
+                return 0  # sprites may be on the line: the OAM scan is left to lcd_advance
     g.lcd_last = now
     g.lcd_clock = clock
     if due:
@@ -375,7 +385,7 @@ def lcd_tick_light(g: wp.ref[Gb], m: Mem, now: wp.int32) -> wp.int32:
         else:
             g.if_ = g.if_ | stat_set_mode(g, g.next_mode)
             if g.stat_mode == 3:
-                lcd_start_mode3(g, ((g.scx & 7) + 3) / 4 * 4)  # (mode3_adjustment without sprites)
+                lcd_start_mode3(g, mode3_scx_dots(g))  # (mode3_adjustment without sprites)
             elif g.stat_mode == 0:
                 lcd_start_mode0(g)
                 line_window(g)
