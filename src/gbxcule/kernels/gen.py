@@ -358,7 +358,7 @@ def batch_next(g: wp.ref[Gb], m: Mem, stop_dot: wp.int32) -> wp.int32:
     skipped = wp.int32(0)
     if (g.halted != 0 or g.polling != 0) and g.dma_active == 0 and g.ime_delay == 0 and (
             pending_interrupts(g) == 0):
-        skipped = lcd_skip_lines(g, m, wp.min(g.timer_cti, g.serial_cti), $BANDS)  # HALT (or a wait loop): lines
+        skipped = lcd_skip_lines(g, m, wp.min(g.timer_cti, g.serial_cti), 1)  # HALT (or a wait loop): lines
     if skipped != 0 and g.halted != 0:
         g.cycles = g.cycles + skipped
         return 0
@@ -367,7 +367,7 @@ def batch_next(g: wp.ref[Gb], m: Mem, stop_dot: wp.int32) -> wp.int32:
     g.batch_cap = -1
     if skipped == 0 and g.render == 0 and g.dma_active == 0 and g.bootrom == 0:
         g.batch_cap = wp.where(stop_dot < BIG, g.cycles + wp.max(0, stop_dot - g.lcd_clock), BIG)
-        if $BANDS != 0:
+        if $NESTED != 0:
             # nested loop: up to the next mode 3's start at most (dot 80 of a line; where sprites are on the line,
             # the batch ends there anyway), so that the busy lanes of a warp end their batches together (a lane on
             # longer batches than its neighbours' would make them wait)
@@ -387,9 +387,8 @@ def batch_events(g: wp.ref[Gb], m: Mem):
         g.if_ = g.if_ | INT_SERIAL
     if timer_advance(g, g.cycles) != 0:
         g.if_ = g.if_ | INT_TIMER
-    if $BANDS != 0:
-        sprite_bands_refresh(g, m)  # (after OAM writes and DMA: the bands mode 3's start looks up)
-    lcd_advance(g, m, g.cycles, $BANDS)
+    sprite_bands_refresh(g, m)  # (after OAM writes and DMA: the bands mode 3's start looks up)
+    lcd_advance(g, m, g.cycles, 1)
 
 
 @wp.func
@@ -583,9 +582,9 @@ def kernel_source(max_registers: int | None = None, stage: str = "emulate_only",
     src = src.replace("$DRAW", _DRAW if draws else "0")
     loop, frame_loop = _FRAME_LOOPS[bool(flat)]
     src = src.replace("$LOOP", loop).replace("$FRAME_LOOP", frame_loop.strip("\n"))
-    # The sprite bands (ppu.mode3_sprite_penalty) only in the nested loop: in the flat one, groups of a few lanes
-    # find them again one after another, and it ran 0.6% faster to 2.4% slower (BENCHMARKS.md fifteenth visit).
-    src = src.replace("$BANDS", "0" if flat else "1")
+    # The batch cap at each line's mode 3 (batch_next) only in the nested loop: in the flat one, where lanes need not
+    # wait for each other's batch ends, it ran 2.3-5.9% slower than none (BENCHMARKS.md seventeenth visit).
+    src = src.replace("$NESTED", "0" if flat else "1")
     src = src.replace("$EPILOGUE", epilogue).replace("$STAGE_WRITES", writes).replace("$STAGE", STAGES[stage])
     for key, text in _template_sources().items():
         src = src.replace(key, text)

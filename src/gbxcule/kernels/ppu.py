@@ -1,7 +1,7 @@
 """PPU timing: modes 2/3/0/1, LY, LYC coincidence, STAT interrupts with STAT blocking, LCD on/off.
 
 The PPU is a state machine advanced lazily by `lcd_advance(g, m, now, bands)`: when the CPU touches a PPU
-register, VRAM or OAM, and at the end of every CPU batch (there, in the nested loop, with `bands` 1: mode 3's
+register, VRAM or OAM, and at the end of every CPU batch (there, with `bands` 1: mode 3's
 start looks up which 8-line bands have sprites, `sprite_bands`, before it scans OAM). One call handles at most
 one transition (`lcd_target` is the dot of the next one); the batch loop never lets the CPU run past a
 transition, so the reference model's order of events is kept exactly. The light transitions (`lcd_tick_light`)
