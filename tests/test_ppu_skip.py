@@ -72,7 +72,7 @@ def skip_vs_step(cases: wp.array2d(dtype=wp.int32), m: Mem, m2: Mem, out: wp.arr
     i = wp.tid()
     g = ppu_case(cases, i, m)
     sprite_bands_refresh(g, m)  # the skip looks the sprite bands up; the stepped transitions below scan OAM
-    skipped = lcd_skip_lines(g, m, cases[i, 10], 1)
+    skipped = lcd_skip_lines(g, m, cases[i, 10])
     ppu_out(g, out, i, 0)
     h = ppu_case(cases, i, m2)
     now = h.lcd_last

@@ -358,7 +358,7 @@ def batch_next(g: wp.ref[Gb], m: Mem, stop_dot: wp.int32) -> wp.int32:
     skipped = wp.int32(0)
     if (g.halted != 0 or g.polling != 0) and g.dma_active == 0 and g.ime_delay == 0 and (
             pending_interrupts(g) == 0):
-        skipped = lcd_skip_lines(g, m, wp.min(g.timer_cti, g.serial_cti), 1)  # HALT (or a wait loop): lines
+        skipped = lcd_skip_lines(g, m, wp.min(g.timer_cti, g.serial_cti))  # HALT (or a wait loop): lines
     if skipped != 0 and g.halted != 0:
         g.cycles = g.cycles + skipped
         return 0

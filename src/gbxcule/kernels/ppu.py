@@ -397,7 +397,7 @@ def lcd_tick_light(g: wp.ref[Gb], m: Mem, now: wp.int32) -> wp.int32:
 
 
 @wp.func
-def lcd_skip_lines(g: wp.ref[Gb], m: Mem, limit: wp.int32, bands: wp.int32) -> wp.int32:
+def lcd_skip_lines(g: wp.ref[Gb], m: Mem, limit: wp.int32) -> wp.int32:
     """Fast-forward a PPU that nobody watches over whole visible lines; returns the cycles skipped (0: none).
 
     For a halted CPU with nothing to wake it (the caller checks that, and that no OAM DMA runs), the
@@ -408,7 +408,8 @@ def lcd_skip_lines(g: wp.ref[Gb], m: Mem, limit: wp.int32, bands: wp.int32) -> w
     the mode-0 start of line L+k earlier than `limit` cycles from now (the next timer or serial event).
     The result is the state the transitions leave, ending at that mode-0 start: LY, the STAT bits and
     line, the WY latch and window line counter, the mode-3 length of line L+k, and, on a drawn frame, the
-    lines drawn. `bands`: as for `lcd_advance`."""
+    lines drawn. It runs between batches only, so mode 3's length looks the sprite bands up (`bands` 1 in
+    `lcd_advance`)."""
     if (g.lcdc & 0x80) == 0 or g.stat_transition != ST_ADVANCE_LY or g.first_frame != 0 or g.lcd_reset != 0:
         return 0
     if (g.stat & 0x38) != 0:
@@ -424,12 +425,12 @@ def lcd_skip_lines(g: wp.ref[Gb], m: Mem, limit: wp.int32, bands: wp.int32) -> w
     last = wp.min(last, g.ly + 1 + (limit - 1 - base) / 456)
     if last < first:
         return 0
-    adj = mode3_adjustment(g, m, last, bands)
+    adj = mode3_adjustment(g, m, last, 1)
     if base + 456 * (last - first) + adj >= limit:
         last = last - 1
         if last < first:
             return 0
-        adj = mode3_adjustment(g, m, last, bands)
+        adj = mode3_adjustment(g, m, last, 1)
     skipped = base + 456 * (last - first) + adj
     if g.render != 0:
         # drawn frame: each line as its transitions would (WY check at mode 2, the line at mode 0); the
