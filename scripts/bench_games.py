@@ -15,8 +15,12 @@ with PyBoy and kept in `--states`), so every backend runs the same work. The tim
 steps of random play (default 30), once the envs have spread apart: steps 2-11 from a state ran 2-3 times as
 fast, against PyBoy, as steps 32 on (BENCHMARKS.md, tenth visit; `--window` shows the curve).
 
+A set too long for one call (a GPU lease's 10-minute commands) runs in parts (`--only`), and `--merge` makes
+the one table and artifact from them; the parts must share their settings and source tree.
+
     python scripts/fetch_games.py --out .games
     python scripts/bench_games.py --games .games --envs 65536 --out bench_out/games.json
+    python scripts/bench_games.py --merge bench_out/games_a.json bench_out/games_b.json --out bench_out/games.json
 """
 
 from __future__ import annotations
@@ -109,8 +113,18 @@ def main() -> int:
     ap.add_argument("--state-frames", type=int, default=1200, help="frames from power-on to the start state")
     ap.add_argument("--codec", default="pokemonred_puffer_v1", choices=list(CODECS),
                     help="codec of the random actions (default pokemonred_puffer_v1; dmg_buttons_v0 adds SELECT)")
+    ap.add_argument("--merge", nargs="+", metavar="JSON", default=None,
+                    help="measure nothing: one table and artifact from these artifacts of earlier runs (parts of the "
+                         "set), which must share their settings and source tree")
     ap.add_argument("--out", default="bench_out/games.json")
     args = ap.parse_args()
+    if args.merge:
+        try:
+            rows, failed, meta = merge_parts([Path(p) for p in args.merge])
+        except (OSError, ValueError) as exc:
+            sys.stderr.write(f"bench_games: --merge: {exc}\n")
+            return 2
+        return report(rows, failed, list(meta["variants"]), meta, Path(args.out))
     try:
         games = read_games(args.manifest, args.only)
     except ValueError as exc:
@@ -197,6 +211,22 @@ def main() -> int:
               + "".join(f", {b} {row[f'sps_{b}']:,.0f}" for b in bounds)
               + (f", PyBoy {row['pyboy_sps']:,.0f}" if "pyboy_sps" in row else ""),
               flush=True)
+    meta = {"variants": list(keys), "envs": args.envs, "pyboy_envs": pyboy_envs, "host_cores": os.cpu_count(),
+            "device": args.device, "steps": args.steps, "pyboy_steps": args.pyboy_steps or args.steps,
+            "pyboy_repeat": args.pyboy_repeat, "warmup": args.warmup, "window": args.window,
+            "state_frames": args.state_frames, "frames_per_step": 24, "codec": args.codec, "stage": "full_step",
+            "environment": environment()}
+    return report(rows, failed, list(keys), meta, Path(args.out))
+
+
+def report(rows: list[dict], failed: list[dict], keys: list[str], meta: dict, out_path: Path) -> int:
+    """The summary (median per variant, against PyBoy where every row has it; divergence), the JSON artifact
+    (rows, failures, summary and `meta`: the run's settings) and the table; 1 when a game failed."""
+    ref = DEFAULT_SORT_KEY if DEFAULT_SORT_KEY in keys else keys[0]
+    window = meta["window"]
+    for r in rows:  # the issue's measure, lockstep over random in env-steps/s (random play may run more instructions)
+        if "sps_shared" in r:
+            r["divergence_sps"] = r["sps_shared"] / r[f"sps_{ref}"]
     summary = {}
     for k in keys:
         col = [r[f"sps_{k}"] for r in rows]
@@ -214,49 +244,78 @@ def main() -> int:
     divs = [r["divergence"] for r in rows if "divergence" in r]
     if divs:
         summary["divergence"] = {"median": statistics.median(divs), "max": max(divs)}
-    data = {"games": rows, "failed": failed, "summary": summary, "envs": args.envs, "pyboy_envs": pyboy_envs,
-            "host_cores": os.cpu_count(), "device": args.device, "steps": args.steps,
-            "pyboy_steps": args.pyboy_steps or args.steps,
-            "pyboy_repeat": args.pyboy_repeat, "warmup": args.warmup, "window": args.window,
-            "state_frames": args.state_frames, "frames_per_step": 24, "codec": args.codec, "stage": "full_step",
-            "environment": environment()}
-    out = write_output(Path(args.out), json.dumps(data, indent=1))
+    sdivs = [r["divergence_sps"] for r in rows if "divergence_sps" in r]
+    if sdivs:
+        summary["divergence_sps"] = {"median": statistics.median(sdivs), "max": max(sdivs)}
+    data = {"games": rows, "failed": failed, "summary": summary, **meta}
+    out = write_output(out_path, json.dumps(data, indent=1))
     ws = {k: max(11, len(k) + 4) for k in keys}  # column widths: "sps KEY", "x KEY"
     wx = {k: max(7, len(k) + 2) for k in keys}
     head = f"{'game':18s} {'kind':12s}" + "".join(f" {'sps ' + k:>{ws[k]}s}" for k in keys)
-    head += f" {'instr/step':>10s} {'shared':>11s} {'fixed':>11s} {'div':>5s} {'PyBoy':>8s}"
+    head += f" {'instr/step':>10s} {'shared':>11s} {'fixed':>11s} {'div':>5s} {'sdiv':>5s} {'PyBoy':>8s}"
     head += "".join(f" {'x ' + k:>{wx[k]}s}" for k in keys)
     print(head)
     for r in rows:
         line = f"{r['slug'][:18]:18s} {r['kind'][:12]:12s}" + "".join(f" {r[f'sps_{k}']:>{ws[k]},.0f}" for k in keys)
         line += (f" {r.get(f'ipstep_{ref}', 0):>10,.0f} {r.get('sps_shared', 0):>11,.0f}"
-                 f" {r.get('sps_fixed', 0):>11,.0f} {r.get('divergence', 0):>5.1f}")
+                 f" {r.get('sps_fixed', 0):>11,.0f} {r.get('divergence', 0):>5.1f} {r.get('divergence_sps', 0):>5.1f}")
         line += f" {r.get('pyboy_sps', 0):>8,.0f}" + "".join(f" {r.get('x_pyboy', {}).get(k, 0):>{wx[k]}.1f}"
                                                             for k in keys)
         print(line)
-    if args.window and rows and all("window_x_pyboy" in r for r in rows):
-        print(f"x PyBoy by stretch of {args.window} steps (first steps " +
+    if window and rows and all("window_x_pyboy" in r for r in rows):
+        print(f"x PyBoy by stretch of {window} steps (first steps " +
               ", ".join(map(str, rows[0]["window_first_steps"])) + ")")
         for r in rows:
             print(f"{r['slug'][:18]:18s} " + "  ".join(
                 f"{k}: " + " ".join(f"{x:.1f}" for x in r["window_x_pyboy"][k]) for k in keys)
                   + "".join("  div: " + " ".join(f"{x:.1f}" for x in d) for d in [r.get("window_divergence")] if d))
     print("div: emulated instructions/s with every env on one shared random action sequence, over those with "
-          "independent random actions (default sort key)")
+          "independent random actions (default sort key); sdiv: the same in env-steps/s")
     if divs:
         print(f"divergence cost (lockstep / random, emulated instructions/s): median {statistics.median(divs):.2f}x, "
-              f"max {max(divs):.2f}x")
+              f"max {max(divs):.2f}x; in env-steps/s: median {statistics.median(sdivs):.2f}x, max {max(sdivs):.2f}x")
     for k in keys:
         s = summary[k]
         extra = f", {s['median_x_pyboy']:.1f}x PyBoy (min {s['min_x_pyboy']:.1f}x)" if "median_x_pyboy" in s else ""
         print(f"median, sort {k}: {s['median_sps'] or 0:,.0f} env-steps/s{extra}")
         for w in s.get("windows", []):
-            print(f"  steps {w['first_step']}-{w['first_step'] + args.window - 1}: {w['median_sps']:,.0f} env-steps/s, "
+            print(f"  steps {w['first_step']}-{w['first_step'] + window - 1}: {w['median_sps']:,.0f} env-steps/s, "
                   f"{w['median_x_pyboy']:.1f}x PyBoy (min {w['min_x_pyboy']:.1f}x)")
     for f in failed:
         print(f"failed {f['slug']}: {f['error']}")
     print(f"artifact: {out}")
     return 1 if failed else 0
+
+
+# settings every merged part must share, and the source tree (environment.source_sha1)
+MERGE_KEYS = ("variants", "envs", "pyboy_envs", "host_cores", "device", "steps", "pyboy_steps", "pyboy_repeat",
+              "warmup", "window", "state_frames", "frames_per_step", "codec", "stage")
+
+
+def merge_parts(paths: list[Path]) -> tuple[list[dict], list[dict], dict]:
+    """Rows, failures and settings of several artifacts of this script; ValueError where they do not agree."""
+    rows, failed, meta, parts = [], [], None, []
+    for path in paths:
+        try:
+            data = json.loads(path.read_text())
+            part = {k: data[k] for k in MERGE_KEYS if k != "variants"}
+            part["variants"] = data.get("variants") or [k for k in data["summary"] if not k.startswith("divergence")]
+            games, tree = data["games"], data["environment"].get("source_sha1")
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"{path}: not an artifact of bench_games.py ({exc.__class__.__name__})") from None
+        if meta is not None and part != meta:
+            raise ValueError(f"{path}: other settings than {paths[0]} "
+                             f"({', '.join(k for k in MERGE_KEYS if part[k] != meta[k])})")
+        if parts and tree != parts[0]["source_sha1"]:
+            raise ValueError(f"{path}: another source tree than {paths[0]} (environment.source_sha1)")
+        twice = sorted({r["slug"] for r in rows} & {g["slug"] for g in games})
+        if twice:
+            raise ValueError(f"{path}: measured again: {', '.join(twice)}")
+        meta = meta or part
+        rows += games
+        failed += data.get("failed", [])
+        parts.append({"path": str(path), **data["environment"]})
+    return rows, failed, {**meta, "environment": parts[0], "parts": parts}
 
 
 if __name__ == "__main__":

@@ -105,6 +105,44 @@ def test_bench_games_writes_a_row_per_game_and_the_median(tmp_path):
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--variants" in r.stderr
 
 
+def _part(slugs_x: dict[str, float], tree: str = "t1", envs: int = 4) -> dict:
+    """A bench_games.py artifact with one row per game at x times PyBoy's 100 env-steps/s."""
+    games = [{"slug": slug, "kind": "test", "sps_path": 100 * x, "pyboy_sps": 100.0, "x_pyboy": {"path": x},
+              "sps_shared": 300 * x, "ips_path": 1e6, "ips_shared": 2e6, "ipstep_path": 10.0, "divergence": 2.0}
+             for slug, x in slugs_x.items()]
+    settings = {"envs": envs, "pyboy_envs": 1, "host_cores": 2, "device": "cpu", "steps": 2, "pyboy_steps": 2,
+                "pyboy_repeat": 1, "warmup": 1, "window": 0, "state_frames": 30, "frames_per_step": 24,
+                "codec": "pokemonred_puffer_v1", "stage": "full_step"}
+    return {"games": games, "failed": [], "summary": {"path": {}, "divergence": {}}, **settings,
+            "environment": {"source_sha1": tree}}
+
+
+def test_bench_games_merges_parts_of_the_set_into_one_table(tmp_path):
+    """--merge: the parts' rows in one artifact with the median over all of them; parts with other settings, another
+    source tree, a game twice, or a file that is no artifact are one error line and exit 2."""
+    paths = {}
+    for name, part in {"a": _part({"g1": 10.0, "g2": 40.0}), "b": _part({"g3": 30.0}),
+                       "envs": _part({"g4": 1.0}, envs=8), "tree": _part({"g4": 1.0}, tree="t2"),
+                       "again": _part({"g1": 5.0})}.items():
+        paths[name] = tmp_path / f"{name}.json"
+        paths[name].write_text(json.dumps(part))
+    out = tmp_path / "games.json"
+    r = _run(ROOT / "scripts/bench_games.py", "--merge", paths["a"], paths["b"], "--out", out)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(out.read_text())
+    assert [g["slug"] for g in data["games"]] == ["g1", "g2", "g3"] and data["envs"] == 4
+    assert data["summary"]["path"]["median_x_pyboy"] == 30.0 and data["summary"]["path"]["min_x_pyboy"] == 10.0
+    assert data["summary"]["divergence_sps"]["median"] == pytest.approx(3.0)
+    assert [p["path"] for p in data["parts"]] == [str(paths["a"]), str(paths["b"])]
+    assert "30.0x PyBoy (min 10.0x)" in r.stdout
+    (tmp_path / "junk.json").write_text("[1, 2]")
+    for other, word in (("envs", "envs"), ("tree", "source tree"), ("again", "g1"), ("junk", "not an artifact")):
+        path = paths.get(other, tmp_path / "junk.json")
+        r = _run(ROOT / "scripts/bench_games.py", "--merge", paths["a"], path, "--out", tmp_path / "x.json")
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and word in r.stderr, r.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
 def test_bench_spread_times_variants_from_one_spread_state(tmp_path):
     """scripts/bench_spread.py: each variant from the same copied state, the same fields at the end; a missing
     game is one error line and exit 1, a bad variant one line and exit 2."""
