@@ -306,7 +306,7 @@ def merge_parts(paths: list[Path]) -> tuple[list[dict], list[dict], dict]:
         if meta is not None and part != meta:
             raise ValueError(f"{path}: other settings than {paths[0]} "
                              f"({', '.join(k for k in MERGE_KEYS if part[k] != meta[k])})")
-        if parts and tree != parts[0]["source_sha1"]:
+        if parts and tree != parts[0].get("source_sha1"):
             raise ValueError(f"{path}: another source tree than {paths[0]} (environment.source_sha1)")
         twice = sorted({r["slug"] for r in rows} & {g["slug"] for g in games})
         if twice:
