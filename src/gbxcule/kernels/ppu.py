@@ -123,11 +123,17 @@ def sprite_bands(g: wp.ref[Gb], m: Mem, height: wp.int32) -> wp.int32:
 
 
 @wp.func
+def sprite_tall(g: wp.ref[Gb]) -> wp.int32:
+    """The sprite height in 8-line units (LCDC bit 2): what `g.spr_ok` holds when the bands are current."""
+    return wp.where((g.lcdc & 4) != 0, 2, 1)
+
+
+@wp.func
 def sprite_bands_refresh(g: wp.ref[Gb], m: Mem):
     """Find the sprite bands again (`sprite_bands`) if OAM or the sprite height changed since they were found
     and no OAM DMA runs: g.spr_ok is then the height / 8. Called between CPU batches (gen.py batch_events),
     so that the scan of OAM stays out of the instruction loop (the PPU catch-up in bus_access)."""
-    tall = wp.where((g.lcdc & 4) != 0, 2, 1)
+    tall = sprite_tall(g)
     if (g.lcdc & 2) != 0 and g.spr_ok != tall and g.dma_active == 0:
         g.spr_bands = sprite_bands(g, m, tall * 8)
         g.spr_ok = tall
@@ -137,7 +143,7 @@ def sprite_bands_refresh(g: wp.ref[Gb], m: Mem):
 def sprite_band_clear(g: wp.ref[Gb], ly: wp.int32) -> wp.bool:
     """No sprite can be on line `ly`: its 8-line band is empty in the bands found for the current sprite height
     (`sprite_bands_refresh`; g.spr_ok 0 when they must be found again)."""
-    tall = wp.where((g.lcdc & 4) != 0, 2, 1)
+    tall = sprite_tall(g)
     return g.spr_ok == tall and ly < 144 and ((g.spr_bands >> (ly >> 3)) & 1) == 0
 
 
