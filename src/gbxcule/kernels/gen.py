@@ -340,7 +340,7 @@ def batch_boundary(g: wp.ref[Gb], m: Mem) -> wp.int32:
     # The next timer or serial event (cycle counts; cti <= BIG). A pending TIMA reload raises its interrupt even
     # with the timer stopped, which the prediction (the reference's) leaves out: the batch ends.
     events = wp.min(g.timer_last + g.timer_cti, g.serial_last + g.serial_cti)
-    if y >= events or g.tima_reload != 0 or lcd_tick_light(g, m, y) == 0:
+    if y >= events or g.tima_reload != 0 or lcd_tick_light(g, m, y, 1 - $NESTED) == 0:
         return 0
     if g.ime_delay == 0 and pending_interrupts(g) != 0:
         return 0
@@ -353,8 +353,8 @@ def batch_boundary(g: wp.ref[Gb], m: Mem) -> wp.int32:
 def batch_next(g: wp.ref[Gb], m: Mem, stop_dot: wp.int32) -> wp.int32:
     """Between batches: a halted CPU that nothing can wake skips whole PPU lines at once (`lcd_skip_lines`;
     then no batch runs and 0 is returned), else the next batch starts (`batch_start`), up to the next event.
-    An undrawn frame's batch may go on over later batch ends (`batch_boundary`) up to the launch's stop
-    (`stop_dot`, run_frame)."""
+    A batch may go on over later batch ends (`batch_boundary`) up to the launch's stop (`stop_dot`, run_frame);
+    on a drawn frame too, where each line's mode 0 start, which draws it, still ends the batch."""
     skipped = wp.int32(0)
     if (g.halted != 0 or g.polling != 0) and g.dma_active == 0 and g.ime_delay == 0 and (
             pending_interrupts(g) == 0):
@@ -365,7 +365,7 @@ def batch_next(g: wp.ref[Gb], m: Mem, stop_dot: wp.int32) -> wp.int32:
     # (a CPU in a wait loop that polls WRAM or HRAM, which the PPU cannot change, runs up to the skipped
     # lines' end in one batch: kernels/idle.py)
     g.batch_cap = -1
-    if skipped == 0 and g.render == 0 and g.dma_active == 0 and g.bootrom == 0:
+    if skipped == 0 and g.dma_active == 0 and g.bootrom == 0:
         g.batch_cap = wp.where(stop_dot < BIG, g.cycles + wp.max(0, stop_dot - g.lcd_clock), BIG)
         if $NESTED != 0:
             # nested loop: up to the next mode 3's start at most (dot 80 of a line; where sprites are on the line,

@@ -361,13 +361,16 @@ def lcd_advance(g: wp.ref[Gb], m: Mem, now: wp.int32, bands: wp.int32):
 
 
 @wp.func
-def lcd_tick_light(g: wp.ref[Gb], m: Mem, now: wp.int32) -> wp.int32:
-    """`lcd_advance(g, m, now, 1)` where it is light, for an undrawn frame (g.render 0), else nothing: returns 1 when
-    it ran, 0 when the caller must run `lcd_advance` itself. Light: no transition due, or one of LY's step, mode
-    2's start, mode 3's start on a line no sprite can be on (sprites off, or the line's 8-line band empty in
-    `sprite_bands`), mode 0's start, or a VBlank line's, outside the first frame after LCD on and short of the
-    frame's end. The CPU batch loop runs it at the reference's batch ends inside a longer batch (gen.py
-    `batch_boundary`): it holds no OAM scan and no drawing, so the instruction loop stays small."""
+def lcd_tick_light(g: wp.ref[Gb], m: Mem, now: wp.int32, scan: wp.int32) -> wp.int32:
+    """`lcd_advance(g, m, now, 1)` where it is light, else nothing: returns 1 when it ran, 0 when the caller must
+    run `lcd_advance` itself. Light: no transition due, or one of LY's step, mode 2's start, mode 3's start on a
+    line no sprite can be on (sprites off, or the line's 8-line band empty in `sprite_bands`), mode 0's start on
+    a frame that is not drawn (on a drawn one it draws the line), or a VBlank line's, outside the first frame
+    after LCD on and short of the frame's end. With `scan` 1, mode 3's start on a line with sprites is done too,
+    OAM scan and all (`mode3_adjustment`). The CPU batch loop runs it at the reference's batch ends inside a
+    longer batch (gen.py `batch_boundary`): it holds no drawing, so the instruction loop stays small; the flat
+    loop's copy (`scan` 1, a constant) holds the OAM scan, the nested loop's (0) not, since a nested batch stops
+    at mode 3's start anyway."""
     cycles = now - g.lcd_last
     if cycles == 0:
         return 1
@@ -377,9 +380,9 @@ def lcd_tick_light(g: wp.ref[Gb], m: Mem, now: wp.int32) -> wp.int32:
         if (g.lcdc & 0x80) == 0 or g.lcd_reset != 0 or g.ly == 153 or g.first_frame != 0:
             return 0
         if g.stat_transition == ST_NONE:
-            if g.next_mode == 2:
-                return 0
-            if g.next_mode == 3 and (g.lcdc & 2) != 0 and not sprite_band_clear(g, g.ly):
+            if g.next_mode == 2 or (g.next_mode == 0 and g.render != 0):
+                return 0  # (mode 0's start on a drawn frame draws the line: lcd_advance)
+            if scan == 0 and g.next_mode == 3 and (g.lcdc & 2) != 0 and not sprite_band_clear(g, g.ly):
                 return 0  # sprites may be on the line: the OAM scan is left to lcd_advance
     g.lcd_last = now
     g.lcd_clock = clock
@@ -391,7 +394,10 @@ def lcd_tick_light(g: wp.ref[Gb], m: Mem, now: wp.int32) -> wp.int32:
         else:
             g.if_ = g.if_ | stat_set_mode(g, g.next_mode)
             if g.stat_mode == 3:
-                lcd_start_mode3(g, mode3_scx_dots(g))  # (mode3_adjustment without sprites)
+                if scan != 0:
+                    lcd_start_mode3(g, mode3_adjustment(g, m, g.ly, 1))
+                else:
+                    lcd_start_mode3(g, mode3_scx_dots(g))  # (mode3_adjustment without sprites)
             elif g.stat_mode == 0:
                 lcd_start_mode0(g)
                 line_window(g)
