@@ -9,6 +9,10 @@ in lockstep, so nothing diverges, on the same kind of work) and `fixed` (every e
 title screen idles, far less work). Emulated instructions per env-step are reported beside env-steps/s,
 because random play runs several times the instructions of an idle title screen: the divergence cost is
 emulated instructions/s in lockstep (shared_random) over instructions/s at independent random actions.
+Emulated instructions count the wait-loop rounds skipped at once (kernels/idle.py), which cost almost nothing:
+where the lockstep game mostly waits and random play mostly runs (Carazu), that ratio is one of work, not
+divergence, so the instructions executed one by one are reported too (`exec/step`, and `ediv`, lockstep over
+random in those).
 
 Each game starts from one PyBoy state taken after `--state-frames` frames of NOOPs from power-on (made here
 with PyBoy and kept in `--states`), so every backend runs the same work. The timed steps come after `--warmup`
@@ -179,6 +183,9 @@ def main() -> int:
                 if r.instructions_per_s is not None:
                     row[f"ips_{name}"] = r.instructions_per_s  # emulated instructions/s
                     row[f"ipstep_{name}"] = r.instructions_per_s / r.env_steps_per_s  # and per env-step
+                if r.executed_per_s is not None:  # of those, executed one by one (not skipped wait-loop rounds)
+                    row[f"eips_{name}"] = r.executed_per_s
+                    row[f"eipstep_{name}"] = r.executed_per_s / r.env_steps_per_s
 
             opts = {"stage": "full_step"}
             for key, kw in keys.items():
@@ -227,6 +234,8 @@ def report(rows: list[dict], failed: list[dict], keys: list[str], meta: dict, ou
     for r in rows:  # the issue's measure, lockstep over random in env-steps/s (random play may run more instructions)
         if "sps_shared" in r:
             r["divergence_sps"] = r["sps_shared"] / r[f"sps_{ref}"]
+        if "eips_shared" in r and f"eips_{ref}" in r:  # and in instructions executed one by one a second
+            r["divergence_executed"] = r["eips_shared"] / r[f"eips_{ref}"]
     summary = {}
     for k in keys:
         col = [r[f"sps_{k}"] for r in rows]
@@ -247,18 +256,23 @@ def report(rows: list[dict], failed: list[dict], keys: list[str], meta: dict, ou
     sdivs = [r["divergence_sps"] for r in rows if "divergence_sps" in r]
     if sdivs:
         summary["divergence_sps"] = {"median": statistics.median(sdivs), "max": max(sdivs)}
+    edivs = [r["divergence_executed"] for r in rows if "divergence_executed" in r]
+    if edivs:
+        summary["divergence_executed"] = {"median": statistics.median(edivs), "max": max(edivs)}
     data = {"games": rows, "failed": failed, "summary": summary, **meta}
     out = write_output(out_path, json.dumps(data, indent=1))
     ws = {k: max(11, len(k) + 4) for k in keys}  # column widths: "sps KEY", "x KEY"
     wx = {k: max(7, len(k) + 2) for k in keys}
     head = f"{'game':18s} {'kind':12s}" + "".join(f" {'sps ' + k:>{ws[k]}s}" for k in keys)
-    head += f" {'instr/step':>10s} {'shared':>11s} {'fixed':>11s} {'div':>5s} {'sdiv':>5s} {'PyBoy':>8s}"
+    head += (f" {'instr/step':>10s} {'exec/step':>10s} {'shared':>11s} {'fixed':>11s} {'div':>5s} {'sdiv':>5s}"
+             f" {'ediv':>5s} {'PyBoy':>8s}")
     head += "".join(f" {'x ' + k:>{wx[k]}s}" for k in keys)
     print(head)
     for r in rows:
         line = f"{r['slug'][:18]:18s} {r['kind'][:12]:12s}" + "".join(f" {r[f'sps_{k}']:>{ws[k]},.0f}" for k in keys)
-        line += (f" {r.get(f'ipstep_{ref}', 0):>10,.0f} {r.get('sps_shared', 0):>11,.0f}"
-                 f" {r.get('sps_fixed', 0):>11,.0f} {r.get('divergence', 0):>5.1f} {r.get('divergence_sps', 0):>5.1f}")
+        line += (f" {r.get(f'ipstep_{ref}', 0):>10,.0f} {r.get(f'eipstep_{ref}', 0):>10,.0f}"
+                 f" {r.get('sps_shared', 0):>11,.0f} {r.get('sps_fixed', 0):>11,.0f} {r.get('divergence', 0):>5.1f}"
+                 f" {r.get('divergence_sps', 0):>5.1f} {r.get('divergence_executed', 0):>5.1f}")
         line += f" {r.get('pyboy_sps', 0):>8,.0f}" + "".join(f" {r.get('x_pyboy', {}).get(k, 0):>{wx[k]}.1f}"
                                                             for k in keys)
         print(line)
@@ -270,10 +284,12 @@ def report(rows: list[dict], failed: list[dict], keys: list[str], meta: dict, ou
                 f"{k}: " + " ".join(f"{x:.1f}" for x in r["window_x_pyboy"][k]) for k in keys)
                   + "".join("  div: " + " ".join(f"{x:.1f}" for x in d) for d in [r.get("window_divergence")] if d))
     print("div: emulated instructions/s with every env on one shared random action sequence, over those with "
-          "independent random actions (default sort key); sdiv: the same in env-steps/s")
+          "independent random actions (default sort key); sdiv: the same in env-steps/s; ediv: the same in "
+          "instructions executed one by one a second (exec/step: instr/step less the skipped wait-loop rounds)")
     if divs:
         print(f"divergence cost (lockstep / random, emulated instructions/s): median {statistics.median(divs):.2f}x, "
-              f"max {max(divs):.2f}x; in env-steps/s: median {statistics.median(sdivs):.2f}x, max {max(sdivs):.2f}x")
+              f"max {max(divs):.2f}x; in env-steps/s: median {statistics.median(sdivs):.2f}x, max {max(sdivs):.2f}x"
+              + (f"; executed: median {statistics.median(edivs):.2f}x, max {max(edivs):.2f}x" if edivs else ""))
     for k in keys:
         s = summary[k]
         extra = f", {s['median_x_pyboy']:.1f}x PyBoy (min {s['min_x_pyboy']:.1f}x)" if "median_x_pyboy" in s else ""

@@ -90,6 +90,9 @@ def test_bench_games_writes_a_row_per_game_and_the_median(tmp_path):
     assert row["x_pyboy"]["path@3"] == pytest.approx(row["sps_path@3"] / row["pyboy_sps"])
     assert len(row["runs_pyboy"]) == 2 and row["pyboy_sps"] in row["runs_pyboy"]  # the median of the runs
     assert row["divergence"] == pytest.approx(row["ips_shared"] / row["ips_path"])
+    assert 0 < row["eips_path"] <= row["ips_path"] and 0 < row["eips_shared"] <= row["ips_shared"]
+    assert row["divergence_executed"] == pytest.approx(row["eips_shared"] / row["eips_path"])
+    assert data["summary"]["divergence_executed"]["median"] == row["divergence_executed"]
     assert data["summary"]["divergence"]["median"] == row["divergence"]
     assert data["summary"]["path"]["median_sps"] == row["sps_path"]
     assert (games / "states" / "ow.state").stat().st_size > 0

@@ -120,3 +120,21 @@ def test_what_does_not_skip(c):
     cycles, instructions, a, f, polling, waited = run([c])[0]
     assert (cycles, instructions, a, f, waited) == (0, 0, c[3], c[4], 0)
     assert polling == (c[6] == 32)  # only the short batch is a fixed point (skipping no round)
+
+
+def test_the_benchmark_counts_executed_instructions_apart_from_skipped_rounds():
+    """harness/bench.py: `executed_per_s` is the emulated instructions/s less the skipped rounds' (IDLE_LOOPS
+    waits in polling loops, so fewer are executed one by one than are counted); the backend's per-env counter of
+    skipped instructions is the one the measure reads."""
+    from gbxcule.core.cartridge import load_rom
+    from gbxcule.core.schedule import ActionSchedule
+    from gbxcule.harness.bench import measure
+    from gbxcule.roms import resolve_rom
+
+    rom = load_rom(str(resolve_rom("IDLE_LOOPS")))
+    r = measure("warp_vec_cpu", rom, 2, 2, ActionSchedule(24, 8), "pokemonred_puffer_v1", warmup=1)
+    assert 0 < r.executed_per_s < r.instructions_per_s
+    b = backend(str(resolve_rom("IDLE_LOOPS")), 2, frames=24)
+    b.step(np.zeros(2, dtype=np.int32))
+    instructions, skipped = b.field_values("instructions"), b.skipped_instructions()
+    assert (skipped > 0).all() and (skipped < instructions).all()

@@ -542,6 +542,12 @@ class WarpVecBackend:
         """Field `name` (`core/schema.py`) of every env, int32 [num_envs] on the host (synchronises)."""
         return self._field_rows()[FIELD_INDEX[name]].numpy().copy()
 
+    def skipped_instructions(self) -> np.ndarray:
+        """Per env, the instructions of the wait-loop rounds its launches skipped at once (kernels/idle.py), a
+        wrapping int32 counter [num_envs] on the host (synchronises). `instructions` counts them too; less this,
+        it counts the instructions executed one by one."""
+        return self._waited.numpy().copy()
+
     def wram_bytes(self, addr: int) -> np.ndarray:
         """The WRAM byte at `addr` (0xC000-0xDFFF) of every env, uint8 [num_envs] (synchronises)."""
         if not 0xC000 <= addr < 0xE000:

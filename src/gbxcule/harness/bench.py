@@ -4,7 +4,9 @@ Each measurement constructs the backend, resets it (then loads `state` when give
 (not timed: kernel compilation and caches), then times `steps` steps, synchronising once at the end (and
 every `sync_every` steps if given: each such stretch is then also reported on its own, as a window, since random
 play spreads the envs apart and later steps can run slower than the first).
-Reported: env-steps/s (SPS), frames/s, emulated instructions/s where the backend counts them, ms per step.
+Reported: env-steps/s (SPS), frames/s, emulated instructions/s where the backend counts them (and of those,
+the instructions executed one by one: skipped wait-loop rounds, kernels/idle.py, count as emulated but cost almost
+nothing), ms per step.
 Every artifact records what was measured and on what: backend, ROM sha1, codec, schedule, env count,
 device, package versions and git revision.
 """
@@ -50,6 +52,7 @@ class BenchResult:
     block_dim: int | None = None  # warp backends on CUDA: threads per block of the step kernel
     sort_trials: list[dict[str, float]] | None = None  # sort_parts "auto": each trial's ms per step by choice
     windows: list[dict] | None = None  # sync_every > 0: each stretch of sync_every steps (its first step, SPS...)
+    executed_per_s: float | None = None  # instructions/s executed one by one: instructions_per_s less skipped rounds
 
 
 def _offered(backend, method: str, *args):
@@ -61,6 +64,12 @@ def _offered(backend, method: str, *args):
 def _instruction_counts(backend) -> np.ndarray | None:
     """Per-env wrapping instruction counters, where the backend keeps them."""
     counts = _offered(backend, "field_values", "instructions")
+    return None if counts is None else counts.astype(np.uint32)
+
+
+def _skipped_counts(backend) -> np.ndarray | None:
+    """Per-env wrapping counters of the instructions of skipped wait-loop rounds, where the backend keeps them."""
+    counts = _offered(backend, "skipped_instructions")
     return None if counts is None else counts.astype(np.uint32)
 
 
@@ -96,7 +105,7 @@ def measure(backend_name: str, rom: Rom, envs: int, steps: int, schedule: Action
         for k in range(warmup):
             backend.step(gen(k))
         _offered(backend, "synchronize")
-        before = _instruction_counts(backend)
+        before, skipped_before = _instruction_counts(backend), _skipped_counts(backend)
         plan = [gen(warmup + k) for k in range(steps)]
         seconds, windows, mark, start = 0.0, [], before, 0
         t0 = time.perf_counter()
@@ -113,15 +122,17 @@ def measure(backend_name: str, rom: Rom, envs: int, steps: int, schedule: Action
         if not sync_every:
             _offered(backend, "synchronize")
             seconds = time.perf_counter() - t0
-        after = _instruction_counts(backend)
-        instr = None
+        after, skipped_after = _instruction_counts(backend), _skipped_counts(backend)
+        instr = executed = None
         if before is not None and after is not None:
             instr = float((after - before).astype(np.int64).sum()) / seconds  # uint32 difference: wrap-safe
+            if skipped_before is not None and skipped_after is not None:
+                executed = instr - float((skipped_after - skipped_before).astype(np.int64).sum()) / seconds
         return BenchResult(backend_name, rom.path, envs, steps, schedule.frames_per_step, seconds,
                            envs * steps / seconds, envs * steps * schedule.frames_per_step / seconds, instr,
                            1000 * seconds / steps, _distinct_pcs(backend), _offered(backend, "device_bytes_per_env"),
                            _mode_histogram(backend, rom), getattr(backend, "block_dim", None),
-                           _offered(backend, "sort_trials"), windows or None)
+                           _offered(backend, "sort_trials"), windows or None, executed)
     finally:
         backend.close()
 
