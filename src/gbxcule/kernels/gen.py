@@ -328,10 +328,9 @@ def batch_boundary(g: wp.ref[Gb], m: Mem) -> wp.int32:
     checks interrupts and computes the batch's end. Where none of that can do more than the PPU's light
     transitions (`ppu.lcd_tick_light`), it is done here: within `g.batch_cap` (set by `batch_next`: -1 for
     batches that never go on), no OAM DMA, the CPU neither halted nor polling (`lcd_skip_lines` needs the
-    event code), and short of the next timer or serial event (whose catch-ups stay lazy, exact as at any access).
-    The start's interrupt check (`check_interrupts`) is done here too: an interrupt pending with IME set is
-    dispatched as the batch's next step, as after a start (`batch_op`); with IME clear (or the EI delay running)
-    the check changes nothing but a flag. The next end is then the reference's, from the same distances. So a busy CPU ends one batch a line (nested loop,
+    event code), short of the next timer or serial event (whose catch-ups stay lazy, exact as at any access),
+    and no interrupt the start would see (`check_interrupts`: nothing pending, or the EI delay running). The
+    next end is then the reference's, from the same distances. So a busy CPU ends one batch a line (nested loop,
     `batch_next`) instead of four: the warp's lanes wait for each other, and walk the event code, that much less
     often. The sequence of batch ends, and every state, is the reference's, bit for bit (docs/timing.md)."""
     y = g.cycles
@@ -344,10 +343,7 @@ def batch_boundary(g: wp.ref[Gb], m: Mem) -> wp.int32:
     if y >= events or g.tima_reload != 0 or lcd_tick_light(g, m, y, 1 - $NESTED) == 0:
         return 0
     if g.ime_delay == 0 and pending_interrupts(g) != 0:
-        # the next start takes the interrupt (cpu.check_interrupts, batch_start): with IME set, its dispatch is the
-        # batch's next step; with IME clear, nothing happens but the HALT-in-EI flag's reset
-        g.halted_during_ei = 0
-        g.dispatch = g.ime
+        return 0
     g.bail = 0
     g.batch_end = y + wp.max(4, wp.min(events - y, wp.min(g.lcd_cti, g.lcd_ctf)))
     return 1
