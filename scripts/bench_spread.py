@@ -1,8 +1,9 @@
 """Sort variants compared on envs that have spread apart: each game from its start state (scripts/bench_games.py)
 plays `--spread` steps of seeded random actions once, every env's state is copied aside on the device, and each
 variant (KEY/PARTS, as bench_games' --variants, or KEY/PARTS/BLOCK, each with an optional @LOOP: the
-backend's `loop`, nested or flat) then times the same `--steps` steps with the
-same actions from that copy. The first variant runs again last, so the table shows how far a rerun moves.
+backend's `loop`, nested or flat, and an optional +G: G stream groups, `set_stream_groups`) then times the same
+`--steps` steps with the same actions from that copy. The first variant runs again last, so the table shows how
+far a rerun moves.
 
 Random play spreads the envs: a step from the start state runs several times faster than one 30 steps later
 (BENCHMARKS.md, tenth visit), so what wins right after a state is loaded need not win in training. This times
@@ -40,12 +41,13 @@ ROOT = Path(__file__).resolve().parent.parent
 STATE = ("fields", "ram", "serial", "_sort_prev", "_waited")  # what a step reads that earlier steps wrote
 
 
-def parse(text: str) -> list[tuple[str, str, int, int | None, str | None]]:
-    """'path/1,pc/4/64,path/1@flat' -> [(name, key, parts, block_dim or None, loop or None)]; fixed parts only
-    (no "auto")."""
+def parse(text: str) -> list[tuple[str, str, int, int | None, str | None, int]]:
+    """'path/1,pc/4/64,path/1@flat+2' -> [(name, key, parts, block_dim or None, loop or None, stream groups)]; fixed
+    parts only (no "auto")."""
     out = []
     for name in (v for v in text.split(",") if v):
-        spec, _, loop = name.partition("@")
+        head, plus, groups = name.partition("+")
+        spec, _, loop = head.partition("@")
         bits = spec.split("/")
         try:
             parts = parse_sort_parts(bits[1]) if len(bits) > 1 else 1
@@ -53,11 +55,13 @@ def parse(text: str) -> list[tuple[str, str, int, int | None, str | None]]:
         except ValueError:
             parts = block = None
         if (bits[0] not in SORT_KEYS or not isinstance(parts, int) or len(bits) > 3
-                or (len(bits) > 2 and block not in BLOCK_DIMS) or loop not in ("", *LOOPS[1:])):
-            raise ValueError(f"bad variant {name!r}: KEY/PARTS[/BLOCK][@LOOP], KEY one of {', '.join(SORT_KEYS)}, "
-                             f"PARTS an integer, BLOCK one of {', '.join(map(str, BLOCK_DIMS))}, LOOP one of "
-                             f"{', '.join(LOOPS[1:])}")
-        out.append((name, bits[0], parts, block, loop or None))
+                or (len(bits) > 2 and block not in BLOCK_DIMS) or loop not in ("", *LOOPS[1:])
+                or (plus and not (groups.isdigit() and int(groups) >= 1))):
+            raise ValueError(f"bad variant {name!r}: KEY/PARTS[/BLOCK][@LOOP][+GROUPS], KEY one of "
+                             f"{', '.join(SORT_KEYS)}, PARTS an integer, BLOCK one of "
+                             f"{', '.join(map(str, BLOCK_DIMS))}, LOOP one of {', '.join(LOOPS[1:])}, "
+                             "GROUPS an integer >= 1")
+        out.append((name, bits[0], parts, block, loop or None, int(groups) if plus else 1))
     return out
 
 
@@ -124,8 +128,10 @@ def main() -> int:
             be.step(gen(args.spread))
         be.block_dim = default_block
         row, done = {"slug": slug, "sps": {}}, set()
-        for name, key, parts, block, loop in [*variants, variants[0]]:
+        for name, key, parts, block, loop, groups in [*variants, variants[0]]:
             be.sort_key, be.sort_parts, be.block_dim = key, parts, block or default_block
+            if groups != getattr(be, "stream_groups", 1):
+                be.set_stream_groups(groups)
             if default_loop is not None:
                 be.loop = loop or default_loop
             restore()

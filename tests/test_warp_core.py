@@ -292,6 +292,42 @@ def test_sorting_within_frames_changes_no_result(parts, key, lean, game):
         assert len(set(plain.field_values("instructions"))) > 1 and plain.obs.numpy().any()  # the envs parted
 
 
+@pytest.mark.parametrize("groups,key,parts,game", [(2, "path", 1, "OVERWORLD"), (3, "stack", 1, "OVERWORLD"),
+                                                   (3, "pc", 2, "IDLE_LOOPS"), (8, "path_light", 1, "OVERWORLD")])
+def test_stream_groups_change_no_result(groups, key, parts, game):
+    """stream_groups: the envs in groups, each sorted on its own (and on CUDA launched on its own stream); states,
+    rewards, observations and drawn frames equal one sort over all envs, groups of uneven size included (8 envs
+    in 3), and the launches covered every env once: no env ran twice or not at all."""
+    from gbxcule.roms import resolve_rom
+
+    rom = str(resolve_rom(game))
+    plain, grouped = (WarpVecBackend(rom, 8, schedule=ActionSchedule(24, 8), stage="full_step", sort_envs=True,
+                                     sort_parts=parts, sort_key=key, stream_groups=g) for g in (1, groups))
+    rng = np.random.default_rng(groups)
+    for i in range(9):
+        acts = rng.integers(0, plain.codec.num_actions, 8).astype(np.int32) * (i >= 5)
+        for b in (plain, grouped):
+            b.step(acts, render="all" if i % 4 == 3 else "last")
+        assert np.array_equal(plain.fields.numpy(), grouped.fields.numpy())
+        assert np.array_equal(plain.ram.numpy(), grouped.ram.numpy())
+        assert np.array_equal(plain.frame_buffer().numpy(), grouped.frame_buffer().numpy())
+        assert np.array_equal(plain.rewards.numpy(), grouped.rewards.numpy())
+        assert np.array_equal(plain.obs.numpy(), grouped.obs.numpy())
+    perms = np.concatenate([grp["perm"].numpy()[:grp["count"]] for grp in grouped._groups])
+    assert sorted(perms.tolist()) == list(range(8))
+
+
+def test_stream_groups_are_checked():
+    from gbxcule.roms import resolve_rom
+
+    rom = str(resolve_rom("OVERWORLD"))
+    for bad in (0, 9, True, 1.5, "2"):
+        with pytest.raises(ValueError, match="stream_groups"):
+            WarpVecBackend(rom, 8, sort_envs=True, stream_groups=bad)
+    with pytest.raises(ValueError, match="sort_envs"):
+        WarpVecBackend(rom, 8, sort_envs=False, stream_groups=2)
+
+
 def test_a_frame_part_stops_mid_frame_and_resumes_where_it_stopped():
     """The kernel's stop_dot ends a launch inside the frame (frame not counted, PPU short of the frame's end);
     resume=1 finishes that frame without starting it again (the joypad press is not repeated)."""

@@ -14,6 +14,7 @@ device; `observation()` derives the 72x80 view from it on the device.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -50,7 +51,7 @@ MAX_SORT_PARTS = 64
 AUTO = "auto"  # sort_parts chosen by timing (backends/autotune.py)
 OBS_STAGES = ("obs_only", "full_step")  # stages whose step ends with obs_kernel (kernels/gen.py STAGES)
 # The speed knobs of WarpVecBackend (results do not depend on them): what configs may set.
-TUNING_OPTIONS = ("sort_envs", "sort_every", "sort_parts", "sort_key", "lean", "block_dim", "loop")
+TUNING_OPTIONS = ("sort_envs", "sort_every", "sort_parts", "sort_key", "lean", "block_dim", "loop", "stream_groups")
 LOOPS = (AUTO, "nested", "flat")  # the step kernel's instruction loop (kernels/gen.py _FRAME_LOOPS)
 
 
@@ -139,7 +140,7 @@ class WarpVecBackend:
                  obs_packed: bool = False, reward_window: tuple[int, int] = (0xC100, 0xC110),
                  sort_envs: bool | None = None, sort_every: int = 1, lean: bool | None = None,
                  block_dim: int | None = None, sort_key: str = DEFAULT_SORT_KEY, sort_parts: int | str = "auto",
-                 loop: str = AUTO):
+                 loop: str = AUTO, stream_groups: int = 1):
         import warp as wp
 
         from gbxcule.kernels import init_warp
@@ -277,6 +278,8 @@ class WarpVecBackend:
             self._sort_vals = wp.zeros(2 * n, dtype=wp.int32, device=device)
             self._perm = self._sort_vals[:n]
             self._sort_prev = wp.zeros(n, dtype=wp.int32, device=device)
+        self._groups: list[dict] = []
+        self.set_stream_groups(stream_groups)
         self._frame = self._frame_words = None
         self._obs: dict[tuple[str, bool], object] = {}
         self._obs_views: dict[tuple[int, bool], tuple] = {}  # flat byte or word aliases of the obs arrays
@@ -335,36 +338,98 @@ class WarpVecBackend:
         segments = [(b, e, 0, BIG) for b, e in pairwise(bounds)] if parts == 1 else [
             (f, f + 1, int(j > 0), BIG if j == parts - 1 else (j + 1) * FRAME_CYCLES // parts)
             for f in range(frames) for j in range(parts)]
-        if sort:
-            from gbxcule.kernels.snapshot import path_key_kernel, sort_key_kernel, stack_key_kernel
         perm = self._perm if sort else self._no_perm
+        # with stream_groups, each group sorted and launched on its own stream (the launches of a segment in turn)
+        groups = self._groups if sort and self._groups else [None]
+        streams = groups[0] is not None and self.device.startswith("cuda")
+        if streams:
+            main = wp.get_stream(self.device)
+            for grp in groups:
+                grp["stream"].wait_stream(main)
         for begin, end, resume, stop_dot in segments:
-            if sort and (parts > 1 or begin % every == 0):
-                if self.sort_key in ("path", "path_light"):
-                    wp.launch(path_key_kernel, dim=n, device=self.device,
-                              inputs=[self.fields, actions, self._sort_prev, self._sort_keys, self._sort_vals,
-                                      FIELD_INDEX["pc"], FIELD_INDEX["instructions"], self._waited,
-                                      int(heavy_first)])
-                elif self.sort_key == "stack":
-                    wp.launch(stack_key_kernel, dim=n, device=self.device,
-                              inputs=[self.fields, actions, self.ram, self._sort_keys, self._sort_vals,
-                                      FIELD_INDEX["pc"], FIELD_INDEX["sp"], self.layout.bases["wram"],
-                                      self.layout.bases["hram"]])
-                else:
-                    wp.launch(sort_key_kernel, dim=n, device=self.device,
-                              inputs=[self.fields, actions, self._sort_keys, self._sort_vals, FIELD_INDEX["pc"]])
-                bits = 24 if self.sort_key == "pc" else 31
-                wp.utils.radix_sort_pairs(self._sort_keys, self._sort_vals, n, end_bit=bits)
             kernels = self._step_kernels(not (lean and not (render == 1 and end == frames)), flat)
-            wp.launch(kernels.step_kernel, dim=n if dim is None else dim, device=self.device, block_dim=self.block_dim,
-                      inputs=[self.fields, self.mem, actions, self.masks, self.codec.num_actions, begin, end, frames,
-                              release_after, stop_at_boot_exit, render, self.rewards, lo, hi, perm, resume,
-                              stop_dot, self._waited])
+            for grp in groups:
+                with wp.ScopedStream(grp["stream"], sync_enter=False) if streams else nullcontext():
+                    if sort and (parts > 1 or begin % every == 0):
+                        self._sort(grp, actions, heavy_first)
+                    wp.launch(kernels.step_kernel, dim=(n if dim is None else dim) if grp is None else grp["count"],
+                              device=self.device, block_dim=self.block_dim,
+                              inputs=[self.fields, self.mem, actions, self.masks, self.codec.num_actions, begin, end,
+                                      frames, release_after, stop_at_boot_exit, render, self.rewards, lo, hi,
+                                      perm if grp is None else grp["perm"], resume, stop_dot, self._waited])
+        if streams:
+            for grp in groups:
+                main.wait_stream(grp["stream"])
         if timed and self.device.startswith("cuda"):
             wp.get_stream(self.device).record_event(events[1])
             self.tuner.timed((parts, heavy_first, flat), events)
         elif timed:
             self.tuner.timed((parts, heavy_first, flat), (time.perf_counter() - started) * 1000)
+
+    def _sort(self, grp: dict | None, actions, heavy_first: bool) -> None:
+        """Order the envs (all of them, or one stream group's) by `sort_key` into the perm the step kernel reads."""
+        from gbxcule.kernels.snapshot import offset_kernel, path_key_kernel, sort_key_kernel, stack_key_kernel
+
+        wp = self._wp
+        if grp is None:
+            m, keys, vals = self.num_envs, self._sort_keys, self._sort_vals
+            fields, ram, prev, waited = self.fields, self.ram, self._sort_prev, self._waited
+        else:  # the group's slices: the key kernels number its envs from 0, the sorted values are moved up after
+            m, keys, vals = grp["count"], grp["keys"], grp["vals"]
+            fields, ram, prev, waited = grp["fields"], grp["ram"], grp["prev"], grp["waited"]
+            o = grp["offset"]
+            actions = grp["actions"] if actions is self.actions else actions[o:o + m]
+        if self.sort_key in ("path", "path_light"):
+            wp.launch(path_key_kernel, dim=m, device=self.device,
+                      inputs=[fields, actions, prev, keys, vals, FIELD_INDEX["pc"], FIELD_INDEX["instructions"], waited,
+                              int(heavy_first)])
+        elif self.sort_key == "stack":
+            wp.launch(stack_key_kernel, dim=m, device=self.device,
+                      inputs=[fields, actions, ram, keys, vals, FIELD_INDEX["pc"], FIELD_INDEX["sp"],
+                              self.layout.bases["wram"], self.layout.bases["hram"]])
+        else:
+            wp.launch(sort_key_kernel, dim=m, device=self.device,
+                      inputs=[fields, actions, keys, vals, FIELD_INDEX["pc"]])
+        if grp is not None and self._sort_events:  # one sort at a time across the streams
+            stream = wp.get_stream(self.device)
+            stream.wait_event(self._sort_events[self._sort_turn % 2])
+        wp.utils.radix_sort_pairs(keys, vals, m, end_bit=24 if self.sort_key == "pc" else 31)
+        if grp is not None:
+            if self._sort_events:
+                self._sort_turn += 1
+                stream.record_event(self._sort_events[self._sort_turn % 2])
+            if grp["offset"]:
+                wp.launch(offset_kernel, dim=m, device=self.device, inputs=[vals, grp["offset"]])
+
+    def set_stream_groups(self, groups: int) -> None:
+        """stream_groups G > 1 (experimental, off by default): the envs in G groups of consecutive indices, each
+        sorted on its own and launched on its own CUDA stream, so that one group's next frame fills the SMs another
+        group's launch leaves idle at its end (blocks of uneven work finish at different times). Results never
+        depend on it, bit for bit. The sorts run one at a time (Warp's radix sort may share scratch memory
+        between streams)."""
+        wp, n, device = self._wp, self.num_envs, self.device
+        if isinstance(groups, bool) or not isinstance(groups, int) or not 1 <= groups <= n:
+            raise ValueError(f"stream_groups must be an integer from 1 to the env count, got {groups!r}")
+        if groups > 1 and not self.sort_envs:
+            raise ValueError("stream_groups > 1 sorts each group on its own: it needs sort_envs")
+        self.synchronize()
+        self.stream_groups, self._groups = groups, []
+        cuda = device.startswith("cuda")
+        for g in range(groups if groups > 1 else 0):
+            o, m = g * n // groups, (g + 1) * n // groups - g * n // groups
+            keys = wp.zeros(max(n, 2 * m), dtype=wp.int32, device=device)
+            vals = wp.zeros(max(n, 2 * m), dtype=wp.int32, device=device)
+            # the step kernel takes a perm of n entries (thread t runs env perm[t]); a group's launch of m threads
+            # reads the first m, the group's envs sorted (global numbers)
+            self._groups.append({"offset": o, "count": m, "keys": keys, "vals": vals, "perm": vals[:n],
+                                 "stream": wp.Stream(device) if cuda else None,
+                                 "fields": self.fields[o * NUM_FIELDS:(o + m) * NUM_FIELDS],
+                                 "ram": self.ram[o:o + m], "actions": self.actions[o:o + m],
+                                 "prev": self._sort_prev[o:o + m], "waited": self._waited[o:o + m]})
+        self._sort_events = [wp.Event(device) for _ in range(2)] if cuda and groups > 1 else []
+        self._sort_turn = 0
+        if self._sort_events:  # (the first group's first sort waits on it)
+            wp.get_stream(device).record_event(self._sort_events[0])
 
     def sort_trials(self) -> list[dict[str, float]] | None:
         """The sort tuner's trials so far (ms per step by choice: "4" for 4 parts heaviest first, "1/light"

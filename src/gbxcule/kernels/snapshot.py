@@ -161,6 +161,13 @@ def path_key_kernel(fields: wp.array(dtype=wp.int32), actions: wp.array(dtype=wp
 
 
 @wp.kernel(enable_backward=False)
+def offset_kernel(envs: wp.array(dtype=wp.int32), offset: wp.int32):
+    """A stream group's sorted env numbers (from 0 within the group) moved up to the group's first env."""
+    i = wp.tid()
+    envs[i] = envs[i] + offset
+
+
+@wp.kernel(enable_backward=False)
 def stack_key_kernel(fields: wp.array(dtype=wp.int32), actions: wp.array(dtype=wp.int32),
                      ram: wp.array2d(dtype=wp.uint8), keys: wp.array(dtype=wp.int32), envs: wp.array(dtype=wp.int32),
                      pc_row: wp.int32, sp_row: wp.int32, wram: wp.int32, hram: wp.int32):
