@@ -264,6 +264,22 @@ def test_stack_sort_key_reads_the_word_at_sp_within_the_region():
     assert all(k >= 0 for k in keys.numpy()[:n])
 
 
+def step_both_alike(a, b, steps: int, seed: int) -> None:
+    """Step two 8-env backends with the same actions (five idle steps, which reach OVERWORLD's bedroom, then
+    random ones; every fourth step draws every frame) and check after each that fields, RAM, drawn frames, rewards
+    and observations are the same."""
+    rng = np.random.default_rng(seed)
+    for i in range(steps):
+        acts = rng.integers(0, a.codec.num_actions, 8).astype(np.int32) * (i >= 5)
+        for x in (a, b):
+            x.step(acts, render="all" if i % 4 == 3 else "last")
+        assert np.array_equal(a.fields.numpy(), b.fields.numpy())
+        assert np.array_equal(a.ram.numpy(), b.ram.numpy())
+        assert np.array_equal(a.frame_buffer().numpy(), b.frame_buffer().numpy())
+        assert np.array_equal(a.rewards.numpy(), b.rewards.numpy())
+        assert np.array_equal(a.obs.numpy(), b.obs.numpy())
+
+
 @pytest.mark.parametrize("parts,key,lean,game", [(3, "path", True, "OVERWORLD"), (7, "pc", False, "OVERWORLD"),
                                                 (4, "path", True, "IDLE_LOOPS")])
 def test_sorting_within_frames_changes_no_result(parts, key, lean, game):
@@ -276,16 +292,7 @@ def test_sorting_within_frames_changes_no_result(parts, key, lean, game):
     rom = str(resolve_rom(game))
     plain, split = (WarpVecBackend(rom, 8, schedule=ActionSchedule(24, 8), stage="full_step", sort_envs=s,
                                    sort_parts=p, sort_key=key, lean=lean) for s, p in ((False, 1), (True, parts)))
-    rng = np.random.default_rng(parts)
-    for i in range(13):  # five idle steps reach the bedroom, then random walks
-        acts = rng.integers(0, plain.codec.num_actions, 8).astype(np.int32) * (i >= 5)
-        for b in (plain, split):
-            b.step(acts, render="all" if i % 4 == 3 else "last")
-        assert np.array_equal(plain.fields.numpy(), split.fields.numpy())
-        assert np.array_equal(plain.ram.numpy(), split.ram.numpy())
-        assert np.array_equal(plain.frame_buffer().numpy(), split.frame_buffer().numpy())
-        assert np.array_equal(plain.rewards.numpy(), split.rewards.numpy())
-        assert np.array_equal(plain.obs.numpy(), split.obs.numpy())
+    step_both_alike(plain, split, 13, parts)
     if game == "IDLE_LOOPS":  # rounds were skipped (the same in every env: the ROM ignores the buttons)
         assert (split._waited.numpy() > 0).all()
     else:
@@ -303,16 +310,7 @@ def test_stream_groups_change_no_result(groups, key, parts, game):
     rom = str(resolve_rom(game))
     plain, grouped = (WarpVecBackend(rom, 8, schedule=ActionSchedule(24, 8), stage="full_step", sort_envs=True,
                                      sort_parts=parts, sort_key=key, stream_groups=g) for g in (1, groups))
-    rng = np.random.default_rng(groups)
-    for i in range(9):
-        acts = rng.integers(0, plain.codec.num_actions, 8).astype(np.int32) * (i >= 5)
-        for b in (plain, grouped):
-            b.step(acts, render="all" if i % 4 == 3 else "last")
-        assert np.array_equal(plain.fields.numpy(), grouped.fields.numpy())
-        assert np.array_equal(plain.ram.numpy(), grouped.ram.numpy())
-        assert np.array_equal(plain.frame_buffer().numpy(), grouped.frame_buffer().numpy())
-        assert np.array_equal(plain.rewards.numpy(), grouped.rewards.numpy())
-        assert np.array_equal(plain.obs.numpy(), grouped.obs.numpy())
+    step_both_alike(plain, grouped, 9, groups)
     perms = np.concatenate([grp["perm"].numpy()[:grp["count"]] for grp in grouped._groups])
     assert sorted(perms.tolist()) == list(range(8))
 
