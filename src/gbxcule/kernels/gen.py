@@ -582,8 +582,10 @@ def kernel_source(max_registers: int | None = None, stage: str = "emulate_only",
     src = src.replace("$DRAW", _DRAW if draws else "0")
     loop, frame_loop = _FRAME_LOOPS[bool(flat)]
     src = src.replace("$LOOP", loop).replace("$FRAME_LOOP", frame_loop.strip("\n"))
-    # The batch cap at each line's mode 3 (batch_next) only in the nested loop: in the flat one, where lanes need not
-    # wait for each other's batch ends, it ran 2.3-5.9% slower than none (BENCHMARKS.md seventeenth visit).
+    # $NESTED: the batch cap at each line's mode 3 (batch_next) only in the nested loop (in the flat one, where lanes
+    # need not wait for each other's batch ends, it ran 2.3-5.9% slower than none: BENCHMARKS.md seventeenth visit);
+    # and the OAM scan inside the batch (batch_boundary's lcd_tick_light, `scan`) only in the flat loop, whose batches
+    # do not stop at mode 3 (Tobu Tobu Girl +2.0%: eighteenth visit).
     src = src.replace("$NESTED", "0" if flat else "1")
     src = src.replace("$EPILOGUE", epilogue).replace("$STAGE_WRITES", writes).replace("$STAGE", STAGES[stage])
     for key, text in _template_sources().items():
