@@ -188,7 +188,7 @@ from gbxcule.kernels.cpu import (FLAG_C, FLAG_H, FLAG_N, FLAG_Z, alu, cb_op, che
 from gbxcule.kernels.idle import idle_loop_skip
 from gbxcule.kernels.lanes import lanes_ready
 from gbxcule.kernels.mbc import rom_fetch4, rtc_advance
-from gbxcule.kernels.ppu import lcd_advance, lcd_skip_lines, lcd_tick_light, sprite_bands_refresh
+from gbxcule.kernels.ppu import ST_ADVANCE_LY, lcd_advance, lcd_skip_lines, lcd_tick_light, sprite_bands_refresh
 from gbxcule.kernels.render import fill_frame
 from gbxcule.kernels.state import BIG, Gb, Mem, Seq
 from gbxcule.kernels.timer import timer_advance
@@ -315,11 +315,11 @@ def batch_op(g: wp.ref[Gb], s: wp.ref[Seq], m: Mem) -> wp.int32:
                 g.bail = wp.where(pending_interrupts(g) != 0, 1, 0)
     if g.bail == 0 and g.cycles < g.batch_end and g.locked == 0:
         return 1
-    return batch_boundary(g, m)  # the reference's batch ends here: go on when that changes nothing
+    return batch_boundary(g, m, 0)  # the reference's batch ends here: go on when that changes nothing
 
 
 @wp.func
-def batch_boundary(g: wp.ref[Gb], m: Mem) -> wp.int32:
+def batch_boundary(g: wp.ref[Gb], m: Mem, halted_ok: wp.int32) -> wp.int32:
     """The reference ends a CPU batch here (g.batch_end reached, or the instruction bailed). Returns 1 when its
     end and the next batch's start are done right here and the batch goes on, 0 when the batch ends (the event
     code outside the instruction loop then does them).
@@ -332,10 +332,15 @@ def batch_boundary(g: wp.ref[Gb], m: Mem) -> wp.int32:
     and no interrupt the start would see (`check_interrupts`: nothing pending, or the EI delay running). The
     next end is then the reference's, from the same distances. So a busy CPU ends one batch a line (nested loop,
     `batch_next`) instead of four: the warp's lanes wait for each other, and walk the event code, that much less
-    often. The sequence of batch ends, and every state, is the reference's, bit for bit (docs/timing.md)."""
+    often. The sequence of batch ends, and every state, is the reference's, bit for bit (docs/timing.md).
+
+    With `halted_ok` (a constant: 1 from `batch_next` only, so the instruction loop's copy has none of it) a
+    halted CPU goes on too (no EI delay, nothing pending; the caller jumps it to the new end), except where
+    `lcd_skip_lines` could skip whole lines from here (right after a visible line's mode 0 started, no STAT
+    source on): on VBlank lines, and lines the skip refuses, it walked the event code at every transition."""
     y = g.cycles
-    if y >= g.batch_cap or g.locked != 0 or g.halted != 0 or g.polling != 0 or g.dma_active != 0 or (
-            g.frame_done != 0):
+    if y >= g.batch_cap or g.locked != 0 or g.polling != 0 or g.dma_active != 0 or g.frame_done != 0 or (
+            g.halted != 0 and (halted_ok == 0 or g.ime_delay != 0)):
         return 0  # (frame_done: a PPU catch-up inside the batch ended the frame)
     # The next timer or serial event (cycle counts; cti <= BIG). A pending TIMA reload raises its interrupt even
     # with the timer stopped, which the prediction (the reference's) leaves out: the batch ends.
@@ -344,6 +349,9 @@ def batch_boundary(g: wp.ref[Gb], m: Mem) -> wp.int32:
         return 0
     if g.ime_delay == 0 and pending_interrupts(g) != 0:
         return 0
+    if halted_ok != 0 and g.halted != 0 and g.stat_transition == ST_ADVANCE_LY and g.ly < 142 and (
+            g.stat & 0x38) == 0:
+        return 0  # lcd_skip_lines may skip lines from here
     g.bail = 0
     g.batch_end = y + wp.max(4, wp.min(events - y, wp.min(g.lcd_cti, g.lcd_ctf)))
     return 1
@@ -373,7 +381,11 @@ def batch_next(g: wp.ref[Gb], m: Mem, stop_dot: wp.int32) -> wp.int32:
             # longer batches than its neighbours' would make them wait)
             g.batch_cap = wp.min(g.batch_cap, g.cycles + 456 - (g.lcd_clock + 376) % 456)
     budget = wp.min(wp.min(g.timer_cti, g.lcd_cti), wp.min(g.lcd_ctf, g.serial_cti))
-    return batch_start(g, m, wp.where(skipped != 0, skipped, wp.max(4, budget)))
+    go = batch_start(g, m, wp.where(skipped != 0, skipped, wp.max(4, budget)))
+    if go == 0 and g.halted != 0:
+        while batch_boundary(g, m, 1) != 0:
+            g.cycles = g.batch_end  # HALT: jump straight to the next end (as batch_start)
+    return go
 
 
 @wp.func
