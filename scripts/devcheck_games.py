@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from gbxcule.cli.devcheck import stream_groups_arg
+
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -21,6 +23,8 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--loop", default="auto", choices=("auto", "nested", "flat"),
                    help="the CUDA backend's instruction loop (flat: the flat kernel from the first step)")
+    p.add_argument("--stream-groups", type=stream_groups_arg, default="auto",
+                   help="the CUDA backend's stream_groups (2: every launch in 2 groups, on 2 streams)")
     args = p.parse_args()
     import numpy as np
 
@@ -34,7 +38,8 @@ def main() -> int:
         pair = []
         for device in ("cpu", "cuda"):
             b = WarpVecBackend(f"{args.games}/{slug}.gb", args.envs, "pokemonred_puffer_v1", ActionSchedule(24, 8),
-                               device=device, stage="full_step", loop=args.loop if device == "cuda" else "auto")
+                               device=device, stage="full_step", loop=args.loop if device == "cuda" else "auto",
+                               stream_groups=args.stream_groups if device == "cuda" else "auto")
             load_start_state(b, f"{args.games}/states/{slug}.state")
             pair.append(b)
         gen = make_action_gen("seeded_random", pair[0].codec, args.envs, seed=1)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fourteenth visit. Run after the setup calls (BENCHMARKS.md); results under $OUT.
-#   check: devcheck (built-in ROMs) and devcheck_games.py (the game set) with the flat kernel from the first step
+#   check: devcheck (built-in ROMs) and devcheck_games.py (the game set) in each of LOOPS (default flat: the flat
+#          kernel from the first step), the launches in SGROUPS stream groups (default auto)
 #   ncu:   Nsight Compute on a lean launch (SKIPS) of GAMES_NCU in LOOPS, under ACTS (gpu_visit.sh ncu_games)
 #   ow:    OVERWORLD full_step at steps 30-39, 65,536 and 262,144 envs (auto)
 #   cold:  time to the first step from an empty kernel cache, then warm (gpu_rl_visit.sh cold), and each of the
@@ -13,10 +14,11 @@ all=$(ls $games/*.gb | xargs -n1 basename | sed 's/\.gb$//' | paste -sd,)
 case ${1:-} in
   check)
     for loop in ${LOOPS:-flat}; do
-      python3 -m gbxcule devcheck --loop $loop --envs 64 --steps 3 --seeds 0,1 --json > "$OUT/devcheck_$loop.json"
+      python3 -m gbxcule devcheck --loop $loop --stream-groups "${SGROUPS:-auto}" --envs 64 --steps 3 --seeds 0,1 \
+        --json > "$OUT/devcheck_$loop.json"
       echo "devcheck --loop $loop: rc $?"; tail -c 400 "$OUT/devcheck_$loop.json"; echo
       python3 scripts/devcheck_games.py --games $games --only "${ONLY:-$all}" --envs 64 --steps "${STEPS:-4}" \
-        --loop $loop 2>&1 | grep -v "^Module\|^Warp" | tee "$OUT/devcheck_games_$loop.txt" | tail -20
+        --loop $loop --stream-groups "${SGROUPS:-auto}" 2>&1 | grep -v "^Module\|^Warp" | tee "$OUT/devcheck_games_$loop.txt" | tail -20
       echo "devcheck_games --loop $loop: rc ${PIPESTATUS[0]}"
     done ;;
   ncu)

@@ -30,10 +30,10 @@ def test_a_trial_times_every_candidate_twice_and_keeps_the_fastest():
 
 
 def test_the_first_trial_waits_for_the_envs_to_spread():
-    """By default nothing is timed before step 16: the first steps from a state run far faster than later ones."""
+    """By default nothing is timed before step 12: the first steps from a state run far faster than later ones."""
     t = Tuner((1, 2, 4))
     used = run(t, 30, lambda k, v: 1 if v == 4 else 2)
-    assert used[:16] == [1] * 16 and used[16:22] == [1, 2, 4, 4, 2, 1] and used[23:] == [4] * 7
+    assert used[:12] == [1] * 12 and used[12:18] == [1, 2, 4, 4, 2, 1] and used[19:] == [4] * 11
 
 
 def test_steady_drift_favours_no_candidate():

@@ -397,28 +397,33 @@ def test_sort_parts_is_checked():
 
 def test_sort_parts_auto_times_its_choices_and_changes_no_result():
     """sort_parts="auto" runs timed trials of 1, 2 and 4 parts, heaviest envs first, and whole frames lightest first,
-    each of the last two also in the flat instruction loop (timed on the host on the CPU device), and keeps the
-    fastest; every step's states and observations equal an unsorted backend's in the nested loop."""
+    each of the last two also in the flat instruction loop, and whole frames heaviest first in 2 stream groups in
+    each loop (timed on the host on the CPU device), and keeps the fastest; every step's states and observations
+    equal an unsorted backend's in the nested loop."""
     from gbxcule.roms import resolve_rom
 
     rom = str(resolve_rom("OVERWORLD"))
     plain, auto = (WarpVecBackend(rom, 8, schedule=ActionSchedule(12, 4), stage="full_step", sort_envs=s,
                                   sort_parts=p) for s, p in ((False, 1), (True, "auto")))
     assert auto.tuner is not None  # with the path key: 1, 2 and 4 parts heaviest first, and 1 lightest first
-    assert auto.tuner.candidates == ((1, True, False), (1, False, False), (1, True, True), (1, False, True),
-                                     (2, True, False), (4, True, False))
+    assert auto.tuner.candidates == ((1, True, False, 1), (1, False, False, 1), (1, True, True, 1),
+                                     (1, False, True, 1), (2, True, False, 1), (4, True, False, 1),
+                                     (1, True, False, 2), (1, True, True, 2))
     rng = np.random.default_rng(3)
-    for i in range(73):  # trials at steps 16-27 and 60-71 (read at 28 and 72)
+    for i in range(77):  # trials at steps 12-27 and 60-75 (read at 28 and 76)
         acts = rng.integers(0, plain.codec.num_actions, 8).astype(np.int32) * (i >= 5)
         for b in (plain, auto):
             b.step(acts)
         assert np.array_equal(plain.fields.numpy(), auto.fields.numpy())
         assert np.array_equal(plain.ram.numpy(), auto.ram.numpy())
         assert np.array_equal(plain.obs.numpy(), auto.obs.numpy())
-    hist = auto.tuner.history  # each trial: ms per step by (parts, heaviest first, flat loop)
+    hist = auto.tuner.history  # each trial: ms per step by (parts, heaviest first, flat loop, stream groups)
     assert len(hist) == 2 and all(set(h) == set(auto.tuner.candidates) and min(h.values()) > 0 for h in hist)
     assert auto.tuner.best == min(hist[-1], key=hist[-1].get)
-    assert set(auto.sort_trials()[-1]) == {"1", "1/light", "1/flat", "1/light/flat", "2", "4"}
+    assert set(auto.sort_trials()[-1]) == {"1", "1/light", "1/flat", "1/light/flat", "2", "4", "1+2", "1/flat+2"}
+    # a fixed stream_groups: every choice in that many groups; 1 envs: no groups to try
+    assert {c[3] for c in WarpVecBackend(rom, 8, sort_envs=True, stream_groups=3).tuner.candidates} == {3}
+    assert {c[3] for c in WarpVecBackend(rom, 1, sort_envs=True).tuner.candidates} == {1}
 
 
 @pytest.mark.parametrize("name", list(suite()))

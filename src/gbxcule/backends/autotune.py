@@ -15,8 +15,9 @@ their warp's slowest CPU batch (the nested loop) or go on from batch to batch (t
 adds the same to every candidate's sum, so it favours none. (Trying only a neighbour, climbing, does not do:
 on Geometrix 2 parts run slower than 1 and 4 faster than both.) The fastest is kept until the next trial,
 which comes 32 steps after this one is read, then 64, 128, ... up to every `max_gap` steps, since the best value
-moves as play goes on. The first trial starts at step `first_trial` (16): the first steps from a state are no
-guide, since the envs have not spread apart yet (on Tobu Tobu Girl at 65,536 envs a step took 0.27 s at steps 1-6
+moves as play goes on. The first trial starts at step `first_trial` (12; 16 until the backend's eight
+choices made a trial 16 steps long, which from step 16 would run into the game benchmark's timed steps 30-39):
+the first steps from a state are no guide, since the envs have not spread apart yet (on Tobu Tobu Girl at 65,536 envs a step took 0.27 s at steps 1-6
 and 1.8 s at steps 39-44, and the early trial picked 2 parts where 1 ran fastest later: BENCHMARKS.md, ninth
 visit). The step after a trial reads its times (`poll`), which waits once for the device to finish the trial's
 last step: no waits between trials."""
@@ -32,7 +33,7 @@ class Tuner:
     """The fastest of `candidates` by palindromic trials (module docstring); the first before any trial."""
 
     def __init__(self, candidates: Sequence[Hashable] = AUTO_CANDIDATES, first_gap: int = 32, max_gap: int = 256,
-                 first_trial: int = 16):
+                 first_trial: int = 12):
         if len(candidates) < 2 or first_gap < 1 or max_gap < first_gap or first_trial < 0:
             raise ValueError("Tuner needs two candidates or more, 1 <= first_gap <= max_gap and first_trial >= 0")
         self.candidates = tuple(candidates)

@@ -140,7 +140,7 @@ class WarpVecBackend:
                  obs_packed: bool = False, reward_window: tuple[int, int] = (0xC100, 0xC110),
                  sort_envs: bool | None = None, sort_every: int = 1, lean: bool | None = None,
                  block_dim: int | None = None, sort_key: str = DEFAULT_SORT_KEY, sort_parts: int | str = "auto",
-                 loop: str = AUTO, stream_groups: int = 1):
+                 loop: str = AUTO, stream_groups: int | str = AUTO):
         import warp as wp
 
         from gbxcule.kernels import init_warp
@@ -217,7 +217,7 @@ class WarpVecBackend:
         self.sort_every = sort_every
         # sort_parts: split every frame into this many launches at equal PPU dot counts and sort before
         # each (envs that parted ways within a frame are regrouped); 1: whole frames. "auto" (the default):
-        # with sorting every frame, chosen among 1, 2 and 4 by timed trials now and then from step 16 on
+        # with sorting every frame, chosen among 1, 2 and 4 by timed trials now and then from step 12 on
         # (backends/autotune.py; BENCHMARKS.md, tenth visit: at 262,144 envs once the envs have spread,
         # Geometrix +23% and Shock Lobster +15%, five other games within 1%); 1 without sorting every frame
         # (the CPU device's default). Results never depend on it, bit for bit (kernels/idle.py).
@@ -240,19 +240,6 @@ class WarpVecBackend:
         if loop not in LOOPS:
             raise ValueError(f"loop must be one of {', '.join(LOOPS)}, not {loop!r}")
         self.loop = loop
-        if sort_parts == AUTO and self.sort_envs and sort_every == 1:
-            # (parts, heaviest first, flat loop): with the `path` key whole frames are also tried lightest
-            # first (below; in parts, the lightest first was the slowest choice on all 17 games, BENCHMARKS.md
-            # twelfth visit), and whole frames in the flat loop (loop "auto"; in parts the flat loop lost to the nested
-            # one: Shock Lobster -2.5%, Geometrix -0.7% at 4 parts, BENCHMARKS.md fourteenth visit)
-            heavy, flat = sort_key != "path_light", loop == "flat"
-            orders = (heavy, False) if sort_key == "path" else (heavy,)
-            loops = (False, True) if loop == AUTO else (flat,)
-            self.tuner = Tuner(tuple(dict.fromkeys(
-                [*((1, h, f) for f in loops for h in orders), *((p, heavy, flat) for p in AUTO_CANDIDATES[1:])])))
-            if device.startswith("cuda"):  # (the CPU device runs each launch before returning: a host clock)
-                self._tuner_events = [(wp.Event(device, enable_timing=True), wp.Event(device, enable_timing=True))
-                                      for _ in self.tuner.trial]
         # sort_key: "pc" orders by (PC, action); "path" (the default) puts in front of them the instructions each
         # env ran since the last sort, so envs waiting at the same HALT but in different game modes part
         # (BENCHMARKS.md, "Sort keys": +3% median, +26% on the slowest game of the public set), the heaviest
@@ -279,7 +266,7 @@ class WarpVecBackend:
             self._perm = self._sort_vals[:n]
             self._sort_prev = wp.zeros(n, dtype=wp.int32, device=device)
         self._groups: list[dict] = []
-        self.set_stream_groups(stream_groups)
+        self.set_stream_groups(stream_groups)  # (and the sort tuner, whose choices include the groups)
         self._frame = self._frame_words = None
         self._obs: dict[tuple[str, bool], object] = {}
         self._obs_views: dict[tuple[int, bool], tuple] = {}  # flat byte or word aliases of the obs arrays
@@ -322,9 +309,11 @@ class WarpVecBackend:
         bounds = sorted(starts) + [frames]
         # (begin, end, resume, stop_dot): whole frames [begin, end), or with sort_parts one part of a frame
         parts, heavy_first, flat, timed = 1, self.sort_key != "path_light", self.loop == "flat", False
+        grouped = bool(self._groups) and self.stream_groups != AUTO
         if sort and self.tuner is not None:  # (sort: a step, not the boot's one-env launch)
             self.tuner.poll(self._tuner_elapsed)
-            (parts, heavy_first, flat), timed = self.tuner.plan()
+            choice, timed = self.tuner.plan()
+            parts, heavy_first, flat, grouped = choice[0], choice[1], choice[2], choice[3] > 1
             if timed:  # a module's first launch builds it: never inside a timed step (on a GPU all are built already)
                 for draws in {not lean, not lean or render == 1}:
                     wp.load_module(self._step_kernels(draws, flat), device=self.device, block_dim=self.block_dim)
@@ -340,7 +329,7 @@ class WarpVecBackend:
             for f in range(frames) for j in range(parts)]
         perm = self._perm if sort else self._no_perm
         # with stream_groups, each group sorted and launched on its own stream (the launches of a segment in turn)
-        groups = self._groups if sort and self._groups else [None]
+        groups = self._groups if sort and grouped else [None]
         streams = groups[0] is not None and self.device.startswith("cuda")
         if streams:
             main = wp.get_stream(self.device)
@@ -362,9 +351,9 @@ class WarpVecBackend:
                 main.wait_stream(grp["stream"])
         if timed and self.device.startswith("cuda"):
             wp.get_stream(self.device).record_event(events[1])
-            self.tuner.timed((parts, heavy_first, flat), events)
+            self.tuner.timed(choice, events)
         elif timed:
-            self.tuner.timed((parts, heavy_first, flat), (time.perf_counter() - started) * 1000)
+            self.tuner.timed(choice, (time.perf_counter() - started) * 1000)
 
     def _sort(self, grp: dict | None, actions, heavy_first: bool) -> None:
         """Order the envs (all of them, or one stream group's) by `sort_key` into the perm the step kernel reads."""
@@ -401,22 +390,27 @@ class WarpVecBackend:
             if grp["offset"]:
                 wp.launch(offset_kernel, dim=m, device=self.device, inputs=[vals, grp["offset"]])
 
-    def set_stream_groups(self, groups: int) -> None:
-        """stream_groups G > 1 (experimental, off by default): the envs in G groups of consecutive indices, each
-        sorted on its own and launched on its own CUDA stream, so that one group's next frame fills the SMs another
-        group's launch leaves idle at its end (blocks of uneven work finish at different times). Results never
-        depend on it, bit for bit. The sorts run one at a time (Warp's radix sort may share scratch memory
-        between streams)."""
+    def set_stream_groups(self, groups: int | str) -> None:
+        """stream_groups G > 1: the envs in G groups of consecutive indices, each sorted on its own and launched
+        on its own CUDA stream, so that one group's next frame fills the SMs another group's launch leaves idle
+        at its end (blocks of uneven work finish at different times). "auto" (the default): where the sort tuner
+        runs (below), it also tries 2 groups (whole frames, heaviest first, in each loop it tries); else 1.
+        On the H100 at 262,144 spread envs, 2 groups: Tobu Tobu Girl +6.4% (flat loop) and +20% (nested), Rex
+        Run +0.8%, Corrib75 -0.2% (nested) and -2.3% (flat); 4 groups lost to 2 on both games tried
+        (BENCHMARKS.md, nineteenth visit). Results never depend on it, bit for bit. The sorts run one at a
+        time (Warp's radix sort may share scratch memory between streams). Rebuilds the sort tuner."""
         wp, n, device = self._wp, self.num_envs, self.device
-        if isinstance(groups, bool) or not isinstance(groups, int) or not 1 <= groups <= n:
-            raise ValueError(f"stream_groups must be an integer from 1 to the env count, got {groups!r}")
-        if groups > 1 and not self.sort_envs:
+        if groups != AUTO and (isinstance(groups, bool) or not isinstance(groups, int) or not 1 <= groups <= n):
+            raise ValueError(f"stream_groups must be {AUTO!r} or an integer from 1 to the env count, got {groups!r}")
+        if groups != AUTO and groups > 1 and not self.sort_envs:
             raise ValueError("stream_groups > 1 sorts each group on its own: it needs sort_envs")
         self.synchronize()
         self.stream_groups, self._groups = groups, []
+        self._build_tuner()
+        count = groups if groups != AUTO else 2 if self.tuner is not None and n >= 2 else 1
         cuda = device.startswith("cuda")
-        for g in range(groups if groups > 1 else 0):
-            o, m = g * n // groups, (g + 1) * n // groups - g * n // groups
+        for g in range(count if count > 1 else 0):
+            o, m = g * n // count, (g + 1) * n // count - g * n // count
             keys = wp.zeros(max(n, 2 * m), dtype=wp.int32, device=device)
             vals = wp.zeros(max(n, 2 * m), dtype=wp.int32, device=device)
             # the step kernel takes a perm of n entries (thread t runs env perm[t]); a group's launch of m threads
@@ -426,18 +420,41 @@ class WarpVecBackend:
                                  "fields": self.fields[o * NUM_FIELDS:(o + m) * NUM_FIELDS],
                                  "ram": self.ram[o:o + m], "actions": self.actions[o:o + m],
                                  "prev": self._sort_prev[o:o + m], "waited": self._waited[o:o + m]})
-        self._sort_events = [wp.Event(device) for _ in range(2)] if cuda and groups > 1 else []
+        self._sort_events = [wp.Event(device) for _ in range(2)] if cuda and self._groups else []
         self._sort_turn = 0
         if self._sort_events:  # (the first group's first sort waits on it)
             wp.get_stream(device).record_event(self._sort_events[0])
 
+    def _build_tuner(self) -> None:
+        """The sort tuner (sort_parts "auto" with sorting every frame), or None. Its choices are (parts,
+        heaviest first, flat loop, stream groups): with the `path` key whole frames are also tried lightest
+        first (in parts, the lightest first was the slowest choice on all 17 games, BENCHMARKS.md twelfth visit),
+        and whole frames in the flat loop (loop "auto"; in parts the flat loop lost to the nested one: Shock
+        Lobster -2.5%, Geometrix -0.7% at 4 parts, BENCHMARKS.md fourteenth visit), and with stream_groups
+        "auto" whole frames heaviest first in 2 groups, in each loop."""
+        self.tuner = None
+        if not (self.sort_parts == AUTO and self.sort_envs and self.sort_every == 1):
+            return
+        heavy, flat = self.sort_key != "path_light", self.loop == "flat"
+        orders = (heavy, False) if self.sort_key == "path" else (heavy,)
+        loops = (False, True) if self.loop == AUTO else (flat,)
+        g = self.stream_groups if self.stream_groups != AUTO else 1
+        choices = [*((1, h, f, g) for f in loops for h in orders), *((p, heavy, flat, g) for p in AUTO_CANDIDATES[1:])]
+        if self.stream_groups == AUTO and self.num_envs >= 2:
+            choices += [(1, heavy, f, 2) for f in loops]
+        self.tuner = Tuner(tuple(dict.fromkeys(choices)))
+        if self.device.startswith("cuda"):  # (the CPU device runs each launch before returning: a host clock)
+            wp = self._wp
+            self._tuner_events = [(wp.Event(self.device, enable_timing=True),
+                                   wp.Event(self.device, enable_timing=True)) for _ in self.tuner.trial]
+
     def sort_trials(self) -> list[dict[str, float]] | None:
         """The sort tuner's trials so far (ms per step by choice: "4" for 4 parts heaviest first, "1/light"
-        lightest first, "1/flat" in the flat loop), or None without a tuner."""
+        lightest first, "1/flat" in the flat loop, "1/flat+2" in 2 stream groups), or None without a tuner."""
         if self.tuner is None:
             return None
-        return [{f"{p}{'' if heavy else '/light'}{'/flat' if flat else ''}": ms for (p, heavy, flat), ms in t.items()}
-                for t in self.tuner.history]
+        return [{f"{p}{'' if heavy else '/light'}{'/flat' if flat else ''}{f'+{g}' if g > 1 else ''}": ms
+                 for (p, heavy, flat, g), ms in t.items()} for t in self.tuner.history]
 
     def _tuner_elapsed(self, handle) -> float:
         """A timed step's milliseconds: between its two CUDA events (waiting for the second), or as measured on
@@ -462,7 +479,7 @@ class WarpVecBackend:
     def step_variants(self) -> list[tuple[bool, bool]]:
         """(draws, flat) of every step module this backend may launch: drawn, and lean too with the lean
         kernel; the nested loop, the flat one, or both where the sort tuner tries both."""
-        loops = {self.loop == "flat"} | ({f for (_, _, f) in self.tuner.candidates} if self.tuner else set())
+        loops = {self.loop == "flat"} | ({c[2] for c in self.tuner.candidates} if self.tuner else set())
         draws = {True, False} if self.lean else {True}
         return [(d, f) for d in sorted(draws) for f in sorted(loops)]
 

@@ -20,9 +20,16 @@ def register(sub) -> None:
     p.add_argument("--device", default="cuda", help="device compared with the CPU (default cuda)")
     p.add_argument("--loop", default="auto", choices=("auto", "nested", "flat"),
                    help="the compared device's instruction loop (default auto: nested until the sort tuner's first "
-                        "trial at step 16; flat checks the flat kernel from the first step)")
+                        "trial at step 12; flat checks the flat kernel from the first step)")
+    p.add_argument("--stream-groups", type=stream_groups_arg, default="auto",
+                   help="the compared device's stream_groups (default auto; 2: every launch in 2 groups)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
+
+
+def stream_groups_arg(text: str) -> int | str:
+    """--stream-groups: "auto" or a group count (the backend checks its range)."""
+    return text if text == "auto" else int(text)
 
 
 def run(args) -> int:
@@ -30,7 +37,8 @@ def run(args) -> int:
 
     seeds = [int(s) for s in args.seeds.split(",") if s]
     schedule = ActionSchedule(args.frames_per_step, min(8, args.frames_per_step))
-    results = [compare_devices(name, args.envs, args.steps, seed, schedule, device=args.device, loop=args.loop)
+    results = [compare_devices(name, args.envs, args.steps, seed, schedule, device=args.device, loop=args.loop,
+                               stream_groups=args.stream_groups)
                for name in (args.roms or list(suite())) for seed in seeds]
     ok = all(r.ok for r in results)
     emit(args, {"ok": ok, "results": [r.to_dict() for r in results]},

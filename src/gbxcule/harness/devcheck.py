@@ -37,13 +37,16 @@ def _arrays(b: WarpVecBackend) -> dict[str, np.ndarray]:
 
 
 def compare_devices(rom_name: str, envs: int, steps: int, seed: int, schedule: ActionSchedule,
-                    codec: str = "dmg_buttons_v0", device: str = "cuda", loop: str = "auto") -> DeviceCheck:
+                    codec: str = "dmg_buttons_v0", device: str = "cuda", loop: str = "auto",
+                    stream_groups: int | str = "auto") -> DeviceCheck:
     """`loop` is the compared device's instruction loop (the backend's `loop`; "auto" runs nested until the sort
-    tuner's first trial, at step 16): "flat" checks the flat kernel from the first step."""
+    tuner's first trial, at step 12): "flat" checks the flat kernel from the first step; `stream_groups` its
+    groups ("auto": one until that trial; 2: every launch in two groups, on two CUDA streams)."""
     rom = load_rom(resolve_rom(rom_name))
     cdc = get_codec(codec)
     kw = dict(num_envs=envs, codec=cdc, schedule=schedule, stage="full_step", boot="skip")
-    cpu, dev = WarpVecBackend(rom, device="cpu", **kw), WarpVecBackend(rom, device=device, loop=loop, **kw)
+    cpu, dev = WarpVecBackend(rom, device="cpu", **kw), WarpVecBackend(rom, device=device, loop=loop,
+                                                                          stream_groups=stream_groups, **kw)
     gen = make_action_gen("seeded_random", cdc, envs, seed)
     for k in range(steps):
         acts = gen(k)
