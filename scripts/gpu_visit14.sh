@@ -5,7 +5,7 @@
 #   ncu:   Nsight Compute on a lean launch (SKIPS) of GAMES_NCU in LOOPS, under ACTS (gpu_visit.sh ncu_games)
 #   ow:    OVERWORLD full_step at steps 30-39, 65,536 and 262,144 envs (auto)
 #   cold:  time to the first step from an empty kernel cache, then warm (gpu_rl_visit.sh cold), and each of the
-#          first 24 steps of a fresh `auto` backend on a game (the tuner builds the flat kernels at step 16);
+#          first 24 steps of a fresh `auto` backend on a game (the tuner builds the flat kernels at its first trial);
 #          then a cold `gbxcule train` again with Warp's module log (which module took how long to build)
 set -uo pipefail
 export PYTHONPATH=/root/gpu:$PWD/src PYTHONUNBUFFERED=1 GBXCULE_CACHE_DIR=${GBXCULE_CACHE_DIR:-/tmp/gbxc}
