@@ -27,7 +27,7 @@ from bench_games import make_state  # (this script's folder is on sys.path)
 from fetch_games import MANIFEST, read_games
 
 from gbxcule.backends import load_start_state, make_backend
-from gbxcule.backends.warp_vec import BLOCK_DIMS, LOOPS, SORT_KEYS, parse_sort_parts
+from gbxcule.backends.warp_vec import BLOCK_DIMS, LOOPS, SORT_KEYS, parse_sort_parts, parse_stream_groups
 from gbxcule.core.action_codec import get_codec
 from gbxcule.core.cartridge import load_rom
 from gbxcule.core.errors import GbxculeError
@@ -52,16 +52,17 @@ def parse(text: str) -> list[tuple[str, str, int, int | None, str | None, int]]:
         try:
             parts = parse_sort_parts(bits[1]) if len(bits) > 1 else 1
             block = int(bits[2]) if len(bits) > 2 else None
+            groups = parse_stream_groups(groups) if plus else 1
         except ValueError:
-            parts = block = None
+            parts = block = groups = None
         if (bits[0] not in SORT_KEYS or not isinstance(parts, int) or len(bits) > 3
                 or (len(bits) > 2 and block not in BLOCK_DIMS) or loop not in ("", *LOOPS[1:])
-                or (plus and not (groups.isdigit() and int(groups) >= 1))):
+                or not isinstance(groups, int)):
             raise ValueError(f"bad variant {name!r}: KEY/PARTS[/BLOCK][@LOOP][+GROUPS], KEY one of "
                              f"{', '.join(SORT_KEYS)}, PARTS an integer, BLOCK one of "
                              f"{', '.join(map(str, BLOCK_DIMS))}, LOOP one of {', '.join(LOOPS[1:])}, "
                              "GROUPS an integer >= 1")
-        out.append((name, bits[0], parts, block, loop or None, int(groups) if plus else 1))
+        out.append((name, bits[0], parts, block, loop or None, groups))
     return out
 
 

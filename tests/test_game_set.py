@@ -160,7 +160,7 @@ def test_bench_spread_times_variants_from_one_spread_state(tmp_path):
     assert data["failed"] == ["missing"] and row["slug"] == "ow" and row["same_results"]
     assert len(row["sps"]["path/1"]) == 2 and row["relative"]["path/1"] == 1.0 and row["sps"]["path/3"][0] > 0
     assert len(set(row["instructions"].values())) == 1 and (games / "states" / "ow.state").is_file()
-    for bad in ("path/x", "nope/1", "path/1/48", "path/auto"):
+    for bad in ("path/x", "nope/1", "path/1/48", "path/auto", "path/1+0", "path/1+auto"):
         r = _run(ROOT / "scripts/bench_spread.py", "--manifest", manifest, "--games", games, "--variants", bad)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "bad variant" in r.stderr, (bad, r.stderr)
 

@@ -324,6 +324,12 @@ def test_stream_groups_are_checked():
             WarpVecBackend(rom, 8, sort_envs=True, stream_groups=bad)
     with pytest.raises(ValueError, match="sort_envs"):
         WarpVecBackend(rom, 8, sort_envs=False, stream_groups=2)
+    from gbxcule.backends.warp_vec import parse_stream_groups  # command lines and variant names
+
+    assert [parse_stream_groups(t) for t in ("auto", "1", "8")] == ["auto", 1, 8]
+    for bad in ("0", "x", "-1", "", "Auto"):
+        with pytest.raises(ValueError, match="stream_groups"):
+            parse_stream_groups(bad)
 
 
 def test_a_frame_part_stops_mid_frame_and_resumes_where_it_stopped():

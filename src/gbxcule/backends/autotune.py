@@ -17,10 +17,10 @@ on Geometrix 2 parts run slower than 1 and 4 faster than both.) The fastest is k
 which comes 32 steps after this one is read, then 64, 128, ... up to every `max_gap` steps, since the best value
 moves as play goes on. The first trial starts at step `first_trial` (12; 16 until the backend's eight
 choices made a trial 16 steps long, which from step 16 would run into the game benchmark's timed steps 30-39):
-the first steps from a state are no guide, since the envs have not spread apart yet (on Tobu Tobu Girl at 65,536 envs a step took 0.27 s at steps 1-6
-and 1.8 s at steps 39-44, and the early trial picked 2 parts where 1 ran fastest later: BENCHMARKS.md, ninth
-visit). The step after a trial reads its times (`poll`), which waits once for the device to finish the trial's
-last step: no waits between trials."""
+the first steps from a state are no guide, since the envs have not spread apart yet (on Tobu Tobu Girl at
+65,536 envs a step took 0.27 s at steps 1-6 and 1.8 s at steps 39-44, and the early trial picked 2 parts where 1
+ran fastest later: BENCHMARKS.md, ninth visit). The step after a trial reads its times (`poll`), which waits
+once for the device to finish the trial's last step: no waits between trials."""
 
 from __future__ import annotations
 

@@ -64,6 +64,16 @@ def parse_sort_parts(text: str) -> int | str:
     raise ValueError(f"sort_parts must be {AUTO!r} or an integer from 1 to {MAX_SORT_PARTS}, got {text!r}")
 
 
+def parse_stream_groups(text: str) -> int | str:
+    """A stream_groups value from text (command lines, variant names): "auto" or an integer >= 1 (at most the env
+    count, which the backend checks)."""
+    if text == AUTO:
+        return AUTO
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise ValueError(f"stream_groups must be {AUTO!r} or an integer >= 1, got {text!r}")
+
+
 @cache
 def pyboy_boot_rom() -> bytes:
     """The DMG boot ROM shipped inside the installed pyboy package (never stored in this repository)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 from gbxcule.core.schedule import ActionSchedule
 from gbxcule.harness.devcheck import compare_devices
 from gbxcule.roms import suite
@@ -28,8 +30,13 @@ def register(sub) -> None:
 
 
 def stream_groups_arg(text: str) -> int | str:
-    """--stream-groups: "auto" or a group count (the backend checks its range)."""
-    return text if text == "auto" else int(text)
+    """--stream-groups: "auto" or a group count (`parse_stream_groups`)."""
+    from gbxcule.backends.warp_vec import parse_stream_groups
+
+    try:
+        return parse_stream_groups(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def run(args) -> int:
