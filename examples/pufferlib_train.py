@@ -19,9 +19,9 @@ import numpy as np
 import torch
 from torch import nn
 
-# gbxcule.rl.puffer raises with the install route if pufferlib is missing, and imports pufferlib.vector from a
+# gbxcule.rl.adapters.puffer raises with the install route if pufferlib is missing, and imports pufferlib.vector from a
 # scratch directory (importing pufferlib links `resources` into the working directory).
-from gbxcule.rl.puffer import GbxculePufferEnv, pufferlib
+from gbxcule.rl.adapters.puffer import GbxculePufferEnv, pufferlib
 
 
 class Agent(nn.Module):

@@ -15,7 +15,7 @@ import argparse
 import torch
 from stable_baselines3 import PPO
 
-from gbxcule.rl.sb3 import GbxculeVecEnv
+from gbxcule.rl.adapters.sb3 import GbxculeVecEnv
 
 
 def main(argv=None) -> float:

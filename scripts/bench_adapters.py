@@ -144,7 +144,7 @@ def bench_gbxcule(kind: str, n: int, a) -> dict:
             def step(i):
                 env.step(acts[i % 16])
     elif kind == "puffer":
-        from gbxcule.rl.puffer import GbxculePufferEnv, pufferlib
+        from gbxcule.rl.adapters.puffer import GbxculePufferEnv, pufferlib
 
         env = pufferlib.vector.make(GbxculePufferEnv, backend=pufferlib.vector.PufferEnv, num_envs=1,
                                     env_kwargs=dict(num_envs=n, device=a.device, **kw))
@@ -156,7 +156,7 @@ def bench_gbxcule(kind: str, n: int, a) -> dict:
             env.send(acts32[i % 16])
             env.recv()
     elif kind == "sb3":
-        from gbxcule.rl.sb3 import GbxculeVecEnv
+        from gbxcule.rl.adapters.sb3 import GbxculeVecEnv
 
         env = GbxculeVecEnv(num_envs=n, device=a.device, **kw)
         env.reset()

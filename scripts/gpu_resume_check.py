@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
+from gbxcule.rl.algos import make_config, train
 from gbxcule.rl.shell import load_checkpoint
-from gbxcule.rl.train_ppo import make_config, train
 
 TIMING = {"sps", "time_env_s", "time_inference_s", "time_update_s", "wall_s"}
 

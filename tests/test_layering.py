@@ -210,3 +210,50 @@ def test_pure_layers_import_without_warp_or_pyboy():
 def test_import_without_warp_check_can_fail():
     r = _import_without_warp("gbxcule.kernels.state")
     assert r.returncode != 0 and "blocked: warp" in r.stderr
+
+
+def rl_inner_violations(src: Path, package: str = "gbxcule") -> list[str]:
+    """Inside rl: an algorithm (rl.algos.X) imports the env, the shell and the shared pieces, never another
+    algorithm or the registry (rl.algos); adapters (rl.adapters) import the env and its parts only; and
+    nothing else in rl imports an algorithm or an adapter (only the registry and rl/__init__, which registers
+    the Gymnasium ids, may)."""
+    mods, edges = graph(src, package)
+    algos, adapters = f"{package}.rl.algos", f"{package}.rl.adapters"
+    env_parts = {f"{package}.rl.{m}" for m in ("env", "goals", "tasks", "starts")}
+    bad = []
+    for name, targets in edges.items():
+        if not name.startswith(f"{package}.rl"):
+            continue
+        for target, line in targets:
+            where = f"{mods[name].relative_to(src)}:{line} imports {target}"
+            if name.startswith(algos + "."):
+                own = name.split(".")[3]
+                if target == algos or (target.startswith(algos + ".") and target.split(".")[3] != own):
+                    bad.append(f"{where}: an algorithm imports no other algorithm and not the registry")
+                if target.startswith(adapters):
+                    bad.append(f"{where}: an algorithm imports no adapter")
+            elif name.startswith(adapters):
+                if target.startswith(f"{package}.rl") and not (target in env_parts or target.startswith(adapters)
+                                                              or target == f"{package}.rl"):
+                    bad.append(f"{where}: adapters import the env and its parts only")
+            elif name not in (algos, f"{package}.rl") and (target.startswith(algos) or target.startswith(adapters)):
+                bad.append(f"{where}: only the registry ({algos}) and rl/__init__ import algorithms and adapters")
+    return bad
+
+
+def test_rl_inner_layers():
+    assert rl_inner_violations(SRC) == []
+
+
+def test_rl_inner_checker_names_an_algorithm_importing_another(tmp_path):
+    src = _write(tmp_path, {
+        "__init__.py": "", "rl/__init__.py": "", "rl/env.py": "", "rl/shell.py": "",
+        "rl/algos/__init__.py": "from pkg.rl.algos.a import x\n", "rl/algos/a/__init__.py": "x = 1\n",
+        "rl/algos/b/__init__.py": "from pkg.rl.algos import a\n",
+        "rl/adapters/__init__.py": "", "rl/adapters/g.py": "from pkg.rl import shell\n",
+        "rl/evaluate.py": "from pkg.rl.algos import a\n",
+    })
+    bad = sorted(rl_inner_violations(src, "pkg"))
+    assert [b.split(" imports ")[0] for b in bad] == ["pkg/rl/adapters/g.py:1", "pkg/rl/algos/b/__init__.py:1",
+                                                     "pkg/rl/evaluate.py:1"]
+    assert "adapters import the env" in bad[0] and "no other algorithm" in bad[1] and "only the registry" in bad[2]

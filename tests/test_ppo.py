@@ -1,4 +1,4 @@
-"""PPO's math (gbxcule.rl.ppo) on tiny tensors checked by hand or against plain loops."""
+"""PPO's math (gbxcule.rl.algos.ppo.loss; GAE in gbxcule.rl.returns) on tiny tensors checked by hand or loops."""
 
 import math
 
@@ -6,7 +6,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gbxcule.rl import ppo  # noqa: E402
+from gbxcule.rl import returns  # noqa: E402
+from gbxcule.rl.algos.ppo import loss as ppo  # noqa: E402
 
 
 def gae_loop(rewards, values, dones, last_value, gamma, lam, truncated=None, final_values=None):
@@ -34,7 +35,7 @@ def test_gae_matches_a_plain_loop():
     dones = torch.rand(t_len, n, generator=g) < 0.3
     truncated = dones & (torch.rand(t_len, n, generator=g) < 0.5)
     final_values, last = torch.randn(t_len, n, generator=g), torch.randn(n, generator=g)
-    adv, ret = ppo.gae(rewards, values, dones, last, 0.97, 0.9, truncated, final_values)
+    adv, ret = returns.gae(rewards, values, dones, last, 0.97, 0.9, truncated, final_values)
     want = gae_loop(rewards, values, dones, last, 0.97, 0.9, truncated, final_values)
     assert torch.allclose(adv, want, atol=1e-5)
     assert torch.allclose(ret, want + values, atol=1e-5)
@@ -46,17 +47,17 @@ def test_gae_by_hand_terminal_and_truncation():
     v = torch.zeros(3, 1)
     last = torch.tensor([4.0])
     # no episode end: returns 1 + 0.5*0 + 0.25*2 + 0.125*4 = 2.0, 0 + 0.5*2 + 0.25*4 = 2.0, 2 + 0.5*4 = 4.0
-    adv, _ = ppo.gae(r, v, torch.zeros(3, 1, dtype=torch.bool), last, 0.5, 1.0)
+    adv, _ = returns.gae(r, v, torch.zeros(3, 1, dtype=torch.bool), last, 0.5, 1.0)
     assert adv.flatten().tolist() == [2.0, 2.0, 4.0]
     # terminated at step 1: nothing flows back from steps 2.. into 0..1
     dones = torch.tensor([[False], [True], [False]])
-    adv, _ = ppo.gae(r, v, dones, last, 0.5, 1.0)
+    adv, _ = returns.gae(r, v, dones, last, 0.5, 1.0)
     assert adv.flatten().tolist() == [1.0, 0.0, 4.0]
     # truncated at step 1 with V(final obs) = 6: step 1 bootstraps 0.5 * 6 = 3, which flows back to step 0
-    adv, _ = ppo.gae(r, v, dones, last, 0.5, 1.0, truncated=dones, final_values=torch.full((3, 1), 6.0))
+    adv, _ = returns.gae(r, v, dones, last, 0.5, 1.0, truncated=dones, final_values=torch.full((3, 1), 6.0))
     assert adv.flatten().tolist() == [2.5, 3.0, 4.0]
     with pytest.raises(ValueError, match="final_values"):
-        ppo.gae(r, v, dones, last, 0.5, 1.0, truncated=dones)
+        returns.gae(r, v, dones, last, 0.5, 1.0, truncated=dones)
 
 
 def test_clipped_surrogate_stops_the_gradient_outside_the_clip():
@@ -117,9 +118,10 @@ def test_minibatches_partition_the_batch():
 
 def test_explained_variance_and_lr():
     ret = torch.tensor([1.0, 2.0, 3.0])
-    assert ppo.explained_variance(ret, ret).item() == 1.0
-    assert ppo.explained_variance(torch.zeros(3), ret).item() == pytest.approx(1 - ret.var().item() / ret.var().item())
-    assert math.isnan(ppo.explained_variance(ret, torch.ones(3)).item())
-    assert ppo.linear_lr(1.0, 0, 4, True) == 1.0 and ppo.linear_lr(1.0, 3, 4, True) == 0.25
-    assert ppo.linear_lr(1.0, 3, 4, False) == 1.0
+    assert returns.explained_variance(ret, ret).item() == 1.0
+    ev = returns.explained_variance(torch.zeros(3), ret).item()
+    assert ev == pytest.approx(1 - ret.var().item() / ret.var().item())
+    assert math.isnan(returns.explained_variance(ret, torch.ones(3)).item())
+    assert returns.linear_lr(1.0, 0, 4, True) == 1.0 and returns.linear_lr(1.0, 3, 4, True) == 0.25
+    assert returns.linear_lr(1.0, 3, 4, False) == 1.0
     assert ppo.normalize(torch.tensor([1.0, 3.0])).tolist() == pytest.approx([-0.7071, 0.7071], abs=1e-4)

@@ -16,7 +16,7 @@ gymnasium = pytest.importorskip("gymnasium")
 
 import gbxcule.rl  # noqa: E402  (registers the gymnasium ids)
 from gbxcule.core.errors import GbxculeError  # noqa: E402
-from gbxcule.rl.gym_env import ActionError, GbxculeVectorEnv  # noqa: E402
+from gbxcule.rl.adapters.gym import ActionError, GbxculeVectorEnv  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ID = "gbxcule/Overworld-LeaveHouse-v0"
@@ -31,7 +31,7 @@ def _actions(seed: int, steps: int, n: int = N) -> np.ndarray:
 
 def _puffer():
     try:
-        from gbxcule.rl import puffer
+        from gbxcule.rl.adapters import puffer
     except GbxculeError as exc:  # pufferlib missing: the adapter says how to install it
         pytest.skip(f"pufferlib not installed ({exc})")
     import pufferlib.vector
@@ -239,7 +239,7 @@ def test_sb3_vecenv_and_ppo():
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import VecEnv
 
-    from gbxcule.rl.sb3 import GbxculeVecEnv
+    from gbxcule.rl.adapters.sb3 import GbxculeVecEnv
 
     env = GbxculeVecEnv(num_envs=N, task="leave_house", start_states=KW["start_states"], max_steps=3)
     try:

@@ -9,10 +9,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gbxcule.cli.main import main  # noqa: E402
+from gbxcule.rl.algos import make_config, train  # noqa: E402
 from gbxcule.rl.shell import CheckpointError, ConfigError, load_checkpoint  # noqa: E402
-from gbxcule.rl.train_ppo import make_config, train  # noqa: E402
 
-TIMING = {"sps", "time_env_s", "time_inference_s", "time_update_s", "wall_s"}
+TIMING = {"sps", "time_env_s", "time_inference_s", "time_update_s", "wall_s", "updates_per_s"}
 
 
 def tiny(run_dir, **run):
@@ -119,7 +119,7 @@ def test_checkpoint_for_other_observations_is_refused(straight, tmp_path, capsys
 
 
 def test_nonfinite_loss_stops_with_a_snapshot(tmp_path, monkeypatch):
-    import gbxcule.rl.ppo as ppo_mod
+    import gbxcule.rl.algos.ppo.loss as ppo_mod
     from gbxcule.core.errors import GbxculeError
 
     train(tiny(tmp_path, stop_after_updates=1))

@@ -23,7 +23,8 @@ def register(sub) -> None:
 def run(args) -> int:
     from gbxcule.cli import checks
     from gbxcule.cli.report import emit
-    from gbxcule.rl.evaluate import evaluate
+    from gbxcule.core.fmt import num, pct
+    from gbxcule.rl.algos import evaluate
 
     checks.positive(episodes=args.episodes, gif_envs=args.gif_envs)
     if args.gif:
@@ -32,15 +33,14 @@ def run(args) -> int:
                    seed=args.seed, random_baseline=args.random)
 
     def line(name: str, r: dict) -> str:
-        succ = "n/a" if r["success_rate"] is None else f"{100 * r['success_rate']:.1f}%"
-        return (f"  {name:8s} success {succ:>6s}  median steps {r['median_steps']}  p90 {r['p90_steps']}  "
-                f"mean return {r['mean_return']:.3f}")
+        return (f"  {name:8s} success {pct(r['success_rate']):>6s}  median steps {num(r['median_steps'], '.0f')}  "
+                f"p90 {num(r['p90_steps'], '.0f')}  mean return {num(r['mean_return'])}")
 
     def text(r: dict) -> str:
         out = [f"{r['task']}: {r['episodes']} episodes from {r['start_states']} start states ({r['device']})"]
         out += [line(m, r[m]) for m in ("greedy", "sampled", "random") if m in r]
         if r.get("template_agreement") is not None:
-            out.append(f"  goal template agrees with the RAM goal in {100 * r['template_agreement']:.1f}% of episodes")
+            out.append(f"  goal template agrees with the RAM goal in {pct(r['template_agreement'])} of episodes")
         if r.get("gif"):
             out.append(f"  GIF: {r['gif']}" + (f" (random: {r['gif_random']})" if r.get("gif_random") else ""))
         return "\n".join(out)

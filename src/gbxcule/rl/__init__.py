@@ -17,6 +17,6 @@ try:
 except ImportError:  # the adapters are optional: without gymnasium there is nothing to register
     GYM_IDS: list[str] = []
 else:
-    from gbxcule.rl.gym_env import register_envs
+    from gbxcule.rl.adapters.gym import register_envs
 
     GYM_IDS = register_envs()

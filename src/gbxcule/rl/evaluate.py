@@ -1,7 +1,9 @@
-"""Evaluate a trained policy: M episodes from distinct start states, greedy and sampled (docs/training.md).
+"""Evaluating a policy: M episodes from M distinct start states, greedy and sampled (docs/training.md).
 
 Success is ground truth from the task's RAM goal where it has one; where the episode ends on a pixel
-template, the report also says how often the template agreed with the RAM goal.
+template, the report also says how often the template agreed with the RAM goal. The pieces here take a model
+(any of `rl/models.py`, acting through its `policy_step`), never a trainer: `gbxcule eval` loads one from a
+checkpoint through the algorithm registry (`rl/algos`), the training loop evaluates its live model.
 """
 
 from __future__ import annotations
@@ -12,25 +14,55 @@ import numpy as np
 import torch
 
 from gbxcule.core.errors import GbxculeError
-from gbxcule.rl.shell import CheckpointError, load_checkpoint, resolve_device
+
+EVAL_PREFIX_LEN = 8  # eval start states: random action prefixes of 0..8 steps from the task's start
+Q_SAMPLED_EPSILON = 0.05  # "sampled" for a Q-network: epsilon-greedy with this epsilon
 
 
-def _policy_from(ck: dict, env, device: str):
-    from gbxcule.rl.train_ppo import config_from_dict, make_model
+def make_eval_env(env_cfg, episodes: int, device: str, seed: int, task: str | None = None):
+    """A GameEnv of `episodes` envs, each from its own start state (random action prefixes from the task's
+    start), with the config's task, ROM, goal, observations and reward."""
+    import dataclasses
 
-    cfg = config_from_dict(ck["config"])
-    model = make_model(env, cfg.ppo, device)
-    if ck.get("model_desc") != model.describe():
-        raise CheckpointError(f"checkpoint model {ck.get('model_desc')} does not fit this env's {model.describe()}")
-    model.load_state_dict(ck["model"])
-    model.eval()
-    return model
+    from gbxcule.rl.shell import make_env
+
+    if episodes < 1:
+        raise GbxculeError(f"episodes must be >= 1, got {episodes}")
+    cfg = dataclasses.replace(env_cfg)
+    if task is not None:
+        cfg.task = task
+    if episodes > 1:
+        cfg.start_states = ["random_actions", episodes, EVAL_PREFIX_LEN]
+    return make_env(cfg, device, seed, num_envs=episodes, info_mode="none")
+
+
+class PolicyRunner:
+    """Acts with a model in one mode: "greedy" (argmax), "sampled" (a categorical over the logits, or
+    epsilon-greedy for a Q-network). Keeps a recurrent model's state, reset where an episode ended."""
+
+    def __init__(self, model, mode: str, num_envs: int, device, epsilon: float = Q_SAMPLED_EPSILON):
+        if mode not in ("greedy", "sampled"):
+            raise ValueError(f"mode must be greedy or sampled, got {mode!r}")
+        self.model, self.mode, self.epsilon = model, mode, epsilon
+        self.state = model.initial_state(num_envs, device)
+
+    def __call__(self, obs: torch.Tensor, done: torch.Tensor | None = None) -> torch.Tensor:
+        with torch.no_grad():
+            out, self.state = self.model.policy_step(obs, self.state, done)
+        out = out.float()
+        if self.mode == "greedy":
+            return out.argmax(-1)
+        if self.model.kind == "q":
+            explore = torch.rand(out.shape[0], device=out.device) < self.epsilon
+            return torch.where(explore, torch.randint_like(out[:, 0], out.shape[1], dtype=torch.int64),
+                               out.argmax(-1))
+        return torch.distributions.Categorical(logits=out, validate_args=False).sample()
 
 
 def random_policy(num_actions: int, seed: int = 0):
     gen = torch.Generator().manual_seed(seed)
 
-    def act(obs):
+    def act(obs, done=None):
         return torch.randint(0, num_actions, (obs.shape[0],), generator=gen).to(obs.device)
 
     return act
@@ -47,10 +79,11 @@ def run_episodes(env, act, max_steps: int, gif_envs: int = 0) -> dict:
     fired = torch.zeros_like(finished)
     frames = []
     obs, _ = env.reset()
+    done = None
     for step in range(1, max_steps + 1):
         if gif_envs:
             frames.append(env.frames(range(min(gif_envs, n))))
-        a = act(obs)
+        a = act(obs, done)
         obs, r, term, trunc, _ = env.step(a)
         live = ~finished
         hit = env.success & live & ~success
@@ -60,7 +93,8 @@ def run_episodes(env, act, max_steps: int, gif_envs: int = 0) -> dict:
         length += live
         if env.terminate_on == "template":
             fired |= term & live
-        finished |= term | trunc
+        done = term | trunc
+        finished |= done
         if bool(finished.all()):
             break
     if gif_envs:
@@ -83,48 +117,27 @@ def summarize(res: dict, has_ram_goal: bool, template: bool) -> dict:
     return out
 
 
-def evaluate(source: str | Path, episodes: int = 64, device: str = "auto", task: str | None = None,
-             modes=("greedy", "sampled"), gif: str | Path | None = None, gif_envs: int = 16, seed: int = 1,
-             random_baseline: bool = False) -> dict:
-    """Evaluate the checkpoint at `source` (a run folder or a checkpoint file) over `episodes` episodes from
-    `episodes` distinct start states (reached by random prefixes from the task's start)."""
-    from gbxcule.rl.train_ppo import config_from_dict, make_env
-
-    if episodes < 1:
-        raise GbxculeError(f"episodes must be >= 1, got {episodes}")
-    device = resolve_device(device)
-    ck = load_checkpoint(source)
-    cfg = config_from_dict(ck["config"])
-    if task is not None:
-        cfg.env.task = task
-    cfg.env.start_states = ["random_actions", episodes, 8] if episodes > 1 else cfg.env.start_states
-    env = make_env(cfg.env, device, seed, num_envs=episodes, info_mode="none")
-    if env.codec.name != ck.get("codec") or list(env.single_obs_shape) != list(ck.get("obs_shape", [])):
-        raise CheckpointError(f"checkpoint is for codec {ck.get('codec')} and observations {ck.get('obs_shape')}, "
-                              f"the env has {env.codec.name} and {list(env.single_obs_shape)}")
-    model = _policy_from(ck, env, device)
+def evaluate_model(model, env, modes=("greedy", "sampled"), seed: int = 1, random_baseline: bool = False,
+                   gif: str | Path | None = None, gif_envs: int = 16) -> dict:
+    """Run `model` over every env's first episode in each mode; a report with one summary per mode and the
+    first mode's figures at the top level."""
     has_ram = env.ram_goal is not None
     templ = env.terminate_on == "template"
-    report = {"task": env.task.id if env.task else None, "checkpoint": str(source), "device": device,
-              "start_states": env.num_slots, "env_steps_trained": ck.get("global_step")}
-    policies = {}
-    for mode in modes:
-        def act(obs, mode=mode):
-            with torch.no_grad():
-                logits, _ = model(obs)
-            if mode == "greedy":
-                return logits.argmax(-1)
-            return torch.distributions.Categorical(logits=logits.float(), validate_args=False).sample()
-
-        policies[mode] = act
+    report: dict = {"task": env.task.id if env.task else None, "device": env.device, "start_states": env.num_slots}
+    policies = {mode: PolicyRunner(model, mode, env.num_envs, env.device) for mode in modes}
     if random_baseline:
         policies["random"] = random_policy(env.num_actions, seed)
     gif_frames = {}
-    for name, act in policies.items():
-        torch.manual_seed(seed)
-        res = run_episodes(env, act, env.max_steps, gif_envs if gif else 0)
-        report[name] = summarize(res, has_ram, templ)
-        gif_frames[name] = res["frames"]
+    was_training = model.training
+    model.eval()
+    try:
+        for name, act in policies.items():
+            torch.manual_seed(seed)
+            res = run_episodes(env, act, env.max_steps, gif_envs if gif else 0)
+            report[name] = summarize(res, has_ram, templ)
+            gif_frames[name] = res["frames"]
+    finally:
+        model.train(was_training)
     if gif:
         write_gif_mosaic(gif_frames[modes[0]], gif)
         report["gif"] = str(gif)
@@ -136,7 +149,6 @@ def evaluate(source: str | Path, episodes: int = 64, device: str = "auto", task:
     report.update({k: primary[k] for k in ("success_rate", "median_steps", "p90_steps", "mean_return", "episodes")})
     if "template_agreement" in primary:
         report["template_agreement"] = primary["template_agreement"]
-    env.close()
     return report
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from gbxcule.core.errors import GbxculeError
+from gbxcule.core.typed import SettingError, check_fields
 
 OBS_H, OBS_W = 72, 80
 TEMPLATE_FORMAT = 1
@@ -386,6 +387,10 @@ class RewardConfig:
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        try:
+            check_fields(self, "reward")
+        except SettingError as exc:
+            raise GoalError(str(exc)) from None
         if self.k_consecutive < 1:
             raise GoalError(f"k_consecutive must be >= 1, got {self.k_consecutive}")
         if self.terminate_on not in ("auto", "template", "ram", "none"):

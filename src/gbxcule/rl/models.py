@@ -1,5 +1,9 @@
-"""Pixel actor-critic for 72x80 Game Boy frames: shades 0..3 (K stacked, or packed 4 a byte) in, action logits
-and a value out."""
+"""Networks over 72x80 Game Boy frames: shades 0..3 (K stacked, or packed 4 a byte) in.
+
+Every model acts through one interface, so evaluation, plots and adapters need no trainer:
+`initial_state(n, device)` (None for a feed-forward model), `policy_step(obs, state, done) -> (out, state)`
+where `out` is action logits (kind "pg") or action values (kind "q"), and `done` (bool [N] or None) marks
+envs whose previous step ended an episode (a recurrent state is reset there first)."""
 
 from __future__ import annotations
 
@@ -54,3 +58,11 @@ class ActorCritic(nn.Module):
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.v(self.features(obs)).squeeze(-1)
+
+    kind = "pg"
+
+    def initial_state(self, n: int, device) -> None:
+        return None
+
+    def policy_step(self, obs: torch.Tensor, state=None, done: torch.Tensor | None = None):
+        return self.pi(self.features(obs)), None

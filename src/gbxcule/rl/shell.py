@@ -1,7 +1,8 @@
-"""The shell every trainer shares: configs as data, run folders, logs, checkpoints, RNG state, progress.
+"""What every trainer shares, as data and small pieces: configs (typed, from TOML and overrides), the run
+folder (logs, TensorBoard, atomic checkpoints), RNG state, the device timer, the progress bar.
 
-A trainer (one file per algorithm, e.g. `train_ppo.py`) builds its config from TOML and overrides, opens a
-`Run`, and calls `run.log(update, metrics)` once per update and `run.save_checkpoint(...)` every N updates.
+`rl/loop.py` puts these together into the training session an algorithm's loop runs inside; `rl/algos/`
+holds the algorithms and their registry (docs/training.md, docs/architecture.md "Where to add an algorithm").
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ import dataclasses
 import io
 import json
 import math
+import os
 import platform
 import random
 import subprocess
 import time
 import tomllib
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,13 +25,18 @@ from typing import Any
 import numpy as np
 
 from gbxcule.core.errors import GbxculeError
+from gbxcule.core.fmt import json_safe, num, pct
 from gbxcule.core.outputs import write_output
+from gbxcule.core.typed import SettingError, check_fields, knob
 
 CHECKPOINT_NAME = "checkpoint.pt"
+POLICY_NAME = "policy.pt"
 CHECKPOINT_FORMAT = 1
+RUN_FILES = ("config.json", "facts.json", "metrics.jsonl", "summary.json", "eval.json", "nonfinite.json",
+             CHECKPOINT_NAME, POLICY_NAME, "tb")
 
 
-class ConfigError(GbxculeError):
+class ConfigError(SettingError):
     """A config file or override that does not fit the config's fields."""
 
 
@@ -47,26 +55,50 @@ class EnvConfig:
     task: str = "leave_house"
     goal: str | None = None  # a goal template file over the task's
     start_states: Any = None  # path(s), [GENERATOR, K(, max_len)] (random_noops|random_actions|solution), power_on
-    num_envs: int = 64
-    stack_k: int = 1
-    obs: str = "pixels"
-    max_steps: int | None = None
+    num_envs: int = knob(64, min=1)
+    stack_k: int = knob(1, min=1)
+    obs: str = knob("pixels", choices=("pixels", "packed"))
+    max_steps: int | None = knob(None, min=1)
     reward: dict = field(default_factory=dict)
     backend: dict = field(default_factory=dict)  # emulator speed knobs: backends/warp_vec.py TUNING_OPTIONS
 
 
 @dataclass
 class RunConfig:
-    seed: int = 0
+    seed: int = knob(0, min=0)
     device: str = "auto"  # auto: cuda when torch sees a GPU, else cpu
-    run_dir: str = "runs/ppo"
-    checkpoint_every: int = 50  # updates
-    checkpoint_env_state: str = "auto"  # auto: emulator state in checkpoints when it is under 512 MB
+    run_dir: str | None = None  # default runs/ALGO
+    checkpoint_every: int = knob(50, min=1)  # updates
+    checkpoint_every_s: float | None = knob(300.0, gt=0)  # and at least this often in seconds (None: only by count)
+    checkpoint_env_state: str = knob("auto", choices=("auto", "always", "never"))  # auto: when under 512 MB
     progress: bool = True
     tensorboard: bool = True
-    stop_after_updates: int | None = None  # end early (as a kill would), for tests and time-boxed runs
-    time_limit_s: float | None = None  # end (with a checkpoint) after this much wall time
-    eval_episodes: int = 64  # `gbxcule train` evaluates at the end: episodes from distinct start states (0: none)
+    stop_after_updates: int | None = knob(None, min=1)  # end early (as a kill would), for tests and time-boxed runs
+    time_limit_s: float | None = knob(None, gt=0)  # end (with a checkpoint) after this much training time
+    eval_episodes: int = knob(64, min=0)  # greedy episodes from distinct start states at the end and periodically
+    eval_every: int | None = knob(None, min=1)  # periodic greedy eval every this many env-steps
+    eval_every_s: float | None = knob(None, gt=0)  # ... or every this many seconds of training
+    stop_at_success: float | None = knob(None, gt=0, max=1)  # stop once a periodic greedy eval reaches this rate
+    success_window: int = knob(256, min=1)  # the progress bar's success: over at least this many last episodes
+
+
+_TRAIN_CONFIGS: dict[str, type] = {}
+
+
+def train_config_class(algo: str, section: type) -> type:
+    """The top-level config dataclass of an algorithm: algo, total_steps, env, run and the algorithm's own
+    section named after it (`[ppo]`, `[a2c]`, ...)."""
+    key = f"{algo}:{section.__module__}.{section.__qualname__}"
+    if key not in _TRAIN_CONFIGS:
+        cls = dataclasses.make_dataclass(f"TrainConfig_{algo}", [
+            ("algo", str, knob(algo, choices=(algo,))),
+            ("total_steps", int, knob(1_000_000, min=1)),
+            ("env", EnvConfig, field(default_factory=EnvConfig)),
+            ("run", RunConfig, field(default_factory=RunConfig)),
+            (algo, section, field(default_factory=section))])
+        cls.section = property(lambda self: getattr(self, self.algo))
+        _TRAIN_CONFIGS[key] = cls
+    return _TRAIN_CONFIGS[key]
 
 
 def _merge(obj, values: dict, where: str):
@@ -116,24 +148,35 @@ def merge_overrides(base: dict, extra: dict) -> dict:
     return out
 
 
-def load_config(cls, path: str | Path | None = None, overrides: dict | None = None):
-    """A config dataclass from defaults, a TOML file, then overrides (nested dicts; None values skipped)."""
+def drop_none(d: dict) -> dict:
+    """The overrides actually given: None values (flags not passed) dropped, tables kept."""
+    return {k: drop_none(v) if isinstance(v, dict) else v for k, v in d.items() if v is not None}
+
+
+def read_toml(path: str | Path) -> dict:
+    p = Path(path)
+    try:
+        return tomllib.loads(p.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read config {p}: {getattr(exc, 'strerror', None) or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config {p} is not valid TOML: {exc}") from None
+
+
+def load_config(cls, path: str | Path | None = None, overrides: dict | None = None, defaults: dict | None = None):
+    """A config dataclass from its defaults, `defaults` (an algorithm's), a TOML file, then overrides (nested
+    dicts; None values skipped); every field then checked against its type and limits."""
     cfg = cls()
+    if defaults:
+        _merge(cfg, defaults, "defaults")
     if path is not None:
-        p = Path(path)
-        try:
-            data = tomllib.loads(p.read_text())
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot read config {p}: {getattr(exc, 'strerror', None) or exc}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config {p} is not valid TOML: {exc}") from None
-        _merge(cfg, data, p.name)
-    _merge(cfg, _drop_none(overrides or {}), "override")
+        _merge(cfg, read_toml(path), Path(path).name)
+    _merge(cfg, drop_none(overrides or {}), "override")
+    try:
+        check_fields(cfg, "")
+    except SettingError as exc:
+        raise ConfigError(str(exc)) from None
     return cfg
-
-
-def _drop_none(d: dict) -> dict:
-    return {k: _drop_none(v) if isinstance(v, dict) else v for k, v in d.items() if v is not None}
 
 
 def to_dict(cfg) -> dict:
@@ -147,6 +190,8 @@ def resolve_device(device: str) -> str:
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise GbxculeError(f"device {device} needs an NVIDIA GPU that torch can use; none was found (use cpu)")
+    if device != "cpu" and not device.startswith("cuda"):
+        raise ConfigError(f"run.device must be auto, cpu, cuda or cuda:N, got {device!r}")
     return device
 
 
@@ -174,7 +219,7 @@ def set_rng_state(d: dict) -> None:
     random.setstate(d["python"])
     np.random.set_state(d["numpy"])
     torch.set_rng_state(d["torch"])
-    if "cuda" in d and torch.cuda.is_available():
+    if "cuda" in d and torch.cuda.is_available() and len(d["cuda"]) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(d["cuda"])
 
 
@@ -207,12 +252,32 @@ def run_facts() -> dict:
     return facts
 
 
-# --- the run ------------------------------------------------------------------------------------------------------
+def process_age_s() -> float:
+    """Seconds since this process started (Linux: /proc), so start-up counts in "time to X"; 0 if unknown."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def dumps(payload: Any, indent: int | None = 2) -> str:
+    """Strict JSON (NaN and infinities as null), the only way run files are written."""
+    return json.dumps(json_safe(payload), indent=indent, default=str, allow_nan=False, sort_keys=indent is None)
+
+
+# --- the run folder -------------------------------------------------------------------------------------------------
 class Run:
-    """A run folder: config.json, facts.json, metrics.jsonl, TensorBoard events, checkpoint.pt."""
+    """A run folder: config.json, facts.json, metrics.jsonl, TensorBoard events, checkpoint.pt, policy.pt.
+
+    A fresh run never writes into an old run's files: a folder holding a checkpoint is refused (resume it),
+    and the files of a run killed before its first checkpoint are moved aside into `previous-N/` (`moved`
+    says where). Stale temporary files of a killed write are removed when the folder is opened."""
 
     def __init__(self, run_dir: str | Path, config: dict, resume: bool = False, tensorboard: bool = True):
         self.dir = Path(run_dir)
+        self.moved: Path | None = None
         if resume:
             if not self.dir.is_dir():
                 raise CheckpointError(f"--resume: run folder {self.dir} does not exist")
@@ -225,10 +290,13 @@ class Run:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise GbxculeError(f"cannot create run folder {self.dir}: {exc.strerror or exc}") from None
+        self.remove_stale_temps()
+        if not resume:
+            self.moved = self._move_old_files()
         self.config = config
         if not resume:
-            write_output(self.dir / "config.json", json.dumps(config, indent=2, default=str) + "\n")
-            write_output(self.dir / "facts.json", json.dumps(run_facts(), indent=2) + "\n")
+            write_output(self.dir / "config.json", dumps(config) + "\n")
+            write_output(self.dir / "facts.json", dumps(run_facts()) + "\n")
         self._tb = None
         if tensorboard:
             try:
@@ -238,48 +306,87 @@ class Run:
             except ImportError:
                 self._tb = None
 
+    def remove_stale_temps(self) -> list[Path]:
+        """Delete the temporary files (`.NAME.*`) a write killed before its rename left behind."""
+        gone = []
+        for p in self.dir.iterdir():
+            if p.is_file() and any(p.name.startswith(f".{n}.") for n in RUN_FILES):
+                p.unlink(missing_ok=True)
+                gone.append(p)
+        return gone
+
+    def _move_old_files(self) -> Path | None:
+        old = [self.dir / n for n in RUN_FILES if (self.dir / n).exists()]
+        if not old:
+            return None
+        k = 1
+        while (self.dir / f"previous-{k}").exists():
+            k += 1
+        dest = self.dir / f"previous-{k}"
+        dest.mkdir()
+        for p in old:
+            p.rename(dest / p.name)
+        return dest
+
     def log(self, update: int, metrics: dict) -> None:
         """Append one line to metrics.jsonl (and scalars to TensorBoard)."""
-        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
-        line = json.dumps({"update": update, **clean}, sort_keys=True) + "\n"
+        line = dumps({"update": update, **metrics}, indent=None) + "\n"
         with open(self.dir / "metrics.jsonl", "a") as f:
             f.write(line)
         if self._tb is not None:
             step = int(metrics.get("env_steps", update))
             for k, v in metrics.items():
-                if isinstance(v, int | float) and math.isfinite(v):
+                if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
                     self._tb.add_scalar(k, v, step)
             self._tb.flush()
 
-    def truncate_log(self, update: int) -> None:
-        """On resume: drop log lines of updates after the checkpoint (a killed run wrote them)."""
+    def truncate_log(self, update: int, warn=None) -> None:
+        """On resume: drop log lines of updates after the checkpoint (a killed run wrote them), and a torn last
+        line (a kill during the write), with a warning naming the file."""
         path = self.dir / "metrics.jsonl"
         if not path.is_file():
             return
-        keep = [ln for ln in path.read_text().splitlines() if ln and json.loads(ln)["update"] <= update]
+        lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
+        keep = []
+        for i, ln in enumerate(lines):
+            try:
+                row = json.loads(ln)
+            except json.JSONDecodeError:
+                if i != len(lines) - 1:
+                    raise CheckpointError(f"{path}: line {i + 1} is not JSON (not a torn last line: the log is "
+                                          f"damaged; move it aside to resume)") from None
+                if warn:
+                    warn(f"{path}: dropped a torn last line (a kill during a write)")
+                continue
+            if row.get("update", 0) <= update:
+                keep.append(ln)
         write_output(path, "\n".join(keep) + "\n" if keep else "")
 
-    def save_checkpoint(self, state: dict, name: str = CHECKPOINT_NAME) -> Path:
+    def save_checkpoint(self, state: dict, policy: dict) -> Path:
+        """Write policy.pt, then checkpoint.pt, each atomically: a kill leaves both of the last save, or the new
+        policy beside the previous checkpoint (resume writes policy.pt again from the checkpoint)."""
+        self.write_torch(POLICY_NAME, policy)
+        return self.write_torch(CHECKPOINT_NAME, state)
+
+    def write_torch(self, name: str, state: dict) -> Path:
         import torch
 
         buf = io.BytesIO()
         torch.save({"format": CHECKPOINT_FORMAT, **state}, buf)
-        path = self.dir / name
-        write_output(path, buf.getvalue())
-        return path
+        return write_output(self.dir / name, buf.getvalue())
 
     def write_json(self, name: str, payload: dict) -> Path:
-        path = self.dir / name
-        write_output(path, json.dumps(payload, indent=2, default=str) + "\n")
-        return path
+        return write_output(self.dir / name, dumps(payload) + "\n")
 
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+            self._tb = None
 
 
-def load_checkpoint(path: str | Path) -> dict:
-    """A checkpoint file (or a run folder's checkpoint.pt), checked to be whole."""
+def load_checkpoint(path: str | Path, need_training: bool = False) -> dict:
+    """A checkpoint file (or a run folder's checkpoint.pt, else its policy.pt), checked to be whole; with
+    `need_training` it must be a full checkpoint (optimizer, counters), not a policy file."""
     import pickle
     import zipfile
 
@@ -287,21 +394,88 @@ def load_checkpoint(path: str | Path) -> dict:
 
     p = Path(path)
     if p.is_dir():
-        p = p / CHECKPOINT_NAME
+        p = p / (CHECKPOINT_NAME if (p / CHECKPOINT_NAME).is_file() or need_training else POLICY_NAME)
     if not p.is_file():
         raise CheckpointError(f"no checkpoint at {p}")
     try:
         ck = torch.load(p, map_location="cpu", weights_only=False)
     except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError,
-            AttributeError, ModuleNotFoundError) as exc:
+            AttributeError, ModuleNotFoundError, TypeError, KeyError) as exc:
         raise CheckpointError(f"{p} is not a readable checkpoint ({type(exc).__name__})") from None
     if not isinstance(ck, dict) or ck.get("format") != CHECKPOINT_FORMAT or "model" not in ck:
         raise CheckpointError(f"{p} is not a gbxcule checkpoint of format {CHECKPOINT_FORMAT}")
+    if not isinstance(ck.get("config"), dict):
+        raise CheckpointError(f"{p} holds no config")
+    if need_training and not all(k in ck for k in ("optimizer", "update", "global_step", "rng", "env")):
+        raise CheckpointError(f"{p} is a policy file (weights only), not a training checkpoint: it cannot be "
+                              f"resumed")
     return ck
 
 
+# --- timing and progress ----------------------------------------------------------------------------------------
+class Timer:
+    """Time spent per phase (env, inference, update, ...): CUDA events read once per update, or the host clock."""
+
+    def __init__(self, cuda: bool, names=("env", "inference", "update")):
+        self.cuda = cuda
+        self.acc = dict.fromkeys(names, 0.0)
+        self._events: list[tuple[str, object, object]] = []
+        self._pool: list = []
+
+    def start(self, name: str):
+        if self.cuda:
+            import torch
+
+            if len(self._pool) < 2:
+                self._pool += [torch.cuda.Event(enable_timing=True) for _ in range(64)]
+            a, b = self._pool.pop(), self._pool.pop()
+            a.record()
+            return (name, a, b)
+        return (name, time.perf_counter(), None)
+
+    def stop(self, mark) -> None:
+        name, a, b = mark
+        if self.cuda:
+            b.record()
+            self._events.append((name, a, b))
+        else:
+            self.acc[name] = self.acc.get(name, 0.0) + time.perf_counter() - a
+
+    def read(self) -> dict[str, float]:
+        """Seconds per phase since the last read (synchronises on CUDA: once per update)."""
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+            for name, a, b in self._events:
+                self.acc[name] = self.acc.get(name, 0.0) + a.elapsed_time(b) / 1000.0
+                self._pool += [a, b]
+            self._events.clear()
+        out, self.acc = self.acc, dict.fromkeys(self.acc, 0.0)
+        return out
+
+
+class SuccessWindow:
+    """Success over the last >= `size` ended episodes, from per-update totals (the bar's running success)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.rows: deque[tuple[int, float]] = deque()
+
+    def add(self, episodes: int, successes: float) -> None:
+        if episodes:
+            self.rows.append((episodes, successes))
+        while len(self.rows) > 1 and sum(e for e, _ in list(self.rows)[1:]) >= self.size:
+            self.rows.popleft()
+
+    def read(self) -> tuple[float | None, int]:
+        eps = sum(e for e, _ in self.rows)
+        return (sum(s for _, s in self.rows) / eps if eps else None), eps
+
+
 class Progress:
-    """A rich progress bar with the latest SPS, return and success (silent when off or not a terminal)."""
+    """A rich progress bar: SPS, return, the running success of the last N ended episodes (with N), and the
+    latest periodic greedy eval. Silent when off or when rich is missing."""
 
     def __init__(self, total_updates: int, enabled: bool, start: int = 0):
         self._p = None
@@ -318,17 +492,61 @@ class Progress:
             except ImportError:
                 self._p = None
 
-    def update(self, update: int, m: dict) -> None:
+    def update(self, update: int, m: dict, total: int | None = None) -> None:
         if self._p is None:
             return
-
-        def fmt(v, spec):
-            return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
-
-        msg = (f"sps {fmt(m.get('sps'), ',.0f')}  return {fmt(m.get('episode_return'), '.3f')}  "
-               f"success {fmt(m.get('success_rate'), '.2f')}")
-        self._p.update(self._task, completed=update, msg=msg)
+        self._p.update(self._task, completed=update, total=total, msg=progress_line(m))
 
     def close(self) -> None:
         if self._p is not None:
             self._p.stop()
+            self._p = None
+
+
+def progress_line(m: dict) -> str:
+    """The bar's text: SPS, mean return, running success with its episode count, greedy eval when there is one."""
+    sps = m.get("sps")
+    line = (f"sps {'-' if sps is None else format(sps, ',.0f')}  return {num(m.get('episode_return'))}  "
+            f"success {pct(m.get('running_success'))} of last {m.get('running_episodes', 0)} ep")
+    if m.get("eval/greedy_success") is not None:
+        line += f"  greedy {pct(m['eval/greedy_success'])}"
+    return line
+
+
+
+# --- the env and the algorithm ------------------------------------------------------------------------------
+def make_env(e: EnvConfig, device: str, seed: int, num_envs: int | None = None, **kw):
+    """The GameEnv an env config describes (kw: GameEnv's own knobs, e.g. keep_final_obs, info_mode)."""
+    from gbxcule.rl.env import GameEnv
+
+    try:
+        return GameEnv(e.rom, num_envs or e.num_envs, device, task=e.task, start_states=e.start_states,
+                       stack_k=e.stack_k, obs=e.obs, max_steps=e.max_steps, reward=e.reward, goal=e.goal, seed=seed,
+                       backend_options=e.backend, **kw)
+    except (TypeError, ValueError) as exc:  # a backend option of the wrong type or value
+        if isinstance(exc, GbxculeError):
+            raise
+        raise ConfigError(f"env: {exc}") from None
+
+
+def obs_bytes(e: EnvConfig) -> int:
+    """Bytes of one env's observation under an env config (uint8 shades, or 4 a byte packed)."""
+    return e.stack_k * 72 * (80 if e.obs == "pixels" else 20)
+
+
+@dataclass(frozen=True)
+class AlgoSpec:
+    """What the registry (`rl/algos/__init__.py`) knows of an algorithm without importing its trainer.
+
+    config: its section's dataclass (TOML `[NAME]`); build_model(section, num_actions, stack_k, packed) -> a
+    `rl/models.py` model; steps_per_update(cfg) -> env-steps one logged update covers; env_defaults: env
+    settings it prefers under the user's (e.g. A2C's scale mode); check(cfg): cross-field checks of a whole
+    config (one ConfigError line); summary: one line for --help."""
+
+    name: str
+    config: type
+    build_model: Any
+    steps_per_update: Any
+    summary: str
+    env_defaults: dict = field(default_factory=dict)
+    check: Any = None

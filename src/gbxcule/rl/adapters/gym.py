@@ -20,7 +20,7 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from gbxcule.rl.adapter_core import SHADE_SCALE, AdapterConfigError, StepMirror, check_kwargs, make_game_env
+from gbxcule.rl.adapters.core import SHADE_SCALE, AdapterConfigError, StepMirror, check_kwargs, make_game_env
 
 ARRAYS = ("numpy", "torch")
 _OWN = ("device", "array", "scale", "seed", "max_episode_steps", "render_mode")
@@ -195,8 +195,8 @@ def register_envs() -> list[str]:
     for env_id, task in ids.items():
         if env_id in gymnasium.registry:
             continue
-        gymnasium.register(env_id, entry_point="gbxcule.rl.gym_env:GbxculeEnv",
-                           vector_entry_point="gbxcule.rl.gym_env:GbxculeVectorEnv",
+        gymnasium.register(env_id, entry_point="gbxcule.rl.adapters.gym:GbxculeEnv",
+                           vector_entry_point="gbxcule.rl.adapters.gym:GbxculeVectorEnv",
                            kwargs={} if task is None else {"task": task})
     return list(ids)
 

@@ -8,7 +8,7 @@ PufferLib's native envs do. Every `report_interval` steps in which episodes ende
 their mean `episode_return`, `episode_length`, `success_rate` and count `episodes` (PufferLib logs the means).
 
     import pufferlib.vector
-    from gbxcule.rl.puffer import GbxculePufferEnv
+    from gbxcule.rl.adapters.puffer import GbxculePufferEnv
     vecenv = pufferlib.vector.make(GbxculePufferEnv, backend=pufferlib.vector.PufferEnv, num_envs=1,
                                    env_kwargs=dict(num_envs=4096, task="leave_house", device="cuda"))
 
@@ -23,8 +23,8 @@ import numpy as np
 from gymnasium import spaces
 
 from gbxcule.backends.pyboy_puffer_vec import _import_pufferlib_vector
-from gbxcule.rl.adapter_core import AdapterConfigError, StepMirror, check_kwargs, make_game_env
-from gbxcule.rl.gym_env import obs_space
+from gbxcule.rl.adapters.core import AdapterConfigError, StepMirror, check_kwargs, make_game_env
+from gbxcule.rl.adapters.gym import obs_space
 
 _import_pufferlib_vector()  # a GbxculeError with the install route when pufferlib is missing
 import pufferlib  # noqa: E402  (already imported, from a scratch directory, by the line above)

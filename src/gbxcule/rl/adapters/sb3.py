@@ -1,7 +1,7 @@
 """Stable-Baselines3 adapter: `GbxculeVecEnv`, SB3's own `VecEnv` over `GameEnv` (docs/adapters.md).
 
     from stable_baselines3 import PPO
-    from gbxcule.rl.sb3 import GbxculeVecEnv
+    from gbxcule.rl.adapters.sb3 import GbxculeVecEnv
     env = GbxculeVecEnv(num_envs=64, task="leave_house", device="cuda")
     PPO("CnnPolicy", env).learn(100_000)
 
@@ -23,8 +23,8 @@ import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.vec_env import VecEnv
 
-from gbxcule.rl.adapter_core import StepMirror, check_kwargs, make_game_env
-from gbxcule.rl.gym_env import _GREYS, obs_space
+from gbxcule.rl.adapters.core import StepMirror, check_kwargs, make_game_env
+from gbxcule.rl.adapters.gym import _GREYS, obs_space
 
 _OWN = ("device", "scale", "seed")
 
