@@ -218,6 +218,18 @@ class Session:
             return torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp)
         return torch.autocast("cpu", enabled=False)
 
+    def apply_gradients(self, model, optimizer, max_grad_norm: float | None) -> torch.Tensor:
+        """The one place gradients become a step: (averaged over processes when training on several, by the
+        distributed shell), clipped to `max_grad_norm` (None: not clipped), applied. Returns the gradient norm
+        before clipping (a device scalar)."""
+        params = [p for p in model.parameters() if p.grad is not None]
+        if max_grad_norm is None:
+            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))
+        else:
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        optimizer.step()
+        return norm
+
     def train_wall(self) -> float:
         return self.wall_before + time.perf_counter() - self.t_start
 
