@@ -112,7 +112,7 @@ class Session:
         seed_everything(cfg.run.seed)
         self.env = make_env(cfg.env, self.device, cfg.run.seed, keep_final_obs=True, info_mode="none",
                             **(env_kwargs or {}))
-        self.timer = Timer(self.cuda)
+        self.timer = Timer(self.cuda, names=())
         self.update = self.global_step = 0
         self.wall_before = 0.0
         self.stopped = "done"
@@ -318,7 +318,7 @@ class Session:
                 self._next_eval_step += r.eval_every
         t0 = time.perf_counter()
         rep = self.evaluate()
-        self._last_eval_t = time.perf_counter()
+        self._last_eval_t = self._t_update = time.perf_counter()  # the next update's SPS leaves the eval out
         row.update({"eval/greedy_success": rep["success_rate"], "eval/greedy_return": rep["mean_return"],
                     "eval/median_steps": rep["median_steps"], "eval/env_steps": self.global_step,
                     "eval/wall_s": self.train_wall(), "eval/elapsed_s": self.startup_s + self.train_wall(),

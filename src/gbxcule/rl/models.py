@@ -28,23 +28,33 @@ class ActorCritic(nn.Module):
     and a value head. Input uint8 [B, K, 72, 80] shades (or [B, K, 72, 20] packed with `packed=True`),
     scaled to [0, 1] inside."""
 
-    def __init__(self, num_actions: int, stack_k: int = 1, packed: bool = False, arch: str = "nature"):
+    def __init__(self, num_actions: int, stack_k: int = 1, packed: bool = False, arch: str = "nature",
+                 gru: int | None = None):
         super().__init__()
         if arch not in MODELS:
             raise ValueError(f"model must be one of {', '.join(MODELS)}, got {arch!r}")
+        if gru is not None and (isinstance(gru, bool) or not isinstance(gru, int) or gru < 1):
+            raise ValueError(f"gru (the recurrent state's size) must be an integer >= 1 or none, got {gru!r}")
         c1, c2, c3, hidden = (32, 64, 64, 512) if arch == "nature" else (16, 32, 32, 256)
-        self.num_actions, self.stack_k, self.packed, self.arch = num_actions, stack_k, packed, arch
+        self.num_actions, self.stack_k, self.packed, self.arch, self.gru = num_actions, stack_k, packed, arch, gru
         self.body = nn.Sequential(
             _init(nn.Conv2d(stack_k, c1, 8, stride=4)), nn.ReLU(),  # 72x80 -> 17x19
             _init(nn.Conv2d(c1, c2, 4, stride=2)), nn.ReLU(),  # -> 7x8
             _init(nn.Conv2d(c2, c3, 3, stride=1)), nn.ReLU(),  # -> 5x6
             nn.Flatten(), _init(nn.Linear(c3 * 5 * 6, hidden)), nn.ReLU())
-        self.pi = _init(nn.Linear(hidden, num_actions), 0.01)
-        self.v = _init(nn.Linear(hidden, 1), 1.0)
+        self.pi = _init(nn.Linear(gru or hidden, num_actions), 0.01)
+        self.v = _init(nn.Linear(gru or hidden, 1), 1.0)
+        if gru is not None:  # a GRU over the CNN features: the policy and value read its state
+            self.rnn = nn.GRUCell(hidden, gru)
+            for name, w in self.rnn.named_parameters():
+                nn.init.orthogonal_(w) if "weight" in name else nn.init.zeros_(w)
 
     def describe(self) -> dict:
-        return {"arch": self.arch, "num_actions": self.num_actions, "stack_k": self.stack_k, "packed": self.packed,
-                "params": sum(p.numel() for p in self.parameters())}
+        d = {"arch": self.arch, "num_actions": self.num_actions, "stack_k": self.stack_k, "packed": self.packed,
+             "params": sum(p.numel() for p in self.parameters())}
+        if self.gru is not None:
+            d["gru"] = self.gru
+        return d
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         if self.packed:
@@ -53,16 +63,34 @@ class ActorCritic(nn.Module):
         return self.body(obs.to(dtype) * (1.0 / 3.0))
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits, value) of a feed-forward model (a recurrent one steps through `forward_step`)."""
         h = self.features(obs)
         return self.pi(h), self.v(h).squeeze(-1)
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.v(self.features(obs)).squeeze(-1)
+    def value(self, obs: torch.Tensor, state: torch.Tensor | None = None) -> torch.Tensor:
+        h = self.features(obs)
+        if self.gru is not None:
+            h = self.rnn(h, state.to(h.dtype))
+        return self.v(h).squeeze(-1)
+
+    def forward_step(self, obs: torch.Tensor, state: torch.Tensor | None):
+        """(logits, value, next state): one step of a recurrent model (state [N, gru]), or the feed-forward one
+        (state None, returned as None)."""
+        h = self.features(obs)
+        if self.gru is not None:
+            h = self.rnn(h, state.to(h.dtype))
+            state = h
+        return self.pi(h), self.v(h).squeeze(-1), state
 
     kind = "pg"
 
-    def initial_state(self, n: int, device) -> None:
-        return None
+    def initial_state(self, n: int, device) -> torch.Tensor | None:
+        if self.gru is None:
+            return None
+        return torch.zeros(n, self.gru, device=device)
 
     def policy_step(self, obs: torch.Tensor, state=None, done: torch.Tensor | None = None):
-        return self.pi(self.features(obs)), None
+        if state is not None and done is not None:
+            state = state * (~done).unsqueeze(-1).to(state.dtype)
+        logits, _, state = self.forward_step(obs, state)
+        return logits, (None if state is None else state.float())

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gbxcule.core.errors import GbxculeError
-from gbxcule.rl.algos import ppo
+from gbxcule.rl.algos import a2c, ppo
 from gbxcule.rl.shell import (
     CHECKPOINT_NAME,
     AlgoSpec,
@@ -27,7 +27,7 @@ from gbxcule.rl.shell import (
     train_config_class,
 )
 
-ALGOS: dict[str, AlgoSpec] = {spec.name: spec for spec in (ppo.ALGO,)}
+ALGOS: dict[str, AlgoSpec] = {spec.name: spec for spec in (ppo.ALGO, a2c.ALGO)}
 DEFAULT_ALGO = "ppo"
 
 # What `--resume` may change (anything else given must equal the run's value, or it is refused).
@@ -35,6 +35,7 @@ MAY_CHANGE = ("total_steps", "run.time_limit_s", "run.eval_episodes", "run.progr
               "run.stop_after_updates", "run.checkpoint_every", "run.checkpoint_every_s", "run.tensorboard",
               "run.eval_every", "run.eval_every_s", "run.stop_at_success", "run.success_window", "run.run_dir")
 MAY_CHANGE_TABLES = ("env.backend.",)  # emulator speed knobs: the same bits whatever their values
+PER_INVOCATION = ("stop_after_updates", "time_limit_s")  # run settings of one invocation: not kept on resume
 
 
 def get(name: str) -> AlgoSpec:
@@ -48,6 +49,8 @@ def trainer(name: str):
     get(name)
     if name == "ppo":
         from gbxcule.rl.algos.ppo.train import train as run
+    elif name == "a2c":
+        from gbxcule.rl.algos.a2c.train import train as run
     return run
 
 
@@ -124,6 +127,8 @@ def resume_config(checkpoint: dict, given: dict):
     file's values); a setting that may not change and differs is refused with one line."""
     stored = config_from_dict(checkpoint["config"])
     stored_dict = to_dict(stored)
+    for name in PER_INVOCATION:
+        stored_dict["run"][name] = None
     changes: dict = {}
     for path, value in _leaves(drop_none(given)):
         if path in MAY_CHANGE or path.startswith(MAY_CHANGE_TABLES):

@@ -1,0 +1,55 @@
+"""Streaming A2C, the scale mode for very many envs: no rollout buffer; every env-step is a gradient step's
+share (docs/training.md "A2C"). Its config and model for the registry; the math is in `loss.py`, the loop in
+`train.py`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gbxcule.core.typed import knob
+from gbxcule.rl.models import MODELS, ActorCritic
+from gbxcule.rl.shell import AlgoSpec, ConfigError
+
+
+@dataclass
+class A2CConfig:
+    update_every: int = knob(4, min=1)  # env-steps whose gradients are accumulated into one optimizer step
+    n_step: int = knob(1, min=1)  # 1: TD(0) every env-step; n: lambda-returns over windows of n env-steps
+    gae_lambda: float = knob(1.0, min=0, max=1)  # lambda within a window (1: n-step returns)
+    steps_per_update: int = knob(32, min=1)  # env-steps per logged update (a multiple of update_every)
+    lr: float = knob(5e-4, gt=0)
+    anneal_lr: bool = False
+    gamma: float = knob(0.99, min=0, max=1)
+    ent_coef: float = knob(0.01, min=0)
+    ent_coef_end: float | None = knob(None, min=0)  # linear schedule from ent_coef to this over the run
+    vf_coef: float = knob(0.5, min=0)
+    max_grad_norm: float = knob(0.5, gt=0)
+    norm_adv: bool = True  # advantages normalised over each optimizer step's batch
+    model: str = knob("nature", choices=MODELS)
+    gru: int | None = knob(None, min=1)  # a GRU of this size over the CNN features (its state reset at episode ends)
+    compile: bool = False
+    amp: str = knob("auto", choices=("auto", "bf16", "off"))  # auto: bf16 autocast on CUDA
+
+
+def build_model(a: A2CConfig, num_actions: int, stack_k: int, packed: bool) -> ActorCritic:
+    return ActorCritic(num_actions, stack_k, packed, a.model, gru=a.gru)
+
+
+def steps_per_update(cfg) -> int:
+    return cfg.env.num_envs * cfg.a2c.steps_per_update
+
+
+def check(cfg) -> None:
+    a = cfg.a2c
+    if a.steps_per_update % a.update_every:
+        raise ConfigError(f"a2c.steps_per_update ({a.steps_per_update}) must be a multiple of a2c.update_every "
+                          f"({a.update_every})")
+    if a.n_step > a.update_every or a.update_every % a.n_step:
+        raise ConfigError(f"a2c.n_step ({a.n_step}) must divide the window of a2c.update_every ({a.update_every}) "
+                          f"env-steps")
+    if a.n_step > 1 and a.gru is not None:
+        raise ConfigError("a2c.gru needs a2c.n_step = 1 (the recurrent state is carried step by step)")
+
+
+ALGO = AlgoSpec("a2c", A2CConfig, build_model, steps_per_update, check=check,
+                summary="streaming A2C: no rollout buffer, a gradient every update_every env-steps (scale mode)")

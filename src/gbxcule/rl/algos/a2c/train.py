@@ -1,0 +1,146 @@
+"""Streaming A2C from pixels: no rollout buffer. Each env-step: logits and value of the current observations,
+sample, step the env, bootstrap from the next observation's value under no_grad (the finished episode's last
+observation where the step was truncated: truncation is not terminal), policy, value and entropy losses,
+backward; the optimizer steps every `update_every` env-steps (gradient accumulation). With `n_step` > 1 the
+targets are lambda-returns over windows of n env-steps instead (acting without gradients, one forward with
+gradients over the window). One file, CleanRL-style; the math is in `loss.py` and `rl/returns.py`, the shell in
+`rl/loop.py` (docs/training.md "A2C").
+
+    gbxcule train --algo a2c --task leave_house --num-envs 16384 --total-steps 20000000
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gbxcule.rl import returns
+from gbxcule.rl.algos.a2c import build_model, steps_per_update
+from gbxcule.rl.algos.a2c.loss import A2CCoefs, a2c_loss, bootstrap_obs
+from gbxcule.rl.loop import Session
+
+STAT_NAMES = ("pg_loss", "v_loss", "entropy", "adv_mean", "adv_std", "value_mean")
+
+
+def storage_bytes(cfg, obs_bytes: int) -> int:
+    """Device bytes besides the env and the model: the bootstrap observations (streaming), or the window's
+    observations, final observations and per-step scalars (n_step > 1)."""
+    a, n = cfg.a2c, cfg.env.num_envs
+    if a.n_step == 1:
+        return n * (obs_bytes + 64 + 4 * (a.gru or 0))
+    return a.n_step * n * (2 * obs_bytes + 8 + 4 * 4 + 2)
+
+
+def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
+    """Train (or continue from `checkpoint`) in cfg.run.run_dir; returns the summary."""
+    a = cfg.a2c
+    with Session(cfg, checkpoint, echo, device_bytes=lambda ob: storage_bytes(cfg, ob),
+                 steps_per_update=steps_per_update(cfg)) as s:
+        env = s.env
+        n, dev, obs_shape = env.num_envs, env.device, env.single_obs_shape
+        model = build_model(a, env.num_actions, env.stack_k, env.obs_mode == "packed").to(s.device)
+        optimizer = torch.optim.Adam(model.parameters(), lr=a.lr, eps=1e-5)
+        amp = a.amp == "bf16" or (a.amp == "auto" and s.cuda)
+        step_fn = torch.compile(model.forward_step) if a.compile else model.forward_step
+        state = model.initial_state(n, dev)
+        extra = s.start(model, optimizer, state=lambda: {"state": None if state is None else state.cpu().clone()},
+                        describe=f"a2c: {s.storage_bytes / 2**20:,.0f} MiB of step storage on {s.device}; "
+                                 f"{s.num_updates} updates of {steps_per_update(cfg):,} env-steps, an optimizer "
+                                 f"step every {a.update_every} env-steps ({a.update_every * n:,} samples); model "
+                                 f"{model.describe()['params']:,} parameters")
+        if extra and extra.get("state") is not None:
+            state.copy_(extra["state"])
+
+        timer = s.timer
+        hist = torch.zeros(env.num_actions, dtype=torch.int64, device=dev)
+        ones = torch.ones(n * a.n_step, dtype=torch.int64, device=dev)
+        sums = torch.zeros(len(STAT_NAMES), dtype=torch.float32, device=dev)
+        gn_sum = torch.zeros((), dtype=torch.float32, device=dev)
+        boot = torch.zeros((n, *obs_shape), dtype=torch.uint8, device=dev) if a.n_step == 1 else None
+        if a.n_step > 1:
+            t_len = a.n_step
+            obs_buf = torch.zeros((t_len, n, *obs_shape), dtype=torch.uint8, device=dev)
+            final_buf = torch.zeros_like(obs_buf)
+            act_buf = torch.zeros((t_len, n), dtype=torch.int64, device=dev)
+            val_buf = torch.zeros((t_len, n), dtype=torch.float32, device=dev)
+            rew_buf = torch.zeros((t_len, n), dtype=torch.float32, device=dev)
+            term_buf = torch.zeros((t_len, n), dtype=torch.bool, device=dev)
+            trunc_buf = torch.zeros((t_len, n), dtype=torch.bool, device=dev)
+        windows_per_step = a.update_every // a.n_step
+
+        while s.running:
+            lr = returns.linear_lr(a.lr, s.update, s.num_updates, a.anneal_lr)
+            for g in optimizer.param_groups:
+                g["lr"] = lr
+            ent_coef = returns.linear_schedule(a.ent_coef, a.ent_coef_end, s.update, s.num_updates)
+            coefs = A2CCoefs(a.vf_coef, ent_coef, a.norm_adv)
+            sums.zero_()
+            gn_sum.zero_()
+            hist.zero_()
+            for k in range(a.steps_per_update // a.n_step):
+                if a.n_step == 1:
+                    mark = timer.start("forward")
+                    with s.autocast(amp):
+                        logits, value, new_state = step_fn(env.obs, state)
+                    dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
+                    action = dist.sample()
+                    logp, ent = dist.log_prob(action), dist.entropy()
+                    timer.stop(mark)
+                    mark = timer.start("env")
+                    _, reward, term, trunc, _ = env.step(action)
+                    timer.stop(mark)
+                    mark = timer.start("backward")
+                    with torch.no_grad(), s.autocast(amp):
+                        bootstrap_obs(env.obs, env.final_obs, trunc, out=boot)
+                        v_next = model.value(boot, None if new_state is None else new_state.detach()).float()
+                    target = returns.td_target(reward, term, v_next, a.gamma)
+                    loss, m = a2c_loss(logp, ent, value.float(), target, coefs)
+                    (loss / a.update_every).backward()
+                    if state is not None:  # carried on, reset where the episode ended
+                        state = new_state.detach().float() * (~(term | trunc)).unsqueeze(-1).float()
+                else:
+                    with torch.no_grad():
+                        for t in range(t_len):
+                            mark = timer.start("forward")
+                            obs_buf[t].copy_(env.obs)
+                            with s.autocast(amp):
+                                logits, value = model(obs_buf[t])
+                            action = torch.distributions.Categorical(logits=logits.float(),
+                                                                     validate_args=False).sample()
+                            act_buf[t] = action
+                            val_buf[t] = value.float()
+                            timer.stop(mark)
+                            mark = timer.start("env")
+                            _, reward, term, trunc, _ = env.step(action)
+                            rew_buf[t], term_buf[t], trunc_buf[t] = reward, term, trunc
+                            final_buf[t].copy_(env.final_obs)
+                            timer.stop(mark)
+                    mark = timer.start("backward")
+                    with torch.no_grad(), s.autocast(amp):
+                        last_value = model.value(env.obs).float()
+                        final_values = torch.zeros_like(val_buf)
+                        idx = trunc_buf.nonzero()  # one sync per window: the truncated steps, usually few
+                        for chunk in idx.split(8192):
+                            final_values[chunk[:, 0], chunk[:, 1]] = model.value(
+                                final_buf[chunk[:, 0], chunk[:, 1]]).float()
+                        _, ret = returns.gae(rew_buf, val_buf, term_buf | trunc_buf, last_value, a.gamma,
+                                             a.gae_lambda, trunc_buf, final_values)
+                    with s.autocast(amp):
+                        logits, value = model(obs_buf.reshape(t_len * n, *obs_shape))
+                    dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
+                    action = act_buf.reshape(-1)
+                    loss, m = a2c_loss(dist.log_prob(action), dist.entropy(), value.float(), ret.reshape(-1), coefs)
+                    (loss / windows_per_step).backward()
+                sums.add_(torch.stack([m[name].float() for name in STAT_NAMES]))
+                hist.index_add_(0, action, ones)
+                timer.stop(mark)
+                if (k + 1) % windows_per_step == 0:
+                    mark = timer.start("optimizer")
+                    gn_sum.add_(s.apply_gradients(model, optimizer, a.max_grad_norm))
+                    optimizer.zero_grad(set_to_none=True)
+                    timer.stop(mark)
+            windows = a.steps_per_update // a.n_step
+            mean = sums / windows
+            metrics = {"lr": lr, "ent_coef": ent_coef, **dict(zip(STAT_NAMES, mean.unbind(0), strict=True)),
+                       "grad_norm": gn_sum / (a.steps_per_update // a.update_every), "actions": hist}
+            s.end_update(a.steps_per_update * n, metrics, guard=("pg_loss", "v_loss", "grad_norm"))
+    return s.summary

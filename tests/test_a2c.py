@@ -1,0 +1,143 @@
+"""Streaming A2C: its math on tiny tensors (the one-step target with terminated and truncated envs in one batch,
+gradient accumulation), and the trainer on the CPU device with tiny configs (trains, checkpoints, resumes bit
+for bit, evaluates; bad knobs are one line)."""
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gbxcule.cli.main import main  # noqa: E402
+from gbxcule.rl import returns  # noqa: E402
+from gbxcule.rl.algos import make_config, train  # noqa: E402
+from gbxcule.rl.algos.a2c.loss import A2CCoefs, a2c_loss, bootstrap_obs  # noqa: E402
+from gbxcule.rl.shell import ConfigError  # noqa: E402
+
+TIMING = {"sps", "updates_per_s", "wall_s", "time_env_s", "time_forward_s", "time_backward_s", "time_optimizer_s",
+          "time_eval_s", "eval/wall_s", "eval/elapsed_s"}
+
+
+def test_td_target_with_terminated_and_truncated_envs_in_one_batch():
+    # four envs: running, terminated, truncated, truncated-and-goal-missed; obs are one number per env, and the
+    # "value function" reads it, so which obs each env bootstraps from is visible in the target
+    next_obs = torch.tensor([[10.0], [20.0], [30.0], [40.0]])  # after autoreset: the next episode's first for 1-3
+    final_obs = torch.tensor([[0.0], [21.0], [31.0], [41.0]])  # the finished episodes' last observations
+    term = torch.tensor([False, True, False, False])
+    trunc = torch.tensor([False, False, True, True])
+    boot = bootstrap_obs(next_obs, final_obs, trunc)
+    assert boot.flatten().tolist() == [10.0, 20.0, 31.0, 41.0]
+    v_next = boot.flatten() * 0.5
+    reward = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    target = returns.td_target(reward, term, v_next, 0.9)
+    # running: 1 + 0.9*5; terminated: 2 (no bootstrap); truncated: bootstrap from the final obs, not the next
+    assert target.tolist() == pytest.approx([1 + 0.9 * 5.0, 2.0, 3 + 0.9 * 15.5, 4 + 0.9 * 20.5])
+    out = torch.empty_like(next_obs)
+    assert bootstrap_obs(next_obs, final_obs, trunc, out=out) is out and torch.equal(out, boot)
+
+
+def _grads(params, loss_fn):
+    for p in params:
+        p.grad = None
+    loss_fn()
+    return [p.grad.clone() for p in params]
+
+
+def test_k_accumulated_steps_equal_one_step_on_the_concatenated_batch():
+    g = torch.Generator().manual_seed(7)
+    k, n, a = 4, 5, 3
+    net = torch.nn.Linear(6, a + 1)
+    obs = torch.randn(k, n, 6, generator=g)
+    acts = torch.randint(0, a, (k, n), generator=g)
+    targets = torch.randn(k, n, generator=g)
+    c = A2CCoefs(vf_coef=0.5, ent_coef=0.01, norm_adv=False)  # normalised advantages are per batch by design
+
+    def loss_of(o, act, tgt):
+        out = net(o)
+        dist = torch.distributions.Categorical(logits=out[:, :a])
+        return a2c_loss(dist.log_prob(act), dist.entropy(), out[:, a], tgt, c)[0]
+
+    def accumulated():
+        for i in range(k):
+            (loss_of(obs[i], acts[i], targets[i]) / k).backward()
+
+    def concatenated():
+        loss_of(obs.reshape(k * n, 6), acts.reshape(-1), targets.reshape(-1)).backward()
+
+    params = list(net.parameters())
+    for x, y in zip(_grads(params, accumulated), _grads(params, concatenated), strict=True):
+        assert torch.allclose(x, y, atol=1e-6)
+
+
+def test_loss_has_no_gradient_through_the_target():
+    v = torch.tensor([0.5, -0.5], requires_grad=True)
+    tgt = v.detach() * 0 + torch.tensor([1.0, 0.0])
+    loss, m = a2c_loss(torch.zeros(2), torch.zeros(2), v, tgt, A2CCoefs(vf_coef=1.0, ent_coef=0.0, norm_adv=False))
+    loss.backward()
+    assert v.grad.tolist() == pytest.approx([-0.25, -0.25])  # d/dv 0.5*mean((v - t)^2)
+    assert m["adv_mean"].item() == pytest.approx(0.5)
+
+
+def tiny(run_dir, a2c=None, **run):
+    return make_config(None, {"algo": "a2c", "total_steps": 3 * 6 * 8, "env": {"num_envs": 6},
+                              "a2c": {"steps_per_update": 8, "model": "small", **(a2c or {})},
+                              "run": {"run_dir": str(run_dir), "device": "cpu", "progress": False,
+                                      "tensorboard": False, "checkpoint_every": 1, "eval_episodes": 0, **run}})
+
+
+def metrics(run_dir):
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+
+
+@pytest.mark.parametrize("knobs", [{}, {"n_step": 4, "gae_lambda": 0.9}, {"gru": 8}], ids=["td0", "window", "gru"])
+def test_tiny_run_trains_checkpoints_and_resumes_bit_for_bit(tmp_path, knobs):
+    straight = tmp_path / "straight"
+    s = train(tiny(straight, knobs))
+    assert s["updates"] == 3 and s["env_steps"] == 3 * 48 and s["stopped"] == "done"
+    rows = metrics(straight)
+    assert [r["update"] for r in rows] == [1, 2, 3]
+    for key in ("pg_loss", "v_loss", "entropy", "grad_norm", "adv_mean", "adv_std", "value_mean", "ent_coef",
+                "return_p50", "length_p90", "dist_p10", "done_rate", "trunc_rate"):
+        assert key in rows[-1], key
+    assert sum(rows[-1]["actions"]) == 48
+    assert rows[0]["entropy"] > 2.0
+    part = tmp_path / "part"
+    assert train(tiny(part, knobs, stop_after_updates=1))["stopped"] == "stop_after_updates"
+    resumed = train(tiny(part, knobs), resume=True)
+    assert resumed["updates"] == 3
+    assert metrics(part) == rows
+    a = torch.load(straight / "checkpoint.pt", weights_only=False)
+    b = torch.load(part / "checkpoint.pt", weights_only=False)
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    if knobs.get("gru"):
+        assert a["extra"]["state"].shape == (6, 8) and torch.equal(a["extra"]["state"], b["extra"]["state"])
+
+
+def test_eval_of_an_a2c_run_through_the_registry(tmp_path, capsys):
+    run = tmp_path / "r"
+    train(tiny(run, {"gru": 4}, stop_after_updates=1, checkpoint_every=1))
+    assert main(["eval", str(run), "--device", "cpu", "--episodes", "2", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["algo"] == "a2c" and rep["greedy"]["episodes"] == 2 and "sampled" in rep
+
+
+@pytest.mark.parametrize("bad, word", [({"update_every": 0}, "update_every"), ({"n_step": 8}, "n_step"),
+                                       ({"gru": 0}, "gru"), ({"steps_per_update": 6}, "multiple"),
+                                       ({"ent_coef": "x"}, "ent_coef"), ({"norm_adv": "false"}, "norm_adv")])
+def test_bad_knobs_are_one_line(tmp_path, bad, word):
+    with pytest.raises(ConfigError, match=word):
+        tiny(tmp_path, bad)
+
+
+def test_unknown_algo_and_foreign_section_are_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:  # argparse: one usage line and the choices
+        main(["train", "--algo", "nope", "--device", "cpu"])
+    assert exc.value.code == 2 and "invalid choice: 'nope'" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="unknown algo"):
+        make_config(None, {"algo": "sarsa"})
+    with pytest.raises(ConfigError, match=r"section \[a2c\] is for algo a2c"):
+        make_config(None, {"a2c": {"lr": 1e-3}})
+    assert main(["train", "--algo", "a2c", "--epochs", "3", "--device", "cpu", "--run-dir", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--epochs is not a setting of a2c" in err[0]
