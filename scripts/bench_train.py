@@ -1,6 +1,7 @@
 """Training speed: `gbxcule train` SPS (env-steps/s including inference and updates) per variant (bf16 or
-fp32 autocast, torch.compile, emulator options), split into env / inference / update time, beside the raw
-full_step SPS of the same env count measured in the same run (issue 18's aim: training >= 50% of raw).
+fp32 autocast, torch.compile, emulator options, algorithms: `--variant a2c "--algo a2c"`), split into the
+trainer's phases (PPO: env / inference / update; A2C: env / forward / backward / optimizer), beside the raw
+full_step SPS of the same env count measured in the same run.
 One table, one JSON artifact.
 
     python scripts/bench_train.py --device cuda --num-envs 16384 --seconds 60 --out bench_out/train_speed.json
@@ -42,7 +43,8 @@ def run_variant(args, name: str, flags: str, folder: Path) -> dict:
     steady = lines[args.skip:]
     if not steady:
         return {"name": name, "flags": flags, "error": f"only {len(lines)} updates in {args.seconds} s"}
-    t = {k: sum(m[f"time_{k}_s"] for m in steady) for k in ("env", "inference", "update")}  # per update
+    phases = sorted({k[5:-2] for m in steady for k in m if k.startswith("time_") and k.endswith("_s")} - {"eval"})
+    t = {k: sum(m.get(f"time_{k}_s") or 0.0 for m in steady) for k in phases}  # env, inference/forward, update...
     total = sum(t.values())
     steps = steady[-1]["env_steps"] - (lines[args.skip - 1]["env_steps"] if args.skip else 0)
     return {"name": name, "flags": flags, "updates": len(steady),
@@ -104,16 +106,15 @@ def main() -> int:
     data = {"task": args.task, "config": args.config, "num_envs": args.num_envs, "device": args.device,
             "seconds": args.seconds, "skip": args.skip, "variants": rows, "raw": raw, "environment": environment()}
     out = write_output(Path(args.out), json.dumps(data, indent=1))
-    print(f"{'variant':16s} {'updates':>7s} {'train sps':>10s} {'env sps':>9s} {'env %':>6s} {'infer %':>7s} "
-          f"{'update %':>8s}" + "".join(f" {'/ raw ' + k:>14s}" for k in raw))
+    print(f"{'variant':16s} {'updates':>7s} {'train sps':>10s} {'env sps':>9s}" + "".join(f" {'/ raw ' + k:>14s}"
+                                                                                     for k in raw) + "  time split")
     for r in rows:
         if "error" in r:
             print(f"{r['name'][:16]:16s} failed: {r['error']}")
             continue
-        s = r["share"]
-        print(f"{r['name'][:16]:16s} {r['updates']:>7d} {r['sps']:>10,.0f} {r['env_sps']:>9,.0f} "
-              f"{100 * s['env']:>6.1f} {100 * s['inference']:>7.1f} {100 * s['update']:>8.1f}"
-              + "".join(f" {100 * r['sps'] / v:>13.1f}%" for v in raw.values()))
+        split = ", ".join(f"{k} {100 * v:.1f}%" for k, v in r["share"].items())
+        print(f"{r['name'][:16]:16s} {r['updates']:>7d} {r['sps']:>10,.0f} {r['env_sps']:>9,.0f}"
+              + "".join(f" {100 * r['sps'] / v:>13.1f}%" for v in raw.values()) + f"  {split}")
     for k, v in raw.items():
         print(f"raw full_step {k}: {v:,.0f} env-steps/s")
     print(f"artifact: {out}")

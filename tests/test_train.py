@@ -74,7 +74,11 @@ def test_eval_and_plot_from_the_cli(straight, tmp_path, capsys):
     assert rep["episodes"] == 3 and 0.0 <= rep["success_rate"] <= 1.0 and gif.stat().st_size > 0
     assert main(["plot", str(d), "--out", str(tmp_path), "--json"]) == 0
     written = json.loads(capsys.readouterr().out)["written"]
-    assert len(written) == 4 and all((tmp_path / p.split("/")[-1]).stat().st_size > 1000 for p in written)
+    names = {p.split("/")[-1] for p in written}
+    # no episode ends in 4 x 8 steps of a 100-step task: no return or success panel, the rest drawn
+    assert names == {"entropy.png", "sps.png", "losses.png", "values.png", "actions.png", "rates.png",
+                     "goal_distance.png", "updates_per_s.png"}
+    assert all((tmp_path / p.split("/")[-1]).stat().st_size > 1000 for p in written)
 
 
 def test_bad_input_is_one_line_and_keeps_the_checkpoint(straight, tmp_path, capsys):
@@ -162,6 +166,25 @@ def test_set_overrides_merge_tables_and_reject_bad_items(tmp_path, capsys):
     assert not (tmp_path / "r" / "checkpoint.pt").exists()
 
 
+def test_plot_draws_percentile_bands_eval_against_time_and_runs_overlaid(tmp_path):
+    from gbxcule.rl.plot import plot_runs
+
+    runs = []
+    for name, lag in (("a", 0), ("b", 1)):
+        d = tmp_path / name
+        d.mkdir()
+        rows = [{"update": u, "env_steps": 100 * u, "episode_return": 0.1 * u, "return_p10": 0.0, "return_p50": 0.1,
+                 "return_p90": 0.2 * u, "actions": [u, 3, 0], "eval/greedy_success": min(1.0, 0.3 * (u - lag)),
+                 "eval/elapsed_s": 10.0 * u} for u in (1, 2, 3, 4)]
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"update": 5, "env')
+        runs.append(d)
+    written = plot_runs(runs, tmp_path / "out")  # a torn last line (a killed run) is left out, not an error
+    names = [p.name for p in written]
+    assert names == ["episode_return.png", "success_rate.png", "greedy_success_vs_time.png", "actions_a.png",
+                     "actions_b.png"]
+    assert all(p.stat().st_size > 1000 for p in written)
+
+
 def test_plot_draws_success_by_start_slot_when_the_log_has_it(tmp_path):
     from gbxcule.rl.plot import plot_runs, slot_success_grid
 
@@ -172,5 +195,6 @@ def test_plot_draws_success_by_start_slot_when_the_log_has_it(tmp_path):
     assert edges == [0, 100, 200, 300] and rates[0][0] == 0.5 and math.isnan(rates[0][1]) and rates[2][2] == 0.75
     assert slot_success_grid([{"env_steps": 1}]) is None
     written = plot_runs([tmp_path])
-    assert [p.name for p in written][-1] == "success_by_start_slot.png" and len(written) == 5
+    assert [p.name for p in written] == ["episode_return.png", "success_rate.png", "entropy.png", "sps.png",
+                                         "success_by_start_slot.png"]
     assert written[-1].stat().st_size > 1000

@@ -1,4 +1,5 @@
-"""Learning curves from run folders' metrics.jsonl (matplotlib, headless)."""
+"""Learning curves from run folders' metrics.jsonl (matplotlib, headless), runs overlaid: one PNG per panel
+that the logs have data for, percentiles drawn as a p10-p90 band around the p50 line."""
 
 from __future__ import annotations
 
@@ -7,8 +8,21 @@ from pathlib import Path
 
 from gbxcule.core.errors import GbxculeError
 
-CURVES = (("episode_return", "episode return"), ("success_rate", "success rate (sampled policy)"),
-          ("entropy", "policy entropy"), ("sps", "env-steps/s (training)"))
+# (file name, title, keys drawn as lines, percentile band prefix or None)
+PANELS = (
+    ("episode_return", "episode return (mean; band: p10-p90 of each env's last episode)", ("episode_return",),
+     "return"),
+    ("success_rate", "success rate", ("success_rate", "running_success", "eval/greedy_success"), None),
+    ("entropy", "policy entropy", ("entropy",), None),
+    ("sps", "env-steps/s (training)", ("sps",), None),
+    ("episode_length", "episode length (mean; band: p10-p90)", ("episode_length",), "length"),
+    ("goal_distance", "distance to the goal template (p50; band: p10-p90 over envs)", (), "dist"),
+    ("rates", "episode ends per env-step", ("done_rate", "trunc_rate", "term_rate"), None),
+    ("values", "value and advantage statistics", ("value_mean", "adv_mean", "adv_std", "explained_variance",
+                                                   "q_mean"), None),
+    ("losses", "losses", ("pg_loss", "v_loss", "q_loss", "loss"), None),
+    ("updates_per_s", "updates per second", ("updates_per_s",), None),
+)
 
 
 def read_metrics(run: str | Path) -> list[dict]:
@@ -18,13 +32,23 @@ def read_metrics(run: str | Path) -> list[dict]:
         lines = path.read_text().splitlines()
     except OSError as exc:
         raise GbxculeError(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        rows = [json.loads(x) for x in lines if x.strip()]
-    except json.JSONDecodeError:
-        raise GbxculeError(f"{path} is not a metrics log (one JSON object a line)") from None
+    rows = []
+    for i, x in enumerate(lines):
+        if not x.strip():
+            continue
+        try:
+            rows.append(json.loads(x))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:  # a torn last line (a run killed mid-write): the rest is good
+                continue
+            raise GbxculeError(f"{path} is not a metrics log (line {i + 1} is not JSON)") from None
     if not rows:
         raise GbxculeError(f"{path} holds no updates yet")
     return rows
+
+
+def _points(rows: list[dict], x: str, key: str) -> list[tuple[float, float]]:
+    return [(r[x], r[key]) for r in rows if isinstance(r.get(key), int | float) and r.get(x) is not None]
 
 
 def plot_runs(runs, out: str | Path | None = None, x: str = "env_steps") -> list[Path]:
@@ -37,23 +61,71 @@ def plot_runs(runs, out: str | Path | None = None, x: str = "env_steps") -> list
 
     data = {str(r): read_metrics(r) for r in runs}
     folder = Path(out) if out else (Path(runs[0]) if Path(runs[0]).is_dir() else Path(runs[0]).parent)
+    xlabel = "env-steps" if x == "env_steps" else "wall time (s)"
     written = []
-    for key, title in CURVES:
-        fig, ax = plt.subplots(figsize=(6, 3.6), dpi=110)
-        for name, rows in data.items():
-            pts = [(r[x], r[key]) for r in rows if r.get(key) is not None and r.get(x) is not None]
-            if pts:
-                ax.plot(*zip(*pts, strict=True), label=Path(name).name, lw=1.4)
-        ax.set_title(title)
-        ax.set_xlabel("env-steps" if x == "env_steps" else "wall time (s)")
-        ax.grid(alpha=0.3)
-        if len(data) > 1:
-            ax.legend(fontsize=7)
+
+    def save(fig, name: str) -> None:
         fig.tight_layout()
-        path = folder / f"{key}.png"
-        written.append(write_output(path, lambda tmp, fig=fig: fig.savefig(tmp, format="png"), inputs=list(runs)))
+        written.append(write_output(folder / f"{name}.png", lambda tmp: fig.savefig(tmp, format="png"),
+                                    inputs=list(runs)))
         plt.close(fig)
-    for name, rows in data.items():  # runs with several start slots: success by slot over training
+
+    for name, title, keys, band in PANELS:
+        fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=110)
+        drawn = 0
+        for run, rows in data.items():
+            label = Path(run).name
+            for key in keys:
+                pts = _points(rows, x, key)
+                if pts:
+                    ax.plot(*zip(*pts, strict=True), lw=1.4,
+                            label=label if len(keys) == 1 else f"{label}: {key}")
+                    drawn += 1
+            if band:
+                lo, mid, hi = (_points(rows, x, f"{band}_p{p}") for p in (10, 50, 90))
+                if mid:
+                    line = ax.plot(*zip(*mid, strict=True), lw=1.0, ls="--", label=f"{label}: p50")[0]
+                    drawn += 1
+                    if lo and hi and len(lo) == len(hi):
+                        ax.fill_between([p[0] for p in lo], [p[1] for p in lo], [p[1] for p in hi], alpha=0.2,
+                                        color=line.get_color())
+        if not drawn:
+            plt.close(fig)
+            continue
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+        if len(data) > 1 or len(keys) > 1 or band:
+            ax.legend(fontsize=7)
+        save(fig, name)
+    # the periodic greedy eval against wall time from the process start: "time to 90%" read off the log
+    evals = {run: _points(rows, "eval/elapsed_s", "eval/greedy_success") for run, rows in data.items()}
+    if any(evals.values()):
+        fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=110)
+        for run, pts in evals.items():
+            if pts:
+                ax.plot(*zip(*pts, strict=True), marker="o", ms=3, lw=1.4, label=Path(run).name)
+        ax.axhline(0.9, color="grey", lw=0.8, ls=":")
+        ax.set_title("greedy success (periodic eval) against wall time, start-up included", fontsize=9)
+        ax.set_xlabel("seconds since the process started")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        save(fig, "greedy_success_vs_time")
+    for run, rows in data.items():  # the action histogram over training, as shares
+        hist = [(r[x], r["actions"]) for r in rows if isinstance(r.get("actions"), list) and r.get(x) is not None]
+        if not hist or not any(sum(h) for _, h in hist):
+            continue
+        xs = [h[0] for h in hist]
+        shares = [[c / max(1, sum(h)) for c in h] for _, h in hist]
+        fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=110)
+        ax.stackplot(xs, list(zip(*shares, strict=True)), labels=[f"action {i}" for i in range(len(shares[0]))])
+        ax.set_title(f"actions taken{'' if len(data) == 1 else ': ' + Path(run).name}", fontsize=9)
+        ax.set_xlabel(xlabel)
+        ax.set_ylim(0, 1)
+        ax.legend(fontsize=6, loc="upper right", ncol=2)
+        save(fig, "actions" if len(data) == 1 else f"actions_{Path(run).name}")
+    for run, rows in data.items():  # runs with several start slots: success by slot over training
         grid = slot_success_grid(rows)
         if grid is None:
             continue
@@ -62,14 +134,10 @@ def plot_runs(runs, out: str | Path | None = None, x: str = "env_steps") -> list
         mesh = ax.pcolormesh(steps, range(len(rates[0]) + 1), [list(c) for c in zip(*rates, strict=True)],
                              vmin=0, vmax=1, cmap="viridis", shading="flat")
         fig.colorbar(mesh, ax=ax, label="success rate")
-        ax.set_title(f"success by start slot{'' if len(data) == 1 else ': ' + Path(name).name}")
+        ax.set_title(f"success by start slot{'' if len(data) == 1 else ': ' + Path(run).name}")
         ax.set_xlabel("env-steps")
         ax.set_ylabel("start slot")
-        fig.tight_layout()
-        path = folder / ("success_by_start_slot.png" if len(data) == 1 else
-                         f"success_by_start_slot_{Path(name).name}.png")
-        written.append(write_output(path, lambda tmp, fig=fig: fig.savefig(tmp, format="png"), inputs=list(runs)))
-        plt.close(fig)
+        save(fig, "success_by_start_slot" if len(data) == 1 else f"success_by_start_slot_{Path(run).name}")
     return written
 
 
