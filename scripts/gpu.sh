@@ -2,10 +2,11 @@
 # gbxcule's one driver for the GPU machine (Python 3.12 and torch, no Warp, no PyBoy, no package index), run
 # from the repository root there:   bash scripts/gpu.sh SUBCOMMAND [ARGS]      (bash scripts/gpu.sh help)
 #
-# Installing takes two calls, because the working tree that travels to the machine is limited in size:
-#   1. carry .gpu/warp.part.aa:            mkdir -p /root/gpu && cp .gpu/warp.part.aa /root/gpu/
-#   2. carry the rest of .gpu/ (and .games/ for the game set):   bash scripts/gpu.sh setup
-# (.gpu/ is made here by ../shared/gpu/prepare.sh; `setup` does step 1 itself when warp.part.aa is in the tree.)
+# Installing takes two calls, because what one call may bring to the machine is limited in size:
+#   1. with .gpu/warp.part.aa in the tree:    mkdir -p /root/gpu && cp .gpu/warp.part.aa /root/gpu/
+#   2. with the rest of .gpu/ (and .games/ for the game set):   bash scripts/gpu.sh setup
+# (.gpu/ is made by ../shared/gpu/prepare.sh on the development machine; `setup` does step 1 itself when
+# .gpu/warp.part.aa is in the tree.)
 # Every other subcommand assumes setup happened and sets PYTHONPATH itself. Each writes its files under a
 # folder of its own in $RUNS and packs them into one $OUT/NAME.tgz (a run brings back only a few files), and
 # prints its table last. BENCHMARKS.md gives the command behind each figure.
@@ -36,7 +37,7 @@ use_src() {
   export PYTHONPATH=$GPU_ROOT:${1:-$SRC}
 }
 
-# a fresh work folder $RUNS/$1 (printed), kept apart from earlier runs of the same subcommand
+# a fresh work folder $RUNS/$1 (printed; an earlier one of that name is removed)
 work() { local d=$RUNS/$1; rm -rf "$d"; mkdir -p "$d" "$OUT"; echo "$d"; }
 
 # pack the work folder $RUNS/$1 into $OUT/$1.tgz (files named in $2.. are left out)
