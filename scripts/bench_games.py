@@ -17,7 +17,7 @@ random in those).
 Each game starts from one PyBoy state taken after `--state-frames` frames of NOOPs from power-on (made here
 with PyBoy and kept in `--states`), so every backend runs the same work. The timed steps come after `--warmup`
 steps of random play (default 30), once the envs have spread apart: steps 2-11 from a state ran 2-3 times as
-fast, against PyBoy, as steps 32 on (BENCHMARKS.md, tenth visit; `--window` shows the curve).
+fast, against PyBoy, as steps 32 on (docs/divergence.md, "How to measure it"; `--window` shows the curve).
 
 A set too long for one call (a GPU lease's 10-minute commands) runs in parts (`--only`), and `--merge` makes
 the one table and artifact from them; the parts must share their settings and source tree.

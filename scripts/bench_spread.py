@@ -6,8 +6,8 @@ backend's `loop`, nested or flat, and an optional +G: G stream groups, `set_stre
 far a rerun moves.
 
 Random play spreads the envs: a step from the start state runs several times faster than one 30 steps later
-(BENCHMARKS.md, tenth visit), so what wins right after a state is loaded need not win in training. This times
-the later regime without replaying the spread for every variant.
+(docs/divergence.md, "How to measure it"), so what wins right after a state is loaded need not win in training.
+This times the later regime without replaying the spread for every variant.
 
     python scripts/bench_spread.py --games .games --only geometrix --envs 262144 --variants path/1,path/4,pc/1
 """

@@ -1,5 +1,5 @@
 """Read the compiled CUDA step kernel without a GPU: registers, stack and spills (ptxas -v), SASS size and
-the spill loads in its largest loops (nvdisasm). The figures in BENCHMARKS.md "Where the time goes".
+the spill loads in its largest loops (nvdisasm); docs/kernel_style.md says what to look for.
 
     .venv/bin/python scripts/kernel_report.py [--stage full_step] [--lean] [--max-registers N] [--arch 90]
                                               [--loop nested|flat]
@@ -12,7 +12,8 @@ ptxas names in its error message.
 `--lines FILE --block-dim N` instead writes `nvdisasm -g` of the cubin Warp's own NVRTC builds, with line info,
 for N-thread blocks (`step_block_dim`: 128 at 65,536 envs on an H100): the same SASS, instruction for
 instruction, as the GPU machine builds, so `scripts/ncu_lines.py` can read a profile's source page against it
-when the profile run's cubin is not at hand (BENCHMARKS.md, fourteenth visit).
+when the profile run's cubin is not at hand (at 255 registers the SASS is the same at 128 and 256 threads a
+block). `bash scripts/gpu.sh kernel_report` runs the report for every step-kernel variant on the GPU machine.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ After some steps of seeded random play, each frame of the sampled steps runs in 
 dots (the step kernel's `stop_dot`, docs/step_abi.md "Frames in parts"), and every env's PC is read at each
 stop: batch ends fall at PPU events, so the samples spread over the frame by time. Halted envs are counted
 apart. The hottest PCs are listed with their instruction (the ROM bank mapped in the env sampled), which is
-how the polling loops `kernels/idle.py` runs at once were found (BENCHMARKS.md, eighth visit). Results do not
+how the polling loops `kernels/idle.py` runs at once were found (`4f9ecd8`). Results do not
 depend on the stops (tests/test_warp_core.py), so the sampled play is the play a plain step gives.
 
     python scripts/pc_profile.py --rom .games/airaki.gb --state .games/states/airaki.state

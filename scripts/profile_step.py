@@ -6,13 +6,14 @@
 With the CUDA defaults a step is 24 launches of the step kernel (one per frame, the last one the full kernel,
 the others the lean one) after as many sorts; `--launch-skip 130` passes the 5 warm-up steps (120 launches)
 and lands on a lean launch in the middle of a step; `--launch-skip 143` lands on the step's last frame, drawn
-in the full kernel with the stage's epilogue. With `--lineinfo` (and `--import-source yes`), `ncu --page source
---print-source cuda` attributes the samples to lines of Warp's generated CUDA, which quote the Python source.
-BENCHMARKS.md "Where the time goes" reads the results.
+in the full kernel with the stage's epilogue (with `--sort-parts 1`: more parts mean more launches a frame).
+With `--lineinfo` (and `--import-source yes`), `ncu --page source --print-source cuda` attributes the samples
+to lines of Warp's generated CUDA, which quote the Python source. `bash scripts/gpu.sh ncu` runs it all.
 
 `--breakdown N` (no ncu needed) times every launch of N more steps with CUDA events and prints where a
-step's device time goes: the sort key kernels and radix sorts, the lean and full step-kernel launches,
-the observation pass.
+step's device time goes: the sort key kernels and radix sorts, the step-kernel launches by variant (lean or
+drawn, nested or flat loop), the observation pass (`bash scripts/gpu.sh breakdown`; BENCHMARKS.md, "Where a
+step's time goes").
 """
 
 from __future__ import annotations
@@ -71,11 +72,20 @@ def main() -> int:
     return 0
 
 
+def step_kernel_names(stage: str, variants) -> dict[int, str]:
+    """id of each step kernel a backend of `stage` may launch -> its name in the breakdown, for the (draws,
+    flat) pairs of `WarpVecBackend.step_variants()` (the modules are cached: the backend launches these)."""
+    from gbxcule.kernels.gen import load_kernels
+
+    return {id(load_kernels(None, stage, draws, flat).step_kernel):
+            f"step_kernel ({'drawn' if draws else 'lean'}, {'flat' if flat else 'nested'})" for draws, flat in variants}
+
+
 def breakdown(wp, backend, gen, first: int, steps: int) -> None:
     """Time each launch of `steps` steps with a pair of CUDA events and sum by what was launched."""
     events: list[tuple[str, object, object]] = []
     launch, sort = wp.launch, wp.utils.radix_sort_pairs
-    lean = backend._lean_kernels().step_kernel if backend.lean else None
+    names = step_kernel_names(backend.stage, backend.step_variants())
 
     def timed(name, fn, *a, **kw):
         start, end = wp.Event(enable_timing=True), wp.Event(enable_timing=True)
@@ -85,10 +95,7 @@ def breakdown(wp, backend, gen, first: int, steps: int) -> None:
         events.append((name, start, end))
 
     def timed_launch(kernel, *a, **kw):
-        name = kernel.key
-        if name == "step_kernel":
-            name = "step_kernel (lean)" if kernel is lean else "step_kernel (full)"
-        timed(name, launch, kernel, *a, **kw)
+        timed(names.get(id(kernel), kernel.key), launch, kernel, *a, **kw)
 
     wp.launch, wp.utils.radix_sort_pairs = timed_launch, lambda *a, **kw: timed("radix_sort_pairs", sort, *a, **kw)
     try:

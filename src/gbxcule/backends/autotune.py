@@ -2,25 +2,26 @@
 
 How many times a frame the envs should be re-sorted depends on the game and on how far its envs have spread:
 envs that part ways within a frame (Geometrix, Shock Lobster) run up to a fifth faster when regrouped four
-times a frame, while a game whose envs stay together loses the same to the extra launches (BENCHMARKS.md,
-"Re-sorting within frames"). Results do not depend on the choice, so it can follow the measured speed.
+times a frame, while a game whose envs stay together loses the same to the extra launches (docs/divergence.md,
+"What is built"). Results do not depend on the choice, so it can follow the measured speed.
 
 The backend's candidates are (parts, heaviest first, flat loop) triples: with the `path` key, whether the envs
 that ran the most since the last sort go first or last changes how long SMs sit idle at a launch's end, and the
-better end depends on the game (BENCHMARKS.md, twelfth visit); so does whether the step kernel's lanes wait for
-their warp's slowest CPU batch (the nested loop) or go on from batch to batch (the flat loop; thirteenth visit).
+better end depends on the game; so does whether the step kernel's lanes wait for their warp's slowest CPU batch
+(the nested loop) or go on from batch to batch (the flat loop), and whether the envs run in two stream groups
+(docs/divergence.md, "What is built").
 
 `Tuner` is the policy alone, without the device. A trial times every candidate for two steps, in the order
 1 2 4 4 2 1: play that speeds up or slows down steadily (random play spreads the envs apart, step after step)
 adds the same to every candidate's sum, so it favours none. (Trying only a neighbour, climbing, does not do:
 on Geometrix 2 parts run slower than 1 and 4 faster than both.) The fastest is kept until the next trial,
 which comes 32 steps after this one is read, then 64, 128, ... up to every `max_gap` steps, since the best value
-moves as play goes on. The first trial starts at step `first_trial` (12; 16 until the backend's eight
-choices made a trial 16 steps long, which from step 16 would run into the game benchmark's timed steps 30-39):
-the first steps from a state are no guide, since the envs have not spread apart yet (on Tobu Tobu Girl at
-65,536 envs a step took 0.27 s at steps 1-6 and 1.8 s at steps 39-44, and the early trial picked 2 parts where 1
-ran fastest later: BENCHMARKS.md, ninth visit). The step after a trial reads its times (`poll`), which waits
-once for the device to finish the trial's last step: no waits between trials."""
+moves as play goes on. The first trial starts at step `first_trial` (12, so that the backend's eight choices,
+16 steps, end before the game benchmark's timed steps 30-39): the first steps from a state are no guide, since
+the envs have not spread apart yet (on Tobu Tobu Girl at 65,536 envs a step took 0.27 s at steps 1-6 and 1.8 s at
+steps 39-44, and a trial at step 1 picked 2 parts where 1 ran fastest later; docs/divergence.md, "What did not
+work"). The step after a trial reads its times (`poll`), which waits once for the device to finish the trial's
+last step: no waits between trials."""
 
 from __future__ import annotations
 

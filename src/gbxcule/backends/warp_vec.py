@@ -46,7 +46,7 @@ from gbxcule.core.snapshot import EnvState, Snapshot, encode_snapshot, write_sna
 RENDER_MODES = {"none": 0, "last": 1, "all": 2}
 OBS_MODES = ("stride", "mean")
 SORT_KEYS = ("pc", "path", "path_light", "stack")
-DEFAULT_SORT_KEY = "path"  # BENCHMARKS.md, "Sort keys"
+DEFAULT_SORT_KEY = "path"  # docs/divergence.md, "What is built"
 MAX_SORT_PARTS = 64
 AUTO = "auto"  # sort_parts chosen by timing (backends/autotune.py)
 OBS_STAGES = ("obs_only", "full_step")  # stages whose step ends with obs_kernel (kernels/gen.py STAGES)
@@ -115,10 +115,10 @@ def step_block_dim(num_envs: int, sm_count: int) -> int:
     """Threads per block for the step kernel on a GPU of `sm_count` SMs. At 255 registers a thread an SM
     runs one 256-thread block (8 warps) at a time, so a grid of fewer 256-thread blocks than SMs leaves SMs
     idle: then take the block size that gives no SM more warps than it must (ceil(blocks / SMs) x warps a
-    block), the largest such. Measured on the H100 (132 SMs, BENCHMARKS.md "Block size"): 32 at 4,096 envs
+    block), the largest such. Measured on the H100 (132 SMs, commit 4354990): 32 at 4,096 envs
     (+28% over 256), 128 at 16,384 (+19% to +39%). With fewer than four waves of 256-thread blocks, 128: an
     SM then frees half its warps at a time, so the launch's last blocks end closer together (65,536 envs,
-    heaviest first: +2% to +5% on four games spread apart, OVERWORLD +1.8%; BENCHMARKS.md twelfth visit). From
+    heaviest first: +2% to +5% on four games spread apart, OVERWORLD +1.8%; commit 78f8eb2). From
     four waves on, 256 (262,144 envs: 128 and 64 within -1% to +4%)."""
     if num_envs >= 4 * BLOCK_DIMS[0] * sm_count:
         return BLOCK_DIMS[0]
@@ -218,8 +218,8 @@ class WarpVecBackend:
         # sort_envs (default: on for CUDA with more envs than a warp holds; off for the CPU device, which has
         # no warps): every `sort_every` frames (default 1; a step then takes one launch per sort), order the
         # threads by a key (sort_key below; a stable radix sort), so envs at the same code with the same input
-        # share warps; results still land at each env's own index, bit for bit. BENCHMARKS.md has the
-        # measurements. Up to 32 envs share one warp in any order, so there sorting would only cost (and build
+        # share warps; results still land at each env's own index, bit for bit (docs/divergence.md, "What is
+        # built"). Up to 32 envs share one warp in any order, so there sorting would only cost (and build
         # the sort and flat-loop kernels, e.g. for a goal template's one-env capture).
         self.sort_envs = default_sort_envs(device, n) if sort_envs is None else bool(sort_envs)
         if sort_every < 1:
@@ -228,7 +228,7 @@ class WarpVecBackend:
         # sort_parts: split every frame into this many launches at equal PPU dot counts and sort before
         # each (envs that parted ways within a frame are regrouped); 1: whole frames. "auto" (the default):
         # with sorting every frame, chosen among 1, 2 and 4 by timed trials now and then from step 12 on
-        # (backends/autotune.py; BENCHMARKS.md, tenth visit: at 262,144 envs once the envs have spread,
+        # (backends/autotune.py; commit 8813a1a: at 262,144 envs once the envs have spread,
         # Geometrix +23% and Shock Lobster +15%, five other games within 1%); 1 without sorting every frame
         # (the CPU device's default). Results never depend on it, bit for bit (kernels/idle.py).
         if sort_parts != AUTO and (isinstance(sort_parts, bool) or not isinstance(sort_parts, int)
@@ -245,16 +245,16 @@ class WarpVecBackend:
         # loop: the step kernel's instruction loop (kernels/gen.py _FRAME_LOOPS). "nested": a warp runs its lanes'
         # CPU batches to the slowest one's end before any lane goes on; "flat": lanes go on from batch to batch
         # without waiting (on one spread state: Tobu Tobu Girl +38% over nested, Carazu, Airaki and Corrib75 -10%
-        # to -24%; BENCHMARKS.md, thirteenth visit). "auto" (the default): tried by the sort tuner where there is
+        # to -24%; commit 9ca8808). "auto" (the default): tried by the sort tuner where there is
         # one, else nested. Results never depend on it.
         if loop not in LOOPS:
             raise ValueError(f"loop must be one of {', '.join(LOOPS)}, not {loop!r}")
         self.loop = loop
         # sort_key: "pc" orders by (PC, action); "path" (the default) puts in front of them the instructions each
         # env ran since the last sort, so envs waiting at the same HALT but in different game modes part
-        # (BENCHMARKS.md, "Sort keys": +3% median, +26% on the slowest game of the public set), the heaviest
+        # (commit 9f84adf: +3% median, +26% on the slowest game of the public set), the heaviest
         # envs first: blocks go to SMs in thread order, and heavy blocks started last leave SMs idle at the
-        # launch's end (BENCHMARKS.md, twelfth visit: +8% to +40% on three of four games spread apart). Where
+        # launch's end (commit c36ff0a: +8% to +40% on three of four games spread apart). Where
         # the work since the last sort predicts badly (envs whose frames spike), the lightest first runs faster
         # (Tobu Tobu Girl, 6%), so "auto" tries both orders; "path_light" is that order fixed. "stack" puts the
         # word at SP (the waiting routine's caller) in front of (PC, action) instead.
@@ -407,7 +407,7 @@ class WarpVecBackend:
         runs (below), it also tries 2 groups (whole frames, heaviest first, in each loop it tries); else 1.
         On the H100 at 262,144 spread envs, 2 groups: Tobu Tobu Girl +6.4% (flat loop) and +20% (nested), Rex
         Run +0.8%, Corrib75 -0.2% (nested) and -2.3% (flat); 4 groups lost to 2 on both games tried
-        (BENCHMARKS.md, nineteenth visit). Results never depend on it, bit for bit. The sorts run one at a
+        (commit 03cb804; docs/divergence.md). Results never depend on it, bit for bit. The sorts run one at a
         time (Warp's radix sort may share scratch memory between streams). Rebuilds the sort tuner."""
         wp, n, device = self._wp, self.num_envs, self.device
         if groups != AUTO and (isinstance(groups, bool) or not isinstance(groups, int) or not 1 <= groups <= n):
@@ -438,9 +438,9 @@ class WarpVecBackend:
     def _build_tuner(self) -> None:
         """The sort tuner (sort_parts "auto" with sorting every frame), or None. Its choices are (parts,
         heaviest first, flat loop, stream groups): with the `path` key whole frames are also tried lightest
-        first (in parts, the lightest first was the slowest choice on all 17 games, BENCHMARKS.md twelfth visit),
+        first (in parts, the lightest first was the slowest choice on all 17 games, commit f52ccbe),
         and whole frames in the flat loop (loop "auto"; in parts the flat loop lost to the nested one: Shock
-        Lobster -2.5%, Geometrix -0.7% at 4 parts, BENCHMARKS.md fourteenth visit), and with stream_groups
+        Lobster -2.5%, Geometrix -0.7% at 4 parts, commit e53e6d3), and with stream_groups
         "auto" whole frames heaviest first in 2 groups, in each loop."""
         self.tuner = None
         if not (self.sort_parts == AUTO and self.sort_envs and self.sort_every == 1):
@@ -477,8 +477,8 @@ class WarpVecBackend:
         """Before the first launch on a GPU, build every step module this backend may launch, side by side
         (`wp.force_load` compiles modules in parallel threads): lean and drawn, and with a tuner that tries the
         flat loop, both loops. One at a time, each on first use, a fresh machine paused about 9 s a module: at
-        the first step for two, and again mid-run at the tuner's first trial for the flat pair (BENCHMARKS.md,
-        fourteenth visit). On the CPU device modules still build on first use (the flat pair never runs there
+        the first step for two, and again mid-run at the tuner's first trial for the flat pair (commit b3e411b;
+        BENCHMARKS.md, "Cold start"). On the CPU device modules still build on first use (the flat pair never runs there
         unless asked for, and CI's two cores gain nothing from building more at once)."""
         self._modules_loaded = True
         if not self.device.startswith("cuda"):

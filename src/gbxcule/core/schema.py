@@ -6,14 +6,14 @@ Two kinds of state:
   between launches they live in one int32 device array `fields[env * NUM_FIELDS + f]` (env-major: an env's
   fields are consecutive words, so a thread loading its env's fields touches a few 32-byte sectors even when
   the backend's sort gives a warp scattered envs; field-major, such a warp touched a sector per field and lane,
-  four times the time at 262,144 envs, BENCHMARKS.md ninth visit).
+  four times the time at 262,144 envs: docs/kernel_style.md rule 11).
 - **RAM regions**: bytes of the address space that belong to an env (VRAM, WRAM, OAM, IO, HRAM,
   cartridge RAM), env-major in one [num_envs, bytes] array: byte `o` of env `e` is `ram[e, o]` (flat
   offset `e * bytes + o`, 64-bit in Warp's indexing, so the array may pass 2 GiB), where `o` is the
   region's base in `ram_layout()` plus the offset inside the region. Env-major for the reason the fields
   are: a sorted warp holds scattered envs, and a lane's nearby bytes (the stack, an OAM DMA, a tile row,
-  the sprite table) then share sectors (BENCHMARKS.md ninth visit: +10% to +23% at 262,144 envs over
-  `ram[o, e]`, which coalesced only for envs in order). The ROM is not here:
+  the sprite table) then share sectors (+10% to +23% at 262,144 envs over `ram[o, e]`, which coalesced only
+  for envs in order: docs/kernel_style.md rule 11). The ROM is not here:
   it is stored once and shared by all envs.
 
 Kernel arguments, reset and state I/O (native snapshots, PyBoy states) are all derived from `FIELDS` and

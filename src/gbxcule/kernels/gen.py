@@ -239,7 +239,7 @@ $PRE
         if s.ready != 0 and slot >= s.n_acc:
             break
         # The access of this round by selects, not branches: lanes fetching, in slot 0 and in slot 1 (each
-        # slot's timing (a, k) from pack_info) stay together up to bus_access (BENCHMARKS.md fourteenth visit).
+        # slot's timing (a, k) from pack_info) stay together up to bus_access (commit d9d30ac).
         acc = s.ready != 0
         first = slot == 0
         s.addr = wp.where(acc, wp.where(first, s.ad0, s.ad1), wp.where(k == 0, pc, (s.base + k) & 0xFFFF))
@@ -521,7 +521,7 @@ $STORE
 # The step kernel's epilogue per stage. The observation of `obs_only` and `full_step` is not written here:
 # the backend launches `render.obs_kernel` after the step, one thread per 4 pixels, whose loads and stores
 # coalesce (inside the step kernel, a thread per env read its own frame 23 KB from its neighbours': a
-# quarter of the drawn launch's time on OVERWORLD, BENCHMARKS.md fifth visit). Stages that differ only in
+# quarter of the drawn launch's time on OVERWORLD, commit a4a51fb). Stages that differ only in
 # the observation share one kernel.
 _REWARD_V0 = """
     # reward v0: (A + the bytes of WRAM[reward_lo, reward_hi)) mod 256, scaled to [0, 1]
@@ -542,8 +542,8 @@ _DRAW = "wp.where(render == 2 or (render == 1 and frame == frames_per_step - 1),
 # events once all its lanes have (the lanes whose batch ended first idle meanwhile). "flat": a warp leaves the
 # loop as soon as one of its lanes has ended its batch (a warp vote, kernels/lanes.py); those lanes process their
 # events and start their next batch while the others go on with theirs, so a warp's lanes need not wait for
-# its slowest batch, at the price of walking the event code more often with fewer lanes (BENCHMARKS.md,
-# thirteenth visit: Tobu Tobu Girl +38% over nested, three other games -10% to -24%; backends/warp_vec.py `loop`).
+# its slowest batch, at the price of walking the event code more often with fewer lanes (commit 9ca8808: Tobu
+# Tobu Girl +38% over nested, three other games -10% to -24%; docs/divergence.md; backends/warp_vec.py `loop`).
 # The nested loop keeps `cpu_batch` around its own instruction loop: one loop built from the same pieces ran 3-5%
 # slower on three games.
 _FRAME_LOOPS = {
@@ -580,7 +580,7 @@ def kernel_source(max_registers: int | None = None, stage: str = "emulate_only",
                   flat: bool = False) -> str:
     """The generated module for one stage (stages with the same epilogue give the same source).
     `max_registers` caps the CUDA registers per thread (None: the compiler's choice); lower caps trade
-    spills for occupancy, and lose (see BENCHMARKS.md). `draws=False` builds
+    spills for occupancy, and lose (BENCHMARKS.md, "Tried and not kept"). `draws=False` builds
     the lean kernel for frames that draw nothing: the render argument is ignored, `g.render` is always
     0, and the compiler drops the renderer (on CUDA 30% of the code and three quarters of the spill stack).
     `flat` picks run_frame's instruction loop (`_FRAME_LOOPS`)."""
@@ -595,9 +595,9 @@ def kernel_source(max_registers: int | None = None, stage: str = "emulate_only",
     loop, frame_loop = _FRAME_LOOPS[bool(flat)]
     src = src.replace("$LOOP", loop).replace("$FRAME_LOOP", frame_loop.strip("\n"))
     # $NESTED: the batch cap at each line's mode 3 (batch_next) only in the nested loop (in the flat one, where lanes
-    # need not wait for each other's batch ends, it ran 2.3-5.9% slower than none: BENCHMARKS.md seventeenth visit);
-    # and the OAM scan inside the batch (batch_boundary's lcd_tick_light, `scan`) only in the flat loop, whose batches
-    # do not stop at mode 3 (Tobu Tobu Girl +2.0%: eighteenth visit).
+    # need not wait for each other's batch ends, it ran 2.3-5.9% slower than none: docs/divergence.md, "What did not
+    # work"); and the OAM scan inside the batch (batch_boundary's lcd_tick_light, `scan`) only in the flat loop, whose
+    # batches do not stop at mode 3 (Tobu Tobu Girl +2.0%: commit 29665e3).
     src = src.replace("$NESTED", "0" if flat else "1")
     src = src.replace("$EPILOGUE", epilogue).replace("$STAGE_WRITES", writes).replace("$STAGE", STAGES[stage])
     for key, text in _template_sources().items():

@@ -2,7 +2,7 @@
 
 Games that do not HALT wait in loops such as `.w: ld a,[flag]; and a; jr z,.w` (a flag the VBlank handler sets),
 `ldh a,[rLY]; cp 144; jr nz` or `ldh a,[rSTAT]; and 2; jr nz`. Airaki and Carazu spend four fifths of their
-instructions in one (BENCHMARKS.md). Inside a CPU batch nothing but the CPU changes what such a loop reads:
+instructions in one (`scripts/pc_profile.py`). Inside a CPU batch nothing but the CPU changes what such a loop reads:
 interrupts are dispatched only at a batch's start, the PPU changes LY and STAT only at its events, which end
 batches, and WRAM and HRAM change only by CPU writes (the loop makes none; an OAM DMA writes only OAM, and no
 round is skipped while one runs). ("Batch" here is the reference's: `end` is `g.batch_end`, the next of its
@@ -15,7 +15,7 @@ skip, and the state at every batch end is the same, bit for bit, wherever launch
 
 The skipped instructions also go to `g.waited`, which the step kernel adds to a per-env counter outside the
 state at its end: the `path` sort key (snapshot.py) subtracts it, so it sees the work an env did between its
-waits, not how long it waited (BENCHMARKS.md, ninth visit: +3% median). That work count does depend on where
+waits, not how long it waited (+3% median on nine games: commit 2271f86). That work count does depend on where
 launches end (each end runs one round one by one), which is why it is kept out of the state. (Reads of
 LY and STAT in the skipped rounds all fall before the batch's end, so before the PPU's next event.)
 

@@ -155,10 +155,10 @@ def mode3_sprite_penalty(g: wp.ref[Gb], m: Mem, ly: wp.int32, bands: wp.int32) -
     10) are kept as bytes of three words and looked up all at once (`seen_x`), so a sprite costs the same few
     operations however many came before it, and the hits take no branch: where lanes meet different sprites,
     no lane waits on another's re-reading of OAM (the lookup of earlier entries it replaces ran 4% of a spread
-    game's warp instructions at 7.7 active lanes, BENCHMARKS.md fourteenth visit). The Y bytes are read four at a time
+    game's warp instructions at 7.7 active lanes; commit 9cdfdf7). The Y bytes are read four at a time
     into one word before any is tested (`oam_ys`), so four loads are in flight instead of one, and the four
     are tested at once (`oam_line_hits`): this scan runs on every line of every frame, and waiting on one OAM
-    load after another was a tenth of the step kernel's stall samples on busy games (BENCHMARKS.md). Between
+    load after another was a tenth of the step kernel's stall samples on busy games; commit 92a7aa7). Between
     batches (`bands` 1), a line in an 8-line band that no sprite covers takes no scan at all (`sprite_bands`)."""
     if (g.lcdc & 2) == 0:
         return 0
