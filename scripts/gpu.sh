@@ -235,6 +235,15 @@ PY
   pack "$name" checkpoint.pt
 }
 
+## learning ARGS: time to a greedy success rate per training setup over seeds, jobs packed onto the GPUs
+#    (scripts/bench_learning.py; e.g. --seeds 0,1,2 --time-limit 300 --setup ppo "--config configs/leave_house.toml")
+cmd_learning() {
+  use_src
+  local d; d=$(work learning)
+  "$PY" scripts/bench_learning.py --out "$d" "$@" 2>&1 | quiet
+  pack learning checkpoint.pt
+}
+
 ## trainspeed [ARGS]: training SPS per variant, split into env, inference and update (bench_train.py)
 #    beside raw full_step of the same envs; ENVS [16384], SECONDS_EACH [45] a variant, PARTNAME; ARGS passed on
 #    (--task, --config, --variant NAME FLAGS)
