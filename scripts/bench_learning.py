@@ -70,8 +70,8 @@ def run_jobs(args, jobs: list[dict]) -> None:
             if proc.poll() is not None:
                 log.close()
                 job["rc"], job["seconds"] = proc.returncode, time.time() - job["t0"]
-                free.extend(i for i in ids if i is not None)
-                free.sort()
+                free.extend(ids)
+                free.sort(key=lambda i: -1 if i is None else i)
                 running.remove(item)
                 print(f"[{time.strftime('%H:%M:%S')}] done  {job['name']} seed {job['seed']} rc {proc.returncode} "
                       f"in {job['seconds']:.0f} s", flush=True)
@@ -102,7 +102,9 @@ def read_run(run_dir: Path, target: float) -> dict:
 
 
 def fmt(x, spec: str) -> str:
-    return "-" if x is None else format(x, spec)
+    """`x` in `spec`, or "-" right-aligned to the spec's width."""
+    width = int("".join(c for c in spec.split(".")[0].split(",")[0] if c.isdigit()) or 0)
+    return "-".rjust(width) if x is None else format(x, spec)
 
 
 def main() -> int:
