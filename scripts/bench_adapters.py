@@ -53,10 +53,10 @@ class PyBoyPixelsEnv(gymnasium.Env):
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
         if self.pyboy is None:
-            from gbxcule.backends.pyboy_single import _new_pyboy
+            from gbxcule.backends.pyboy_single import new_pyboy
             from gbxcule.core.cartridge import load_rom
 
-            self.pyboy = _new_pyboy(load_rom(self.rom_path))
+            self.pyboy = new_pyboy(load_rom(self.rom_path))
         self.t = 0
         self.pyboy.tick(1, True)
         return self._obs(), {}
@@ -194,9 +194,9 @@ def bench_pyboy(kind: str, a) -> dict:
         def step(i):
             env.step(acts[i % 16])
     elif kind == "puffer_mp":
-        from gbxcule.backends.pyboy_puffer_vec import _import_pufferlib_vector
+        from gbxcule.backends.pyboy_puffer_vec import import_pufferlib_vector
 
-        pvec = _import_pufferlib_vector()
+        pvec = import_pufferlib_vector()
         env = pvec.make(_puffer_pyboy, env_args=[rom], num_envs=n, backend=pvec.Multiprocessing, num_workers=w,
                         batch_size=n)
         env.async_reset(0)
@@ -236,9 +236,9 @@ def _have(kind: str) -> str | None:
         return None
     if lib == "pufferlib":
         try:
-            from gbxcule.backends.pyboy_puffer_vec import _import_pufferlib_vector
+            from gbxcule.backends.pyboy_puffer_vec import import_pufferlib_vector
 
-            _import_pufferlib_vector()
+            import_pufferlib_vector()
             return None
         except Exception as exc:  # noqa: BLE001
             return f"skipped {kind}: {exc}"

@@ -31,15 +31,15 @@ def check(b: WarpVecBackend, chunk: int | None, rng) -> bool:
     """Restore a random 1% of the envs from random slots; compare every env with what it must hold."""
     wp, n = b._wp, b.num_envs
     mask = rng.random(n) < 0.01
-    slots = rng.integers(0, b.slots.num_slots, n).astype(np.int32)
+    slots = rng.integers(0, b.num_slots, n).astype(np.int32)
     b.step(rng.integers(0, b.codec.num_actions, n))
     f0, r0 = b.fields.numpy().reshape(n, NUM_FIELDS).T.copy(), b.ram.numpy().T.copy()
     b.restore(wp.array(mask.astype(np.int32), device=b.device), wp.array(slots, dtype=wp.int32, device=b.device),
               chunk=chunk)
     f1, r1 = b.fields.numpy().reshape(n, NUM_FIELDS).T, b.ram.numpy().T
     ok = np.array_equal(f1[:, ~mask], f0[:, ~mask]) and np.array_equal(r1[:, ~mask], r0[:, ~mask])
-    for k in range(b.slots.num_slots):
-        fields, ram = b.slots.download(k)
+    for k in range(b.num_slots):
+        fields, ram = b.slot_state(k)
         sel = mask & (slots == k)
         ok &= bool((f1[:, sel] == fields[:, None]).all() and (r1[:, sel] == ram[:, None]).all())
     return ok
@@ -87,15 +87,15 @@ def main() -> None:
                 times.append(time.perf_counter() - t0)
             seconds = statistics.median(times)
             reset = int(host.sum())
-            rows.append({"chunk_words": chunk or b.slots.words, "one_thread_per_env": chunk == 0, "mask": name,
+            rows.append({"chunk_words": chunk or b.slot_words, "one_thread_per_env": chunk == 0, "mask": name,
                          "envs_reset": reset, "ms": 1000 * seconds, "bytes_per_s": reset * state_bytes / seconds})
             print(f"chunk={chunk or 'env':>5} mask={name:5s} envs={reset:6d} {1000 * seconds:10.4f} ms "
                   f"{reset * state_bytes / seconds / 1e9:8.2f} GB/s", flush=True)
         if args.check:
             checks[chunk] = check(b, chunk or None, rng)
             print(f"chunk={chunk or 'env':>5} check {'ok' if checks[chunk] else 'FAILED'}", flush=True)
-    out = {"rom": args.rom, "device": args.device, "envs": n, "slots": b.slots.num_slots, "repeats": args.repeats,
-           "state_bytes_per_env": state_bytes, "slot_words": b.slots.words, "checks": checks,
+    out = {"rom": args.rom, "device": args.device, "envs": n, "slots": b.num_slots, "repeats": args.repeats,
+           "state_bytes_per_env": state_bytes, "slot_words": b.slot_words, "checks": checks,
            "environment": environment(), "rows": rows}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")

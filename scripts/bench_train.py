@@ -57,7 +57,8 @@ def raw_sps(args) -> dict:
     from gbxcule.core.cartridge import load_rom
     from gbxcule.core.schedule import ActionSchedule
     from gbxcule.harness.bench import measure
-    from gbxcule.rl.env import GameEnv, _bare
+    from gbxcule.rl.capture import bare_task
+    from gbxcule.rl.env import GameEnv
     from gbxcule.rl.tasks import load_task
     from gbxcule.roms import resolve_rom
 
@@ -70,7 +71,7 @@ def raw_sps(args) -> dict:
         # the task's own start, as GameEnv builds it (script, state files), saved from one env; random actions
         # from there: the game states the trainer's envs are in, without the trainer
         start = Path(tmp) / "start.state"
-        env = GameEnv(None, 1, args.device, task=_bare(task), info_mode="none")
+        env = GameEnv(None, 1, args.device, task=bare_task(task), info_mode="none")
         env.reset(seed=0)
         env.backend.save_state(start)
         env.close()

@@ -47,7 +47,7 @@ from gbxcule.core.schedule import ActionSchedule
 from gbxcule.core.schema import FIELD_INDEX
 from gbxcule.harness.actions import make_action_gen
 from gbxcule.harness.bench import environment
-from gbxcule.kernels.snapshot import PATH_SHIFT, PATH_TOP
+from gbxcule.kernels.sortkeys import PATH_SHIFT, PATH_TOP
 
 ROOT = Path(__file__).resolve().parent.parent
 WARP = 32

@@ -1,4 +1,5 @@
-"""The package's layers point one way and no modules import each other in a circle (docs/architecture.md).
+"""The package's layers point one way, no modules import each other in a circle, and no module imports another
+module's private names (docs/architecture.md).
 
 Imports are read from the source with `ast`, function-local (lazy) imports included: they are real
 dependencies. `from pkg import name` counts as importing `pkg.name` where that is a module, else `pkg`.
@@ -24,7 +25,7 @@ ALLOWED: dict[str, set[str]] = {
     "kernels": {"core", "kernels"},
     "backends": {"core", "kernels", "backends"},
     "harness": {"core", "asm", "roms", "backends", "harness"},
-    "rl": {"core", "asm", "roms", "kernels", "backends", "rl"},
+    "rl": {"core", "asm", "roms", "backends", "rl"},  # the kernels only through backends (WarpVecBackend)
     "cli": {"core", "asm", "roms", "kernels", "backends", "harness", "rl", "cli"},
     "__main__": {"cli"},
 }
@@ -147,12 +148,44 @@ def cycles(src: Path, package: str = "gbxcule") -> list[list[str]]:
     return out
 
 
+def private_imports(src: Path, package: str = "gbxcule") -> list[str]:
+    """Every import of an underscore name (not a dunder) of one module of the package by another: `from
+    pkg.x import _y` (relative and lazy ones too) and `import pkg._x`. A name used across modules is public
+    in the module that owns it."""
+    mods = find_modules(src, package)
+    private = lambda n: n.startswith("_") and not (n.startswith("__") and n.endswith("__"))  # noqa: E731
+    bad = []
+    for name, path in mods.items():
+        pkg = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            where = f"{path.relative_to(src)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = pkg.split(".")[:len(pkg.split(".")) - node.level + 1]
+                    module = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    module = node.module or ""
+                if module.split(".")[0] != package:
+                    continue
+                parts = module.split(".")
+                bad += [f"{where} imports {module}.{a.name}" for a in node.names
+                        if (private(a.name) or any(map(private, parts))) and module != name]
+            elif isinstance(node, ast.Import):
+                bad += [f"{where} imports {a.name}" for a in node.names
+                        if a.name.split(".")[0] == package and any(map(private, a.name.split(".")))]
+    return bad
+
+
 def test_layers_point_one_way():
     assert layer_violations(SRC, ALLOWED) == []
 
 
 def test_no_import_cycles():
     assert [" -> ".join(c) for c in cycles(SRC)] == []
+
+
+def test_no_private_names_across_modules():
+    assert private_imports(SRC) == []
 
 
 def _write(root: Path, files: dict[str, str]) -> Path:
@@ -173,6 +206,20 @@ def test_checker_names_a_wrong_way_import_and_a_cycle(tmp_path):
     assert layer_violations(src, allowed, "pkg") == [
         "pkg/core/a.py:2 imports pkg.kernels.b: core may import only core"]
     assert cycles(src, "pkg") == [["pkg.kernels.b", "pkg.kernels.c", "pkg.kernels.b"]]
+
+
+def test_private_import_checker_names_each_kind(tmp_path):
+    src = _write(tmp_path, {
+        "__init__.py": "__version__ = '1'\n", "core/__init__.py": "", "rl/__init__.py": "",
+        "core/a.py": "_x = 1\ny = 2\n",
+        "core/_hidden.py": "z = 3\n",
+        "rl/b.py": "from pkg import __version__\nfrom pkg.core.a import y\n\n\ndef f():\n"
+                   "    from pkg.core.a import _x\n",  # lazy
+        "rl/c.py": "from ..core.a import y, _x\nimport pkg.core._hidden\nfrom pkg.core._hidden import z\n",
+    })
+    assert sorted(private_imports(src, "pkg")) == [
+        "pkg/rl/b.py:6 imports pkg.core.a._x", "pkg/rl/c.py:1 imports pkg.core.a._x",
+        "pkg/rl/c.py:2 imports pkg.core._hidden", "pkg/rl/c.py:3 imports pkg.core._hidden.z"]
 
 
 _NO_WARP = """

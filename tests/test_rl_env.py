@@ -108,7 +108,7 @@ def test_same_step_autoreset_restores_start_slot_bit_equal():
     env = GameEnv(task="leave_house", num_envs=3, start_states=("random_noops", 4, 3), max_steps=3,
                   keep_final_obs=True, info_mode="full", stack_k=2)
     assert env.num_slots == 4
-    slots = [env.backend.slots.download(k) for k in range(4)]
+    slots = [env.backend.slot_state(k) for k in range(4)]
     assert len({f.tobytes() + r.tobytes() for f, r in slots}) > 1  # the generator made distinct starts
     env.reset(seed=5)
     for _ in range(3):

@@ -20,13 +20,13 @@ import numpy as np
 import pytest
 
 from gbxcule.asm import assemble
-from gbxcule.backends.pyboy_single import _new_pyboy, power_on_state
+from gbxcule.backends.pyboy_single import new_pyboy, power_on_state
 from gbxcule.backends.warp_vec import WarpVecBackend, load_env_states
 from gbxcule.core.cartridge import Rom, load_rom
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.pyboy_state import parse_pyboy_state, write_pyboy_state
 from gbxcule.core.savestate import env_to_pyboy
-from gbxcule.core.schema import FIELDS, NUM_FIELDS
+from gbxcule.core.schema import FIELDS, NUM_FIELDS, SERIAL_CAPTURE
 from gbxcule.core.snapshot import (
     FORMAT_VERSION,
     MAGIC,
@@ -151,7 +151,7 @@ def stress(tmp_path_factory):
     path = tmp_path_factory.mktemp("stress") / "stress.gb"
     path.write_bytes(asm.rom)
     rom = load_rom(path)
-    pyboy = _new_pyboy(rom)
+    pyboy = new_pyboy(rom)
     pyboy.tick(70, False)
     states, hits, started = [], [0], {"loop.no_dma": 0, "loop.no_serial": 0}
 
@@ -176,7 +176,7 @@ def stress(tmp_path_factory):
 
 def frame_state(name: str, frames: int, tmp_path) -> tuple[Rom, Path]:
     rom = load_rom(resolve_rom(name))
-    pyboy = _new_pyboy(rom)
+    pyboy = new_pyboy(rom)
     pyboy.tick(frames, False)
     path = tmp_path / f"{name}-{frames}.state"
     path.write_bytes(pyboy_state(pyboy))
@@ -434,7 +434,7 @@ def _check_restored(b, before, after, mask, slot_of):
     f1, r1 = after
     for e in range(b.num_envs):
         if mask[e]:
-            fields, ram = b.slots.download(int(slot_of[e]))
+            fields, ram = b.slot_state(int(slot_of[e]))
             assert np.array_equal(f1[:, e], fields) and np.array_equal(r1[:, e], ram), e
         else:
             assert np.array_equal(f1[:, e], f0[:, e]) and np.array_equal(r1[:, e], r0[:, e]), e
@@ -467,7 +467,7 @@ def test_seeded_restore_rule(stress, device):
     src.put_states([load_env_states(d, rom)[0] for d in states[6:9]])
     b = WarpVecBackend(rom, 64, device=device)
     b.load_slots(src.save_state(), seed=11)
-    assert b.slots.num_slots == 3
+    assert b.num_slots == 3
 
     def rule(env, epoch):
         m = 0xFFFFFFFF
@@ -501,3 +501,100 @@ def test_restore_rejects_bad_masks(slotted):
     with pytest.raises(GbxculeError, match="no slot store"):
         WarpVecBackend(slotted.rom, 1).restore(wp.zeros(1, dtype=wp.int32, device="cpu"))
 
+
+
+# --- whole env states on the device: batch saves with frames, clones -------------------------------------
+
+def _env_state(b: WarpVecBackend, e: int) -> list[np.ndarray]:
+    """Fields, RAM, SB ring, screen and observation of env e on the host."""
+    n = b.num_envs
+    return [b.fields.numpy().reshape(n, NUM_FIELDS)[e].copy(), b.ram.numpy()[e].copy(),
+            b.serial.numpy().reshape(SERIAL_CAPTURE, n)[:, e].copy(), b.frame_buffer().numpy()[e].copy(),
+            b.obs.numpy()[e].copy()]
+
+
+def _same(x: list[np.ndarray], y: list[np.ndarray]) -> bool:
+    return all(np.array_equal(a, c) for a, c in zip(x, y, strict=True))
+
+
+@pytest.fixture(scope="module")
+def spread(stress):
+    """8 envs with an observation stage, in 8 different states of the stress ROM, stepped on a little."""
+    rom, states = stress
+    b = WarpVecBackend(rom, 8, stage="obs_only")
+    envs = [load_env_states(d, rom)[0] for d in states[:8]]
+    for i, env in enumerate(envs):  # SB rings that differ
+        env.serial = np.full(SERIAL_CAPTURE, i, dtype=np.uint8)
+    b.put_states(envs)
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        b.step(rng.integers(0, b.codec.num_actions, 8))
+    return b
+
+
+def test_clone_continues_bit_identically(spread):
+    """Env 3 cloned from env 0 and env 6 from env 2 (masked, one launch each for state and frames) hold their
+    sources' whole state, and under the same actions go on exactly as their sources do."""
+    import warp as wp
+
+    b, rng = spread, np.random.default_rng(6)
+    before = [_env_state(b, e) for e in range(8)]
+    assert not _same(before[3], before[0]) and not _same(before[6], before[2])
+    assert not np.array_equal(before[0][2], before[1][2])  # the SB rings differ: their copy is seen
+    src, mask = np.arange(8, dtype=np.int32), np.zeros(8, dtype=bool)
+    src[3], src[6], mask[[3, 6]] = 0, 2, True
+    b.clone(wp.array(src, device=b.device), wp.array(mask, device=b.device))
+    for e in range(8):
+        assert _same(_env_state(b, e), before[src[e]]), e
+    for _ in range(6):
+        a = rng.integers(0, b.codec.num_actions, 8)
+        a[3], a[6] = a[0], a[2]
+        b.step(a)
+        assert _same(_env_state(b, 3), _env_state(b, 0)) and _same(_env_state(b, 6), _env_state(b, 2))
+    assert not _same(_env_state(b, 3), before[0])  # the envs moved on
+    # a frame stack given as `obs` is cloned position by position
+    stack = rng.integers(0, 4, (8, 3, 72, 80)).astype(np.uint8)
+    ring = wp.array(stack, device=b.device)
+    b.clone(src, mask, obs=ring)
+    got = ring.numpy()
+    assert np.array_equal(got[3], stack[0]) and np.array_equal(got[6], stack[2])
+    assert np.array_equal(np.delete(got, [3, 6], 0), np.delete(stack, [3, 6], 0))
+
+
+def test_batch_save_and_restore_carry_frames(spread):
+    """save_slots copies masked envs (with their observation and screen) into their slots; restore brings
+    them back, the observation into every position of a frame stack and the screen into the frame buffer."""
+    import warp as wp
+
+    b = spread
+    b.alloc_slots(4)
+    mask, slots = np.zeros(8, dtype=np.int32), np.zeros(8, dtype=np.int32)
+    mask[[1, 5]], slots[[1, 5]] = 1, (2, -1)  # -1: slot 3
+    saved = {2: _env_state(b, 1), 3: _env_state(b, 5)}
+    b.save_slots(wp.array(mask, device=b.device), wp.array(slots, device=b.device))
+    obs, screens = (a.numpy() for a in b.slot_frames())
+    for k in range(4):
+        fields, ram = b.slot_state(k)
+        want = saved.get(k, [np.zeros_like(x) for x in saved[2]])
+        assert np.array_equal(fields, want[0]) and np.array_equal(ram, want[1]), k
+        assert np.array_equal(screens[k], want[3]) and np.array_equal(obs[k], want[4]), k
+    b.step(np.zeros(8, dtype=np.int32))
+    before = [_env_state(b, e) for e in range(8)]
+    stack = wp.zeros((8, 2, 72, 80), dtype=wp.uint8, device=b.device)
+    mask[:], slots[:] = 0, 0
+    mask[[0, 7]], slots[[0, 7]] = 1, (2, 3)
+    b.restore(mask, slots, obs=stack)
+    ring = stack.numpy()
+    for e in range(8):
+        now = _env_state(b, e)
+        if e in (0, 7):
+            want = saved[slots[e]]
+            assert _same(now[:2], want[:2]) and np.array_equal(now[3], want[3]), e
+            assert np.array_equal(now[2], before[e][2]) and np.array_equal(now[4], before[e][4])  # SB ring, obs
+            assert np.array_equal(ring[e, 0], want[4]) and np.array_equal(ring[e, 1], want[4]), e
+        else:
+            assert _same(now, before[e]) and not ring[e].any(), e
+    with pytest.raises(ValueError, match="src must be"):
+        b.clone(np.zeros(8, dtype=np.float32), mask)
+    with pytest.raises(ValueError, match="frame stack"):
+        b.restore(mask, slots, obs=wp.zeros((8, 2, 72, 20), dtype=wp.uint8, device=b.device))

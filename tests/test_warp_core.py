@@ -11,7 +11,7 @@ from gbxcule.core.cartridge import Rom, parse_header
 from gbxcule.core.isa import BASE, CB
 from gbxcule.core.schedule import ActionSchedule
 from gbxcule.kernels.gen import access_timing, family, family_ids, kernel_source, op_table
-from gbxcule.kernels.templates import TEMPLATES
+from gbxcule.kernels.instructions import TEMPLATES
 from gbxcule.roms import suite
 
 
@@ -239,7 +239,7 @@ def test_stack_sort_key_reads_the_word_at_sp_within_the_region():
     import warp as wp
 
     from gbxcule.core.schema import FIELD_INDEX
-    from gbxcule.kernels.snapshot import stack_key_kernel
+    from gbxcule.kernels.sortkeys import stack_key_kernel
     from gbxcule.roms import resolve_rom
 
     n = 6

@@ -40,7 +40,7 @@ class NoIntrospection(GbxculeError, NotImplementedError):
     """What PufferLib's vectorisation cannot show (a GbxculeError, so the CLI prints it as one line)."""
 
 
-def _import_pufferlib_vector():
+def import_pufferlib_vector():
     """Import `pufferlib.vector`, or raise one clear GbxculeError.
 
     From a scratch directory: importing pufferlib symlinks `resources` into the working directory. Gym's
@@ -121,7 +121,7 @@ class PyBoyPufferVecBackend:
     def __init__(self, rom: str | Rom, num_envs: int = 1, codec: str | ActionCodec = DEFAULT_CODEC,
                  schedule: ActionSchedule | None = None, mode: str = "sync", num_workers: int | None = None,
                  vec: str = "multiprocessing", obs_window: tuple[int, int] = DEFAULT_OBS_WINDOW):
-        pvec = _import_pufferlib_vector()
+        pvec = import_pufferlib_vector()
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         if mode not in MODES:

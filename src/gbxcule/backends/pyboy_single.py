@@ -26,7 +26,7 @@ os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
 
-def _new_pyboy(rom: Rom, render: bool = False):
+def new_pyboy(rom: Rom, render: bool = False):
     from pyboy import PyBoy  # imported late: PyBoy is slow to import and only reference runs need it
 
     logging.getLogger("pyboy").setLevel(logging.ERROR)
@@ -41,7 +41,7 @@ def _new_pyboy(rom: Rom, render: bool = False):
 @cache
 def power_on_state(rom: Rom) -> PyBoyState:
     """The state of a fresh PyBoy for `rom` (the template `core.savestate.env_to_pyboy` fills in)."""
-    pyboy = _new_pyboy(rom)
+    pyboy = new_pyboy(rom)
     try:
         return snapshot_pyboy(pyboy)
     finally:
@@ -61,7 +61,7 @@ class PyBoyGame:
 
     def __init__(self, rom: Rom, codec: ActionCodec, schedule: ActionSchedule):
         self.rom, self.codec, self.schedule = rom, codec, schedule
-        self.pyboy = _new_pyboy(rom)
+        self.pyboy = new_pyboy(rom)
         self.frames = 0
         self.serial = bytearray()  # every byte written to SB since reset
 
@@ -69,7 +69,7 @@ class PyBoyGame:
         """Power on again. A new instance, not load_state: PyBoy's loader advances an MBC3 clock by the
         wall-clock time since the save, which would make runs irreproducible."""
         self.pyboy.stop(save=False)
-        self.pyboy = _new_pyboy(self.rom)
+        self.pyboy = new_pyboy(self.rom)
         self.frames = 0
         self.serial = bytearray()
 

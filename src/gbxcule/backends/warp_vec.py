@@ -3,8 +3,9 @@
 All state lives in device arrays laid out by `gbxcule.core.schema`; a step is one launch of the
 generated step kernel with no host synchronisation. Introspection (`get_cpu_state`, `read_memory`,
 `snapshot`, `frames_host`) copies state to the host and is meant for verification, not the hot path.
-Save states (`load_state`, `save_state`, `pyboy_state`) and the device slot store with masked reset
-(`alloc_slots`/`load_slots`, `save_slot`, `restore`): docs/state_format.md.
+Save states (`load_state`, `save_state`, `pyboy_state`) and whole env states copied on the device: a slot
+store (`alloc_slots`/`load_slots`), masked saves into it (`save_slots`), masked restores from it (`restore`)
+and env-to-env clones (`clone`): docs/state_format.md. This class is the only door to the kernels.
 
 Screens (docs/rendering.md): `step(actions, render=...)` draws nothing (default), the step's last frame
 (`True`/"last") or every frame ("all") into `frame_buffer()`, uint8 [N,144,160] shade indices 0-3 on the
@@ -44,7 +45,7 @@ from gbxcule.core.schema import (
 from gbxcule.core.snapshot import EnvState, Snapshot, encode_snapshot, write_snapshot
 
 RENDER_MODES = {"none": 0, "last": 1, "all": 2}
-OBS_MODES = ("stride", "mean")
+OBS_VIEWS = ("stride", "mean")  # how the 72x80 observation samples the screen
 SORT_KEYS = ("pc", "path", "path_light", "stack")
 DEFAULT_SORT_KEY = "path"  # docs/divergence.md, "What is built"
 MAX_SORT_PARTS = 64
@@ -94,7 +95,7 @@ BOOT_FRAME_LIMIT = 600
 def load_env_states(state, rom: Rom) -> list[EnvState]:
     """The env states in a saved state for `rom` (bytes or a file path; a native snapshot or a PyBoy
     `.state`), checked completely; PyBoy's loader values come from the kernels' own functions."""
-    from gbxcule.kernels.snapshot import pyboy_loader_values
+    from gbxcule.kernels.pyboy_loader import pyboy_loader_values
 
     return decode_states(read_state_source(state), rom, pyboy_loader_values)
 
@@ -174,8 +175,8 @@ class WarpVecBackend:
             raise GbxculeError(f"at most {MAX_ENVS} envs: the per-env arrays indexed with int32 (serial capture, "
                                f"fields, drawn frames) stop there; got {num_envs}")
         self._wp = wp
-        if obs_mode not in OBS_MODES:
-            raise ValueError(f"observation mode must be one of {', '.join(OBS_MODES)}, not {obs_mode!r}")
+        if obs_mode not in OBS_VIEWS:
+            raise ValueError(f"observation mode must be one of {', '.join(OBS_VIEWS)}, not {obs_mode!r}")
         lo, hi = reward_window
         if not 0xC000 <= lo <= hi <= 0xE000:
             raise ValueError(f"reward_window must lie in WRAM 0xC000-0xDFFF, got {lo:#x}-{hi:#x}")
@@ -278,6 +279,8 @@ class WarpVecBackend:
         self._groups: list[dict] = []
         self.set_stream_groups(stream_groups)  # (and the sort tuner, whose choices include the groups)
         self._frame = self._frame_words = None
+        self._store = None  # the slot store (alloc_slots)
+        self._no_screen = wp.zeros((1, 1, 1), dtype=wp.uint8, device=device)  # for clones without a frame buffer
         self._obs: dict[tuple[str, bool], object] = {}
         self._obs_views: dict[tuple[int, bool], tuple] = {}  # flat byte or word aliases of the obs arrays
         # Stage outputs: rewards from the step kernel's epilogue, the observation from obs_kernel after the
@@ -367,7 +370,7 @@ class WarpVecBackend:
 
     def _sort(self, grp: dict | None, actions, heavy_first: bool) -> None:
         """Order the envs (all of them, or one stream group's) by `sort_key` into the perm the step kernel reads."""
-        from gbxcule.kernels.snapshot import offset_kernel, path_key_kernel, sort_key_kernel, stack_key_kernel
+        from gbxcule.kernels.sortkeys import offset_kernel, path_key_kernel, sort_key_kernel, stack_key_kernel
 
         wp = self._wp
         if grp is None:
@@ -522,7 +525,7 @@ class WarpVecBackend:
 
     # --- VecBackend ---------------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> None:
-        from gbxcule.kernels.snapshot import broadcast_kernel
+        from gbxcule.kernels.slots import broadcast_kernel
 
         self._wp.launch(broadcast_kernel, dim=(self.num_envs, NUM_FIELDS + self.layout.total), device=self.device,
                         inputs=[self._start_fields, self._start_ram, self.fields, self.ram, NUM_FIELDS])
@@ -603,8 +606,8 @@ class WarpVecBackend:
         """The 72x80 view of the frame buffer on the device, recomputed into the same array on each call:
         uint8 [N,72,80] (`packed`: [N,72,20], 4 pixels a byte, first pixel in bits 7-6). `mode`
         "stride" takes pixel (2r, 2c); "mean" the 2x2 block's mean rounded half up, (sum + 2) // 4."""
-        if mode not in OBS_MODES:
-            raise ValueError(f"observation mode must be one of {', '.join(OBS_MODES)}, not {mode!r}")
+        if mode not in OBS_VIEWS:
+            raise ValueError(f"observation mode must be one of {', '.join(OBS_VIEWS)}, not {mode!r}")
         wp = self._wp
         key = (mode, bool(packed))
         if key not in self._obs:
@@ -662,7 +665,7 @@ class WarpVecBackend:
     def _gather(self, arr, rows: int, ids: list[int]) -> np.ndarray:
         """[rows, len(ids)] host copy of the envs `ids` of a device array of rows over envs: interleaved (flat,
         the serial ring) or a [rows, num_envs] view such as `_field_rows()` or `ram.transpose()` (synchronises)."""
-        from gbxcule.kernels.snapshot import gather_kernel
+        from gbxcule.kernels.slots import gather_kernel
 
         wp = self._wp
         view = arr if arr.ndim == 2 else arr.reshape((rows, self.num_envs))
@@ -703,7 +706,7 @@ class WarpVecBackend:
 
     def put_states(self, states, envs=None) -> None:
         """Write host `EnvState`s into `envs` (default: all; the i-th listed takes states[i mod M])."""
-        from gbxcule.kernels.snapshot import SlotStore
+        from gbxcule.kernels.slots import SlotStore, serial_scatter_kernel
 
         wp, n = self._wp, self.num_envs
         ids = np.arange(n) if envs is None else np.array([check_env(self, int(e)) for e in envs], dtype=np.int64)
@@ -711,10 +714,8 @@ class WarpVecBackend:
         store.upload(0, np.stack([s.fields for s in states]), np.stack([s.ram for s in states]))
         mask, slots = np.zeros(n, dtype=np.int32), np.zeros(n, dtype=np.int32)
         mask[ids], slots[ids] = 1, np.arange(len(ids)) % len(states)
-        store.restore(self.fields, self.ram, n, wp.array(mask, dtype=wp.int32, device=self.device),
-                      wp.array(slots, dtype=wp.int32, device=self.device))
-        from gbxcule.kernels.ring import serial_scatter_kernel  # only the listed envs' rings: no host round trip
-
+        store.restore(self.fields, self.ram, n, self._device_index(mask), self._device_index(slots))
+        # only the listed envs' SB rings: no host round trip of the whole ring
         src = wp.array(np.stack([np.asarray(s.serial, dtype=np.uint8) for s in states]), dtype=wp.uint8,
                        device=self.device)
         wp.launch(serial_scatter_kernel, dim=(SERIAL_CAPTURE, len(ids)), device=self.device,
@@ -743,39 +744,143 @@ class WarpVecBackend:
 
         return write_pyboy_state(env_to_pyboy(self.env_states([env])[0], self.rom, power_on_state(self.rom)))
 
+    # Device copies of whole env states. Every index array is [num_envs], indexed by env: a device array or a
+    # torch tensor on the backend's device (used in place), or a host array (copied: for setup, not a hot path).
+    # Masks are int32, uint8 or bool (non-zero: the env takes part); slot and env numbers int32, reduced into
+    # range. Each call is one or two launches and never synchronises.
     def alloc_slots(self, num_slots: int, seed: int = 0) -> None:
-        """A device store of `num_slots` empty env states; `seed` keys the reset rule of `restore`."""
-        from gbxcule.kernels.snapshot import SlotStore
+        """A device store of `num_slots` zeroed env states (replacing any store); with an observation stage
+        (stage "obs_only"/"full_step") each slot also holds the observation and screen saved with it. `seed`
+        keys the seeded rule of `restore`."""
+        from gbxcule.kernels.slots import SlotStore
 
-        self.slots = SlotStore(num_slots, NUM_FIELDS, self.layout.total, self.device, seed)
+        width = self.obs.shape[2] if self.stage in OBS_STAGES else 0
+        self._store = SlotStore(num_slots, NUM_FIELDS, self.layout.total, self.device, seed, obs_width=width)
 
     def load_slots(self, state, seed: int = 0) -> None:
-        """The reset cache: a slot store holding the M states of a saved state (PyBoy or native)."""
+        """The reset cache: a slot store holding the M states of a saved state (PyBoy or native); their
+        observations and screens are zero."""
         states = load_env_states(state, self.rom)
         self.alloc_slots(len(states), seed)
-        self.slots.upload(0, np.stack([s.fields for s in states]), np.stack([s.ram for s in states]))
+        self._store.upload(0, np.stack([s.fields for s in states]), np.stack([s.ram for s in states]))
+
+    @property
+    def num_slots(self) -> int:
+        """Slots in the store (0 before `alloc_slots`/`load_slots`)."""
+        return 0 if self._store is None else self._store.num_slots
+
+    @property
+    def slot_words(self) -> int:
+        """32-bit words of machine state a slot holds (fields, then RAM packed 4 bytes a word)."""
+        return NUM_FIELDS + (self.layout.total + 3) // 4
+
+    def save_slots(self, mask, slots, chunk: int | None = None) -> None:
+        """Copy every masked env e into slot `slots[e]`, with its observation and screen when the store holds
+        frames. Masked envs must name distinct slots (else the slot's contents are undefined)."""
+        store = self._slot_store()
+        chunk = self._chunk(chunk)
+        store.save(self.fields, self.ram, self.num_envs, self._device_index(mask), self._device_index(slots),
+                   chunk, self.obs if store.obs is not None else None, self._frame)
 
     def save_slot(self, env: int, slot: int) -> None:
-        """Copy env `env` into slot `slot` on the device (no synchronisation)."""
-        self._slot_store().save(self.fields, self.ram, self.num_envs, check_env(self, env), slot)
+        """Copy env `env` into slot `slot` (host numbers, checked; see `save_slots`)."""
+        self._slot_store().check_slot(slot)
+        mask, slots = np.zeros(self.num_envs, dtype=np.int32), np.zeros(self.num_envs, dtype=np.int32)
+        mask[check_env(self, env)], slots[env] = 1, slot
+        self.save_slots(mask, slots)
 
-    def restore(self, mask, slots=None, chunk: int | None = None) -> None:
-        """Reset every env whose `mask` entry is non-zero to a slot: `slots[e]` (int32 [N]), or without
-        `slots` the seeded rule hash(seed, env, restore count) mod K. `mask`/`slots`: device arrays or torch
-        tensors on the backend's device. One launch, no synchronisation; the SB ring and the frame buffer
-        are not touched. `chunk`: slot words per thread (default per device, see kernels/snapshot.py)."""
-        from gbxcule.kernels.snapshot import default_chunk
+    def restore(self, mask, slots=None, chunk: int | None = None, obs=None) -> None:
+        """Reset every masked env to a slot: `slots[e]`, or without `slots` the seeded rule hash(seed, env,
+        restore count) mod K (docs/state_format.md). With a store that holds frames, also the env's screen
+        (the frame buffer) and its slot's observation into every position of `obs`: a frame stack [N, P, 72,
+        W] (uint8 device array or torch tensor), default the backend's observation. The SB ring is not
+        touched. `chunk`: slot words per thread (default per device, see kernels/slots.py)."""
+        store = self._slot_store()
+        frames = store.obs is not None
+        store.restore(self.fields, self.ram, self.num_envs, self._device_index(mask),
+                      None if slots is None else self._device_index(slots), self._chunk(chunk),
+                      self._frame_stack(obs) if frames else None, self._frame if frames else None)
 
-        wp = self._wp
-        as_wp = lambda a: wp.from_torch(a) if type(a).__module__.startswith("torch") else a  # noqa: E731
-        self._slot_store().restore(self.fields, self.ram, self.num_envs, as_wp(mask),
-                                   None if slots is None else as_wp(slots),
-                                   default_chunk(self.device) if chunk is None else chunk)
+    def clone(self, src, mask, obs=None, chunk: int | None = None) -> None:
+        """Give every masked env e the whole state of env `src[e]`: fields, RAM, the SB ring, the frame buffer
+        (once it exists) and the observation: with an observation stage, `obs` (a frame stack [N, P, 72, W],
+        default the backend's observation). The destination then steps on bit for bit as its source does under
+        the same actions. A source must not itself be a masked destination (it would be read while written)."""
+        from gbxcule.kernels.slots import GATHER, check_env_array, clone_kernel, frames_kernel, threads_per_env
+
+        wp, n = self._wp, self.num_envs
+        mask, src = self._device_index(mask), self._device_index(src)
+        check_env_array(mask, n, self.device, "mask", (wp.int32, wp.uint8, wp.bool))
+        check_env_array(src, n, self.device, "src", (wp.int32,))
+        threads = threads_per_env(NUM_FIELDS + self.layout.total + SERIAL_CAPTURE, self._chunk(chunk))
+        wp.launch(clone_kernel, dim=(n, threads), device=self.device,
+                  inputs=[mask, src, self.fields, self.ram, self.serial, n, NUM_FIELDS, self.layout.total,
+                          SERIAL_CAPTURE, threads])
+        with_obs = self.stage in OBS_STAGES
+        if with_obs or self._frame is not None:
+            stack = self._frame_stack(obs)
+            screen = self._frame if self._frame is not None else self._no_screen
+            wp.launch(frames_kernel, dim=(n, 72), device=self.device,
+                      inputs=[mask, src, GATHER, n, 0, 0, 0, stack, stack, screen, screen, int(with_obs),
+                              int(self._frame is not None)])
+
+    def slot_frames(self):
+        """(observations uint8 [K, 72, W], screens uint8 [K, 144, 160]) of the slots, device arrays, or None
+        when the store holds no frames."""
+        store = self._slot_store()
+        return None if store.obs is None else (store.obs, store.screen)
+
+    def slot_state(self, slot: int) -> tuple[np.ndarray, np.ndarray]:
+        """(fields int32 [NUM_FIELDS], RAM uint8 [bytes]) of slot `slot` on the host (synchronises)."""
+        return self._slot_store().download(slot)
+
+    def slots_digest(self, count: int | None = None) -> str:
+        """SHA-1 of the first `count` slots (default all): fields, RAM words and observations, as stored
+        (synchronises). Identifies a reset cache."""
+        import hashlib
+
+        store = self._slot_store()
+        k = store.num_slots if count is None else store.check_slot(count - 1) + 1
+        data = (store.fields.numpy()[:k * store.num_fields].tobytes()
+                + store.ram.numpy()[:k * store.ram_words].tobytes())
+        if store.obs is not None:
+            data += store.obs.numpy()[:k].tobytes()
+        return hashlib.sha1(data).hexdigest()
 
     def _slot_store(self):
-        if getattr(self, "slots", None) is None:
+        if self._store is None:
             raise GbxculeError("no slot store: call alloc_slots(K) or load_slots(state) first")
-        return self.slots
+        return self._store
+
+    def _chunk(self, chunk: int | None) -> int | None:
+        from gbxcule.kernels.slots import default_chunk
+
+        return default_chunk(self.device) if chunk is None else chunk
+
+    def _device_index(self, a):
+        """`a` as a Warp array on the backend's device: in place for Warp arrays and torch tensors, a copy of
+        host arrays."""
+        wp = self._wp
+        if isinstance(a, wp.array):
+            return a
+        if type(a).__module__.startswith("torch"):
+            return wp.from_torch(a)
+        a = np.asarray(a)
+        return wp.array(a.astype(np.int32) if a.dtype.kind in "iu" and a.dtype != np.uint8 else a,
+                        device=self.device)
+
+    def _frame_stack(self, obs):
+        """A frame stack [N, P, 72, W] to write observations into: `obs` (checked), or the backend's observation."""
+        from gbxcule.kernels.slots import as_stack
+
+        if obs is None:
+            return as_stack(self.obs)
+        stack = as_stack(self._device_index(obs))
+        want = (self.num_envs, 72, self.obs.shape[2])
+        if stack.dtype != self._wp.uint8 or (stack.shape[0], stack.shape[2], stack.shape[3]) != want:
+            raise ValueError(f"obs must be a uint8 frame stack [{want[0]}, P, {want[1]}, {want[2]}], got "
+                             f"{stack.dtype.__name__} {stack.shape}")
+        return stack
 
 
 @dataclass

@@ -12,7 +12,7 @@ from gbxcule.cli.common import add_state_arg
 from gbxcule.core.action_codec import CODECS, DEFAULT_CODEC
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.outputs import write_output
-from gbxcule.harness.actions import GENERATORS
+from gbxcule.harness.actions import ACTION_GENERATORS
 from gbxcule.harness.bench import artifact, measure, scaling_plot, table, write_artifact
 from gbxcule.roms import DEFAULT_ROM
 
@@ -37,7 +37,7 @@ def register(sub) -> None:
     p.add_argument("--frames-per-step", type=int, default=24, help="frames per step (default 24)")
     p.add_argument("--release-after-frames", type=int, default=8, help="frames buttons are held (default 8)")
     p.add_argument("--codec", default=DEFAULT_CODEC, choices=list(CODECS), help="action codec")
-    p.add_argument("--actions", default="seeded_random", choices=GENERATORS, help="action generator")
+    p.add_argument("--actions", default="seeded_random", choices=ACTION_GENERATORS, help="action generator")
     p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     p.add_argument("--puffer-mode", default="sync", choices=("sync", "async"),
                    help="pyboy_puffer_vec: PufferLib's step (sync) or pipelined send/recv (async) (default sync)")

@@ -59,14 +59,14 @@ def run(args) -> int:
     from gbxcule.core.schedule import ActionSchedule
     from gbxcule.harness.bench import environment
     from gbxcule.rl.bench_env import measure_env, table
-    from gbxcule.rl.env import _devices
+    from gbxcule.rl.starts import device_names
     from gbxcule.rl.tasks import load_task
 
     env_counts, ks = _ints(args.envs, "--envs"), _ints(args.stack_k, "--stack-k")
     checks.positive(steps=args.steps)
     if args.warmup < 0:
         raise GbxculeError(f"--warmup must be >= 0, got {args.warmup}")
-    device, _ = _devices(args.device)
+    device, _ = device_names(args.device)
     if device.startswith("cuda"):
         import torch
 

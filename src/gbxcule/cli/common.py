@@ -5,7 +5,7 @@ from __future__ import annotations
 from gbxcule.backends import BACKENDS
 from gbxcule.core.action_codec import CODECS, DEFAULT_CODEC
 from gbxcule.core.schedule import ActionSchedule
-from gbxcule.harness.actions import GENERATORS
+from gbxcule.harness.actions import ACTION_GENERATORS
 
 
 def add_run_args(p, backend: str = "pyboy_single", steps: int = 100) -> None:
@@ -16,7 +16,7 @@ def add_run_args(p, backend: str = "pyboy_single", steps: int = 100) -> None:
     p.add_argument("--release-after-frames", type=int, default=8,
                    help="frames the action's buttons are held in each step (default 8)")
     p.add_argument("--codec", default=DEFAULT_CODEC, choices=list(CODECS), help=f"action codec ({DEFAULT_CODEC})")
-    p.add_argument("--actions", default="seeded_random", choices=GENERATORS, help="action generator")
+    p.add_argument("--actions", default="seeded_random", choices=ACTION_GENERATORS, help="action generator")
     p.add_argument("--seed", type=int, default=0, help="seed of the action generator (default 0)")
     p.add_argument("--fixed-action", type=int, default=0, help="the action for --actions fixed (default 0)")
 
@@ -33,14 +33,14 @@ def schedule_from(args) -> ActionSchedule:
 
 
 def parse_start_states(spec: str | None):
-    """`--start-states` (train, goal calibrate): a state file or folder, GENERATOR:K[:MAX_LEN] (tasks.GENERATORS:
+    """`--start-states` (train, goal calibrate): a state file or folder, GENERATOR:K[:MAX_LEN] (tasks.START_GENERATORS:
     random_noops, random_actions, solution) or power_on, as the env's `start_states` takes it."""
     from gbxcule.core.errors import GbxculeError
-    from gbxcule.rl.tasks import GENERATORS
+    from gbxcule.rl.tasks import START_GENERATORS
 
     if spec is None or spec == "power_on":
         return spec
-    if spec.split(":")[0] in GENERATORS:
+    if spec.split(":")[0] in START_GENERATORS:
         name, *parts = spec.split(":")
         try:
             return [name, *(int(x) for x in parts)] if parts else [name, 32]

@@ -8,7 +8,7 @@ from gbxcule.cli import checks
 from gbxcule.cli.common import add_state_arg
 from gbxcule.core.action_codec import CODECS
 from gbxcule.core.errors import GbxculeError
-from gbxcule.harness.actions import GENERATORS
+from gbxcule.harness.actions import ACTION_GENERATORS
 from gbxcule.harness.compare import DEFAULT_REGIONS, REGIONS
 from gbxcule.harness.verify import VerifyConfig, run_verify
 from gbxcule.roms import canonical, get_spec
@@ -27,7 +27,7 @@ def register(sub) -> None:
     p.add_argument("--steps", type=int, help="steps to compare (default 2000)")
     p.add_argument("--frames-per-step", type=int, help="frames per step (default 1)")
     p.add_argument("--release-after-frames", type=int, help="frames the buttons are held (default 1)")
-    p.add_argument("--actions", choices=GENERATORS, help="action generator (default seeded_random)")
+    p.add_argument("--actions", choices=ACTION_GENERATORS, help="action generator (default seeded_random)")
     p.add_argument("--seed", type=int, default=0, help="action generator seed (default 0)")
     p.add_argument("--codec", default="dmg_buttons_v0", choices=list(CODECS), help="action codec")
     p.add_argument("--envs", type=int, default=1, help="envs compared side by side (default 1)")

@@ -262,8 +262,9 @@ def _read_block(cls: Any, r: _Reader, version: int, block: str) -> Any:
 
 
 @dataclass(kw_only=True, eq=False)
-class CpuState:
-    """SM83 registers and interrupt state. ``cycles`` is PyBoy's running CPU cycle (T-state) count."""
+class PyBoyCpuState:
+    """PyBoy's CPU block: SM83 registers and interrupt state (a backend's register view is
+    `backends.base.CpuState`). ``cycles`` is PyBoy's running CPU cycle (T-state) count."""
 
     a: int
     f: int
@@ -851,7 +852,7 @@ class PyBoyState:
     key0: int = 0
     key1: int = 0
     double_speed: int = 0
-    cpu: CpuState
+    cpu: PyBoyCpuState
     oam_dma: OamDmaState | None = None
     lcd: LcdState
     sound: SoundState | None = None
@@ -1064,7 +1065,7 @@ def _parse(
         r.begin(name)
         return _read_block(cls, r, v, name)
 
-    cpu = block("cpu", CpuState)
+    cpu = block("cpu", PyBoyCpuState)
     oam_dma = block("oam_dma", OamDmaState, 19)
     lcd = block("lcd", LcdState)
     sound = None
@@ -1140,7 +1141,7 @@ def write_pyboy_state(state: PyBoyState) -> bytes:
     w = _Writer()
     w.pack("B", v, "version")
     w.fields(state, _HEADER_SPEC, v, "header")
-    w.fields(state.cpu, CpuState.SPEC, v, "cpu")
+    w.fields(state.cpu, PyBoyCpuState.SPEC, v, "cpu")
     if v >= 19:
         w.fields(_need(state.oam_dma, "oam_dma", v), OamDmaState.SPEC, v, "oam_dma")
     w.fields(state.lcd, LcdState.SPEC, v, "lcd")

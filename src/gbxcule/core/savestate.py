@@ -70,7 +70,7 @@ def read_state_source(source: bytes | str | Path) -> bytes:
 # What PyBoy's loader recomputes instead of loading, as `derive(regs, oam, rtc, seconds)`: the STAT line and
 # the mode-3 length from `regs` (stat, lcdc, scx, ly, first_frame) and OAM, and the RTC registers `rtc`
 # advanced by `seconds`; returns {"stat_irq_line", "mode3_adj", rtc names: values}. It must be computed
-# with the kernels' own functions, so the caller passes it: `gbxcule.kernels.snapshot.pyboy_loader_values`.
+# with the kernels' own functions, so the caller passes it: `gbxcule.kernels.pyboy_loader.pyboy_loader_values`.
 Derive = Callable[[dict[str, int], np.ndarray, dict[str, int], int], dict[str, int]]
 
 

@@ -9,7 +9,7 @@ import numpy as np
 from gbxcule.core.action_codec import ActionCodec
 
 ActionGen = Callable[[int], np.ndarray]
-GENERATORS = ("seeded_random", "shared_random", "striped", "fixed")
+ACTION_GENERATORS = ("seeded_random", "shared_random", "striped", "fixed")
 
 
 def make_action_gen(kind: str, codec: ActionCodec, num_envs: int, seed: int = 0,
@@ -42,5 +42,5 @@ def make_action_gen(kind: str, codec: ActionCodec, num_envs: int, seed: int = 0,
         def gen(step: int) -> np.ndarray:
             return np.full(num_envs, a, dtype=np.int32)
     else:
-        raise ValueError(f"unknown action generator {kind!r}; choose one of {', '.join(GENERATORS)}")
+        raise ValueError(f"unknown action generator {kind!r}; choose one of {', '.join(ACTION_GENERATORS)}")
     return gen

@@ -2,8 +2,10 @@
 
 Importing this package configures Warp for gbxcule: kernel cache in the project cache folder, no
 gradient code, no start-up banner on stdout. `state.py` is the state schema, `bus.py` the memory map,
-`cpu.py` + `templates.py` the SM83, `timer.py`, `ppu.py`, `mbc.py` the rest of the machine, and `gen.py`
-assembles the step kernel from the ISA table.
+`cpu.py` + `instructions.py` the SM83, `timer.py`, `ppu.py`, `mbc.py` the rest of the machine, and `gen.py`
+assembles the step kernel from the ISA table. Around the step: `slots.py` (whole env states copied between
+envs, slots and the host), `sortkeys.py` (the env sort's keys), `render.py` (the observation pass),
+`pyboy_loader.py` (what PyBoy's state loader recomputes).
 """
 
 import ctypes.util

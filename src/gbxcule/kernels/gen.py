@@ -27,8 +27,8 @@ from gbxcule.core.isa import BASE, CB, R8, ROTATES, Opcode
 from gbxcule.core.outputs import write_output
 from gbxcule.core.paths import cache_dir
 from gbxcule.core.schema import CYCLE_FIELDS, FIELDS, NUM_FIELDS, TRANSIENT
+from gbxcule.kernels.instructions import MERGED, TEMPLATES
 from gbxcule.kernels.state import SEQ_FIELDS
-from gbxcule.kernels.templates import MERGED, TEMPLATES
 
 _PAIRS = ("BC", "DE", "HL", "SP", "AF")
 _MEM_PAIRS = ("(BC)", "(DE)", "(HL+)", "(HL-)")

@@ -14,7 +14,7 @@ the batch's end still runs instruction by instruction, so the batch ends on the 
 skip, and the state at every batch end is the same, bit for bit, wherever launches split a frame (sort_parts).
 
 The skipped instructions also go to `g.waited`, which the step kernel adds to a per-env counter outside the
-state at its end: the `path` sort key (snapshot.py) subtracts it, so it sees the work an env did between its
+state at its end: the `path` sort key (sortkeys.py) subtracts it, so it sees the work an env did between its
 waits, not how long it waited (+3% median on nine games: commit 2271f86). That work count does depend on where
 launches end (each end runs one round one by one), which is why it is kept out of the state. (Reads of
 LY and STAT in the skipped rounds all fall before the batch's end, so before the PPU's next event.)

@@ -5,8 +5,9 @@ tasks, e.g. gbxcule/Overworld-LeaveHouse-v0) when gymnasium is installed; nothin
 
 from __future__ import annotations
 
-from gbxcule.rl.env import EnvConfigError, GameEnv
+from gbxcule.rl.env import GameEnv
 from gbxcule.rl.goals import GoalTemplate, RamCondition, RewardConfig, TemplateError
+from gbxcule.rl.starts import EnvConfigError
 from gbxcule.rl.tasks import Task, TaskError, load_task
 
 __all__ = ["EnvConfigError", "GameEnv", "GoalTemplate", "RamCondition", "RewardConfig", "Task", "TaskError",

@@ -43,9 +43,10 @@ def measure_env(kind: str, n: int, steps: int, warmup: int, rom, codec, schedule
     `Rom`; `codec`/`schedule`: the task's (the backend runs under the same)."""
     import torch
 
-    from gbxcule.rl.env import GameEnv, _devices
+    from gbxcule.rl.env import GameEnv
+    from gbxcule.rl.starts import device_names
 
-    tdev, wdev = _devices(device)
+    tdev, wdev = device_names(device)
     gen = torch.Generator(device="cpu").manual_seed(seed)
     env = backend = None
     try:

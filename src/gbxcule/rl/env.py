@@ -15,19 +15,15 @@ step (clone what you keep), as in other GPU vector envs.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 import warnings
 from pathlib import Path
 
 import numpy as np
 
-from gbxcule.core.action_codec import get_codec
-from gbxcule.core.cartridge import Rom, load_rom
+from gbxcule.core.cartridge import Rom
 from gbxcule.core.errors import GbxculeError
-from gbxcule.core.schedule import ActionSchedule
 from gbxcule.core.schema import NUM_FIELDS
+from gbxcule.rl.capture import task_template, template_meta
 from gbxcule.rl.goals import (
     GoalError,
     GoalTemplate,
@@ -39,11 +35,18 @@ from gbxcule.rl.goals import (
     frame_key,
     ram_key,
     ram_rows,
-    unpack_shades,
 )
-from gbxcule.rl.tasks import GENERATORS, StartSpec, Task, TaskError, load_task
+from gbxcule.rl.starts import (
+    EnvConfigError,
+    build_starts,
+    check_count,
+    check_obs,
+    device_names,
+    open_backend,
+    start_spec,
+)
+from gbxcule.rl.tasks import Task, load_task
 
-OBS_MODES = ("pixels", "packed")
 INFO_MODES = ("none", "stats", "full")
 _STAT_NAMES = ("episodes", "return_sum", "length_sum", "success_sum", "truncated", "terminated", "steps",
                "template_fired", "template_fired_ok", "ram_goal_reached", "bad_actions")
@@ -53,21 +56,6 @@ _STATE_TENSORS = ("steps", "episodes", "ep_return", "ep_success", "success", "di
                   "_near", "final_return", "final_length", "final_success", "_stats", "rewards", "terminated",
                   "truncated", "_slot_stats")
 _NEWER_STATE = ("_slot_stats",)  # absent from env states saved before it existed: zero then
-
-
-class EnvConfigError(GbxculeError, ValueError):
-    """A GameEnv argument that cannot work (bad count, unknown mode, task that does not fit the ROM)."""
-
-
-def _devices(device: str) -> tuple[str, str]:
-    """(torch device, warp device) names for "cpu", "cuda" or "cuda:N"."""
-    d = str(device)
-    if d == "cpu":
-        return "cpu", "cpu"
-    if d == "cuda" or d.startswith("cuda:"):
-        idx = d.split(":")[1] if ":" in d else "0"
-        return f"cuda:{idx}", f"cuda:{idx}"
-    raise EnvConfigError(f"device must be cpu, cuda or cuda:N, got {device!r}")
 
 
 def _slot_hash(torch, seed: int, env_ids, episodes, k: int):
@@ -103,26 +91,21 @@ class GameEnv:
                  goal: str | Path | GoalTemplate | None = None, info_mode: str = "stats", seed: int = 0,
                  keep_final_obs: bool = False, obs_view: str = "stride", backend_options: dict | None = None):
         import torch
+        import warp as wp
 
-        self.torch = torch
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer) or num_envs < 1:
-            raise EnvConfigError(f"num_envs must be an integer >= 1, got {num_envs!r}")
-        if isinstance(stack_k, bool) or not isinstance(stack_k, int | np.integer) or stack_k < 1:
-            raise EnvConfigError(f"stack_k must be an integer >= 1, got {stack_k!r}")
-        if obs not in OBS_MODES:
-            raise EnvConfigError(f"obs must be one of {', '.join(OBS_MODES)}, got {obs!r}")
+        # the settings, checked before anything is built
+        self.torch, self._wp = torch, wp
+        self.num_envs = n = check_count("num_envs", num_envs)
+        check_obs(stack_k, obs)
         if info_mode not in INFO_MODES:
             raise EnvConfigError(f"info_mode must be one of {', '.join(INFO_MODES)}, got {info_mode!r}")
-        self.num_envs, self.stack_k, self.obs_mode, self.info_mode = int(num_envs), int(stack_k), obs, info_mode
+        self.stack_k, self.obs_mode, self.info_mode = int(stack_k), obs, info_mode
         self.keep_final_obs, self.seed = bool(keep_final_obs), int(seed)
-        self.device, self.wp_device = _devices(device)
-        self.task = None if task is None else load_task(task)
-        t = self.task
-        self.codec = get_codec(self._pick("codec", codec, t and t.codec, "pokemonred_puffer_v1"))
-        self.schedule = ActionSchedule(self._pick("frames_per_step", frames_per_step, t and t.frames_per_step, 24),
-                                       self._pick("release_after_frames", release_after_frames,
-                                                  t and t.release_after_frames, 8))
-        self.rom = self._resolve_rom(rom)
+        self.single_obs_shape = (self.stack_k, 72, 80 if obs == "pixels" else 20)
+        self.device, self.wp_device = device_names(device)
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise GbxculeError("GameEnv on cuda needs an NVIDIA GPU that torch can use; none was found")
+        self.task = t = None if task is None else load_task(task)
         self.max_steps = int(max_steps if max_steps is not None else (t.step_limit if t else 10**9))
         if self.max_steps < 1:
             raise EnvConfigError(f"max_steps must be >= 1, got {self.max_steps}")
@@ -133,59 +116,58 @@ class GameEnv:
                 self.reward_cfg = t.reward_config(reward) if t else RewardConfig.from_dict(reward)
             except GoalError as exc:
                 raise EnvConfigError(str(exc)) from None
-        self.single_obs_shape = (self.stack_k, 72, 80 if obs == "pixels" else 20)
-        if self.device.startswith("cuda") and not torch.cuda.is_available():
-            raise GbxculeError("GameEnv on cuda needs an NVIDIA GPU that torch can use; none was found")
-
-        from gbxcule.backends.warp_vec import WarpVecBackend
-
-        opts = dict(backend_options or {})
-        self.backend = WarpVecBackend(self.rom, self.num_envs, self.codec, self.schedule, device=self.wp_device,
-                                      stage="obs_only", obs_mode=obs_view, obs_packed=(obs == "packed"), **opts)
-        import warp as wp
-
-        self._wp = wp
-        if self.device.startswith("cuda"):  # Warp launches on torch's stream: no cross-stream races
-            wp.set_stream(wp.stream_from_torch(torch.device(self.device)), device=self.wp_device)
-        self._build_buffers()
-        self._setup_goals(goal)
-        self._build_starts(start_states)
-        self._reset_all(self.seed)
+        # the emulators (rl/starts.py), and their start slots in the backend's slot store
+        self.backend = be = open_backend(t, rom, n, self.wp_device, packed=obs == "packed", codec=codec,
+                                         frames_per_step=frames_per_step,
+                                         release_after_frames=release_after_frames, obs_view=obs_view,
+                                         backend_options=backend_options)
+        self.rom, self.codec, self.schedule = be.rom, be.codec, be.schedule
+        self._setup_goals(goal)  # what ends an episode and what it earns
+        self.num_slots = build_starts(be, start_spec(t, start_states), self.seed, t.base_dir if t else ".")
+        self._build_buffers()  # the device buffers
+        self._reset_all(self.seed)  # the first episodes
 
     # --- construction -------------------------------------------------------------------------------------
-    def _pick(self, what: str, given, from_task, default):
-        if given is not None and from_task is not None and given != from_task:
-            raise EnvConfigError(f"task {self.task.id} is defined with {what}={from_task!r}, not {given!r}")
-        return given if given is not None else (from_task if from_task is not None else default)
+    def template_meta(self, task: str = "") -> TemplateMeta:
+        """The config a goal template must have been captured under to fit this env."""
+        return template_meta(self.backend, self.stack_k, self.obs_mode, task)
 
-    def _resolve_rom(self, rom) -> Rom:
-        t = self.task
-        if rom is None:
-            if t is None or t.rom is None:
-                raise EnvConfigError("give a ROM (a file or a built-in ROM's name)" +
-                                     (f": task {t.id} names no built-in ROM" if t else ""))
-            rom = t.rom
-        if not isinstance(rom, Rom):
-            from gbxcule.roms import resolve_rom
-
-            rom = load_rom(resolve_rom(str(rom)))
-        want = None
-        if t is not None:
-            if t.rom_sha1:
-                want = t.rom_sha1
-            elif t.rom:
-                import hashlib
-
-                from gbxcule.roms import build_rom, get_spec
-
-                want = hashlib.sha1(build_rom(get_spec(t.rom).name)).hexdigest()
-        for note in getattr(rom, "warnings", ()):  # malformed but runnable dumps (docs/hardware.md)
-            warnings.warn(f"ROM {rom.path}: {note}", stacklevel=3)
-        if want and rom.info.sha1 != want:
-            raise TaskError(f"task {t.id} is for the ROM with SHA-1 {want}, not {rom.info.sha1} ({rom.path})")
-        return rom
+    def _setup_goals(self, goal) -> None:
+        torch, t, cfg = self.torch, self.task, self.reward_cfg
+        self.template = None
+        if goal is not None:
+            self.template = goal if isinstance(goal, GoalTemplate) else GoalTemplate.load(goal)
+        elif t is not None and t.template is not None:
+            self.template = task_template(t, self.template_meta(t.name), self.device)
+        if self.template is not None:
+            self.template.check_fits(self.template_meta())
+        self.scorer = None if self.template is None else TemplateScorer(self.template, self.obs_mode, self.device)
+        tau = cfg.tau if cfg.tau is not None else (self.template.meta.tau if self.template else None)
+        self.tau = 0.1 if tau is None else float(tau)
+        if self.scorer is not None:  # integer threshold and one float32 multiply: the same bits on every device
+            self._tau_sum = self.scorer.threshold(self.tau)
+            self._shaping = float(cfg.alpha) * self.scorer.scale
+        self.ram_goal = RamGoal(t.goal_ram, self.backend.layout, self.device) if t and t.goal_ram else None
+        mode = cfg.terminate_on
+        if mode == "auto":
+            mode = "template" if self.scorer is not None else ("ram" if self.ram_goal is not None else "none")
+        if mode == "template" and self.scorer is None:
+            raise EnvConfigError("terminate_on='template' needs a goal template")
+        if mode == "ram" and self.ram_goal is None:
+            raise EnvConfigError("terminate_on='ram' needs a task with goal_ram conditions")
+        self.terminate_on = mode
+        self._nov_ram = self._nov_px = None
+        if cfg.novelty_ram:
+            if not (t and t.novelty_ram):
+                raise EnvConfigError("novelty_ram reward needs a task that names novelty_ram bytes")
+            self._nov_rows = torch.tensor(ram_rows(t.novelty_ram, self.backend.layout), dtype=torch.int64,
+                                          device=self.device)
+            self._nov_ram = NoveltyTable(self.num_envs, cfg.novelty_size, self.device)
+        if cfg.novelty_pixels:
+            self._nov_px = NoveltyTable(self.num_envs, cfg.novelty_size, self.device)
 
     def _build_buffers(self) -> None:
+        """The env's device tensors: the frame ring, counters, stats and the start slots' frames."""
         torch, wp, n, k = self.torch, self._wp, self.num_envs, self.stack_k
         dev = self.device
         self._latest = wp.to_torch(self.backend.obs)  # [N, 72, W], written by the backend's obs pass
@@ -233,164 +215,17 @@ class GameEnv:
                                        device=dev)
         self.final_obs = (torch.zeros(n, *self.single_obs_shape, dtype=torch.uint8, device=dev)
                           if self.keep_final_obs else None)
-
-    def template_meta(self, task: str = "") -> TemplateMeta:
-        """The config a goal template must have been captured under to fit this env."""
-        return TemplateMeta(self.rom.info.sha1, self.codec.name, self.codec.version, self.schedule.frames_per_step,
-                            self.schedule.release_after_frames, self.stack_k, self.obs_mode, task)
-
-    def _setup_goals(self, goal) -> None:
-        torch, t, cfg = self.torch, self.task, self.reward_cfg
-        self.template = None
-        if goal is not None:
-            self.template = goal if isinstance(goal, GoalTemplate) else GoalTemplate.load(goal)
-        elif t is not None and t.template is not None:
-            self.template = task_template(t, self.template_meta(t.name), self.device)
-        if self.template is not None:
-            self.template.check_fits(self.template_meta())
-        self.scorer = None if self.template is None else TemplateScorer(self.template, self.obs_mode, self.device)
-        tau = cfg.tau if cfg.tau is not None else (self.template.meta.tau if self.template else None)
-        self.tau = 0.1 if tau is None else float(tau)
-        if self.scorer is not None:  # integer threshold and one float32 multiply: the same bits on every device
-            self._tau_sum = self.scorer.threshold(self.tau)
-            self._shaping = float(cfg.alpha) * self.scorer.scale
-        self.ram_goal = RamGoal(t.goal_ram, self.backend.layout, self.device) if t and t.goal_ram else None
-        mode = cfg.terminate_on
-        if mode == "auto":
-            mode = "template" if self.scorer is not None else ("ram" if self.ram_goal is not None else "none")
-        if mode == "template" and self.scorer is None:
-            raise EnvConfigError("terminate_on='template' needs a goal template")
-        if mode == "ram" and self.ram_goal is None:
-            raise EnvConfigError("terminate_on='ram' needs a task with goal_ram conditions")
-        self.terminate_on = mode
-        self._nov_ram = self._nov_px = None
-        if cfg.novelty_ram:
-            if not (t and t.novelty_ram):
-                raise EnvConfigError("novelty_ram reward needs a task that names novelty_ram bytes")
-            self._nov_rows = torch.tensor(ram_rows(t.novelty_ram, self.backend.layout), dtype=torch.int64,
-                                          device=self.device)
-            self._nov_ram = NoveltyTable(self.num_envs, cfg.novelty_size, self.device)
-        if cfg.novelty_pixels:
-            self._nov_px = NoveltyTable(self.num_envs, cfg.novelty_size, self.device)
-
-    def _build_starts(self, start_states) -> None:
-        """Fill the device reset cache: K start slots and each slot's first frame (docs/rl_env.md)."""
-        spec = self._start_spec(start_states)
-        from gbxcule.kernels.snapshot import SlotStore
-
-        be, n = self.backend, self.num_envs
-        base_states = self._load_start_files(spec.states) if spec.states else None
-        k = spec.count if spec.generator else (len(base_states) if base_states else 1)
-        store = SlotStore(k, NUM_FIELDS, be.layout.total, self.wp_device)
-        slot_obs = np.zeros((k, 72, self._latest.shape[-1]), dtype=np.uint8)
-        slot_screen = np.zeros((k, 144, 160), dtype=np.uint8)
-        rng = np.random.default_rng([self.seed, 0x5EED])
-        for first in range(0, k, n):
-            count = min(n, k - first)
-            be.reset()
-            if base_states:
-                be.put_states([base_states[(first + j) % len(base_states)] for j in range(count)],
-                              envs=range(count))
-            for a in spec.script:
-                be.step(np.full(n, a, dtype=np.int32))
-            be.step(np.zeros(n, dtype=np.int32))  # one NOOP step: every slot starts with a drawn frame
-            if not spec.generator:
-                self._save_slots(store, range(count), first, slot_obs, slot_screen)
-                continue
-            lengths = rng.integers(0, spec.max_len + 1, size=n)  # env j is saved after lengths[j] extra steps
-            if spec.generator == "random_noops":
-                extra = np.zeros((spec.max_len, n), dtype=np.int32)
-            else:
-                extra = rng.integers(0, self.codec.num_actions, size=(spec.max_len, n)).astype(np.int32)
-            # demonstration starts: slot i first replays the first i/k of the solution (p[j] steps)
-            p = ((np.arange(first, first + n) * len(spec.prefix)) // k if spec.generator == "solution"
-                 else np.zeros(n, dtype=np.int64))
-            span = int(p[:count].max()) + spec.max_len
-            plan = np.zeros((span, n), dtype=np.int32)
-            for j in range(count):
-                plan[:p[j], j] = spec.prefix[:p[j]]
-                plan[p[j]:p[j] + spec.max_len, j] = extra[:, j]
-            for s in range(span + 1):
-                self._save_slots(store, [j for j in range(count) if p[j] + lengths[j] == s], first, slot_obs,
-                                 slot_screen)
-                if s < span and (p[:count] + lengths[:count] > s).any():
-                    be.step(plan[s])
-        be.slots = store
-        import hashlib
-
-        f, r = store.fields.numpy(), store.ram.numpy()  # the reset cache's identity, for load_state_dict
-        self._slots_sha1 = hashlib.sha1(f.tobytes() + r.tobytes() + slot_obs.tobytes()).hexdigest()
-        self.num_slots = k
-        self.slot_obs = self.torch.tensor(slot_obs, device=self.device)
-        self._slot_obs_wp = self._wp.from_torch(self.slot_obs)
-        self._slot_screen = self._wp.array(slot_screen, dtype=self._wp.uint8, device=self.wp_device)
+        # the start slots: their first frames (a view of the backend's slot store), their template distances,
+        # the reset cache's identity (for load_state_dict), and per slot the episodes that ended and succeeded
+        # since the last episode_stats() (a demonstration start's slot i replays i/K of the solution: how far
+        # back success has spread)
+        k, be = self.num_slots, self.backend
+        self.slot_obs = wp.to_torch(be.slot_frames()[0])[:k]
         self.slot_sum = (self.scorer.distance_sum(self.slot_obs) if self.scorer is not None
-                         else self.torch.zeros(k, dtype=self.torch.int32, device=self.device))
-        # finished episodes and successes per start slot since the last episode_stats() (a demonstration
-        # start's slot i replays i/K of the solution: how far back success has spread)
-        self._slot_stats = self.torch.zeros((k, 2), dtype=self.torch.float64, device=self.device)
-        self._slot_pair = self.torch.zeros((self.num_envs, 2), dtype=self.torch.float64, device=self.device)
-
-    def _save_slots(self, store, envs, first: int, slot_obs, slot_screen) -> None:
-        """Copy backend envs `envs` into slots first + j, with their observation and screen."""
-        envs = list(envs)
-        if not envs:
-            return
-        be = self.backend
-        latest, screens = self._latest.cpu().numpy(), be.frame_buffer().numpy()
-        for j in envs:
-            store.save(be.fields, be.ram, self.num_envs, j, first + j)
-            slot_obs[first + j], slot_screen[first + j] = latest[j], screens[j]
-
-    def _start_spec(self, start_states) -> StartSpec:
-        t = self.task
-        if start_states is None:
-            return t.start if t is not None else StartSpec()
-        if start_states == "power_on":
-            return StartSpec()
-        script = t.start.script if t is not None else ()
-        if isinstance(start_states, tuple | list) and start_states and start_states[0] in GENERATORS:
-            if len(start_states) not in (2, 3):
-                raise EnvConfigError(f"start_states=({start_states[0]!r}, K[, max_len])")
-            base = t.start if t is not None else StartSpec()
-            prefix = (t.solution or ()) if t is not None and start_states[0] == "solution" else ()
-            try:
-                return StartSpec(script, base.states, start_states[0], int(start_states[1]),
-                                 int(start_states[2]) if len(start_states) == 3 else 8, prefix)
-            except TaskError as exc:
-                raise EnvConfigError(str(exc)) from None
-        if isinstance(start_states, str | Path):
-            start_states = [start_states]
-        if isinstance(start_states, list | tuple) and start_states:
-            return StartSpec((), tuple(str(p) for p in start_states))
-        raise EnvConfigError(f"start_states must be a path, a list of paths, (GENERATOR, K[, max_len]) or "
-                             f"'power_on', got {start_states!r}")
-
-    def _load_start_files(self, paths) -> list:
-        from gbxcule.backends.warp_vec import load_env_states
-
-        base = Path(self.task.base_dir) if self.task is not None else Path(".")
-        files: list[Path] = []
-        for p in paths:
-            q = Path(p)
-            if not q.is_absolute() and not q.exists() and (base / q).exists():
-                q = base / q
-            if q.is_dir():
-                found = sorted(f for f in q.iterdir() if f.is_file() and not f.name.startswith("."))
-                if not found:
-                    raise EnvConfigError(f"start-state folder {q} holds no state files")
-                files += found
-            elif q.is_file():
-                files.append(q)
-            else:
-                raise EnvConfigError(f"start state not found: {q}")
-        states = []
-        for f in files:
-            try:
-                states += load_env_states(f, self.rom)
-            except GbxculeError as exc:
-                raise EnvConfigError(f"start state {f}: {exc}") from None
-        return states
+                         else torch.zeros(k, dtype=torch.int32, device=dev))
+        self._slots_sha1 = be.slots_digest(k)
+        self._slot_stats = torch.zeros((k, 2), dtype=torch.float64, device=dev)
+        self._slot_pair = torch.zeros((n, 2), dtype=torch.float64, device=dev)
 
     # --- reset and step -----------------------------------------------------------------------------------
     def reset(self, seed: int | None = None):
@@ -421,16 +256,12 @@ class GameEnv:
         del torch
 
     def _restore_done(self, seed: int) -> None:
-        """Envs flagged in `_done`: restore from their slot, write their first frame into the whole ring."""
+        """Envs flagged in `_done`: restore from their slot, with its first frame in their whole frame stack
+        and its screen in the frame buffer (the backend's masked restore: two launches)."""
         torch = self.torch
         slots = _slot_hash(torch, seed, self._env_ids, self.episodes, self.num_slots)
         self._slots.copy_(slots)
-        self.backend.restore(self._done_wp, self._slots_wp)
-        from gbxcule.kernels.ring import ring_reset_kernel
-
-        self._wp.launch(ring_reset_kernel, dim=(self.num_envs, 72), device=self.wp_device,
-                        inputs=[self._done_wp, self._slots_wp, self._slot_obs_wp, self._ring_wp, self._slot_screen,
-                                self.backend.frame_buffer()])
+        self.backend.restore(self._done_wp, self._slots_wp, obs=self._ring_wp)
         self._prev_sum.copy_(torch.where(self._done, self.slot_sum[self._slots.long()], self._prev_sum))
 
     @property
@@ -685,81 +516,3 @@ class GameEnv:
                 "codec": self.codec.describe(), "schedule": self.schedule.describe(), "max_steps": self.max_steps,
                 "start_slots": self.num_slots, "terminate_on": self.terminate_on, "tau": self.tau,
                 "reward": {k: v for k, v in vars(self.reward_cfg).items() if k != "extra"}}
-
-
-# --- goal templates of tasks (captured with a GameEnv; `gbxcule goal` tools: rl/templates.py) -----------
-def _bare(task: Task) -> Task:
-    """The task with no goal: nothing ends an episode but the step limit."""
-    return dataclasses.replace(task, template=None, goal_ram=())
-
-
-def capture(task: Task, actions=None, rom=None, device: str = "cpu", stack_k: int = 1, obs: str = "pixels",
-            mask: np.ndarray | None = None, start_states=None) -> tuple[GoalTemplate, dict]:
-    """Run `actions` (default: the task's solution) from the task's first start slot in one env and take the
-    last frame as the goal. Returns the template and a report (steps, whether the RAM goal holds there)."""
-    actions = tuple(task.solution or ()) if actions is None else tuple(int(a) for a in actions)
-    if not actions:
-        raise GbxculeError(f"task {task.id} has no solution: give the actions that reach the goal")
-    env = GameEnv(rom, 1, device, task=_bare(task), start_states=start_states, stack_k=stack_k, obs=obs,
-                  info_mode="none", max_steps=len(actions) + 1)
-    env.reset(seed=0)
-    if env.num_slots != 1:
-        env = None
-        raise GbxculeError("capture needs a single start state (the task's start has several)")
-    for a in actions:
-        env.step(np.array([a], dtype=np.int32))
-    latest = env.obs[:, -1].cpu().numpy()
-    frame = unpack_shades(latest)[0] if obs == "packed" else latest[0]
-    holds = None
-    if task.goal_ram:
-        holds = bool(RamGoal(task.goal_ram, env.backend.layout, env.device).evaluate(env._ram)[0].item())
-    meta = dataclasses.replace(env.template_meta(task.name), tau=task.reward.get("tau"),
-                               k_consecutive=task.reward.get("k_consecutive"),
-                               note=f"captured after {len(actions)} steps from {task.id}'s start")
-    full = env.frames([0])[0]
-    env.close()
-    tpl = GoalTemplate(frame, np.ones((72, 80), dtype=bool) if mask is None else mask, meta)
-    return tpl, {"steps": len(actions), "ram_goal_holds": holds, "full_frame": full}
-
-
-def _capture_code_digest() -> str:
-    """SHA-1 of the sources that shape a captured frame: the kernels, the backend and the env's start logic."""
-    from pathlib import Path
-
-    import gbxcule
-
-    root = Path(gbxcule.__file__).resolve().parent
-    h = hashlib.sha1()
-    for path in sorted([*(root / "kernels").rglob("*.py"), root / "backends" / "warp_vec.py", root / "rl" / "env.py",
-                        ]):
-        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
-def task_template(task: Task, meta: TemplateMeta, device: str = "cpu") -> GoalTemplate:
-    """The template a task names: a file (relative to its pack), or "solution": captured from the solution's
-    last frame, cached by the task, the env config and the code that captured it."""
-    from pathlib import Path
-
-    if task.template != "solution":
-        p = Path(task.template)
-        return GoalTemplate.load(p if p.is_absolute() else Path(task.base_dir) / p)
-    from gbxcule.core.paths import cache_dir
-
-    key = json.dumps({"task": dataclasses.asdict(_bare(task)) | {"base_dir": "", "description": "", "reward": {}},
-                      "meta": dataclasses.asdict(meta) | {"tau": None, "k_consecutive": None},
-                      "code": _capture_code_digest()}, sort_keys=True, default=str)
-    digest = hashlib.sha1(key.encode()).hexdigest()[:16]
-    path = cache_dir() / "templates" / f"{task.pack}-{task.name}-{digest}.npz"
-    if path.is_file():
-        try:
-            return GoalTemplate.load(path)
-        except GbxculeError:
-            path.unlink(missing_ok=True)  # a damaged cache entry: capture again
-    # on the env's device: the same bits as on the CPU, and a GPU machine builds no CPU-device kernels for it
-    # (10 s of a cold `gbxcule train`, BENCHMARKS.md fourteenth visit)
-    tpl, report = capture(task, device=device, stack_k=meta.stack_k, obs=meta.obs)
-    if report["ram_goal_holds"] is False:
-        raise GbxculeError(f"task {task.id}: its solution does not reach the RAM goal, so no template")
-    tpl.save(path)
-    return tpl

@@ -21,7 +21,7 @@ from gbxcule.rl.goals import GoalError, RamCondition, RewardConfig, ram_offset
 
 SCRIPT_LETTERS = {"N": (), "A": ("a",), "B": ("b",), "S": ("start",), "E": ("select",), "U": ("up",),
                   "D": ("down",), "L": ("left",), "R": ("right",)}
-GENERATORS = ("random_noops", "random_actions", "solution")
+START_GENERATORS = ("random_noops", "random_actions", "solution")
 
 
 class TaskError(GbxculeError, ValueError):
@@ -61,8 +61,8 @@ class StartSpec:
     prefix: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.generator is not None and self.generator not in GENERATORS:
-            raise TaskError(f"unknown start-state generator {self.generator!r}; known: {', '.join(GENERATORS)}")
+        if self.generator is not None and self.generator not in START_GENERATORS:
+            raise TaskError(f"unknown start-state generator {self.generator!r}; known: {', '.join(START_GENERATORS)}")
         if self.generator == "solution" and not self.prefix:
             raise TaskError("start-state generator 'solution' needs a task with a solution")
         if self.count < 1 or self.max_len < 0:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gbxcule.rl.env import GameEnv, _bare, capture, task_template
+from gbxcule.rl.capture import bare_task, capture, task_template
+from gbxcule.rl.env import GameEnv
 from gbxcule.rl.goals import GoalTemplate, RamGoal
 from gbxcule.rl.tasks import Task
 
@@ -29,7 +30,7 @@ def calibrate(task: Task, template: GoalTemplate, num_envs: int = 64, steps: int
     goal_of = lambda env: (RamGoal(task.goal_ram, env.backend.layout, env.device) if task.goal_ram  # noqa: E731
                            else None)
     along, along_off = [], []
-    kw = dict(task=_bare(task), goal=template, stack_k=template.meta.stack_k, obs=template.meta.obs,
+    kw = dict(task=bare_task(task), goal=template, stack_k=template.meta.stack_k, obs=template.meta.obs,
               info_mode="none", reward={"tau": 0.0, "terminate_on": "template"})
     if task.solution:
         env = GameEnv(rom, 1, device, max_steps=len(task.solution) + 1, **kw)

@@ -24,7 +24,7 @@ from gbxcule.rl.adapters.core import SHADE_SCALE, AdapterConfigError, StepMirror
 
 ARRAYS = ("numpy", "torch")
 _OWN = ("device", "array", "scale", "seed", "max_episode_steps", "render_mode")
-_GREYS = np.array([255, 170, 85, 0], dtype=np.uint8)  # shade -> grey for render()
+GREYS = np.array([255, 170, 85, 0], dtype=np.uint8)  # shade -> grey for render()
 
 
 class ActionError(gymnasium.error.InvalidAction, ValueError):
@@ -169,7 +169,7 @@ class GbxculeEnv(gymnasium.Env):
         if self.render_mode != "rgb_array":
             return None
         shades = self.vec.game.frames([0])[0]
-        return np.repeat(_GREYS[shades][..., None], 3, axis=-1)
+        return np.repeat(GREYS[shades][..., None], 3, axis=-1)
 
     def close(self) -> None:
         self.vec.close()

@@ -22,11 +22,11 @@ from __future__ import annotations
 import numpy as np
 from gymnasium import spaces
 
-from gbxcule.backends.pyboy_puffer_vec import _import_pufferlib_vector
+from gbxcule.backends.pyboy_puffer_vec import import_pufferlib_vector
 from gbxcule.rl.adapters.core import AdapterConfigError, StepMirror, check_kwargs, make_game_env
 from gbxcule.rl.adapters.gym import obs_space
 
-_import_pufferlib_vector()  # a GbxculeError with the install route when pufferlib is missing
+import_pufferlib_vector()  # a GbxculeError with the install route when pufferlib is missing
 import pufferlib  # noqa: E402  (already imported, from a scratch directory, by the line above)
 
 _OWN = ("device", "scale", "seed", "report_interval", "buf")

@@ -24,7 +24,7 @@ from gymnasium import spaces
 from stable_baselines3.common.vec_env import VecEnv
 
 from gbxcule.rl.adapters.core import StepMirror, check_kwargs, make_game_env
-from gbxcule.rl.adapters.gym import _GREYS, obs_space
+from gbxcule.rl.adapters.gym import GREYS, obs_space
 
 _OWN = ("device", "scale", "seed")
 
@@ -82,7 +82,7 @@ class GbxculeVecEnv(VecEnv):
         self.game.close()
 
     def get_images(self):
-        return [np.repeat(_GREYS[f][..., None], 3, axis=-1) for f in self.game.frames()]
+        return [np.repeat(GREYS[f][..., None], 3, axis=-1) for f in self.game.frames()]
 
     # --- SB3's per-env attribute access: all N envs are one GameEnv ----------------------------------------
     def get_attr(self, attr_name: str, indices=None) -> list:

@@ -35,7 +35,10 @@ def script(text: str) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class Task:
+class GameTask:
+    """A task of the built-in game in Python (its goal a test on memory), checked against the ROM by
+    tests/test_overworld.py; the RL env's tasks are data (`gbxcule.rl.tasks.Task`, rl/packs/overworld.toml)."""
+
     name: str
     description: str
     start: tuple[int, ...]  # actions from power-on that reach the start state
@@ -49,12 +52,12 @@ LEAVE_HOUSE = script("R4 D6 R N2")  # from the bed to the door mat, then the tra
 TO_ROUTE = script("D R6 U8 N")  # from the house door north out of town (and the transition)
 ROUTE_CLIMB = script("U3 L U2 R4 U3 L4 U4 R4 U4 L3 U6 A")  # up the hill road to the hiker, and talk
 
-TASKS: tuple[Task, ...] = (
-    Task("leave_house", "walk from the bed out of the front door into town",
+TASKS: tuple[GameTask, ...] = (
+    GameTask("leave_house", "walk from the bed out of the front door into town",
          BOOT, lambda read: read(ADDR["MAP_ID"]) == TOWN, 100, LEAVE_HOUSE),
-    Task("reach_lab", "from the house door, cross town and enter the lab's door",
+    GameTask("reach_lab", "from the house door, cross town and enter the lab's door",
          BOOT + LEAVE_HOUSE, lambda read: read(ADDR["MAP_ID"]) == LAB, 200, script("D R6 D7 R6 U N")),
-    Task("talk_to_hiker", "from the house door, climb the hill road north of town and talk to the hiker",
+    GameTask("talk_to_hiker", "from the house door, climb the hill road north of town and talk to the hiker",
          BOOT + LEAVE_HOUSE, lambda read: bool(read(ADDR["FLAGS"]) & FLAG_TALKED_HIKER), 400,
          TO_ROUTE + ROUTE_CLIMB),
 )
