@@ -85,7 +85,8 @@ def scaled(obs: torch.Tensor, packed: bool, dtype: torch.dtype) -> torch.Tensor:
 
 class QNetwork(nn.Module):
     """Action values over the same CNN torso as ActorCritic (kind "q"): a linear head, or a dueling one
-    (V + A - mean A); `layer_norm` for PQN. Input as ActorCritic's."""
+    (V + A - mean A); `layer_norm` for PQN. Input as ActorCritic's; the parameters must be float32 (autocast
+    may run the torso in bf16)."""
 
     kind = "q"
 
@@ -104,10 +105,14 @@ class QNetwork(nn.Module):
                 "params": sum(p.numel() for p in self.parameters())}
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Action values [B, A], float32: the head runs outside autocast (values of different actions often
+        differ by less than bf16 resolves)."""
         h = self.body(scaled(obs, self.packed, next(self.parameters()).dtype))
-        q = self.q(h)
-        if self.v is not None:
-            q = self.v(h) + q - q.mean(-1, keepdim=True)
+        with torch.autocast(h.device.type, enabled=False):
+            h = h.float()
+            q = self.q(h)
+            if self.v is not None:
+                q = self.v(h) + q - q.mean(-1, keepdim=True)
         return q
 
     def initial_state(self, n: int, device) -> None:

@@ -38,10 +38,10 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         optimizer = torch.optim.Adam(model.parameters(), lr=d.lr, eps=d.adam_eps)
         amp = d.amp == "bf16" or (d.amp == "auto" and s.cuda)
         buf = ReplayBuffer(plan, d.gamma, s.device, d.priority_alpha)
-        grad_steps = [0]
+        grad_steps = 0
 
         def state() -> dict:
-            out = {"target": target.state_dict(), "grad_steps": grad_steps[0]}
+            out = {"target": target.state_dict(), "grad_steps": grad_steps}
             if d.checkpoint_buffer:
                 out["buffer"] = buf.state_dict()
             return out
@@ -52,7 +52,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                                  f"parameters")
         if extra:
             target.load_state_dict(extra["target"])
-            grad_steps[0] = extra["grad_steps"]
+            grad_steps = extra["grad_steps"]
         if extra and "buffer" in extra:
             buf.load_state_dict(extra["buffer"])
         else:  # a fresh run, or a resume without the buffer: it refills from here
@@ -73,6 +73,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         compute = torch.compile(losses) if d.compile else losses
         ratio = Fraction(d.replay_ratio).limit_denominator(10**6)
         decay_steps = d.exploration_fraction * cfg.total_steps
+        ones = torch.ones(n, dtype=torch.int64, device=s.device)
         timer = s.timer
 
         while s.running:
@@ -90,7 +91,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                 with torch.no_grad(), s.autocast(amp):
                     q = act(env.obs)
                 action = epsilon_greedy(q.float(), eps)
-                actions += torch.bincount(action, minlength=num_actions)
+                actions.scatter_add_(0, action, ones)  # bincount would read the device (its size)
                 timer.stop(mark)
                 mark = timer.start("env")
                 _, reward, term, trunc, _ = env.step(action)
@@ -111,13 +112,13 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                     loss.backward()
                     norm = s.apply_gradients(model, optimizer, d.max_grad_norm)
                     buf.update_priorities(b.index, td.abs())
-                    grad_steps[0] += 1
-                    if grad_steps[0] % d.target_every == 0:
+                    grad_steps += 1
+                    if grad_steps % d.target_every == 0:
                         dqn.soft_update(target, model, d.tau)
                     stats += torch.stack([loss.detach(), qt.mean(), y.mean(), td.abs().mean(), norm.float()])
                     updates += 1
                 timer.stop(mark)
-            metrics = {"lr": lr, "epsilon": eps, "grad_steps": updates, "grad_steps_total": grad_steps[0],
+            metrics = {"lr": lr, "epsilon": eps, "grad_steps": updates, "grad_steps_total": grad_steps,
                        "buffer_size": buf.size, "actions": actions, **dict.fromkeys(STAT_NAMES)}
             if updates:  # else the losses are null: no gradient step yet (learning_starts) in this update
                 metrics.update(zip(STAT_NAMES, (stats / updates).unbind(0), strict=True))
