@@ -42,7 +42,8 @@ def run_variant(args, name: str, flags: str, folder: Path) -> dict:
     steady = lines[args.skip:]
     if not steady:
         return {"name": name, "flags": flags, "error": f"only {len(lines)} updates in {args.seconds} s"}
-    t = {k: sum(m[f"time_{k}_s"] for m in steady) for k in ("env", "inference", "update")}  # per update
+    # per update; DQN also times its replay writes
+    t = {k: sum(m.get(f"time_{k}_s", 0.0) for m in steady) for k in ("env", "inference", "update", "replay")}
     total = sum(t.values())
     steps = steady[-1]["env_steps"] - (lines[args.skip - 1]["env_steps"] if args.skip else 0)
     return {"name": name, "flags": flags, "updates": len(steady),

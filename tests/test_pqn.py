@@ -34,6 +34,24 @@ def straight(tmp_path_factory):
     return d, train(tiny(d))
 
 
+def test_q_network_heads_and_inputs():
+    from gbxcule.rl.models import QNetwork
+
+    torch.manual_seed(0)
+    obs = torch.randint(0, 4, (3, 2, 72, 80), dtype=torch.uint8)
+    plain = QNetwork(8, 2, arch="small", layer_norm=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        q = plain(obs)
+    assert q.shape == (3, 8) and q.dtype == torch.float32  # the head runs outside autocast
+    duel = QNetwork(8, 2, arch="small", dueling=True)
+    h = duel.body(obs.float() / 3)
+    a = duel.q(h)
+    assert torch.allclose(duel(obs), duel.v(h) + a - a.mean(-1, keepdim=True), atol=1e-6)
+    packed = QNetwork(8, 2, packed=True, arch="small")
+    assert packed(torch.zeros((0, 2, 72, 20), dtype=torch.uint8)).shape == (0, 8)  # no truncation in a rollout
+    assert plain.describe()["layer_norm"] and duel.describe()["head"] == "dueling"
+
+
 def test_q_loss():
     assert float(pqn.q_loss(torch.tensor([1.0, 2.0]), torch.tensor([0.0, 4.0]))) == pytest.approx(0.5 * 2.5)
 
