@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from gbxcule.core.errors import GbxculeError
+from gbxcule.rl.models import epsilon_greedy
 
 EVAL_PREFIX_LEN = 8  # eval start states: random action prefixes of 0..8 steps from the task's start
 Q_SAMPLED_EPSILON = 0.05  # "sampled" for a Q-network: epsilon-greedy with this epsilon
@@ -53,9 +54,7 @@ class PolicyRunner:
         if self.mode == "greedy":
             return out.argmax(-1)
         if self.model.kind == "q":
-            explore = torch.rand(out.shape[0], device=out.device) < self.epsilon
-            return torch.where(explore, torch.randint_like(out[:, 0], out.shape[1], dtype=torch.int64),
-                               out.argmax(-1))
+            return epsilon_greedy(out, self.epsilon)
         return torch.distributions.Categorical(logits=out, validate_args=False).sample()
 
 

@@ -203,11 +203,11 @@ def unpack_shades(packed):
     """Torch or numpy: [..., 20] packed bytes -> [..., 80] shades."""
     if isinstance(packed, np.ndarray):
         shifts = np.array([6, 4, 2, 0], dtype=np.uint8)
-        return ((packed[..., None] >> shifts) & 3).reshape(*packed.shape[:-1], -1)
+        return ((packed[..., None] >> shifts) & 3).reshape(*packed.shape[:-1], 4 * packed.shape[-1])
     import torch
 
     shifts = torch.tensor([6, 4, 2, 0], dtype=torch.uint8, device=packed.device)
-    return ((packed.unsqueeze(-1) >> shifts) & 3).reshape(*packed.shape[:-1], -1)
+    return ((packed.unsqueeze(-1) >> shifts) & 3).reshape(*packed.shape[:-1], 4 * packed.shape[-1])  # 0 rows too
 
 
 # --- RAM conditions -----------------------------------------------------------------------------------------

@@ -31,17 +31,10 @@ class ActorCritic(nn.Module):
     def __init__(self, num_actions: int, stack_k: int = 1, packed: bool = False, arch: str = "nature",
                  gru: int | None = None):
         super().__init__()
-        if arch not in MODELS:
-            raise ValueError(f"model must be one of {', '.join(MODELS)}, got {arch!r}")
         if gru is not None and (isinstance(gru, bool) or not isinstance(gru, int) or gru < 1):
             raise ValueError(f"gru (the recurrent state's size) must be an integer >= 1 or none, got {gru!r}")
-        c1, c2, c3, hidden = (32, 64, 64, 512) if arch == "nature" else (16, 32, 32, 256)
         self.num_actions, self.stack_k, self.packed, self.arch, self.gru = num_actions, stack_k, packed, arch, gru
-        self.body = nn.Sequential(
-            _init(nn.Conv2d(stack_k, c1, 8, stride=4)), nn.ReLU(),  # 72x80 -> 17x19
-            _init(nn.Conv2d(c1, c2, 4, stride=2)), nn.ReLU(),  # -> 7x8
-            _init(nn.Conv2d(c2, c3, 3, stride=1)), nn.ReLU(),  # -> 5x6
-            nn.Flatten(), _init(nn.Linear(c3 * 5 * 6, hidden)), nn.ReLU())
+        self.body, hidden = cnn_torso(stack_k, arch)
         self.pi = _init(nn.Linear(gru or hidden, num_actions), 0.01)
         self.v = _init(nn.Linear(gru or hidden, 1), 1.0)
         if gru is not None:  # a GRU over the CNN features: the policy and value read its state
@@ -57,10 +50,7 @@ class ActorCritic(nn.Module):
         return d
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.packed:
-            obs = unpack_shades(obs)
-        dtype = next(self.parameters()).dtype
-        return self.body(obs.to(dtype) * (1.0 / 3.0))
+        return self.body(scaled(obs, self.packed, next(self.parameters()).dtype))
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits, value) of a feed-forward model (a recurrent one steps through `forward_step`)."""
@@ -94,3 +84,74 @@ class ActorCritic(nn.Module):
             state = state * (~done).unsqueeze(-1).to(state.dtype)
         logits, _, state = self.forward_step(obs, state)
         return logits, (None if state is None else state.float())
+
+
+def cnn_torso(stack_k: int, arch: str, layer_norm: bool = False) -> tuple[nn.Sequential, int]:
+    """The Nature-DQN-style CNN every model shares, and its output width. `layer_norm` normalises each conv
+    layer's output over (C, H, W) (GroupNorm with one group) and the hidden layer (LayerNorm) before the ReLU."""
+    if arch not in MODELS:
+        raise ValueError(f"model must be one of {', '.join(MODELS)}, got {arch!r}")
+    c1, c2, c3, hidden = (32, 64, 64, 512) if arch == "nature" else (16, 32, 32, 256)
+
+    def norm(c: int, conv: bool) -> list[nn.Module]:
+        return [(nn.GroupNorm(1, c) if conv else nn.LayerNorm(c))] if layer_norm else []
+
+    body = nn.Sequential(
+        _init(nn.Conv2d(stack_k, c1, 8, stride=4)), *norm(c1, True), nn.ReLU(),  # 72x80 -> 17x19
+        _init(nn.Conv2d(c1, c2, 4, stride=2)), *norm(c2, True), nn.ReLU(),  # -> 7x8
+        _init(nn.Conv2d(c2, c3, 3, stride=1)), *norm(c3, True), nn.ReLU(),  # -> 5x6
+        nn.Flatten(), _init(nn.Linear(c3 * 5 * 6, hidden)), *norm(hidden, False), nn.ReLU())
+    return body, hidden
+
+
+def scaled(obs: torch.Tensor, packed: bool, dtype: torch.dtype) -> torch.Tensor:
+    """uint8 shades (packed 4 a byte with `packed`) as `dtype` in [0, 1]."""
+    if packed:
+        obs = unpack_shades(obs)
+    return obs.to(dtype) * (1.0 / 3.0)
+
+
+class QNetwork(nn.Module):
+    """Action values over the same CNN torso as ActorCritic (kind "q"): a linear head, or a dueling one
+    (V + A - mean A); `layer_norm` for PQN. Input as ActorCritic's; the parameters must be float32 (autocast
+    may run the torso in bf16)."""
+
+    kind = "q"
+
+    def __init__(self, num_actions: int, stack_k: int = 1, packed: bool = False, arch: str = "nature",
+                 dueling: bool = False, layer_norm: bool = False):
+        super().__init__()
+        self.num_actions, self.stack_k, self.packed, self.arch = num_actions, stack_k, packed, arch
+        self.dueling, self.layer_norm = dueling, layer_norm
+        self.body, hidden = cnn_torso(stack_k, arch, layer_norm)
+        self.q = _init(nn.Linear(hidden, num_actions), 1.0)
+        self.v = _init(nn.Linear(hidden, 1), 1.0) if dueling else None
+
+    def describe(self) -> dict:
+        return {"arch": self.arch, "num_actions": self.num_actions, "stack_k": self.stack_k, "packed": self.packed,
+                "head": "dueling" if self.dueling else "q", "layer_norm": self.layer_norm,
+                "params": sum(p.numel() for p in self.parameters())}
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Action values [B, A], float32: the head runs outside autocast (values of different actions often
+        differ by less than bf16 resolves)."""
+        h = self.body(scaled(obs, self.packed, next(self.parameters()).dtype))
+        with torch.autocast(h.device.type, enabled=False):
+            h = h.float()
+            q = self.q(h)
+            if self.v is not None:
+                q = self.v(h) + q - q.mean(-1, keepdim=True)
+        return q
+
+    def initial_state(self, n: int, device) -> None:
+        return None
+
+    def policy_step(self, obs: torch.Tensor, state=None, done: torch.Tensor | None = None):
+        return self(obs), None
+
+
+def epsilon_greedy(q: torch.Tensor, epsilon: float) -> torch.Tensor:
+    """Actions [B] from action values [B, A]: uniformly random with probability `epsilon`, else the argmax."""
+    explore = torch.rand(q.shape[0], device=q.device) < epsilon
+    random = torch.randint(q.shape[1], (q.shape[0],), device=q.device)
+    return torch.where(explore, random, q.argmax(-1))

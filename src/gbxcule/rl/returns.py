@@ -1,5 +1,6 @@
 """Returns, advantages and targets every algorithm shares, as pure torch functions over [T, N] tensors (no env,
-no I/O): GAE / lambda-returns with bootstrap on truncation, one-step TD targets, explained variance, schedules.
+no I/O): GAE and lambda-returns (PQN's Q(lambda) targets) with bootstrap on truncation, n-step returns (the
+replay buffer's writer), one-step TD targets, explained variance, schedules.
 
 Conventions: step t's action was chosen from obs_t; `dones[t]` (terminated or truncated) says obs_{t+1} is the
 next episode's first; a truncated episode is not a terminal one and bootstraps from the value of its last
@@ -36,6 +37,52 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, last_v
     return adv, adv + values
 
 
+def lambda_returns(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, last_value: torch.Tensor,
+                   gamma: float, lam: float, truncated: torch.Tensor | None = None,
+                   final_values: torch.Tensor | None = None) -> torch.Tensor:
+    """Lambda-returns over a rollout ([T, N] tensors, the conventions of `gae`): G_t = r_t + gamma * (1 - done_t)
+    * ((1 - lam) * values[t + 1] + lam * G_{t+1}), with values[T] = G_T = `last_value`; a truncated step adds
+    gamma * final_values[t]. With values = max_a Q these are PQN's Q(lambda) targets (lam=0: one-step Q-learning
+    targets; lam=1: the discounted return to the rollout's end, bootstrapped there)."""
+    t_len = rewards.shape[0]
+    out = torch.empty_like(values)
+    notdone = 1.0 - dones.to(values.dtype)
+    r = rewards.to(values.dtype)
+    if truncated is not None:
+        if final_values is None:
+            raise ValueError("truncated steps need final_values to bootstrap from")
+        r = r + gamma * truncated.to(values.dtype) * final_values
+    g = last_value.to(values.dtype)
+    for t in reversed(range(t_len)):
+        next_v = last_value if t == t_len - 1 else values[t + 1]
+        g = r[t] + gamma * notdone[t] * ((1.0 - lam) * next_v + lam * g)
+        out[t] = g
+    return out
+
+
+def nstep_returns(rewards: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
+                  gamma: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The n-step return of the first of n steps ([n, N] tensors, oldest step first), cut where an episode
+    ends. Returns ([N] each): the discounted reward sum R, the discount of the bootstrap (gamma^k, or 0 where
+    the episode terminated), k (the steps covered: n, or up to and including the ending step) and `final`
+    (the episode was truncated at step k: bootstrap from its final observation, not the next episode's
+    first). The target is R + discount * V(next), next being obs k steps on (or that final observation)."""
+    n = rewards.shape[0]
+    done = terminated | truncated
+    alive = torch.ones_like(rewards)
+    if n > 1:
+        alive[1:] = torch.cumprod((~done[:-1]).to(rewards.dtype), 0)
+    powers = gamma ** torch.arange(n, dtype=rewards.dtype, device=rewards.device)
+    ret = (alive * powers[:, None] * rewards).sum(0)
+    first = done.to(torch.uint8).argmax(0)  # the first ending step (0 where none: masked below)
+    ended = done.any(0)
+    k = torch.where(ended, first + 1, n)
+    term = ended & terminated.gather(0, first[None]).squeeze(0)
+    final = ended & ~term
+    discount = torch.where(term, torch.zeros_like(ret), gamma ** k.to(rewards.dtype))
+    return ret, discount, k, final
+
+
 def td_target(reward: torch.Tensor, terminated: torch.Tensor, next_value: torch.Tensor, gamma: float) -> torch.Tensor:
     """One-step target r + gamma * (1 - terminated) * V(s'). For a truncated step `next_value` must be the value
     of the finished episode's last observation (not the next episode's first): truncation is not terminal."""
@@ -58,3 +105,8 @@ def linear_schedule(start: float, end: float | None, update: int, num_updates: i
     if end is None or num_updates <= 1:
         return start
     return start + (end - start) * min(1.0, update / (num_updates - 1))
+
+
+def linear_decay(start: float, end: float, step: int, steps: int) -> float:
+    """`start` moved linearly to `end` over the first `steps` steps, then `end` (an epsilon schedule)."""
+    return end + (start - end) * max(0.0, 1.0 - step / steps) if steps > 0 else end

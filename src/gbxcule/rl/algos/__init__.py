@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gbxcule.core.errors import GbxculeError
-from gbxcule.rl.algos import a2c, ppo
+from gbxcule.rl.algos import a2c, dqn, ppo, pqn
 from gbxcule.rl.shell import (
     CHECKPOINT_NAME,
     AlgoSpec,
@@ -27,7 +27,7 @@ from gbxcule.rl.shell import (
     train_config_class,
 )
 
-ALGOS: dict[str, AlgoSpec] = {spec.name: spec for spec in (ppo.ALGO, a2c.ALGO)}
+ALGOS: dict[str, AlgoSpec] = {spec.name: spec for spec in (ppo.ALGO, a2c.ALGO, dqn.ALGO, pqn.ALGO)}
 DEFAULT_ALGO = "ppo"
 
 # What `--resume` may change (anything else given must equal the run's value, or it is refused).
@@ -51,6 +51,10 @@ def trainer(name: str):
         from gbxcule.rl.algos.ppo.train import train as run
     elif name == "a2c":
         from gbxcule.rl.algos.a2c.train import train as run
+    elif name == "dqn":
+        from gbxcule.rl.algos.dqn.train import train as run
+    elif name == "pqn":
+        from gbxcule.rl.algos.pqn.train import train as run
     return run
 
 

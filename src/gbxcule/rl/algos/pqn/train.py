@@ -1,0 +1,113 @@
+"""PQN from pixels with the whole loop on the device: rollouts of `rollout_steps` x `num_envs` with
+epsilon-greedy acting, Q(lambda) targets (bootstrap on truncation) from the values seen while acting,
+minibatch epochs over the rollout; no replay buffer, no target network. One file, CleanRL-style; the targets
+are `rl/returns.py`'s `lambda_returns`, the shell (run folder, logs, eval, checkpoints, stop rules) `rl/loop.py`.
+
+    gbxcule train --algo pqn --config configs/leave_house_pqn.toml --device cuda
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gbxcule.rl import returns
+from gbxcule.rl.algos.pqn import build_model, steps_per_update
+from gbxcule.rl.algos.pqn import loss as pqn
+from gbxcule.rl.loop import Session
+from gbxcule.rl.models import epsilon_greedy
+
+
+def rollout_bytes(cfg, obs_bytes: int) -> int:
+    """Device bytes of the rollout storage: observations twice (the obs and the finished episodes' last obs,
+    for truncation bootstraps), plus actions, values at acting time, rewards, flags and targets."""
+    t, n = cfg.pqn.rollout_steps, cfg.env.num_envs
+    return t * n * (2 * obs_bytes + 8 + 4 * 4 + 2)
+
+
+def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
+    """Train (or continue from `checkpoint`) in cfg.run.run_dir; returns the summary."""
+    p = cfg.pqn
+    with Session(cfg, checkpoint, echo, device_bytes=lambda ob: rollout_bytes(cfg, ob),
+                 steps_per_update=steps_per_update(cfg)) as s:
+        env = s.env
+        model = build_model(p, env.num_actions, env.stack_k, env.obs_mode == "packed").to(s.device)
+        optimizer = torch.optim.Adam(model.parameters(), lr=p.lr)
+        amp = p.amp == "bf16" or (p.amp == "auto" and s.cuda)
+        fwd = torch.compile(model) if p.compile else model
+        sampler = torch.Generator().manual_seed(cfg.run.seed)
+        extra = s.start(model, optimizer, state=lambda: {"sampler": sampler.get_state()},
+                        describe=f"rollout storage {s.storage_bytes / 2**20:,.0f} MiB on {s.device}; {s.num_updates} "
+                                 f"updates of {steps_per_update(cfg):,} env-steps; model "
+                                 f"{model.describe()['params']:,} parameters")
+        if extra:
+            sampler.set_state(extra["sampler"])
+
+        t_len, n, dev, obs_shape = p.rollout_steps, env.num_envs, env.device, env.single_obs_shape
+        batch = t_len * n
+        obs_buf = torch.zeros((t_len, n, *obs_shape), dtype=torch.uint8, device=dev)
+        final_buf = torch.zeros_like(obs_buf)
+        act_buf = torch.zeros((t_len, n), dtype=torch.int64, device=dev)
+        qmax_buf = torch.zeros((t_len, n), dtype=torch.float32, device=dev)
+        qsel_buf = torch.zeros((t_len, n), dtype=torch.float32, device=dev)
+        rew_buf = torch.zeros((t_len, n), dtype=torch.float32, device=dev)
+        term_buf = torch.zeros((t_len, n), dtype=torch.bool, device=dev)
+        trunc_buf = torch.zeros((t_len, n), dtype=torch.bool, device=dev)
+        decay_steps = p.exploration_fraction * cfg.total_steps
+        timer = s.timer
+
+        while s.running:
+            lr = returns.linear_lr(p.lr, s.update, s.num_updates, p.anneal_lr)
+            for g in optimizer.param_groups:
+                g["lr"] = lr
+            eps = p.epsilon_start
+            for t in range(t_len):
+                eps = returns.linear_decay(p.epsilon_start, p.epsilon_end, s.global_step + t * n, decay_steps)
+                mark = timer.start("inference")
+                obs_buf[t].copy_(env.obs)
+                with torch.no_grad(), s.autocast(amp):
+                    q = fwd(obs_buf[t]).float()
+                action = epsilon_greedy(q, eps)
+                act_buf[t] = action
+                qmax_buf[t] = q.max(-1).values
+                qsel_buf[t] = q.gather(1, action[:, None]).squeeze(1)
+                timer.stop(mark)
+                mark = timer.start("env")
+                _, reward, term, trunc, _ = env.step(action)
+                rew_buf[t] = reward
+                term_buf[t] = term
+                trunc_buf[t] = trunc
+                final_buf[t].copy_(env.final_obs)
+                timer.stop(mark)
+            mark = timer.start("update")
+            with torch.no_grad(), s.autocast(amp):
+                last = fwd(env.obs).float().max(-1).values
+                final_values = torch.zeros_like(qmax_buf)
+                idx = trunc_buf.nonzero()  # one sync per update: the truncated steps, usually few
+                for chunk in idx.split(8192):  # sizes vary: the plain model, not the compiled one
+                    at = chunk[:, 0], chunk[:, 1]
+                    final_values[at] = model(final_buf[at]).float().max(-1).values
+                targets = returns.lambda_returns(rew_buf, qmax_buf, term_buf | trunc_buf, last, p.gamma, p.q_lambda,
+                                                 trunc_buf, final_values)
+            b_obs = obs_buf.reshape(batch, *obs_shape)
+            b_act, b_tgt = act_buf.reshape(-1), targets.reshape(-1)
+            stats = []
+            for _epoch in range(p.epochs):
+                perm = torch.randperm(batch, generator=sampler).to(dev)
+                for mb in perm.tensor_split(p.minibatches):
+                    with s.autocast(amp):
+                        q_all = fwd(b_obs[mb])
+                    q = q_all.float().gather(1, b_act[mb][:, None]).squeeze(1)
+                    loss = pqn.q_loss(q, b_tgt[mb])
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    norm = s.apply_gradients(model, optimizer, p.max_grad_norm)
+                    stats.append(torch.stack([loss.detach(), q.detach().mean(), norm.float()]))
+            timer.stop(mark)
+            mean = torch.stack(stats).mean(0)
+            names = ("loss", "q_mean", "grad_norm")
+            metrics = {"lr": lr, "epsilon": eps, **dict(zip(names, mean.unbind(0), strict=True)),
+                       "target_mean": targets.mean(), "target_std": targets.std(),
+                       "explained_variance": returns.explained_variance(qsel_buf.reshape(-1), b_tgt),
+                       "actions": torch.bincount(b_act, minlength=env.num_actions)}
+            s.end_update(batch, metrics, guard=names)
+    return s.summary

@@ -1,0 +1,142 @@
+"""DQN: the target and loss math, then the trainer on the CPU device with tiny configs: it trains, logs,
+checkpoints, resumes bit for bit with the buffer in the checkpoint and refills it without, evaluates through
+the registry; bad input gives one line before anything is allocated."""
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gbxcule.cli.main import main  # noqa: E402
+from gbxcule.rl.algos import make_config, train  # noqa: E402
+from gbxcule.rl.algos.dqn import loss as dqn  # noqa: E402
+from gbxcule.rl.shell import ConfigError, load_checkpoint  # noqa: E402
+
+TIMING = {"sps", "time_env_s", "time_inference_s", "time_update_s", "time_replay_s", "wall_s", "updates_per_s"}
+
+
+def test_double_dqn_target_and_losses():
+    ret = torch.tensor([1.0, 0.5])
+    disc = torch.tensor([0.9, 0.0])
+    online = torch.tensor([[1.0, 3.0, 2.0], [0.0, 1.0, 5.0]])
+    target = torch.tensor([[10.0, 20.0, 30.0], [7.0, 8.0, 9.0]])
+    assert torch.allclose(dqn.q_target(ret, disc, online, target), torch.tensor([1.0 + 0.9 * 20.0, 0.5]))
+    assert torch.allclose(dqn.q_target(ret, disc, None, target), torch.tensor([1.0 + 0.9 * 30.0, 0.5]))
+    q, y = torch.tensor([0.0, 3.0]), torch.tensor([0.5, 0.0])
+    loss, td = dqn.td_loss(q, y, kind="huber")
+    assert torch.allclose(td, torch.tensor([-0.5, 3.0])) and float(loss) == pytest.approx((0.125 + 2.5) / 2)
+    loss, _ = dqn.td_loss(q, y, torch.tensor([2.0, 0.0]), kind="mse")
+    assert float(loss) == pytest.approx(0.25 / 2)
+    a, b = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    before = a.weight.detach().clone()
+    dqn.soft_update(a, b, 0.25)
+    assert torch.allclose(a.weight, 0.75 * before + 0.25 * b.weight)
+    dqn.soft_update(a, b, 1.0)
+    assert torch.equal(a.weight, b.weight)
+
+
+def tiny(run_dir, keep_buffer=True, **run):
+    return make_config(None, {
+        "algo": "dqn", "total_steps": 4 * 4 * 6, "env": {"num_envs": 4, "max_steps": 10},
+        "dqn": {"buffer_size": 4 * 20, "batch_size": 16, "learning_starts": 20, "log_every": 6, "replay_ratio": 0.5,
+                "target_every": 2, "model": "small", "dueling": True, "prioritized": True,
+                "checkpoint_buffer": keep_buffer, "exploration_fraction": 0.5},
+        "run": {"run_dir": str(run_dir), "device": "cpu", "progress": False, "tensorboard": False,
+                "checkpoint_every": 1, **run}})
+
+
+def metrics(run_dir):
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    d = tmp_path_factory.mktemp("dqn")
+    return d, train(tiny(d))
+
+
+def test_tiny_run_trains_and_writes_everything(straight):
+    d, s = straight
+    assert s["updates"] == 4 and s["env_steps"] == 96 and s["stopped"] == "done"
+    rows = metrics(d)
+    assert [r["update"] for r in rows] == [1, 2, 3, 4]
+    # 24 steps per update: transitions of steps 0-3 complete in update 1 (16 < learning_starts 20), then one
+    # gradient step every second step of all envs
+    assert rows[0]["buffer_size"] == 16 and rows[0]["grad_steps"] == 0 and rows[0]["loss"] is None
+    assert [r["grad_steps"] for r in rows[1:]] == [3, 3, 3] and rows[-1]["grad_steps_total"] == 9
+    assert rows[-1]["buffer_size"] == (20 - 1 - 3 + 1) * 4  # the ring is full and wraps
+    for key in ("loss", "q_mean", "target_mean", "td_abs", "grad_norm", "epsilon", "lr", "success_rate",
+                "trunc_rate", "actions"):
+        assert key in rows[-1]
+    assert all(r["loss"] is not None and r["loss"] >= 0 for r in rows[1:])
+    assert rows[0]["epsilon"] > rows[-1]["epsilon"] == pytest.approx(0.01)
+    assert sum(rows[-1]["actions"]) == 24 and any(r["trunc_rate"] > 0 for r in rows)
+    ck = load_checkpoint(d)
+    assert ck["update"] == 4 and ck["algo"] == "dqn" and ck["extra"]["grad_steps"] == 9
+    assert ck["extra"]["buffer"]["frames"].shape == (20, 4, 72, 80) and "tree" in ck["extra"]["buffer"]
+    assert set(ck["extra"]["target"]) == set(ck["model"])
+
+
+def test_killed_run_resumes_bit_for_bit_with_the_buffer(straight, tmp_path):
+    d, _ = straight
+    part = train(tiny(tmp_path, stop_after_updates=2))
+    assert part["updates"] == 2
+    before = load_checkpoint(tmp_path)["model"]
+    resumed = train(tiny(tmp_path), resume=True)
+    assert resumed["updates"] == 4
+    assert metrics(tmp_path) == metrics(d)
+    a, b = load_checkpoint(d), load_checkpoint(tmp_path)
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    assert all(torch.equal(a["extra"]["target"][k], b["extra"]["target"][k]) for k in a["model"])
+    assert not all(torch.equal(before[k], b["model"][k]) for k in before)  # it trained after the resume
+
+
+def test_resume_without_the_buffer_refills_it(straight, tmp_path):
+    d, _ = straight
+    train(tiny(tmp_path, keep_buffer=False, stop_after_updates=2))
+    assert "buffer" not in load_checkpoint(tmp_path)["extra"]
+    resumed = train(tiny(tmp_path, keep_buffer=False), resume=True)
+    assert resumed["updates"] == 4
+    rows, full = metrics(tmp_path), metrics(d)
+    assert rows[:2] == full[:2]
+    # the refilled buffer holds the 4 steps completed since the resume; the uninterrupted run kept its 16
+    assert rows[2]["buffer_size"] == (6 - 3 + 1) * 4 < full[2]["buffer_size"]
+    assert rows[2]["grad_steps"] == 0 and rows[3]["grad_steps"] == 3
+
+
+def test_eval_through_the_registry(straight, capsys):
+    d, _ = straight
+    assert main(["eval", str(d), "--device", "cpu", "--episodes", "2", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["algo"] == "dqn" and rep["episodes"] == 2 and 0.0 <= rep["success_rate"] <= 1.0
+    assert rep["greedy"]["mean_length"] <= 10 and "sampled" in rep
+
+
+@pytest.mark.parametrize("sets,needle", [
+    (["dqn.epsilon_end=1.5"], "dqn.epsilon_end must be <= 1"),
+    (["dqn.epsilon_start=-0.1"], "dqn.epsilon_start must be >= 0"),
+    (["dqn.replay_ratio=0"], "dqn.replay_ratio must be > 0"),
+    (["dqn.n_step=11"], "dqn.n_step (11) is larger than the episode limit (10 steps)"),
+    (["dqn.buffer_size=12"], "needs at least 4"),
+    (["dqn.learning_starts=100"], "learning would never start"),
+    (["dqn.buffer_size=4000000000000000"], "host memory"),
+])
+def test_bad_input_is_one_line_before_anything_is_allocated(tmp_path, capsys, sets, needle):
+    run_dir = tmp_path / "r"
+    argv = ["train", "--algo", "dqn", "--device", "cpu", "--num-envs", "4", "--max-steps", "10", "--run-dir",
+            str(run_dir), "--set", "dqn.buffer_size=80", "--set", "dqn.learning_starts=20"]
+    for item in sets:
+        argv += ["--set", item]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and needle in err, err
+    assert not run_dir.exists()
+
+
+def test_algo_sections_do_not_mix():
+    with pytest.raises(ConfigError, match=r"section \[ppo\]"):
+        make_config(None, {"algo": "dqn", "ppo": {"lr": 1e-3}})
+    cfg = make_config(None, {"algo": "dqn", "dqn": {"lr": 1e-3}})
+    assert cfg.section.lr == 1e-3 and cfg.run.run_dir == "runs/dqn"

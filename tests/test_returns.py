@@ -1,0 +1,104 @@
+"""Shared value functions against plain Python references: lambda-returns (PQN's Q(lambda) targets) with both
+kinds of episode ends, n-step returns (the replay writer's), the epsilon schedule."""
+
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gbxcule.rl import returns  # noqa: E402
+
+
+def random_rollout(t_len, n, seed):
+    g = torch.Generator().manual_seed(seed)
+    rewards = torch.randn(t_len, n, generator=g)
+    values = torch.randn(t_len, n, generator=g)
+    last = torch.randn(n, generator=g)
+    final_values = torch.randn(t_len, n, generator=g)
+    u = torch.rand(t_len, n, generator=g)
+    term = u < 0.12
+    trunc = (u >= 0.12) & (u < 0.22)
+    term[3] = True  # every env ends on the same step
+    trunc[3] = False
+    return rewards, values, last, final_values, term, trunc
+
+
+def lambda_reference(rewards, values, last, final_values, term, trunc, gamma, lam):
+    t_len, n = rewards.shape
+    out = [[0.0] * n for _ in range(t_len)]
+    for e in range(n):
+        g = float(last[e])
+        for t in reversed(range(t_len)):
+            next_v = float(last[e]) if t == t_len - 1 else float(values[t + 1, e])
+            r = float(rewards[t, e])
+            if term[t, e]:
+                g = r
+            elif trunc[t, e]:
+                g = r + gamma * float(final_values[t, e])
+            else:
+                g = r + gamma * ((1 - lam) * next_v + lam * g)
+            out[t][e] = g
+    return torch.tensor(out)
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.65, 1.0])
+def test_lambda_returns_match_the_reference_and_gae(lam):
+    rewards, values, last, final_values, term, trunc = random_rollout(12, 7, seed=int(lam * 100))
+    gamma = 0.97
+    got = returns.lambda_returns(rewards, values, term | trunc, last, gamma, lam, trunc, final_values)
+    want = lambda_reference(rewards, values, last, final_values, term, trunc, gamma, lam)
+    assert torch.allclose(got, want, atol=1e-5)
+    _, gae_ret = returns.gae(rewards, values, term | trunc, last, gamma, lam, trunc, final_values)
+    assert torch.allclose(got, gae_ret, atol=1e-5)  # the same targets GAE's returns are
+    if lam == 0.0:  # one-step Q-learning targets
+        nxt = torch.cat([values[1:], last[None]])
+        one = rewards + gamma * torch.where(trunc, final_values, nxt * ~term)
+        assert torch.allclose(got, torch.where(term, rewards, one), atol=1e-6)
+    with pytest.raises(ValueError, match="final_values"):
+        returns.lambda_returns(rewards, values, term, last, gamma, lam, trunc)
+
+
+def nstep_reference(rewards, term, trunc, gamma):
+    n, envs = rewards.shape
+    out = []
+    for e in range(envs):
+        ret, k, disc, final = 0.0, n, gamma ** n, False
+        for j in range(n):
+            ret += gamma ** j * float(rewards[j, e])
+            if term[j, e]:
+                k, disc = j + 1, 0.0
+                break
+            if trunc[j, e]:
+                k, disc, final = j + 1, gamma ** (j + 1), True
+                break
+        out.append((ret, disc, k, final))
+    return out
+
+
+@pytest.mark.parametrize("n", [1, 2, 5])
+def test_nstep_returns_match_the_reference(n):
+    rng = random.Random(n)
+    envs = 40
+    rewards = torch.tensor([[rng.uniform(-1, 1) for _ in range(envs)] for _ in range(n)])
+    kind = [[rng.choice("....tT") for _ in range(envs)] for _ in range(n)]
+    kind[0][0] = "t"
+    for j in range(n):  # env 1 truncates on the last step
+        kind[j][1] = "T" if j == n - 1 else "."
+    for e in range(2, 6):  # several envs ending on the same step, by both kinds
+        kind[0][e] = "tT"[e % 2]
+    term = torch.tensor([[c == "t" for c in row] for row in kind])
+    trunc = torch.tensor([[c == "T" for c in row] for row in kind])
+    ret, disc, k, final = returns.nstep_returns(rewards, term, trunc, 0.9)
+    for e, (r, d, kk, f) in enumerate(nstep_reference(rewards, term, trunc, 0.9)):
+        assert float(ret[e]) == pytest.approx(r, rel=1e-5, abs=1e-6)
+        assert float(disc[e]) == pytest.approx(d, rel=1e-6)
+        assert int(k[e]) == kk and bool(final[e]) == f
+    assert bool(final[1]) and int(k[1]) == n and float(disc[0]) == 0.0 and int(k[0]) == 1
+
+
+def test_linear_decay():
+    assert returns.linear_decay(1.0, 0.1, 0, 100) == 1.0
+    assert returns.linear_decay(1.0, 0.1, 50, 100) == pytest.approx(0.55)
+    assert returns.linear_decay(1.0, 0.1, 100, 100) == pytest.approx(0.1)
+    assert returns.linear_decay(1.0, 0.1, 10**6, 100) == pytest.approx(0.1)
