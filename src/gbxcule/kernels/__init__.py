@@ -2,8 +2,9 @@
 
 Importing this package configures Warp for gbxcule: kernel cache in the project cache folder, no
 gradient code, no start-up banner on stdout. `state.py` is the state schema, `bus.py` the memory map,
-`cpu.py` + `templates.py` the SM83, `timer.py`, `ppu.py`, `mbc.py` the rest of the machine, and `gen.py`
-assembles the step kernel from the ISA table.
+`cpu.py` + `templates.py` the SM83, `timer.py`, `ppu.py`, `mbc.py` the rest of the machine, `frame.py` a
+frame's CPU batches and events, `step.py` the step kernel, and `gen.py` the instruction dispatch and
+field-wise code it generates from the ISA table and the schema.
 """
 
 import ctypes.util
