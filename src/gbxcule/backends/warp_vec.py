@@ -484,7 +484,7 @@ class WarpVecBackend:
         self._modules_loaded = True
         if not self.device.startswith("cuda"):
             return
-        modules = [self._step_kernels(draws, flat).module for draws, flat in self.step_variants()]
+        modules = [self._step_kernels(draws, flat).step_kernel.module for draws, flat in self.step_variants()]
         self._wp.force_load(device=self.device, modules=modules, block_dim=self.block_dim, max_workers=len(modules))
 
     def step_variants(self) -> list[tuple[bool, bool]]:

@@ -86,7 +86,7 @@ def frame_func(module: str, ops: ModuleType, flat: bool):
     than none: BENCHMARKS.md seventeenth visit); and the OAM scan inside the batch (batch_boundary's
     lcd_tick_light, `scan`) only in the flat loop, whose batches do not stop at mode 3 (Tobu Tobu Girl +2.0%:
     eighteenth visit)."""
-    nested = 0 if flat else 1  # (an int the compiler folds, as it folds `flat`'s wp.static branches)
+    nested = 0 if flat else 1  # captured: a literal in the generated code, whose tests the compiler folds
     seq_clear, op_pre, op_mid, op_post = ops.seq_clear, ops.op_pre, ops.op_mid, ops.op_post
     dispatch_family = ops.DISPATCH_FAMILY
 

@@ -136,11 +136,11 @@ def op_table() -> np.ndarray:
     return np.array([pack_info(op, ids.get(family(op) or "", -1)) for op in (*BASE, *CB)], dtype=np.int32)
 
 
-# Template names of the sequencer's scratch values become fields of its `Seq` struct (see run_op).
+# Template names of the sequencer's scratch values become fields of its `Seq` struct (frame.py run_op).
 _SEQ_NAME = re.compile(rf"(?<![.\w])({'|'.join(SEQ_FIELDS)})(?!\w)")
 
 
-def _tree(part: str, fams: list[tuple[str, int]], indent: int) -> str:
+def _tree(part: str, fams: list[tuple[str, int]]) -> str:
     """A two-level if-tree (family group, then family) over the families that have `part`."""
     groups: dict[int, list[tuple[int, str]]] = {}
     for fam, i in fams:
@@ -152,7 +152,7 @@ def _tree(part: str, fams: list[tuple[str, int]], indent: int) -> str:
         for mi, (i, fam) in enumerate(members):
             lines.append(f"    {'if' if mi == 0 else 'elif'} s.fam == {i}:  # {fam}")
             lines.append(textwrap.indent(_SEQ_NAME.sub(r"s.\1", TEMPLATES[fam][part].strip("\n")), " " * 8))
-    return textwrap.indent("\n".join(lines) or "pass", " " * indent)
+    return textwrap.indent("\n".join(lines) or "pass", " " * 4)
 
 
 @cache
@@ -165,7 +165,7 @@ def ops_source() -> str:
     fams = sorted(ids.items(), key=lambda kv: kv[1])
     # env-major: env e's fields are the consecutive words fields[e * NUM_FIELDS ...] (core/schema.py)
     parts = {
-        "$PRE": _tree("pre", fams, 4), "$MID": _tree("mid", fams, 4), "$POST": _tree("post", fams, 4),
+        "$PRE": _tree("pre", fams), "$MID": _tree("mid", fams), "$POST": _tree("post", fams),
         "$DISPATCH_FAMILY": str(ids[DISPATCH]),
         "$SEQ_CLEAR": "\n".join(f"    s.{name} = 0" for name in SEQ_FIELDS),
         "$LOAD": "\n".join(f"    g.{name} = fields[e * {NUM_FIELDS} + {i}]" for i, (name, _) in enumerate(FIELDS)),
