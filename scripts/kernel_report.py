@@ -72,7 +72,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--stage", default="full_step")
     p.add_argument("--lean", action="store_true", help="the kernel without the renderer (docs/step_abi.md)")
-    p.add_argument("--loop", default="nested", choices=("nested", "flat"), help="instruction loop (gen._FRAME_LOOPS)")
+    p.add_argument("--loop", default="nested", choices=("nested", "flat"), help="instruction loop (kernels/frame.py)")
     p.add_argument("--max-registers", type=int, default=None, help="the register cap of WarpVecBackend")
     p.add_argument("--arch", type=int, default=90)
     p.add_argument("--ptxas", default="ptxas")
@@ -84,11 +84,11 @@ def main() -> int:
 
     wp.config.lineinfo = args.lines is not None  # (a module takes it when it is created)
     from gbxcule.kernels import init_warp
-    from gbxcule.kernels.gen import load_kernels
+    from gbxcule.kernels.step import load_kernels
 
     init_warp()
     work = Path(tempfile.mkdtemp(prefix="gbxcule_kernel_"))
-    module = load_kernels(args.max_registers, args.stage, draws=not args.lean, flat=args.loop == "flat")
+    module = load_kernels(args.max_registers, args.stage, draws=not args.lean, flat=args.loop == "flat").module
     if args.lines:
         return write_lines(wp, module, work, args)
     [ptx_path] = wp.compile_aot_module(module, arch=args.arch, module_dir=work, use_ptx=True)

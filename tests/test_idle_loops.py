@@ -100,7 +100,7 @@ def test_fixed_points_skip_every_round_that_ends_before_the_batch():
         rounds = (budget - 1) // p  # whole rounds that end before the batch does
         # each round's three instructions count, and go to `waited` too (the path key leaves them out)
         assert cycles == rounds * p and instructions == waited == 3 * rounds and (a, f) == (c[3], c[4])
-    # polling: WRAM, HRAM and echo loops may run over whole PPU lines (gen.py run_frame); LY and STAT may not
+    # polling: WRAM, HRAM and echo loops may run over whole PPU lines (frame.py run_frame); LY and STAT may not
     assert [int(x) for x in out[:, 4]] == [1, 1, 1, 1, 0, 0, 1, 1, 1]
     assert [int(x) for x in out[6:, 0]] == [32, 32, 64] and out[0, 0] == 31 * 32
 

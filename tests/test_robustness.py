@@ -286,11 +286,11 @@ def test_unwritable_cache_falls_back_to_a_temp_folder(tmp_path, monkeypatch, cap
 
 def test_kernel_cache_key_does_not_depend_on_the_checkout_or_cache_path(tmp_path):
     """The generated source holds no path, and Warp's module identifier is the same in another cache."""
-    from gbxcule.kernels.gen import kernel_source
+    from gbxcule.kernels.gen import ops_source
 
     root = str(Path(__file__).resolve().parents[1])
-    assert root not in kernel_source() and str(paths.cache_dir()) not in kernel_source()
-    code = ("from gbxcule.kernels import init_warp; init_warp(); from gbxcule.kernels.gen import load_kernels; "
+    assert root not in ops_source() and str(paths.cache_dir()) not in ops_source()
+    code = ("from gbxcule.kernels import init_warp; init_warp(); from gbxcule.kernels.step import load_kernels; "
             "print(load_kernels().step_kernel.module.get_module_identifier())")
     ids = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           env=os.environ | {"GBXCULE_CACHE_DIR": str(tmp_path / d)}).stdout.strip()

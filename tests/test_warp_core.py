@@ -10,7 +10,7 @@ from gbxcule.backends.warp_vec import WarpVecBackend
 from gbxcule.core.cartridge import Rom, parse_header
 from gbxcule.core.isa import BASE, CB
 from gbxcule.core.schedule import ActionSchedule
-from gbxcule.kernels.gen import access_timing, family, family_ids, kernel_source, op_table
+from gbxcule.kernels.gen import access_timing, family, family_ids, op_table, ops_source
 from gbxcule.kernels.instructions import TEMPLATES
 from gbxcule.roms import suite
 
@@ -39,7 +39,10 @@ def test_every_opcode_has_a_template_and_timing_table():
         acc = (list(access_timing(op)) + [(0, 0)] * 2)[:2]
         assert (w & 0x1F, (w >> 5) & 0x1F, (w >> 22) & 3, w >> 24) == (op.cycles, nt, op.length, ids.get(fam, -1))
         assert [(((w >> 10) & 15) * 4, ((w >> 14) & 3) * 4), (((w >> 16) & 15) * 4, ((w >> 20) & 3) * 4)] == acc
-    assert "def run_op" in kernel_source() and "step_kernel" in kernel_source()
+    src = ops_source()  # each family with a template part has its branch in the generated dispatch
+    for fam, i in ids.items():
+        parts = [p for p in ("pre", "mid", "post") if TEMPLATES[fam].get(p, "").strip()]
+        assert (f"s.fam == {i}:  # {fam}\n" in src) == bool(parts), fam
 
 
 def test_skip_boot_starts_at_0100_with_boot_rom_unmapped():
@@ -438,7 +441,7 @@ def test_the_flat_loop_gives_the_nested_loops_bits(name):
     the CPU device: every field, RAM byte, frame, observation and reward after every step (`gbxcule devcheck
     --loop flat` runs the same against CUDA), on every built-in ROM for as long as it runs. The two loops end
     their batches in different places (the nested loop's batches that go on over the reference's batch ends stop
-    at each line, gen.batch_next; the flat loop's do not), and the lockstep tests run the nested one."""
+    at each line, frame.py batch_next; the flat loop's do not), and the lockstep tests run the nested one."""
     from gbxcule.harness.devcheck import compare_devices
 
     steps = suite()[name].frames // 24 + 2

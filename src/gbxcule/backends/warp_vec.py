@@ -50,10 +50,10 @@ SORT_KEYS = ("pc", "path", "path_light", "stack")
 DEFAULT_SORT_KEY = "path"  # docs/divergence.md, "What is built"
 MAX_SORT_PARTS = 64
 AUTO = "auto"  # sort_parts chosen by timing (backends/autotune.py)
-OBS_STAGES = ("obs_only", "full_step")  # stages whose step ends with obs_kernel (kernels/gen.py STAGES)
+OBS_STAGES = ("obs_only", "full_step")  # stages whose step ends with obs_kernel (kernels/step.py STAGES)
 # The speed knobs of WarpVecBackend (results do not depend on them): what configs may set.
 TUNING_OPTIONS = ("sort_envs", "sort_every", "sort_parts", "sort_key", "lean", "block_dim", "loop", "stream_groups")
-LOOPS = (AUTO, "nested", "flat")  # the step kernel's instruction loop (kernels/gen.py _FRAME_LOOPS)
+LOOPS = (AUTO, "nested", "flat")  # the step kernel's instruction loop (kernels/frame.py)
 
 
 def parse_sort_parts(text: str) -> int | str:
@@ -155,8 +155,9 @@ class WarpVecBackend:
         import warp as wp
 
         from gbxcule.kernels import init_warp
-        from gbxcule.kernels.gen import load_kernels, op_table
+        from gbxcule.kernels.gen import op_table
         from gbxcule.kernels.state import Mem
+        from gbxcule.kernels.step import load_kernels
 
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
@@ -184,7 +185,7 @@ class WarpVecBackend:
         self._kernels = load_kernels(max_registers, stage)
         self._max_registers = max_registers
         # lean (default: on for CUDA): frames that draw nothing run a second kernel built without the
-        # renderer (kernels/gen.py kernel_source(draws=False)); off, every frame runs the one full kernel.
+        # renderer (kernels/step.py load_kernels(draws=False)); off, every frame runs the one full kernel.
         self.lean = device.startswith("cuda") if lean is None else bool(lean)
         self._stage_args = (int(obs_mode == "mean"), int(obs_packed), lo, hi)
         boot_rom = pyboy_boot_rom()
@@ -243,7 +244,7 @@ class WarpVecBackend:
         self._modules_loaded = False
         if sort_key not in SORT_KEYS:
             raise ValueError(f"sort_key must be one of {', '.join(SORT_KEYS)}, not {sort_key!r}")
-        # loop: the step kernel's instruction loop (kernels/gen.py _FRAME_LOOPS). "nested": a warp runs its lanes'
+        # loop: the step kernel's instruction loop (kernels/frame.py). "nested": a warp runs its lanes'
         # CPU batches to the slowest one's end before any lane goes on; "flat": lanes go on from batch to batch
         # without waiting (on one spread state: Tobu Tobu Girl +38% over nested, Carazu, Airaki and Corrib75 -10%
         # to -24%; commit 9ca8808). "auto" (the default): tried by the sort tuner where there is
@@ -284,7 +285,7 @@ class WarpVecBackend:
         self._obs: dict[tuple[str, bool], object] = {}
         self._obs_views: dict[tuple[int, bool], tuple] = {}  # flat byte or word aliases of the obs arrays
         # Stage outputs: rewards from the step kernel's epilogue, the observation from obs_kernel after the
-        # step (kernels/gen.py STAGES).
+        # step (kernels/step.py STAGES).
         self.rewards = wp.zeros(n if "reward" in stage or stage == "full_step" else 1, dtype=wp.float32,
                                 device=device)
         with_obs = stage in OBS_STAGES
@@ -329,7 +330,7 @@ class WarpVecBackend:
             parts, heavy_first, flat, grouped = choice[0], choice[1], choice[2], choice[3] > 1
             if timed:  # a module's first launch builds it: never inside a timed step (on a GPU all are built already)
                 for draws in {not lean, not lean or render == 1}:
-                    wp.load_module(self._step_kernels(draws, flat), device=self.device, block_dim=self.block_dim)
+                    wp.load_module(self._step_kernels(draws, flat).module, device=self.device, block_dim=self.block_dim)
             if timed and self.device.startswith("cuda"):
                 events = self._tuner_events[len(self.tuner.pending)]
                 wp.get_stream(self.device).record_event(events[0])
@@ -497,8 +498,8 @@ class WarpVecBackend:
         return [(d, f) for d in sorted(draws) for f in sorted(loops)]
 
     def _step_kernels(self, draws: bool = True, flat: bool = False):
-        """The step kernel's module: with the renderer or lean (draws=False), with the nested or flat loop."""
-        from gbxcule.kernels.gen import load_kernels
+        """The step kernel: with the renderer or lean (draws=False), with the nested or flat loop."""
+        from gbxcule.kernels.step import load_kernels
 
         return load_kernels(self._max_registers, self.stage, draws, flat)
 
@@ -547,7 +548,7 @@ class WarpVecBackend:
             self.frame_buffer()
         self._launch(self.schedule.frames_per_step, self.schedule.release_after_frames, render=mode,
                      actions=self._device_actions(actions))
-        if self.stage in OBS_STAGES:  # the observation of the step's last frame (kernels/gen.py STAGES)
+        if self.stage in OBS_STAGES:  # the observation of the step's last frame (kernels/step.py STAGES)
             self._write_observation(self.obs, *self._stage_args[:2])
 
     def _write_observation(self, out, mean: int, packed: int) -> None:

@@ -124,7 +124,7 @@ def ram_layout(cart_ram_size: int) -> RamLayout:
 # its wait loop polling WRAM or HRAM at a fixed point (kernels/idle.py; 0 at a launch's start: merely a
 # missed chance to skip lines), and the instructions of wait-loop rounds this launch skipped (added to the
 # backend's per-env `waited` counter at the launch's end, for the `path` sort key: not state), and the CPU
-# batch under way: the cycle it ends at and whether it starts with an interrupt dispatch (kernels/gen.py
+# batch under way: the cycle it ends at and whether it starts with an interrupt dispatch (kernels/frame.py
 # `batch_start`; a batch never outlives a launch) and the cycle before which it may go on over the reference's
 # batch ends (-1: never; `batch_boundary`), and which 8-line bands of the screen OAM's sprites cover, with
 # the sprite height they were found for (kernels/ppu.py `sprite_bands_refresh`; 0 at a launch's start, and after

@@ -2,8 +2,9 @@
 
 Importing this package configures Warp for gbxcule: kernel cache in the project cache folder, no
 gradient code, no start-up banner on stdout. `state.py` is the state schema, `bus.py` the memory map,
-`cpu.py` + `instructions.py` the SM83, `timer.py`, `ppu.py`, `mbc.py` the rest of the machine, and `gen.py`
-assembles the step kernel from the ISA table. Around the step: `slots.py` (whole env states copied between
+`cpu.py` + `instructions.py` the SM83, `timer.py`, `ppu.py`, `mbc.py` the rest of the machine, `frame.py` a frame's
+CPU batches and events, `step.py` the step kernel, and `gen.py` the instruction dispatch and field-wise code it
+generates from the ISA table and the schema. Around the step: `slots.py` (whole env states copied between
 envs, slots and the host), `sortkeys.py` (the env sort's keys), `render.py` (the observation pass),
 `pyboy_loader.py` (what PyBoy's state loader recomputes).
 """

@@ -5,7 +5,7 @@ count at which the access happens (instruction start + its access offset) and `m
 PPU sees for it (the reference model times PPU-visible accesses separately; see docs/timing.md). Every
 subsystem the access touches is first caught up to that time: the timer, serial port, OAM DMA and PPU.
 Each of those catch-ups appears once in this function, and the CPU calls it from one place, so the
-generated kernel holds one copy of the memory map (compile time, instruction cache, and lanes that take
+step kernel holds one copy of the memory map (compile time, instruction cache, and lanes that take
 different instructions still share this path).
 
 Map: 0000-7FFF ROM (boot ROM over 0000-00FF until 0xFF50 is written), 8000-9FFF VRAM, A000-BFFF
@@ -304,7 +304,7 @@ def io_access(g: wp.ref[Gb], m: Mem, addr: wp.int32, value: wp.int32, write: wp.
                 timer_write_tma(g, value)
             else:
                 timer_write_tac(g, value)
-            timer_schedule(g)  # (the next overflow as the reference predicts it at the batch end: gen.batch_boundary)
+            timer_schedule(g)  # (the next overflow as the reference predicts it at the batch end: frame.batch_boundary)
     elif addr == 0xFF01 or addr == 0xFF02:
         if serial_advance(g, now) != 0:
             g.if_ = g.if_ | INT_SERIAL

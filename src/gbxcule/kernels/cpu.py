@@ -1,6 +1,6 @@
 """SM83 building blocks shared by the instruction templates: register access by opcode field, the ALU,
 the CB rotate/shift unit, and the interrupt checks. Memory accesses are not made here: templates
-describe them and the sequencer in the generated kernel performs them (see gen.py).
+describe them and the sequencer (frame.py `run_op`) performs them.
 
 Registers are fields of the thread-local `Gb` struct. An 8-bit register operand is selected by the
 3-bit field of the opcode (B C D E H L (HL) A = 0..7; index 6, memory, is handled by the templates), a

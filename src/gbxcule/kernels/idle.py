@@ -6,7 +6,7 @@ instructions in one (`scripts/pc_profile.py`). Inside a CPU batch nothing but th
 interrupts are dispatched only at a batch's start, the PPU changes LY and STAT only at its events, which end
 batches, and WRAM and HRAM change only by CPU writes (the loop makes none; an OAM DMA writes only OAM, and no
 round is skipped while one runs). ("Batch" here is the reference's: `end` is `g.batch_end`, the next of its
-batch ends, also where the kernel's batch goes on over them, gen.py `batch_boundary`.) So once one round leaves
+batch ends, also where the kernel's batch goes on over them, frame.py `batch_boundary`.) So once one round leaves
 the registers as they were (a fixed point: the byte read, put through the test, gives back the same A and F, and
 the jump is taken), every further round in the batch does the same, and k rounds only add k times their cycles
 to the cycle count and their 3k instructions (read, test, jump) to the instruction count. The round that reaches
@@ -20,7 +20,7 @@ launches end (each end runs one round one by one), which is why it is kept out o
 LY and STAT in the skipped rounds all fall before the batch's end, so before the PPU's next event.)
 
 A loop found at a fixed point polling WRAM or HRAM sets `g.polling`: such a loop cannot see the PPU either,
-so the next batch may run over whole PPU lines as a halted CPU's does (gen.py run_frame, `lcd_skip_lines`).
+so the next batch may run over whole PPU lines as a halted CPU's does (frame.py run_frame, `lcd_skip_lines`).
 
 The loop shapes recognised: a read into A (LD A,[a16], LDH A,[a8], LD A,[HL], LD A,[DE], LD A,[BC]), one ALU
 operation on A (with an immediate or with A itself: AND 2, CP 144, OR A...), and a JR (conditional or not)

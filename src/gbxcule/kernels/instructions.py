@@ -1,7 +1,8 @@
 """Instruction templates: the body of each instruction family, as Warp source.
 
 `gen.py` classifies every opcode of the ISA table (`gbxcule.core.isa`) into a family and pastes these
-bodies into the step kernel. A family covers all opcodes that differ only in opcode bit fields, and
+bodies into one dispatch tree per part (`op_pre`, `op_mid`, `op_post`), which the sequencer (frame.py
+`run_op`) calls. A family covers all opcodes that differ only in opcode bit fields, and
 shapes that differ only in where an operand comes from or goes to share a family (`MERGED`), so
 operands are decoded at run time from those fields, never by separate branches:
 

@@ -1,4 +1,4 @@
-"""The warp vote behind run_frame's "flat" instruction loop (kernels/gen.py `_FRAME_LOOPS`).
+"""The warp vote behind run_frame's "flat" instruction loop (kernels/frame.py).
 
 In the flat loop a warp leaves its instruction loop as soon as one of its lanes has ended its CPU batch: that
 lane processes its events (DMA, serial, timer, PPU) and starts its next batch, and the warp goes back into

@@ -5,7 +5,7 @@ register, VRAM or OAM, and at the end of every CPU batch (there, with `bands` 1:
 start looks up which 8-line bands have sprites, `sprite_bands`, before it scans OAM). One call handles at most
 one transition (`lcd_target` is the dot of the next one); the batch loop never lets the CPU run past a
 transition, so the reference model's order of events is kept exactly. The light transitions (`lcd_tick_light`)
-are also made inside the instruction loop, at the reference's batch ends a batch goes on over (gen.py
+are also made inside the instruction loop, at the reference's batch ends a batch goes on over (frame.py
 `batch_boundary`).
 
 Line timing (DMG): mode 2 for 80 dots, mode 3 for 172 + `mode3_adj` dots (sprites on the line and SCX
@@ -131,7 +131,7 @@ def sprite_tall(g: wp.ref[Gb]) -> wp.int32:
 @wp.func
 def sprite_bands_refresh(g: wp.ref[Gb], m: Mem):
     """Find the sprite bands again (`sprite_bands`) if OAM or the sprite height changed since they were found
-    and no OAM DMA runs: g.spr_ok is then the height / 8. Called between CPU batches (gen.py batch_events),
+    and no OAM DMA runs: g.spr_ok is then the height / 8. Called between CPU batches (frame.py batch_events),
     so that the scan of OAM stays out of the instruction loop (the PPU catch-up in bus_access)."""
     tall = sprite_tall(g)
     if (g.lcdc & 2) != 0 and g.spr_ok != tall and g.dma_active == 0:
@@ -368,7 +368,7 @@ def lcd_tick_light(g: wp.ref[Gb], m: Mem, now: wp.int32, scan: wp.int32) -> wp.i
     a frame that is not drawn (on a drawn one it draws the line), or a VBlank line's, outside the first frame
     after LCD on and short of the frame's end. With `scan` 1, mode 3's start on a line with sprites is done too,
     OAM scan and all (`mode3_adjustment`). The CPU batch loop runs it at the reference's batch ends inside a
-    longer batch (gen.py `batch_boundary`): it holds no drawing, so the instruction loop stays small; the flat
+    longer batch (frame.py `batch_boundary`): it holds no drawing, so the instruction loop stays small; the flat
     loop's copy (`scan` 1, a constant) holds the OAM scan, the nested loop's (0) not, since a nested batch stops
     at mode 3's start anyway."""
     cycles = now - g.lcd_last

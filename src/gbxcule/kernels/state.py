@@ -10,9 +10,9 @@ import warp as wp
 
 from gbxcule.core.schema import BIG, FIELDS, TRANSIENT
 
-__all__ = ["BIG", "SEQ_FIELDS", "Gb", "Mem", "Seq"]  # BIG: the generated step module imports it from here
+__all__ = ["BIG", "SEQ_FIELDS", "Gb", "Mem", "Seq"]  # BIG: kernels/frame.py and step.py import it from here
 
-# The instruction sequencer's per-instruction scratch (kernels/gen.py run_op): not state, never stored.
+# The instruction sequencer's per-instruction scratch (kernels/frame.py run_op): not state, never stored.
 SEQ_FIELDS = ("base", "n_fetch", "ready", "fam", "info", "op", "imm", "nxt", "n_acc", "wmask", "ad0", "ad1", "wv0",
               "wv1", "rv0", "rv1", "taken", "tmp", "addr", "value", "write", "when", "mao")
 
