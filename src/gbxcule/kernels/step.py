@@ -23,7 +23,8 @@ from gbxcule.kernels.state import BIG, Gb, Mem
 # The step kernel's epilogue per stage: "reward" writes rewards[e] (reward v0) after the step's last frame. The
 # observation of `obs_only` and `full_step` is not written here: the backend launches `render.obs_kernel` after
 # the step, one thread per 4 pixels, whose loads and stores coalesce (inside the step kernel, a thread per env
-# read its own frame 23 KB from its neighbours': a quarter of the drawn launch's time on OVERWORLD, docs/rendering.md). Stages that differ only in the observation share one kernel.
+# read its own frame 23 KB from its neighbours': a quarter of the drawn launch's time on OVERWORLD,
+# docs/rendering.md). Stages that differ only in the observation share one kernel.
 STAGES: dict[str, str] = {"emulate_only": "none", "reward_only": "reward", "obs_only": "none", "full_step": "reward"}
 
 
