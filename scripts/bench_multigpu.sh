@@ -11,6 +11,9 @@
 #             the logged SPS from the third update on (periodic evals are not in it)
 #   gradsync  60 s of the same training on 4 GPUs with run.grad_sync = allreduce, then ddp (no eval): which is faster
 #   table     the table again from what $OUT holds
+# A smoke of the script on the CPU device (2-core box: tiny sizes, no result to keep):
+#   BACKEND=warp_vec_cpu DEVICE=cpu EMU_PER=2 ENVS=2 T1=30 T2=30 T4=30 EVAL_S=5 \
+#     EXTRA="--rollout-steps 4 --model small --eval-episodes 2 --max-steps 4" bash scripts/bench_multigpu.sh
 set -uo pipefail
 export PYTHONPATH=/root/gpu:$PWD/src GBXCULE_CACHE_DIR=${GBXCULE_CACHE_DIR:-/tmp/gbxc} PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # NVLink multicast stays off
@@ -18,24 +21,29 @@ OUT=${OUT:-out}
 RUNS=/tmp/mgpu_runs
 mkdir -p "$OUT" "$RUNS"
 CONFIG=configs/reach_lab_novelty.toml
-ENVS=16384
+ENVS=${ENVS:-16384} EMU_PER=${EMU_PER:-16384 65536} BACKEND=${BACKEND:-warp_vec_cuda} DEVICE=${DEVICE:-cuda}
+read -r -a EXTRA_FLAGS <<< "${EXTRA:-}"
 T1=${T1:-180} T2=${T2:-180} T4=${T4:-150} EVAL_S=${EVAL_S:-15}
 
 emu() {
   for g in 1 2 4; do
-    python3 -m gbxcule bench --rom OVERWORLD --backends warp_vec_cuda --stage full_step --gpus "$g" \
-      --envs "$((16384 * g)),$((65536 * g))" --steps "${EMU_STEPS:-10}" --warmup "${EMU_WARMUP:-5}" \
+    local envs=()
+    for per in $EMU_PER; do envs+=("$((per * g))"); done
+    python3 -m gbxcule bench --rom OVERWORLD --backends "$BACKEND" --stage full_step --gpus "$g" \
+      --envs "$(IFS=,; echo "${envs[*]}")" --steps "${EMU_STEPS:-10}" --warmup "${EMU_WARMUP:-5}" \
       --out "$RUNS/emu_g$g.json" 2>&1 | grep -v "^plot:"
   done
   cp "$RUNS"/emu_g*.json "$OUT"/ 2>/dev/null
 }
 
 train_one() {  # NAME GPUS VISIBLE SECONDS [gbxcule train flags]
+  rm -rf "$RUNS/$1"
   local name=$1 g=$2 vis=$3 secs=$4; shift 4
   local start; start=$(date +%s.%N)
   CUDA_VISIBLE_DEVICES=$vis python3 -m gbxcule train --config "$CONFIG" --num-envs "$ENVS" --gpus "$g" \
-    --device cuda --seed 0 --run-dir "$RUNS/$name" --no-progress --time-limit "$secs" --checkpoint-every 100000 \
-    --set run.checkpoint_every_s=100000 --set run.tensorboard=false "$@" --json \
+    --device "$DEVICE" --seed 0 --run-dir "$RUNS/$name" --no-progress --time-limit "$secs" \
+    --checkpoint-every 100000 --set run.checkpoint_every_s=100000 --set run.tensorboard=false "$@" "${EXTRA_FLAGS[@]}" \
+    --json \
     > "$RUNS/$name.summary.json" 2> "$RUNS/$name.log"
   echo "$name: rc=$? wall $(python3 -c "import time; print(round(time.time() - $start, 1))") s (start-up, training, eval)" \
     | tee "$RUNS/$name.wall"
@@ -61,7 +69,7 @@ gradsync() {
 }
 
 table() {
-  python3 - "$RUNS" "$OUT" <<'PY'
+  python3 - "$RUNS" "$OUT" "$ENVS" <<'PY'
 import json, pathlib, statistics, sys
 runs, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 res = {"emulation": {}, "training": {}}
@@ -105,7 +113,7 @@ for per, by in sorted(res["emulation"].items()):
               f"{eff(r['sps'], base, g):>6s}  per GPU " + " ".join(f"{x:,.0f}" for x in r["per_gpu_sps"]))
 tr = res["training"]
 base = (tr.get("ttt_g1") or {}).get("sps")
-print(f"training, PPO on reach_lab, {16384:,} envs per GPU")
+print(f"training, PPO on reach_lab, {int(sys.argv[3]):,} envs per GPU")
 for name, t in tr.items():
     if t["failed"]:
         print(f"  {name}: failed: {t['failed'][-300:]}")
@@ -124,7 +132,7 @@ PY
   tar -czf "$OUT/multigpu_runs.tgz" --exclude=checkpoint.pt -C "$RUNS" . 2>/dev/null
 }
 
-python3 -c 'import torch; print("torch", torch.__version__, "GPUs", torch.cuda.device_count(), "NCCL", torch.cuda.nccl.version())'
+python3 -c 'import torch; print("torch", torch.__version__, "GPUs", torch.cuda.device_count(), "NCCL", torch.cuda.nccl.version() if torch.cuda.is_available() else None)'
 nvidia-smi topo -m 2>/dev/null | head -8
 case ${1:-all} in
   all) emu; train; table ;;
