@@ -13,7 +13,7 @@ from gbxcule.core.action_codec import CODECS, DEFAULT_CODEC
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.outputs import write_output
 from gbxcule.harness.actions import ACTION_GENERATORS
-from gbxcule.harness.bench import artifact, measure, scaling_plot, table, write_artifact
+from gbxcule.harness.bench import artifact, measure, measure_split, scaling_plot, split_table, table, write_artifact
 from gbxcule.roms import DEFAULT_ROM
 
 
@@ -69,6 +69,11 @@ def register(sub) -> None:
                    help="warp backends: the step kernel's instruction loop, nested or flat (default auto: timed by "
                         "the sort tuner where it runs, else nested; backends/warp_vec.py)")
     p.add_argument("--sync-every", type=int, default=0, help="synchronise every N steps (default: at the end)")
+    p.add_argument("--gpus", type=int, default=None, metavar="G",
+                   help="warp backends: run each measurement on G processes at once, one per GPU (warp_vec_cuda; "
+                        "with warp_vec_cpu G processes on the CPU device), each --envs value split evenly over them, "
+                        "timed steps started together: the aggregate env-steps/s and frames/s (every process's "
+                        "env-steps over the slowest one's seconds) and each process's own figures")
     add_state_arg(p)
     p.add_argument("--out", default="bench_out/bench.json", help="JSON artifact path (default bench_out/bench.json)")
     p.add_argument("--json", action="store_true", help="print the artifact as one JSON object")
@@ -89,6 +94,14 @@ def run(args) -> int:
     if not env_counts or min(env_counts) < 1:
         raise GbxculeError("--envs values must be >= 1")
     checks.positive(steps=args.steps)
+    if args.gpus is not None:
+        checks.positive(gpus=args.gpus)
+        if any(b not in ("warp_vec_cpu", "warp_vec_cuda") for b in backends):
+            raise GbxculeError("--gpus applies to the warp backends (warp_vec_cuda, warp_vec_cpu)")
+        uneven = [n for n in env_counts if n % args.gpus]
+        if uneven:
+            raise GbxculeError(f"--envs {','.join(map(str, uneven))}: not a multiple of --gpus {args.gpus} "
+                               f"(the envs are split evenly)")
     if args.warmup < 0:
         raise GbxculeError(f"--warmup must be >= 0, got {args.warmup}")
     schedule = checks.schedule(args.frames_per_step, args.release_after_frames)
@@ -96,8 +109,8 @@ def run(args) -> int:
     out = checks.check_not_input(args.out, inputs)
     plot = checks.check_not_input(out.with_suffix(".png"), inputs)
     rom = checks.rom_file(args.rom, "bench")
-    for b in backends:  # the largest env count of each backend must fit before anything runs
-        checks.env_memory(b, max(env_counts), rom, render=args.stage in ("obs_only", "full_step"))
+    for b in backends:  # the largest env count of each backend (of each process) must fit before anything runs
+        checks.env_memory(b, max(env_counts) // (args.gpus or 1), rom, render=args.stage in ("obs_only", "full_step"))
     if args.state:  # a bad state is one error up front, not a skip per measurement
         from gbxcule.backends.warp_vec import load_env_states
 
@@ -105,12 +118,19 @@ def run(args) -> int:
     warp = {"stage": args.stage, "sort_envs": args.sort_envs, "sort_every": args.sort_every, "lean": args.lean,
             "block_dim": args.block_dim, "sort_key": args.sort_key, "sort_parts": args.sort_parts, "loop": args.loop}
     extra = {"pyboy_puffer_vec": {"mode": args.puffer_mode}, "warp_vec_cpu": warp, "warp_vec_cuda": warp}
-    results, skipped = [], []
+    results, skipped, per_process = [], [], []
     for b in backends:
         for n in env_counts:
             try:
-                results.append(measure(b, rom, n, args.steps, schedule, args.codec, args.actions, args.seed,
-                                       args.warmup, args.sync_every, state=args.state, **extra.get(b, {})))
+                if args.gpus is None:
+                    results.append(measure(b, rom, n, args.steps, schedule, args.codec, args.actions, args.seed,
+                                           args.warmup, args.sync_every, state=args.state, **extra.get(b, {})))
+                else:
+                    agg, parts = measure_split(b, rom, n, args.gpus, args.steps, schedule, args.codec,
+                                               actions=args.actions, seed=args.seed, warmup=args.warmup,
+                                               sync_every=args.sync_every, state=args.state, **extra.get(b, {}))
+                    results.append(agg)
+                    per_process.append(parts)
             except GbxculeError as exc:  # e.g. too many envs for this ROM: keep the rest of the sweep
                 skipped.append({"backend": b, "envs": n, "error": str(exc)})
     if not results:
@@ -130,7 +150,13 @@ def run(args) -> int:
     data["block_dim"] = args.block_dim
     data["loop"] = args.loop
     data["state"] = args.state
+    if args.gpus is not None:
+        from dataclasses import asdict
+
+        data["gpus"] = args.gpus
+        data["per_process"] = [[asdict(p) for p in parts] for parts in per_process]
     data["plot"] = str(write_output(plot, lambda p: scaling_plot(results, p), inputs))
     data["artifact"] = str(write_output(out, lambda p: write_artifact(data, p), inputs))
-    emit(args, data, lambda d: table(results) + f"\nartifact: {d['artifact']}\nplot: {d['plot']}")
+    shown = table(results) if args.gpus is None else split_table(results, per_process)
+    emit(args, data, lambda d: shown + f"\nartifact: {d['artifact']}\nplot: {d['plot']}")
     return 0

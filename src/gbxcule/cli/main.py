@@ -43,10 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # as given (gbxcule train --gpus passes them on)
     try:
         return int(args.func(args) or 0)
     except (GbxculeError, ValueError) as exc:
-        sys.stderr.write(f"gbxcule {args.command}: error: {exc}\n")
+        if not getattr(exc, "quiet", False):  # quiet: another process of a distributed run reports it
+            sys.stderr.write(f"gbxcule {args.command}: error: {exc}\n")
         return EXIT_ERROR
     except ModuleNotFoundError as exc:  # an optional dependency (the rl extra: torch, gymnasium, matplotlib...)
         sys.stderr.write(f"gbxcule {args.command}: error: this command needs the Python package {exc.name!r}, "

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 
 from gbxcule.cli.common import parse_start_states
+from gbxcule.cli.report import EXIT_ERROR
+from gbxcule.core.errors import GbxculeError
 
 # Flags for the algorithm's own section: the ones every algorithm with such a setting shares, then PPO's.
 ALGO_KNOBS = (("lr", float), ("gamma", float), ("ent_coef", float), ("vf_coef", float), ("max_grad_norm", float),
@@ -44,6 +46,10 @@ def register(sub) -> None:
     p.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
     p.add_argument("--seed", type=int, help="seed (default 0)")
     p.add_argument("--device", help="cpu, cuda, cuda:N or auto (default auto)")
+    p.add_argument("--gpus", type=int, metavar="G",
+                   help="train on G GPUs of this host: G processes through torch's launcher (torchrun --standalone "
+                        "--nproc-per-node G), each with --num-envs envs on its own GPU, gradients averaged; with "
+                        "--device cpu, G CPU processes (gloo). Several hosts: torchrun (docs/training.md)")
     p.add_argument("--run-dir", help="run folder (default runs/ALGO)")
     p.add_argument("--resume", metavar="RUN", help="continue the run in this folder from its checkpoint (only "
                    "--total-steps and run settings such as --time-limit, --eval-episodes, --device may change)")
@@ -79,27 +85,85 @@ def overrides(args) -> dict:
                     "progress": False if args.no_progress or args.json else None}}
 
 
+def launch(gpus: int, argv: list[str], device: str | None) -> int:
+    """`gbxcule train --gpus G`: the same command line on G processes of this host, through torch's own launcher
+    (what `torchrun --standalone --nproc-per-node G -m gbxcule train ...` does). Each process sees `--gpus G`
+    again and, launched, trains as its rank. A process that ends abnormally (a signal, a crash) is named in one
+    line; one that exits with an error line of its own (rank 0 reports for all) adds nothing."""
+    import logging
+    import os
+
+    import torch
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import get_args_parser
+    from torch.distributed.run import run as torchrun
+
+    if (device or "auto") != "cpu":
+        have = torch.cuda.device_count()
+        if have < gpus:
+            raise GbxculeError(f"--gpus {gpus}: torch sees {have} GPU(s) on this host (for {gpus} processes on the "
+                               f"CPU device pass --device cpu)")
+    for name in [n for n in logging.Logger.manager.loggerDict if n.startswith("torch.distributed.elastic")]:
+        logging.getLogger(name).setLevel(logging.CRITICAL)  # its notices of failures: the line below says it
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # torchrun's default for several processes, without its notice
+    args = get_args_parser().parse_args(["--standalone", f"--nproc-per-node={gpus}", "--module", "gbxcule", *argv])
+    try:
+        torchrun(args)
+    except SignalException as exc:  # Ctrl-C or SIGTERM: passed on to the processes, which stop with a checkpoint
+        sys.stderr.write(f"gbxcule train: the launcher got {exc.sigval.name} and passed it on\n")
+        return 130
+    except ChildFailedError as exc:
+        rank, failure = exc.get_first_failure()
+        if failure.exitcode == EXIT_ERROR:
+            return EXIT_ERROR
+        how = f"signal {failure.signal_name()}" if failure.exitcode < 0 else f"exit code {failure.exitcode}"
+        raise GbxculeError(f"process {rank} of {gpus} ended with {how}; the launcher stopped the others") from None
+    return 0
+
+
 def run(args) -> int:
     from gbxcule.cli.report import emit
     from gbxcule.core.fmt import num, pct
     from gbxcule.rl import algos
+    from gbxcule.rl.dist import launched_rank, launched_world_size, quiet
     from gbxcule.rl.shell import merge_overrides, parse_sets
 
+    launched = launched_world_size()
+    if args.gpus is not None:
+        if args.gpus < 1:
+            raise GbxculeError(f"--gpus must be >= 1, got {args.gpus}")
+        if launched > 1 and args.gpus != launched:
+            raise GbxculeError(f"--gpus {args.gpus}, but the launcher started {launched} processes")
+        if launched == 1 and args.gpus > 1:
+            return launch(args.gpus, args.argv, args.device)
+    rank = launched_rank()
     over = merge_overrides(overrides(args), parse_sets(args.set))
     knobs = over.pop("knobs")
-    echo = None if args.json else (lambda s: print(s, file=sys.stderr))
+    echo = None if args.json or rank else (lambda s: print(s, file=sys.stderr))
     try:
         cfg, checkpoint = algos.prepare(args.config, over, args.resume, knobs)
     except algos.RunFinished as done:
-        print(str(done), file=sys.stderr)
+        if not rank:
+            print(str(done), file=sys.stderr)
         return 0
-    summary = algos.train(cfg, echo=echo, checkpoint=checkpoint, final_eval=True)
+    except (GbxculeError, ValueError) as exc:  # alike on every process: rank 0 reports it
+        raise (quiet(exc) if rank else exc) from None
+    try:
+        summary = algos.train(cfg, echo=echo, checkpoint=checkpoint, final_eval=True)
+    except (GbxculeError, ValueError) as exc:
+        if rank and not getattr(exc, "quiet", False):
+            raise GbxculeError(f"rank {rank}: {exc}") from None
+        raise
+    if rank:
+        return 0
 
     def text(s: dict) -> str:
         last = s["last"]
         sps = last.get("sps")
+        where = s["device"] if s.get("world_size", 1) == 1 else f"{s['world_size']} processes (rank 0: {s['device']})"
         lines = [f"trained {s['env_steps']:,} env-steps in {s['updates']} updates, {s['wall_s']:.1f} s on "
-                 f"{s['device']} ({s['stopped']}); run folder {s['run_dir']}",
+                 f"{where} ({s['stopped']}); run folder {s['run_dir']}",
                  f"last update: {'-' if sps is None else format(sps, ',.0f')} env-steps/s, return "
                  f"{num(last.get('episode_return'))}, success {pct(last.get('running_success'))} of the last "
                  f"{last.get('running_episodes', 0)} episodes (sampled policy)"]

@@ -9,6 +9,10 @@ the instructions executed one by one: skipped wait-loop rounds, kernels/idle.py,
 nothing), ms per step.
 Every artifact records what was measured and on what: backend, ROM sha1, codec, schedule, env count,
 device, package versions and git revision.
+
+`measure_split` runs one measurement on several processes at once (one per GPU), the envs split evenly: each
+warms up, then all start their timed steps together (a barrier), and the aggregate is every process's env-steps
+over the slowest one's seconds.
 """
 
 from __future__ import annotations
@@ -16,7 +20,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import multiprocessing
+import os
 import platform
+import queue
 import subprocess
 import time
 from dataclasses import asdict, dataclass
@@ -28,6 +35,7 @@ import numpy as np
 from gbxcule.backends import load_start_state, make_backend
 from gbxcule.core.action_codec import get_codec
 from gbxcule.core.cartridge import Rom
+from gbxcule.core.errors import GbxculeError
 from gbxcule.core.outputs import write_output
 from gbxcule.core.schedule import ActionSchedule
 from gbxcule.harness.actions import make_action_gen
@@ -94,7 +102,8 @@ def _mode_histogram(backend, rom: Rom) -> dict[str, int] | None:
 
 def measure(backend_name: str, rom: Rom, envs: int, steps: int, schedule: ActionSchedule, codec: str,
             actions: str = "seeded_random", seed: int = 0, warmup: int = 2, sync_every: int = 0,
-            state=None, **backend_kwargs) -> BenchResult:
+            state=None, ready=None, **backend_kwargs) -> BenchResult:
+    """One measurement (module docstring); `ready`: called after the warm-up, before the clock starts."""
     cdc = get_codec(codec)
     backend = make_backend(backend_name, rom, num_envs=envs, codec=cdc, schedule=schedule, **backend_kwargs)
     gen = make_action_gen(actions, cdc, envs, seed)
@@ -105,8 +114,10 @@ def measure(backend_name: str, rom: Rom, envs: int, steps: int, schedule: Action
         for k in range(warmup):
             backend.step(gen(k))
         _offered(backend, "synchronize")
-        before, skipped_before = _instruction_counts(backend), _skipped_counts(backend)
         plan = [gen(warmup + k) for k in range(steps)]
+        if ready is not None:
+            ready()
+        before, skipped_before = _instruction_counts(backend), _skipped_counts(backend)
         seconds, windows, mark, start = 0.0, [], before, 0
         t0 = time.perf_counter()
         for k, acts in enumerate(plan):
@@ -135,6 +146,78 @@ def measure(backend_name: str, rom: Rom, envs: int, steps: int, schedule: Action
                            _offered(backend, "sort_trials"), windows or None, executed)
     finally:
         backend.close()
+
+
+def _split_worker(rank: int, args: tuple, kwargs: dict, barrier, out) -> None:
+    """One process of `measure_split`: its share of the envs, its own action seed (seed + rank)."""
+    try:
+        kwargs = {**kwargs, "seed": kwargs.get("seed", 0) + rank, "ready": barrier.wait}
+        out.put((rank, asdict(measure(*args, **kwargs)), None))
+    except BaseException as exc:  # reported by the parent as one line
+        barrier.abort()
+        out.put((rank, None, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"))
+
+
+def measure_split(backend_name: str, rom: Rom, envs: int, processes: int, steps: int, schedule: ActionSchedule,
+                  codec: str, timeout_s: float = 3600.0, **kwargs) -> tuple[BenchResult, list[BenchResult]]:
+    """`measure` on `processes` processes at once, `envs` split evenly (module docstring): process r sees only
+    GPU r (CUDA_VISIBLE_DEVICES; the r-th of the parent's list where it has one). Returns the aggregate (all
+    env-steps and frames over the slowest process's seconds; instructions likewise) and each process's result."""
+    if envs % processes:
+        raise GbxculeError(f"{envs} envs do not split evenly over {processes} processes")
+    ctx = multiprocessing.get_context("spawn")
+    barrier, out = ctx.Barrier(processes), ctx.Queue()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = visible.split(",") if visible else [str(r) for r in range(processes)]
+    if len(ids) < processes:
+        raise GbxculeError(f"{processes} processes, but CUDA_VISIBLE_DEVICES names {len(ids)} GPU(s)")
+    procs = []
+    try:
+        for r in range(processes):
+            os.environ["CUDA_VISIBLE_DEVICES"] = ids[r]  # a spawned process takes the environment of its start
+            p = ctx.Process(target=_split_worker, args=(r, (backend_name, rom, envs // processes, steps, schedule,
+                                                              codec), kwargs, barrier, out), daemon=True)
+            p.start()
+            procs.append(p)
+    finally:
+        if visible is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible
+    got: dict[int, dict] = {}
+    errors: list[str] = []
+    try:
+        while len(got) + len(errors) < processes:
+            try:
+                rank, res, err = out.get(timeout=timeout_s if all(p.is_alive() for p in procs) else 5.0)
+            except queue.Empty:
+                dead = [r for r, p in enumerate(procs) if not p.is_alive() and r not in got]
+                raise GbxculeError(f"bench process(es) {dead or '?'} of {processes} ended without a result") from None
+            if err is None:
+                got[rank] = res
+            else:
+                errors.append(f"process {rank}: {err}")
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    if errors:  # a process that failed first breaks the others' barrier: name its own error
+        real = [e for e in errors if "BrokenBarrierError" not in e]
+        raise GbxculeError("; ".join(real or errors))
+    parts = [BenchResult(**got[r]) for r in range(processes)]
+    secs = max(r.seconds for r in parts)
+    total = sum(r.envs for r in parts) * steps
+    instr = None
+    if all(r.instructions_per_s is not None for r in parts):
+        instr = sum(r.instructions_per_s * r.seconds for r in parts) / secs
+    executed = None
+    if all(r.executed_per_s is not None for r in parts):
+        executed = sum(r.executed_per_s * r.seconds for r in parts) / secs
+    agg = BenchResult(backend_name, rom.path, envs, steps, schedule.frames_per_step, secs, total / secs,
+                      total * schedule.frames_per_step / secs, instr, 1000 * secs / steps, None,
+                      parts[0].device_bytes_per_env, executed_per_s=executed)
+    return agg, parts
 
 
 def environment() -> dict:
@@ -184,6 +267,21 @@ def table(results: list[BenchResult]) -> str:
         rows.append(f"{r.backend:16s} {r.envs:6d} {r.env_steps_per_s:10.1f} {r.frames_per_s:11.0f} {instr:>10s} "
                     f"{r.ms_per_step:9.2f} {pcs:>5s}")
     return "\n".join(rows)
+
+
+def split_table(results: list[BenchResult], parts: list[list[BenchResult]]) -> str:
+    """`table` of the aggregates, each followed by its processes' own rows (sum of their SPS, and the aggregate
+    as a share of that: below 100% where the processes ran at different speeds)."""
+    rows = table(results).splitlines()
+    out = rows[:2]
+    for r, ps in zip(results, parts, strict=True):
+        out.append(table([r]).splitlines()[2] + f"   {len(ps)} processes")
+        for k, p in enumerate(ps):
+            out.append(f"{f'  process {k}':16s} {p.envs:6d} {p.env_steps_per_s:10.1f} {p.frames_per_s:11.0f} "
+                       f"{'':>10s} {p.ms_per_step:9.2f}")
+        total = sum(p.env_steps_per_s for p in ps)
+        out.append(f"{'  sum':16s} {'':6s} {total:10.1f}   aggregate / sum {r.env_steps_per_s / total:.1%}")
+    return "\n".join(out)
 
 
 def scaling_plot(results: list[BenchResult], path: str | Path) -> Path:

@@ -403,6 +403,11 @@ class GameEnv:
         return info
 
     # --- reading stats (synchronises; once per update) ----------------------------------------------------
+    def stat_tensors(self) -> list:
+        """The device totals `episode_stats` reads (float64 sums since its last call): the training session of
+        several processes sums every process's into them before reading."""
+        return [self._stats, self._slot_stats]
+
     def episode_stats(self, clear: bool = True) -> dict[str, float]:
         """Totals since the last call: finished episodes, their mean return, length and success rate, and
         rates per env-step; with several start slots also `slot_episodes` and `slot_successes` (lists, one

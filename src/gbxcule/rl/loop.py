@@ -14,6 +14,17 @@ to metrics.jsonl and TensorBoard, updates the progress bar, runs the periodic gr
 (training envs untouched), checkpoints every `run.checkpoint_every` updates or `run.checkpoint_every_s`
 seconds, and applies the stop rules (total steps, `run.time_limit_s`, `run.stop_after_updates`,
 `run.stop_at_success`, SIGINT/SIGTERM: stop at the update's end with a checkpoint; a second Ctrl-C quits at once).
+
+On several processes (torchrun; `rl/dist.py`) the session is the distributed shell, and a trainer needs no change
+to run on it: each process steps its own envs (seed + rank) on its own device, `apply_gradients` averages the
+gradients over the processes (one flat all-reduce, or DistributedDataParallel where the trainer forwards through
+`wrap(model)` and `run.grad_sync = "ddp"`), `start` gives every process rank 0's initial weights, and `end_update`
+reduces the metrics so that rank 0, which alone writes the run folder, evaluates and prints, logs global figures:
+env-steps and SPS of all processes, episode totals and rates summed, float metrics averaged, integer ones (counts,
+histograms) summed, return/length/distance percentiles over every env. Stop rules and checkpoints are decided on
+rank 0 and broadcast once per update; a checkpoint holds every process's env state, RNG and the algorithm's state
+(gathered on rank 0), and resumes only on as many processes. A decision a trainer takes from its own data (an early
+stop on approx_kl) must go through `all_mean`, so that every process takes it.
 """
 
 from __future__ import annotations
@@ -24,12 +35,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.fmt import pct
 from gbxcule.core.memory import fit, host_available
+from gbxcule.rl.dist import RankFailure, World, quiet
 from gbxcule.rl.evaluate import evaluate_model, make_eval_env
 from gbxcule.rl.shell import (
     POLICY_NAME,
@@ -53,11 +66,23 @@ ENV_STATE_AUTO_LIMIT = 512 * 2**20
 QUANTILES = (0.1, 0.5, 0.9)
 
 
-def episode_quantiles(env) -> torch.Tensor:
+def episode_quantiles(env, world: World | None = None) -> torch.Tensor:
     """p10/p50/p90 of the latest finished episode's return and length over the envs that finished one, and of
-    the current goal distance over all envs (NaN where there is none): one [9] tensor, computed on the device."""
-    q = torch.tensor(QUANTILES, dtype=torch.float32, device=env.device)
-    have = env.episodes > 0
+    the current goal distance over all envs (NaN where there is none): one [9] tensor, computed on the device.
+    With a `world` of several processes: over every process's envs (one all-gather)."""
+    scored = env.scorer is not None
+    if world is None or world.size == 1:
+        return quantiles_of(env.final_return, env.final_length, env.episodes > 0, env.distance if scored else None)
+    dist = env.distance.float() if scored else torch.zeros_like(env.final_return, dtype=torch.float32)
+    mine = torch.stack([env.final_return.float(), env.final_length.float(), (env.episodes > 0).float(), dist])
+    every = world.all_gather(mine).transpose(0, 1).reshape(4, -1)  # [4, size * num_envs], rank-major envs
+    return quantiles_of(every[0], every[1], every[2] > 0, every[3] if scored else None)
+
+
+def quantiles_of(final_return: torch.Tensor, final_length: torch.Tensor, have: torch.Tensor,
+                 distance: torch.Tensor | None) -> torch.Tensor:
+    """`episode_quantiles` over per-env tensors (`have`: the envs that finished an episode)."""
+    q = torch.tensor(QUANTILES, dtype=torch.float32, device=final_return.device)
     count = have.sum()
 
     def nearest_rank(values: torch.Tensor, valid: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -68,12 +93,12 @@ def episode_quantiles(env) -> torch.Tensor:
         out = s.gather(0, idx)
         return torch.where(k > 0, out, torch.full_like(out, float("nan")))
 
-    ret = nearest_rank(env.final_return, have, count)
-    length = nearest_rank(env.final_length, have, count)
-    if env.scorer is not None:
-        dist = nearest_rank(env.distance, torch.ones_like(have), torch.full_like(count, env.num_envs))
+    ret = nearest_rank(final_return, have, count)
+    length = nearest_rank(final_length, have, count)
+    if distance is not None:
+        dist = nearest_rank(distance, torch.ones_like(have), torch.full_like(count, distance.numel()))
     else:
-        dist = torch.full((3,), float("nan"), device=env.device)
+        dist = torch.full((3,), float("nan"), device=final_return.device)
     return torch.cat([ret, length, dist])
 
 
@@ -81,9 +106,12 @@ class Stop(Exception):
     """Raised inside a session to end it early with a reason (stops the loop like a stop rule)."""
 
 
+STOPS = ("done", "interrupted", "stop_at_success", "stop_after_updates", "time_limit")
+
+
 class Session:
     """One training run: see the module docstring. Attributes the loop uses: env, device, cuda, timer, update,
-    global_step, running, num_updates, cfg."""
+    global_step, running, num_updates, update_steps (env-steps of one update over all processes), cfg, world."""
 
     def __init__(self, cfg, checkpoint: dict | None = None, echo: Callable[[str], None] | None = None,
                  device_bytes: Callable[[int], int] | int = 0, host_bytes: int = 0, env_kwargs: dict | None = None,
@@ -91,13 +119,60 @@ class Session:
         self.t_process = process_age_s()
         self.t_init = time.perf_counter()
         self.cfg, self.checkpoint = cfg, checkpoint
-        self.echo = echo or (lambda s: None)
-        self.device = resolve_device(cfg.run.device)
+        device = resolve_device(cfg.run.device)
+        self.world = World.join(device, cfg.run.dist_timeout_s)
+        self.lead = self.world.lead
+        self.echo = (echo or (lambda s: None)) if self.lead else (lambda s: None)
+        self.run: Run | None = None
+        self.env = self._eval_env = None
+        self.steps_per_update = steps_per_update  # this process's env-steps per update
+        self.update_steps = steps_per_update * self.world.size
+        self.num_updates = max(1, cfg.total_steps // self.update_steps)
+        self.seed = cfg.run.seed + self.world.rank  # each process its own env and sampling streams
+        try:
+            self.world.agree(lambda: self._open(device, device_bytes, host_bytes, env_kwargs))
+        except BaseException as exc:
+            self._close_resources()
+            self.world.close(clean=not isinstance(exc, RankFailure))
+            raise
+        self.timer = Timer(self.cuda, names=())
+        self.update = self.global_step = 0
+        self.wall_before = 0.0
+        self.stopped = "done"
+        self.last: dict = {}
+        self.summary: dict = {}
+        self._model = self._optimizer = self._state = None
+        self._ddp: set[int] = set()
+        self._stop_signal: str | None = None
+        self._signals: dict = {}
+        self._success = SuccessWindow(cfg.run.success_window)
+        self._next_eval_step = cfg.run.eval_every
+        self._last_eval_t = 0.0
+        self._last_ckpt_t = 0.0
+        self._progress = None
+        self._t_update = 0.0
+        self._saved_update = 0
+        self._ended = 0  # the last update end_update finished
+        self.emu_state = {"always": True, "never": False}.get(
+            cfg.run.checkpoint_env_state, self.env.emulator_bytes() * self.world.size <= ENV_STATE_AUTO_LIMIT)
+        if self.world.size > 1:
+            self.echo(f"{self.world.size} processes ({self.world.backend}, gradients by {cfg.run.grad_sync}): "
+                      f"{cfg.env.num_envs:,} envs each, {cfg.env.num_envs * self.world.size:,} in all; rank 0 on "
+                      f"{self.device} writes {cfg.run.run_dir}")
+
+    def _open(self, device: str, device_bytes, host_bytes: int, env_kwargs: dict | None) -> None:
+        """The checks and resources of one process (every process runs it; `World.agree` makes a failure on one
+        a failure on all): the device, resume fits the world, memory, the run folder (rank 0), seeds, the env."""
+        cfg, ck = self.cfg, self.checkpoint
+        self.device = self.world.place(device)
         self.cuda = self.device.startswith("cuda")
         if self.cuda and ":" in self.device:
             torch.cuda.set_device(self.device)
-        self.steps_per_update = steps_per_update
-        self.num_updates = max(1, cfg.total_steps // steps_per_update)
+        if ck is not None and ck.get("world_size", 1) != self.world.size:
+            n = ck.get("world_size", 1)
+            raise CheckpointError(f"--resume: the run trained on {n} process(es), this start has {self.world.size}: "
+                                  f"resume it on {n} (torchrun --nproc-per-node {n}, or gbxcule train --gpus {n}); "
+                                  f"its checkpoint holds each process's envs")
         per = obs_bytes(cfg.env)
         need = device_bytes(per) if callable(device_bytes) else int(device_bytes)
         if self.cuda:
@@ -106,31 +181,13 @@ class Session:
         else:
             fit(1, need + host_bytes, host_available(), "host")
         self.storage_bytes = need
-        self.run = Run(cfg.run.run_dir, to_dict(cfg), resume=checkpoint is not None, tensorboard=cfg.run.tensorboard)
-        if self.run.moved is not None:
-            self.echo(f"{cfg.run.run_dir} held files of a run with no checkpoint: moved them to {self.run.moved}")
-        seed_everything(cfg.run.seed)
-        self.env = make_env(cfg.env, self.device, cfg.run.seed, keep_final_obs=True, info_mode="none",
+        if self.lead:
+            self.run = Run(cfg.run.run_dir, to_dict(cfg), resume=ck is not None, tensorboard=cfg.run.tensorboard)
+            if self.run.moved is not None:
+                self.echo(f"{cfg.run.run_dir} held files of a run with no checkpoint: moved them to {self.run.moved}")
+        seed_everything(self.seed)
+        self.env = make_env(cfg.env, self.device, self.seed, keep_final_obs=True, info_mode="none",
                             **(env_kwargs or {}))
-        self.timer = Timer(self.cuda, names=())
-        self.update = self.global_step = 0
-        self.wall_before = 0.0
-        self.stopped = "done"
-        self.last: dict = {}
-        self.summary: dict = {}
-        self._model = self._optimizer = self._state = None
-        self._stop_signal: str | None = None
-        self._signals: dict = {}
-        self._success = SuccessWindow(cfg.run.success_window)
-        self._eval_env = None
-        self._next_eval_step = cfg.run.eval_every
-        self._last_eval_t = 0.0
-        self._last_ckpt_t = 0.0
-        self._progress = None
-        self._t_update = 0.0
-        self._saved_update = 0
-        self.emu_state = {"always": True, "never": False}.get(
-            cfg.run.checkpoint_env_state, self.env.emulator_bytes() <= ENV_STATE_AUTO_LIMIT)
 
     # --- context: signals, failures, closing -------------------------------------------------------------
     def __enter__(self) -> Session:
@@ -141,17 +198,24 @@ class Session:
 
     def _on_signal(self, signum, frame) -> None:
         name = signal.Signals(signum).name
-        if self._stop_signal is not None and signum == signal.SIGINT:
+        several = self.world.size > 1  # the launcher passes a Ctrl-C on: a second one is no reason to quit at once
+        if self._stop_signal is not None and signum == signal.SIGINT and not several:
             self._restore_signals()
             raise KeyboardInterrupt
+        first = self._stop_signal is None
         self._stop_signal = name
-        sys.stderr.write(f"\ngbxcule train: {name}: stopping at the end of this update with a checkpoint "
-                         f"(Ctrl-C again to quit at once)\n")
+        if self.lead and first:
+            again = "" if several else " (Ctrl-C again to quit at once)"
+            sys.stderr.write(f"\ngbxcule train: {name}: stopping at the end of this update with a checkpoint{again}\n")
 
     def _restore_signals(self) -> None:
         for sig, handler in self._signals.items():
             signal.signal(sig, handler)
         self._signals.clear()
+
+    def _kept(self) -> str:
+        return (f"the last good checkpoint (update {self._saved_update}) is kept" if self._saved_update
+                else "no checkpoint was written yet")
 
     def __exit__(self, kind, exc, tb) -> bool:
         self._restore_signals()
@@ -159,54 +223,73 @@ class Session:
             self._progress.close()
         try:
             if isinstance(exc, NonFiniteError):
-                self.run.write_json("nonfinite.json", {"update": self.update, "config": to_dict(self.cfg),
-                                                       "last_metrics": self.last, "batch_stats": exc.args[0]})
-                kept = ("the last good checkpoint (update "
-                        f"{self._saved_update}) is kept" if self._saved_update else "no checkpoint was written yet")
-                raise GbxculeError(f"training stopped at update {self.update + 1}: a loss or gradient became "
-                                   f"NaN/inf (snapshot in {self.run.dir / 'nonfinite.json'}; {kept})") from None
+                if self.lead:
+                    self.run.write_json("nonfinite.json", {"update": self.update, "config": to_dict(self.cfg),
+                                                           "last_metrics": self.last, "batch_stats": exc.args[0]})
+                err = GbxculeError(f"training stopped at update {self.update + 1}: a loss or gradient became "
+                                   f"NaN/inf (snapshot in {Path(self.cfg.run.run_dir) / 'nonfinite.json'}; "
+                                   f"{self._kept()})")
+                raise (err if self.lead else quiet(err)) from None
+            if isinstance(exc, RankFailure) and not getattr(exc, "quiet", False):
+                err = RankFailure(f"training stopped at update {self._ended + 1}: {exc}; {self._kept()} in "
+                                  f"{self.cfg.run.run_dir}")
+                raise (err if self.lead else quiet(err)) from None
         finally:
-            self.run.close()
-            if self._eval_env is not None:
-                self._eval_env.close()
-            self.env.close()
+            self._close_resources()
+            self.world.close(clean=not isinstance(exc, RankFailure))
         return False
+
+    def _close_resources(self) -> None:
+        if self.run is not None:
+            self.run.close()
+        if self._eval_env is not None:
+            self._eval_env.close()
+        if self.env is not None:
+            self.env.close()
 
     # --- start and resume ----------------------------------------------------------------------------------
     def start(self, model, optimizer, state: Callable[[], dict] | None = None, describe: str = "") -> dict | None:
         """Attach the model and optimizer (and `state`, the algorithm's own checkpointed state); on resume load
-        everything and return the algorithm's state, else reset the env and return None."""
+        everything (each process its own env, RNG and state) and return the algorithm's state, else reset the
+        env and return None. Every process then holds rank 0's weights."""
         self._model, self._optimizer, self._state = model, optimizer, state
         extra = None
-        ck = self.checkpoint
-        if ck is not None:
-            if ck.get("model_desc") != model.describe():
-                raise CheckpointError(f"checkpoint model {ck.get('model_desc')} does not fit {model.describe()}")
-            model.load_state_dict(ck["model"])
-            optimizer.load_state_dict(ck["optimizer"])
-            self.update, self.global_step = ck["update"], ck["global_step"]
-            self._saved_update = self.update
-            self.wall_before = ck.get("wall_s", 0.0)
-            self.env.load_state_dict(ck["env"])
-            set_rng_state(ck["rng"])
-            extra = ck.get("extra", {"sampler": ck["sampler"]} if "sampler" in ck else {})
-            loop = ck.get("loop", {})
-            self._next_eval_step = loop.get("next_eval_step", self._next_eval_step)
-            self._success.rows.extend(tuple(r) for r in loop.get("success_window", ()))
-            self.last = ck.get("metrics", {})
-            self.run.truncate_log(self.update, warn=self.echo)
-            self.run.write_torch(POLICY_NAME, self._policy_state(ck))  # a kill may have left it one save ahead
+        if self.checkpoint is not None:
+            extra = self.world.agree(lambda: self._resume(model, optimizer))
         else:
-            self.env.reset(seed=self.cfg.run.seed)
+            self.env.reset(seed=self.seed)
+        self.world.broadcast_module(model)
         if describe:
             self.echo(describe)
         if not self.cuda:
-            self.echo(f"{self.num_updates - self.update} updates of {self.steps_per_update:,} env-steps planned on "
+            self.echo(f"{self.num_updates - self.update} updates of {self.update_steps:,} env-steps planned on "
                       f"the CPU device (an estimate of the time follows the first update)")
-        self._progress = Progress(self.num_updates, self.cfg.run.progress, self.update)
+        self._progress = Progress(self.num_updates, self.cfg.run.progress, self.update) if self.lead else None
         now = time.perf_counter()
         self.startup_s = self.t_process + now - self.t_init
         self.t_start = self._last_ckpt_t = self._last_eval_t = self._t_update = now
+        return extra
+
+    def _resume(self, model, optimizer) -> dict:
+        ck = self.checkpoint
+        mine = ck if self.world.rank == 0 else ck["ranks"][self.world.rank - 1]
+        if ck.get("model_desc") != model.describe():
+            raise CheckpointError(f"checkpoint model {ck.get('model_desc')} does not fit {model.describe()}")
+        model.load_state_dict(ck["model"])
+        optimizer.load_state_dict(ck["optimizer"])
+        self.update, self.global_step = ck["update"], ck["global_step"]
+        self._saved_update = self._ended = self.update
+        self.wall_before = ck.get("wall_s", 0.0)
+        self.env.load_state_dict(mine["env"])
+        set_rng_state(mine["rng"])
+        extra = mine.get("extra", {"sampler": mine["sampler"]} if "sampler" in mine else {})
+        loop = ck.get("loop", {})
+        self._next_eval_step = loop.get("next_eval_step", self._next_eval_step)
+        self._success.rows.extend(tuple(r) for r in loop.get("success_window", ()))
+        self.last = ck.get("metrics", {})
+        if self.lead:
+            self.run.truncate_log(self.update, warn=self.echo)
+            self.run.write_torch(POLICY_NAME, self._policy_state(ck))  # a kill may have left it one save ahead
         return extra
 
     @property
@@ -218,11 +301,26 @@ class Session:
             return torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp)
         return torch.autocast("cpu", enabled=False)
 
+    def wrap(self, model):
+        """What the trainer runs its training forwards through: with `run.grad_sync = "ddp"` on several
+        processes, DistributedDataParallel over `model` (gradients then averaged during backward, and
+        `apply_gradients` leaves them as they are); otherwise `model` itself."""
+        if self.world.size == 1 or self.cfg.run.grad_sync != "ddp":
+            return model
+        self._ddp.add(id(model))
+        return self.world.data_parallel(model, self.cuda)
+
+    def all_mean(self, t: torch.Tensor) -> torch.Tensor:
+        """`t` averaged over the processes: for a decision every process must take alike (itself on one)."""
+        return self.world.all_mean(t)
+
     def apply_gradients(self, model, optimizer, max_grad_norm: float | None) -> torch.Tensor:
-        """The one place gradients become a step: (averaged over processes when training on several, by the
-        distributed shell), clipped to `max_grad_norm` (None: not clipped), applied. Returns the gradient norm
-        before clipping (a device scalar)."""
+        """The one place gradients become a step: averaged over the processes when training on several (one
+        all-reduce of the flat gradients, unless DDP did it during backward), clipped to `max_grad_norm` (None:
+        not clipped), applied. Returns the gradient norm before clipping (a device scalar)."""
         params = [p for p in model.parameters() if p.grad is not None]
+        if self.world.size > 1 and id(model) not in self._ddp:
+            self.world.average_gradients(params)
         if max_grad_norm is None:
             norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))
         else:
@@ -236,12 +334,24 @@ class Session:
     # --- the end of an update --------------------------------------------------------------------------------
     def end_update(self, env_steps: int, metrics: dict, guard=()) -> None:
         """Count, read, check, log, evaluate, checkpoint and apply the stop rules (see the module docstring).
-        `metrics`: numbers, or device tensors (scalars, or vectors logged as lists) read in one transfer;
-        the ones named in `guard` must be finite (else NonFiniteError: nonfinite.json, the run stops)."""
+        `env_steps`: this process's env-steps in the update. `metrics`: numbers (the same on every process), or
+        device tensors (scalars, or vectors logged as lists) read in one transfer; over several processes float
+        tensors are averaged and integer ones summed; the ones named in `guard` must be finite (else
+        NonFiniteError: nonfinite.json, the run stops)."""
+        if self.cfg.run.check_sync:
+            self._check_sync()
         keys = [k for k, v in metrics.items() if isinstance(v, torch.Tensor)]
-        qs = episode_quantiles(self.env)
-        flat = [metrics[k].detach().float().reshape(-1).to(qs.device) for k in keys]
-        values = torch.cat([*flat, qs]).tolist()  # the one read of the device this update
+        signalled = self._stop_signal is not None
+        if self.world.size == 1:
+            qs = episode_quantiles(self.env)
+            flat = [metrics[k].detach().float().reshape(-1).to(qs.device) for k in keys]
+            values = torch.cat([*flat, qs]).tolist()  # the one read of the device this update
+        else:
+            flat, tail = self._reduce(keys, metrics, env_steps, signalled)
+            qs = episode_quantiles(self.env, self.world)
+            values = torch.cat([*flat, qs.double(), tail]).tolist()
+            env_steps, signalled = int(values[-2]), values[-1] > 0
+            values = values[:-2]
         host = {k: v for k, v in metrics.items() if k not in keys}
         at = 0
         for k, f in zip(keys, flat, strict=True):
@@ -257,50 +367,85 @@ class Session:
         self.update += 1
         self.global_step += env_steps
         times = self.timer.read()
-        ep = self.env.episode_stats()
-        self._success.add(ep["episodes"], 0.0 if ep["episodes"] == 0 or ep["success_rate"] != ep["success_rate"]
-                          else ep["success_rate"] * ep["episodes"])
-        running, window = self._success.read()
+        ep = self.env.episode_stats()  # over every process: _reduce summed the env's totals
         now = time.perf_counter()
         dt = now - self._t_update
         self._t_update = now
-        names = ("return", "length", "dist")
-        quant = {f"{n}_p{int(100 * p)}": q[3 * i + j] for i, n in enumerate(names) for j, p in enumerate(QUANTILES)}
-        row = {"env_steps": self.global_step, **host, "sps": env_steps / dt if dt > 0 else None,
-               "updates_per_s": 1.0 / dt if dt > 0 else None,
-               **{f"time_{k}_s": v for k, v in times.items()}, "wall_s": self.train_wall(),
-               "running_success": running,
-               "running_episodes": window, **quant, **{k: v for k, v in ep.items() if k != "env_steps"}}
-        self._maybe_eval(row, now)
-        self.last = row
-        self.run.log(self.update, row)
-        if self._progress is not None:
-            self._progress.update(self.update, row)
-        if self.update == 1 + (self.checkpoint["update"] if self.checkpoint else 0) and not self.cuda:
-            left = (self.num_updates - self.update) * dt
-            self.echo(f"update {self.update} took {dt:.1f} s: about {left / 60:.1f} min for the "
-                      f"{self.num_updates - self.update} left")
-        self._apply_stop_rules(now)
-        every_s = self.cfg.run.checkpoint_every_s
-        due = (self.update % self.cfg.run.checkpoint_every == 0 or self.update >= self.num_updates
-               or self.stopped in ("interrupted", "stop_at_success", "time_limit")
-               or (every_s is not None and now - self._last_ckpt_t >= every_s))
-        if due:  # stop_after_updates ends as a kill would: only a checkpoint that was due anyway
+        stopped, due = "done", False
+        if self.lead:
+            self._success.add(ep["episodes"], 0.0 if ep["episodes"] == 0 or ep["success_rate"] != ep["success_rate"]
+                              else ep["success_rate"] * ep["episodes"])
+            running, window = self._success.read()
+            names = ("return", "length", "dist")
+            quant = {f"{n}_p{int(100 * p)}": q[3 * i + j] for i, n in enumerate(names)
+                     for j, p in enumerate(QUANTILES)}
+            row = {"env_steps": self.global_step, **host, "sps": env_steps / dt if dt > 0 else None,
+                   "updates_per_s": 1.0 / dt if dt > 0 else None,
+                   **{f"time_{k}_s": v for k, v in times.items()}, "wall_s": self.train_wall(),
+                   "running_success": running,
+                   "running_episodes": window, **quant, **{k: v for k, v in ep.items() if k != "env_steps"}}
+            self._maybe_eval(row, now)
+            self.last = row
+            self.run.log(self.update, row)
+            if self._progress is not None:
+                self._progress.update(self.update, row)
+            if self.update == 1 + (self.checkpoint["update"] if self.checkpoint else 0) and not self.cuda:
+                left = (self.num_updates - self.update) * dt
+                self.echo(f"update {self.update} took {dt:.1f} s: about {left / 60:.1f} min for the "
+                          f"{self.num_updates - self.update} left")
+            stopped = self._stop_rule(now, signalled)
+            every_s = self.cfg.run.checkpoint_every_s
+            due = (self.update % self.cfg.run.checkpoint_every == 0 or self.update >= self.num_updates
+                   or stopped in ("interrupted", "stop_at_success", "time_limit")
+                   or (every_s is not None and now - self._last_ckpt_t >= every_s))
+        code, save = self.world.decide([STOPS.index(stopped), int(due)])  # rank 0 decides for all
+        self.stopped = STOPS[code]
+        if save:  # stop_after_updates ends as a kill would: only a checkpoint that was due anyway
             self.save()
         if self.stopped != "done" or self.update >= self.num_updates:
             self._finish()
+        self._ended = self.update
 
-    def _apply_stop_rules(self, now: float) -> None:
+    def _reduce(self, keys: list, metrics: dict, env_steps: int, signalled: bool):
+        """One all-reduce (float64, on the device) of: the metric tensors (floats divided by the process count
+        first: their mean; integers: their sum), the env's episode totals (written back: `episode_stats` then
+        reads every process's), this process's env-steps and whether it got a stop signal. Returns the metric
+        parts and the [env-steps, signals] tail, still on the device."""
+        dev, size = self.env.device, self.world.size
+        parts = [metrics[k].detach().reshape(-1).to(device=dev, dtype=torch.float64) for k in keys]
+        parts = [p / size if metrics[k].dtype.is_floating_point else p for k, p in zip(keys, parts, strict=True)]
+        stats = self.env.stat_tensors()
+        tail = torch.tensor([float(env_steps), float(signalled)], dtype=torch.float64).to(dev)
+        buf = self.world.all_reduce_sum_(torch.cat([*parts, *(s.reshape(-1).double() for s in stats), tail]))
+        out, at = [], 0
+        for p in parts:
+            out.append(buf[at:at + p.numel()])
+            at += p.numel()
+        for s in stats:
+            s.copy_(buf[at:at + s.numel()].view_as(s))
+            at += s.numel()
+        return out, buf[at:]
+
+    def _check_sync(self) -> None:
+        """`run.check_sync`: every process's parameters must equal rank 0's to the bit after every update."""
+        bad = self.world.differing_ranks(self._model)
+        if bad:
+            err = GbxculeError(f"after update {self.update + 1} the parameters of rank(s) {bad} differ from rank "
+                               f"0's: the processes fell out of step")
+            raise err if self.lead else quiet(err)
+
+    def _stop_rule(self, now: float, signalled: bool) -> str:
         r = self.cfg.run
         start = self.checkpoint["update"] if self.checkpoint else 0
-        if self._stop_signal is not None:
-            self.stopped = "interrupted"
-        elif r.stop_at_success is not None and (self.last.get("eval/greedy_success") or 0.0) >= r.stop_at_success:
-            self.stopped = "stop_at_success"
-        elif r.stop_after_updates is not None and self.update - start >= r.stop_after_updates:
-            self.stopped = "stop_after_updates"
-        elif r.time_limit_s is not None and now - self.t_start >= r.time_limit_s:
-            self.stopped = "time_limit"
+        if signalled:
+            return "interrupted"
+        if r.stop_at_success is not None and (self.last.get("eval/greedy_success") or 0.0) >= r.stop_at_success:
+            return "stop_at_success"
+        if r.stop_after_updates is not None and self.update - start >= r.stop_after_updates:
+            return "stop_after_updates"
+        if r.time_limit_s is not None and now - self.t_start >= r.time_limit_s:
+            return "time_limit"
+        return "done"
 
     # --- periodic greedy eval --------------------------------------------------------------------------------
     def _maybe_eval(self, row: dict, now: float) -> None:
@@ -326,7 +471,7 @@ class Session:
 
     def evaluate(self) -> dict:
         """The live model's greedy success over `run.eval_episodes` episodes from distinct start states, on an
-        env of its own (built once; the training envs are not touched)."""
+        env of its own (built once; the training envs are not touched). Rank 0 alone evaluates."""
         if self._eval_env is None:
             self._eval_env = make_eval_env(self.cfg.env, self.cfg.run.eval_episodes, self.device, self.cfg.run.seed + 1)
         rng = torch.get_rng_state()
@@ -339,14 +484,22 @@ class Session:
                 torch.cuda.set_rng_state(cuda_rng)
 
     # --- checkpoints --------------------------------------------------------------------------------------------
-    def _checkpoint_state(self) -> dict:
+    def _local_state(self) -> dict:
+        """What each process checkpoints of its own: RNG, the algorithm's state, the env."""
+        return {"rng": rng_state(), "extra": self._state() if self._state else {},
+                "env": self.env.state_dict(emulator=self.emu_state)}
+
+    def _checkpoint_state(self, mine: dict, others: list) -> dict:
         env = self.env
-        return {"algo": self.cfg.algo, "model": self._model.state_dict(), "optimizer": self._optimizer.state_dict(),
-                "update": self.update, "global_step": self.global_step, "rng": rng_state(),
-                "extra": self._state() if self._state else {}, "env": env.state_dict(emulator=self.emu_state),
-                "config": to_dict(self.cfg), "model_desc": self._model.describe(), "codec": env.codec.name,
-                "obs_shape": list(env.single_obs_shape), "wall_s": self.train_wall(), "metrics": self.last,
-                "loop": {"next_eval_step": self._next_eval_step, "success_window": list(self._success.rows)}}
+        state = {"algo": self.cfg.algo, "model": self._model.state_dict(),
+                 "optimizer": self._optimizer.state_dict(), "update": self.update, "global_step": self.global_step,
+                 **mine, "config": to_dict(self.cfg), "model_desc": self._model.describe(), "codec": env.codec.name,
+                 "obs_shape": list(env.single_obs_shape), "wall_s": self.train_wall(), "metrics": self.last,
+                 "loop": {"next_eval_step": self._next_eval_step, "success_window": list(self._success.rows)},
+                 "world_size": self.world.size}
+        if others:
+            state["ranks"] = others  # ranks 1..size-1: their rng, extra and env
+        return state
 
     @staticmethod
     def _policy_state(state: dict) -> dict:
@@ -358,8 +511,12 @@ class Session:
         return slim
 
     def save(self) -> None:
-        state = self._checkpoint_state()
-        self.run.save_checkpoint(state, self._policy_state(state))
+        """Checkpoint (every process calls it: rank 0 gathers the others' own state and writes)."""
+        mine = self._local_state()
+        every = self.world.gather_objects(mine)
+        if self.lead:
+            state = self._checkpoint_state(mine, every[1:])
+            self.run.save_checkpoint(state, self._policy_state(state))
         self._saved_update = self.update
         self._last_ckpt_t = time.perf_counter()
 
@@ -368,13 +525,17 @@ class Session:
         if self._progress is not None:
             self._progress.close()
             self._progress = None
-        self.summary = {"run_dir": str(self.run.dir), "algo": self.cfg.algo, "updates": self.update,
+        self.summary = {"run_dir": str(Path(self.cfg.run.run_dir)), "algo": self.cfg.algo, "updates": self.update,
                         "num_updates": self.num_updates, "env_steps": self.global_step, "stopped": self.stopped,
-                        "device": self.device, "wall_s": self.train_wall(), "startup_s": self.startup_s,
+                        "device": self.device, "world_size": self.world.size, "rank": self.world.rank,
+                        "wall_s": self.train_wall(), "startup_s": self.startup_s,
                         "checkpoint_update": self._saved_update, "last": self.last}
+        if not self.lead:
+            return
         self.run.write_json("summary.json", self.summary)
         if self.stopped == "interrupted":
-            self.echo(f"stopped by {self._stop_signal} after update {self.update}: checkpoint saved; continue with "
+            by = self._stop_signal or "a signal to another process"
+            self.echo(f"stopped by {by} after update {self.update}: checkpoint saved; continue with "
                       f"gbxcule train --resume {self.run.dir}")
         greedy = self.last.get("eval/greedy_success")
         if greedy is not None:

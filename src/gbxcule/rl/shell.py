@@ -80,6 +80,10 @@ class RunConfig:
     eval_every_s: float | None = knob(None, gt=0)  # ... or every this many seconds of training
     stop_at_success: float | None = knob(None, gt=0, max=1)  # stop once a periodic greedy eval reaches this rate
     success_window: int = knob(256, min=1)  # the progress bar's success: over at least this many last episodes
+    # several processes (torchrun; docs/training.md "Several GPUs"): env.num_envs is per process
+    grad_sync: str = knob("allreduce", choices=("allreduce", "ddp"))  # one flat all-reduce per step, or DDP
+    dist_timeout_s: float = knob(300.0, gt=0)  # a collective that waits longer ends the run (a process died)
+    check_sync: bool = False  # debug: after every update check every process's parameters equal rank 0's
 
 
 _TRAIN_CONFIGS: dict[str, type] = {}

@@ -33,7 +33,8 @@ DEFAULT_ALGO = "ppo"
 # What `--resume` may change (anything else given must equal the run's value, or it is refused).
 MAY_CHANGE = ("total_steps", "run.time_limit_s", "run.eval_episodes", "run.progress", "run.device",
               "run.stop_after_updates", "run.checkpoint_every", "run.checkpoint_every_s", "run.tensorboard",
-              "run.eval_every", "run.eval_every_s", "run.stop_at_success", "run.success_window", "run.run_dir")
+              "run.eval_every", "run.eval_every_s", "run.stop_at_success", "run.success_window", "run.run_dir",
+              "run.grad_sync", "run.dist_timeout_s", "run.check_sync")
 MAY_CHANGE_TABLES = ("env.backend.",)  # emulator speed knobs: the same bits whatever their values
 PER_INVOCATION = ("stop_after_updates", "time_limit_s")  # run settings of one invocation: not kept on resume
 
@@ -108,8 +109,10 @@ def config_from_dict(d: dict):
 
 
 def _leaves(d: dict, prefix: str = ""):
+    """(dotted path, value) of every setting given; an empty table (the CLI's flags of a section, none given)
+    gives none."""
     for k, v in d.items():
-        if isinstance(v, dict) and v:
+        if isinstance(v, dict):
             yield from _leaves(v, f"{prefix}{k}.")
         else:
             yield f"{prefix}{k}", v
@@ -150,7 +153,7 @@ def resume_config(checkpoint: dict, given: dict):
                           f"env and model (only total_steps and run settings such as time_limit_s, eval_episodes, "
                           f"device may change; start a new run for the rest)")
     cfg = make_config(None, {**stored_dict, **_merge_dicts(stored_dict, changes)})
-    num_updates = max(1, cfg.total_steps // get(cfg.algo).steps_per_update(cfg))
+    num_updates = max(1, cfg.total_steps // (get(cfg.algo).steps_per_update(cfg) * checkpoint.get("world_size", 1)))
     if checkpoint["update"] >= num_updates:
         raise RunFinished(f"run {cfg.run.run_dir} already finished: {checkpoint['update']} updates, "
                           f"{checkpoint['global_step']:,} env-steps (total_steps {cfg.total_steps:,}); nothing "
@@ -220,12 +223,14 @@ def train(cfg, resume: bool = False, echo=None, *, checkpoint: dict | None = Non
     """Train `cfg` with its algorithm's trainer; returns the summary. `resume`: continue the run in
     cfg.run.run_dir (cfg may differ from the run's config only where `--resume` allows); `checkpoint`: one
     already loaded by `prepare`. `final_eval`: then evaluate the policy over `run.eval_episodes` episodes into
-    eval.json (when the run reached its end, time limit or success)."""
+    eval.json (when the run reached its end, time limit or success). Under torchrun every process calls it
+    (`rl/loop.py`: the distributed shell); rank 0's summary is the run's."""
     if resume and checkpoint is None:
         checkpoint = load_checkpoint(cfg.run.run_dir, need_training=True)
         cfg = resume_config(checkpoint, to_dict(cfg))
     summary = trainer(cfg.algo)(cfg, checkpoint, echo)
-    if final_eval and summary["stopped"] in ("done", "time_limit", "stop_at_success") and cfg.run.eval_episodes > 0:
+    if (final_eval and summary["stopped"] in ("done", "time_limit", "stop_at_success") and cfg.run.eval_episodes > 0
+            and summary.get("rank", 0) == 0):  # on several processes rank 0 alone evaluates
         from gbxcule.core.outputs import write_output
         from gbxcule.rl.shell import dumps
 

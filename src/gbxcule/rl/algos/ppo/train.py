@@ -33,10 +33,12 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         optimizer = torch.optim.Adam(model.parameters(), lr=p.lr, eps=1e-5)
         amp = p.amp == "bf16" or (p.amp == "auto" and s.cuda)
         fwd = torch.compile(model) if p.compile else model
+        learner = s.wrap(model)  # DDP over the model with run.grad_sync = "ddp" on several processes
+        train_fwd = fwd if learner is model else (torch.compile(learner) if p.compile else learner)
         sampler = torch.Generator().manual_seed(cfg.run.seed)
         extra = s.start(model, optimizer, state=lambda: {"sampler": sampler.get_state()},
                         describe=f"rollout storage {s.storage_bytes / 2**20:,.0f} MiB on {s.device}; {s.num_updates} "
-                                 f"updates of {steps_per_update(cfg):,} env-steps; model "
+                                 f"updates of {s.update_steps:,} env-steps; model "
                                  f"{model.describe()['params']:,} parameters")
         if extra:
             sampler.set_state(extra["sampler"])
@@ -92,7 +94,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             for _epoch in range(p.epochs):
                 for mb in ppo.minibatches(steps_per_update(cfg), p.minibatches, sampler, dev):
                     with s.autocast(amp):
-                        logits, new_v = fwd(b_obs[mb])
+                        logits, new_v = train_fwd(b_obs[mb])
                     dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
                     a = b_adv[mb]
                     if p.norm_adv:
@@ -105,7 +107,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                     m["loss"] = loss.detach()
                     stats.append(torch.stack([v.float() for v in m.values()]))
                     names = list(m)
-                epoch_stats = torch.stack(stats).mean(0)
+                epoch_stats = s.all_mean(torch.stack(stats).mean(0))  # every process takes the same decision
                 if not bool(torch.isfinite(epoch_stats).all()):  # once per epoch
                     raise NonFiniteError(dict(zip(names, epoch_stats.tolist(), strict=True)))
                 if p.target_kl is not None and float(epoch_stats[names.index("approx_kl")]) > p.target_kl:
