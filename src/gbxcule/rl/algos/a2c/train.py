@@ -44,7 +44,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         state = model.initial_state(n, dev)
         extra = s.start(model, optimizer, state=lambda: {"state": None if state is None else state.cpu().clone()},
                         describe=f"a2c: {s.storage_bytes / 2**20:,.0f} MiB of step storage on {s.device}; "
-                                 f"{s.num_updates} updates of {steps_per_update(cfg):,} env-steps, an optimizer "
+                                 f"{s.num_updates} updates of {s.update_steps:,} env-steps, an optimizer "
                                  f"step every {a.update_every} env-steps ({a.update_every * n:,} samples); model "
                                  f"{model.describe()['params']:,} parameters")
         if extra and extra.get("state") is not None:

@@ -48,7 +48,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
 
         extra = s.start(model, optimizer, state=state,
                         describe=f"{plan.describe()} on {s.device}; {s.num_updates} updates of "
-                                 f"{steps_per_update(cfg):,} env-steps; model {model.describe()['params']:,} "
+                                 f"{s.update_steps:,} env-steps; model {model.describe()['params']:,} "
                                  f"parameters")
         if extra:
             target.load_state_dict(extra["target"])

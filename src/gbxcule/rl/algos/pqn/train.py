@@ -37,7 +37,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         sampler = torch.Generator().manual_seed(cfg.run.seed)
         extra = s.start(model, optimizer, state=lambda: {"sampler": sampler.get_state()},
                         describe=f"rollout storage {s.storage_bytes / 2**20:,.0f} MiB on {s.device}; {s.num_updates} "
-                                 f"updates of {steps_per_update(cfg):,} env-steps; model "
+                                 f"updates of {s.update_steps:,} env-steps; model "
                                  f"{model.describe()['params']:,} parameters")
         if extra:
             sampler.set_state(extra["sampler"])
