@@ -91,3 +91,46 @@ def test_the_commands_find_the_score_and_check_the_pack(tmp_path, capsys):
     env = GameEnv(rom, 2, task=f"{pack}:score_200", start_states=state)
     assert env.success_source == "ram" and not env.goal_holds().any()
     env.close()
+
+
+def test_play_script_saves_a_start_state(tmp_path, capsys):
+    """`play --script` plays the same buttons in every env; here to the built-in game's town, where leave_house's
+    goal already holds (an eval would skip such a start)."""
+    pytest.importorskip("torch")
+    from gbxcule.cli.main import main
+    from gbxcule.rl import GameEnv
+
+    state = tmp_path / "town.gbxs"
+    assert main(["play", "OVERWORLD", "--backend", "warp_vec_cpu", "--envs", "2", "--script", "N5 R4 D6 R N2",
+                 "--save-state", str(state), "--save-envs", "all", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["steps"] == 18 and d["actions"] == "script" and d["final"][0]["wram_sha1"] == d["final"][1]["wram_sha1"]
+    env = GameEnv(task="leave_house", num_envs=2, start_states=state)
+    assert env.num_slots == 2 and env.goal_holds().all()
+    env.close()
+    for script, needle in (("N5 Q", "bad script token"), ("", "plays no action")):
+        assert main(["play", "OVERWORLD", "--backend", "warp_vec_cpu", "--script", script]) == 2
+        err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+        assert len(err) == 1 and needle in err[0]
+
+
+def test_pokemon_red_pack_says_how_to_check_each_task(capsys):
+    """Each task of the Pokemon Red pack (no ROM here) names the RAM facts it relies on and one `gbxcule ram`
+    command that checks them; each command parses and runs up to the ROM check."""
+    import shlex
+
+    from gbxcule.cli.main import main
+    from gbxcule.rl.tasks import builtin_packs
+
+    text = (ROOT / "src/gbxcule/rl/packs/pokemon_red.toml").read_text()
+    for name, task in builtin_packs()["pokemon_red"].items():
+        before = text[:text.index(f"[tasks.{name}]")].rsplit("\n\n", 1)[-1]
+        relies = before[before.index("# Relies on:"):before.index("# Check:")]
+        for cond in task.goal_ram:
+            assert f"0x{cond.addr:04X}" in relies, (name, relies)
+        cmd = before[before.index("# Check:") + len("# Check:"):].splitlines()[0].strip()
+        args = shlex.split(cmd)
+        assert args[:3] == ["gbxcule", "ram", "pokemon_red.gb"] and f"pokemon_red:{name}" in args and "task" in args
+        assert main([*args[1:2], "OVERWORLD", *args[3:]]) == 2  # parsed, then refused: not the pack's ROM
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "is for the ROM with SHA-1 ea9bcae6" in err[0], err
