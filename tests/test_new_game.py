@@ -36,6 +36,9 @@ def _rom() -> Path | None:
     return None
 
 
+PACK = ROOT / "benchmarks/games/packs/rex_run.toml"
+
+
 def _pack_text() -> str:
     return re.findall(r"```toml\n(.*?)```", DOC, re.S)[0]
 
@@ -56,8 +59,9 @@ def test_the_action_table_is_the_codecs():
 
 
 def test_the_pack_parses_and_names_the_game():
+    assert _pack_text() in PACK.read_text()  # the doc shows the pack file
     tasks = parse_pack(_pack_text(), "new_game.md")
-    task = tasks["score_200"]
+    task = tasks["score_300"]
     assert task.rom_sha1 == _game()["sha1"] and task.goal_ram[0].addr == 0xFFB3 and task.goal_ram[0].op == "ge"
     assert task.start.generator == "random_actions" and task.novelty_ram == (0xFFB1, 0xFFB2, 0xFFB3)
 
@@ -78,9 +82,8 @@ def test_the_commands_find_the_score_and_check_the_pack(tmp_path, capsys):
     d = json.loads(capsys.readouterr().out)
     hundreds = d["candidates"][2]["values"]
     assert d["candidates"][2]["addr"] == 0xFFB3 and max(hundreds) == 1 and hundreds[-1] == 0  # 100+, then a new run
-    pack = tmp_path / "rex_run.toml"
-    pack.write_text(_pack_text())
-    assert main(["ram", rom, "--task", f"{pack}:score_200", "--addrs", "task", "--trace", "| ?20 |"]) == 0
+    pack = PACK
+    assert main(["ram", rom, "--task", f"{pack}:score_300", "--addrs", "task", "--trace", "| ?20 |"]) == 0
     out = capsys.readouterr().out
     assert "task goal at its marks: no no" in out and "0xFFB3" in out
     state = tmp_path / "start.gbxs"
@@ -88,7 +91,7 @@ def test_the_commands_find_the_score_and_check_the_pack(tmp_path, capsys):
     capsys.readouterr()
     from gbxcule.rl import GameEnv
 
-    env = GameEnv(rom, 2, task=f"{pack}:score_200", start_states=state)
+    env = GameEnv(rom, 2, task=f"{pack}:score_300", start_states=state)
     assert env.success_source == "ram" and not env.goal_holds().any()
     env.close()
 
