@@ -6,8 +6,10 @@ from __future__ import annotations
 def register(sub) -> None:
     p = sub.add_parser("eval", help="evaluate a trained policy (success rate, steps to goal, GIF)",
                        description="Run the policy of a run folder or checkpoint, greedy and sampled, over M "
-                                   "episodes from M distinct start states; success is ground truth from the "
-                                   "task's RAM goal where it has one.")
+                                   "episodes from M start states (random prefixes from the task's start; those "
+                                   "already at the goal are skipped); success is ground truth from the task's RAM "
+                                   "goal where it has one, else the goal template's verdict, labelled "
+                                   "'success (template)'.")
     p.add_argument("source", metavar="RUN_OR_CHECKPOINT")
     p.add_argument("--episodes", type=int, default=64, help="episodes (default 64)")
     p.add_argument("--task", help="evaluate on this task instead of the run's")
@@ -25,6 +27,7 @@ def run(args) -> int:
     from gbxcule.cli.report import emit
     from gbxcule.core.fmt import num, pct
     from gbxcule.rl.algos import evaluate
+    from gbxcule.rl.shell import success_label
 
     checks.positive(episodes=args.episodes, gif_envs=args.gif_envs)
     if args.gif:
@@ -33,11 +36,16 @@ def run(args) -> int:
                    seed=args.seed, random_baseline=args.random)
 
     def line(name: str, r: dict) -> str:
-        return (f"  {name:8s} success {pct(r['success_rate']):>6s}  median steps {num(r['median_steps'], '.0f')}  "
-                f"p90 {num(r['p90_steps'], '.0f')}  mean return {num(r['mean_return'])}")
+        return (f"  {name:8s} {success_label(r.get('success_source'))} {pct(r['success_rate']):>6s}  median steps "
+                f"{num(r['median_steps'], '.0f')}  p90 {num(r['p90_steps'], '.0f')}  mean return "
+                f"{num(r['mean_return'])}")
 
     def text(r: dict) -> str:
-        out = [f"{r['task']}: {r['episodes']} episodes from {r['start_states']} start states ({r['device']})"]
+        out = [f"{r['task']}: {r['episodes']} episodes from {r['start_states']} start states ({r['device']})"
+               + (f"; {r['starts_skipped']} starts skipped: the goal already held there" if r.get("starts_skipped")
+                  else "")]
+        if r.get("success_source") == "template":
+            out.append("  success is the goal template's verdict (the task has no RAM goal)")
         out += [line(m, r[m]) for m in ("greedy", "sampled", "random") if m in r]
         if r.get("template_agreement") is not None:
             out.append(f"  goal template agrees with the RAM goal in {pct(r['template_agreement'])} of episodes")

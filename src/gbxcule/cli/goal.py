@@ -3,9 +3,12 @@
 - `capture`: run one env from a task's start (or a ROM and a start state) through an action script or a
   recorded trace; save the observation at the end as a goal template (.npz) with its metadata, and the full
   screen as a PNG.
-- `show`: print a template's metadata and write its frames (and mask) as a PNG.
-- `calibrate`: distances to a template along the task's solution and along random play; suggest tau and
-  k_consecutive; print the distributions as a table and write a histogram PNG.
+- `show`: print a template's metadata; write its frames and mask, scaled up, as a PNG (with `--task`, beside
+  the nearest off-goal frames of a short random play).
+- `calibrate`: distances to a template along the task's solution, the wait after it (the goal's own noise) and
+  random play; say whether goal and off-goal frames separate; suggest tau (never below the noise) and
+  k_consecutive; print the distributions as a table, write a histogram PNG and a PNG of the goal beside the
+  nearest off-goal frames. `capture` and `calibrate` say when the screen is still changing at the goal frame.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from gbxcule.core.errors import GbxculeError
 from gbxcule.core.outputs import write_output
 
 BINS = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0001)
+SCALE = 4  # pixels per observation pixel in written sheets (72x80 -> 288x320)
 
 
 def register(sub) -> None:
@@ -48,7 +52,13 @@ def register(sub) -> None:
 
     s = gsub.add_parser("show", help="print a template's metadata and write its frames as a PNG")
     s.add_argument("template", help="template file")
-    s.add_argument("--png", help="PNG to write: its frames and mask, side by side (default: none)")
+    s.add_argument("--png", help="PNG to write: its frames and mask side by side, scaled up (default: none)")
+    s.add_argument("--task", help="also play at random from this task's start and put the nearest off-goal "
+                                  "frames beside the goal in the PNG")
+    s.add_argument("--rom", help="ROM file or built-in ROM name for --task (default: the task's)")
+    s.add_argument("--envs", type=int, default=16, help="random-play envs for --task (default 16)")
+    s.add_argument("--steps", type=int, default=None, help="random-play steps for --task (default "
+                                                           "min(step_limit, 50))")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(func=show_cmd)
 
@@ -64,6 +74,8 @@ def register(sub) -> None:
                         "random_actions:K[:LEN], solution:K[:LEN] (all along the solution's route)")
     k.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     k.add_argument("--plot", help="histogram PNG (default: TEMPLATE with _calibrate.png)")
+    k.add_argument("--nearest-png", help="PNG of the goal beside the nearest off-goal frames (default: TEMPLATE "
+                                         "with _nearest.png)")
     k.add_argument("--json", action="store_true", help="print one JSON object")
     k.set_defaults(func=calibrate_cmd)
 
@@ -156,15 +168,28 @@ def capture_cmd(args) -> int:
     tpl, report = capture(task, actions, rom=rom, stack_k=args.stack_k, obs=args.obs, mask=_mask(args.mask_box),
                           start_states=start)
     from gbxcule.core.screen import write_png
+    from gbxcule.rl.templates import replay
 
+    after = replay(task, tpl, actions, rom=rom, start_states=start)
     written = write_output(out, tpl.to_bytes(), inputs)
     png_written = write_output(png, lambda p: write_png(report["full_frame"], p), inputs)
     data = {"template": str(written), "png": str(png_written), "steps": report["steps"],
-            "ram_goal_holds": report["ram_goal_holds"], "meta": _meta(tpl)}
+            "ram_goal_holds": report["ram_goal_holds"], "mid_transition": after["mid_transition"],
+            "settled_distance": after["settled_distance"], "settle_spread": after["spread"], "meta": _meta(tpl)}
     emit(args, data, lambda d: f"captured {d['template']} after {d['steps']} steps"
          + ("" if d["ram_goal_holds"] is None else f" (RAM goal {'holds' if d['ram_goal_holds'] else 'does NOT hold'})")
-         + f"\nscreen: {d['png']}")
+         + f"\nscreen: {d['png']}" + (f"\n{transition_hint(d)}" if d["mid_transition"] else ""))
     return 0
+
+
+def transition_hint(d: dict) -> str:
+    """The one line that says a capture ended mid-transition (a report with settled_distance, settle_spread)."""
+    from gbxcule.rl.templates import HOLD_STEPS
+
+    return (f"warning: the screen was still changing at the goal frame: {HOLD_STEPS} NOOP steps later it is "
+            f"{d['settled_distance']:.3f} from the template (it varies by {d['settle_spread']:.3f} on its own), so "
+            f"the template never matches the settled screen; end the actions with a wait (e.g. add N4) and capture "
+            f"again")
 
 
 def _meta(tpl) -> dict:
@@ -173,18 +198,63 @@ def _meta(tpl) -> dict:
     return dataclasses.asdict(tpl.meta) | {"frames": len(tpl.frames), "mask_pixels": int(tpl.mask.sum())}
 
 
+def sheet(panels, scale: int = SCALE):
+    """A PIL image of shade frames side by side, each scaled `scale` times with its label above it."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    from gbxcule.core.screen import to_image
+
+    label_h, gap = 22, 6
+    font = ImageFont.load_default(size=16)
+    w = sum(f.shape[1] * scale for f, _ in panels) + gap * (len(panels) + 1)
+    h = max(f.shape[0] * scale for f, _ in panels) + label_h + 2 * gap
+    img = Image.new("RGB", (w, h), (200, 200, 200))
+    draw, x = ImageDraw.Draw(img), gap
+    for frame, label in panels:
+        pic = to_image(frame).convert("RGB").resize((frame.shape[1] * scale, frame.shape[0] * scale),
+                                                    Image.Resampling.NEAREST)
+        draw.text((x, gap // 2), label, fill="black", font=font)
+        img.paste(pic, (x, label_h + gap))
+        x += pic.width + gap
+    return img
+
+
+def goal_panels(tpl) -> list:
+    """The template's frames and its mask (counted pixels white) as labelled panels."""
+    frames = [(f, "goal" if len(tpl.frames) == 1 else f"goal frame {i}") for i, f in enumerate(tpl.frames)]
+    return [*frames, (np.where(tpl.mask, 0, 3).astype(np.uint8), f"mask ({int(tpl.mask.sum())} px counted, white)")]
+
+
+def nearest_panels(r: dict) -> list:
+    """A calibration's nearest off-goal frames as labelled panels."""
+    what = "off-goal" if r["has_ram_goal"] else "nearest"
+    return [(f, f"{what} {d:.4f}") for d, f in r["nearest"]]
+
+
 def show_cmd(args) -> int:
     from gbxcule.cli.report import emit
     from gbxcule.rl.goals import GoalTemplate
 
+    checks.positive(envs=args.envs, steps=args.steps)
     tpl = GoalTemplate.load(args.template)
     data = _meta(tpl)
+    if args.task and not args.png:
+        raise GbxculeError("--task puts the nearest off-goal frames into the PNG: give --png")
     if args.png:
-        from gbxcule.core.screen import mosaic, write_png
+        inputs = (args.template, checks.rom_path(args.rom) if args.rom else None)
+        png = checks.check_not_input(args.png, inputs)
+        panels = goal_panels(tpl)
+        if args.task:
+            from gbxcule.rl.tasks import load_task
+            from gbxcule.rl.templates import calibrate
 
-        panels = np.concatenate([tpl.frames, np.where(tpl.mask, 0, 3).astype(np.uint8)[None]])
-        data["png"] = str(write_output(args.png, lambda p: write_png(mosaic(panels, cols=len(panels)), p),
-                                       (args.template,)))
+            _torch()
+            task = load_task(args.task)
+            r = calibrate(task, tpl, num_envs=args.envs, steps=args.steps or min(task.step_limit, 50),
+                          rom=checks.rom_file(args.rom, "goal show") if args.rom else None)
+            panels = panels[:len(tpl.frames)] + nearest_panels(r) + panels[len(tpl.frames):]
+            data["nearest_distances"] = [d for d, _ in r["nearest"]]
+        data["png"] = str(write_output(png, lambda p: sheet(panels).save(p, format="PNG"), inputs))
     emit(args, data, lambda d: "\n".join(f"{k:22s} {v}" for k, v in d.items()))
     return 0
 
@@ -199,9 +269,33 @@ def calibrate_table(r: dict) -> str:
     for i in range(len(BINS) - 1):
         rows.append(f"{BINS[i]:5.2f}-{min(BINS[i + 1], 1):5.2f}  {sol[i]:9d} {rnd[i]:9d} {at[i]:9d}")
     rows.append(f"suggested tau {r['suggested_tau']:.4f}, k_consecutive {r['suggested_k_consecutive']} "
-                f"({'separated' if r['separated'] else 'NOT separated'}: goal max {r['goal_max']:.4f}, "
-                f"off-goal min {r['off_goal_min']:.4f}; off-goal states under tau: {r['false_fires_at_tau']})")
+                f"(goal max {r['goal_max']:.4f}, off-goal min {r['off_goal_min']:.4f}; off-goal states under tau: "
+                f"{r['false_fires_at_tau']})")
+    rows.append(verdict_line(r))
+    if r["mid_transition"]:
+        rows.append(transition_hint(r))
     return "\n".join(rows)
+
+
+def verdict_line(r: dict) -> str:
+    """Whether the template tells the goal from everything else, said plainly."""
+    pics = f"look at them in {r['nearest_png']}" if r.get("nearest_png") else "see the nearest frames"
+    noise = (f"the goal's own frames lie within {r['noise']:.4f} of the template (the wait after the solution"
+             + (" and random play at the goal)" if r["has_ram_goal"] else ")"))
+    if r["verdict"] == "separated":
+        return (f"separated: {noise}; the nearest off-goal frame is {r['off_goal_min']:.4f} away, so tau "
+                f"{r['suggested_tau']:.4f} fires at the goal and on no off-goal frame seen")
+    if r["verdict"] == "NOT separated":
+        return (f"NOT separated: {r['within_noise']} off-goal frame(s) lie as near the template as the goal's own "
+                f"(nearest {r['off_goal_min']:.4f}; {noise}): no tau tells them apart ({pics}). Count only the "
+                f"pixels that differ (--mask-box), capture another goal frame, or end episodes on the RAM goal "
+                f"(reward.terminate_on = \"ram\"); k_consecutive {r['suggested_k_consecutive']} only outlasts the "
+                f"off-goal runs seen here")
+    near = (f"{r['within_noise']} random-play frame(s) lie as near ({pics}): if one is not the goal, the template "
+            f"fires there at any tau the goal needs" if r["within_noise"] else
+            f"no random-play frame came as near ({pics} for the nearest)")
+    return (f"unchecked: the task has no RAM goal, so calibrate cannot tell the goal from a look-alike; {noise}, "
+            f"and {near}. Give the task a RAM goal (gbxcule ram) to check")
 
 
 def calibration_plot(r: dict, path) -> None:
@@ -244,17 +338,23 @@ def calibrate_cmd(args) -> int:
     tpl = GoalTemplate.load(args.template)
     rom_in = checks.rom_path(args.rom) if args.rom else None
     inputs = (args.template, rom_in)
-    plot = checks.check_not_input(args.plot or Path(args.template).with_name(Path(args.template).stem
-                                                                             + "_calibrate.png"), inputs)
+    stem = Path(args.template).stem
+    plot = checks.check_not_input(args.plot or Path(args.template).with_name(stem + "_calibrate.png"), inputs)
+    near_png = checks.check_not_input(args.nearest_png or Path(args.template).with_name(stem + "_nearest.png"),
+                                      (*inputs, plot))
     rom = checks.rom_file(args.rom, "goal calibrate") if args.rom else None
     r = calibrate(task, tpl, num_envs=args.envs, steps=args.steps, device=args.device, seed=args.seed, rom=rom,
                   start_states=parse_start_states(args.start_states))
     r["at_goal_hist"] = histogram(r.pop("random_at_goal_distances"))
     r["plot"] = str(write_output(plot, lambda p: calibration_plot(r, p), inputs))
+    panels = goal_panels(tpl)[:len(tpl.frames)] + nearest_panels(r)
+    r["nearest_png"] = str(write_output(near_png, lambda p: sheet(panels).save(p, format="PNG"), inputs))
+    r["nearest"] = [d for d, _ in r["nearest"]]
     r["bins"] = list(BINS)
     r["solution_hist"], r["random_hist"] = histogram(r["solution_distances"]), histogram(r["random_distances"])
     rnd = r.pop("random_distances")
     emit(args, {k: v for k, v in r.items() if k != "random_p"} | {"random_p": {str(q): v for q, v in
                                                                               r["random_p"].items()}},
-         lambda d: calibrate_table(d | {"random_distances": rnd}) + f"\nplot: {d['plot']}")
+         lambda d: calibrate_table(d | {"random_distances": rnd}) + f"\nplot: {d['plot']}\npictures of the goal "
+                   f"and the nearest off-goal frames: {d['nearest_png']}")
     return 0

@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         info,
         play,
         plot,
+        ram,
         roms,
         screenshot,
         testrom,
@@ -34,8 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gbxcule", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"gbxcule {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (roms, info, play, verify, testrom, bench, bench_env, screenshot, devcheck, goal, train, evaluate,
-                   plot):
+    for module in (roms, info, play, verify, testrom, bench, bench_env, screenshot, devcheck, goal, ram, train,
+                   evaluate, plot):
         module.register(sub)
     return parser
 

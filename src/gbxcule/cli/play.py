@@ -2,13 +2,16 @@
 
 `--record out.gif` draws the last frame of every step of one env into an animated GIF (run with
 `--frames-per-step 1` to keep every frame); `--mosaic out.png` tiles every env's last screen into one PNG.
-Both need a warp backend (docs/rendering.md).
+Both need a warp backend (docs/rendering.md). `--script "N10 S N2"` plays a button script in every env instead
+of an action generator (e.g. to get past a title screen and `--save-state` a start state).
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
+
+import numpy as np
 
 from gbxcule.backends import load_start_state, make_backend
 from gbxcule.cli import checks
@@ -32,6 +35,9 @@ def register(sub) -> None:
                    help="write one env's screen after every step as an animated GIF")
     p.add_argument("--record-env", type=int, default=0, help="the env --record follows (default 0)")
     p.add_argument("--mosaic", metavar="PNG", help="write every env's last screen, tiled, as a PNG")
+    p.add_argument("--script", metavar="SCRIPT",
+                   help='play this button script in every env, e.g. "N10 S N2" (letters N A B S E U D L R with '
+                        "repeat counts, as task scripts); --steps becomes its length")
     p.add_argument("--save-state", metavar="FILE",
                    help="save the final state as a gbxcule snapshot (a start state for GameEnv or --state)")
     p.add_argument("--save-envs", default="0", metavar="0|all",
@@ -76,7 +82,18 @@ def run(args) -> int:
     host = FRAME_BYTES * (args.steps if args.record else 0) + (FRAME_BYTES * 2 if args.mosaic else 0)
     checks.env_memory(args.backend, args.envs, rom, render=bool(args.record or args.mosaic),
                       host_per_env=host + 64)
-    gen = make_action_gen(args.actions, codec, args.envs, args.seed, args.fixed_action)
+    if args.script is not None:
+        from gbxcule.rl.tasks import parse_script
+
+        script = np.asarray(parse_script(args.script, codec), dtype=np.int32)
+        if not script.size:
+            raise GbxculeError("--script plays no action")
+        args.steps, args.actions = int(script.size), "script"
+
+        def gen(k: int) -> np.ndarray:
+            return np.full(args.envs, script[k], dtype=np.int32)
+    else:
+        gen = make_action_gen(args.actions, codec, args.envs, args.seed, args.fixed_action)
     backend = make_backend(args.backend, str(rom_path), num_envs=args.envs, codec=codec, schedule=schedule)
     recorded = []
     try:

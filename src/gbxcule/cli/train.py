@@ -127,7 +127,7 @@ def run(args) -> int:
     from gbxcule.core.fmt import num, pct
     from gbxcule.rl import algos
     from gbxcule.rl.dist import launched_rank, launched_world_size, quiet
-    from gbxcule.rl.shell import merge_overrides, parse_sets
+    from gbxcule.rl.shell import merge_overrides, parse_sets, success_label
 
     launched = launched_world_size()
     if args.gpus is not None:
@@ -165,13 +165,15 @@ def run(args) -> int:
         lines = [f"trained {s['env_steps']:,} env-steps in {s['updates']} updates, {s['wall_s']:.1f} s on "
                  f"{where} ({s['stopped']}); run folder {s['run_dir']}",
                  f"last update: {'-' if sps is None else format(sps, ',.0f')} env-steps/s, return "
-                 f"{num(last.get('episode_return'))}, success {pct(last.get('running_success'))} of the last "
+                 f"{num(last.get('episode_return'))}, {success_label(last.get('success_source'))} "
+                 f"{pct(last.get('running_success'))} of the last "
                  f"{last.get('running_episodes', 0)} episodes (sampled policy)"]
         if "eval" in s:
             e = s["eval"]
-            lines.append(f"eval over {e['episodes']} episodes from distinct starts: greedy success "
-                         f"{pct(e['success_rate'])}, median steps {num(e['median_steps'], '.0f')}, mean return "
-                         f"{num(e['mean_return'])}")
+            skipped = f" ({e['starts_skipped']} starts at the goal skipped)" if e.get("starts_skipped") else ""
+            lines.append(f"eval over {e['episodes']} episodes{skipped}: greedy "
+                         f"{success_label(e.get('success_source'))} {pct(e['success_rate'])}, median steps "
+                         f"{num(e['median_steps'], '.0f')}, mean return {num(e['mean_return'])}")
         return "\n".join(lines)
 
     emit(args, summary, text)

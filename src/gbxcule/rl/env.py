@@ -148,6 +148,8 @@ class GameEnv:
             self._tau_sum = self.scorer.threshold(self.tau)
             self._shaping = float(cfg.alpha) * self.scorer.scale
         self.ram_goal = RamGoal(t.goal_ram, self.backend.layout, self.device) if t and t.goal_ram else None
+        # what `success` means: the RAM goal where the task has one, else the template's own verdict
+        self.success_source = "ram" if self.ram_goal is not None else ("template" if self.scorer is not None else None)
         mode = cfg.terminate_on
         if mode == "auto":
             mode = "template" if self.scorer is not None else ("ram" if self.ram_goal is not None else "none")
@@ -319,6 +321,8 @@ class GameEnv:
             torch.ge(self._near, cfg.k_consecutive, out=self._fired)
         if self.ram_goal is not None:
             self.success.copy_(self.ram_goal.evaluate(self._ram))
+        elif self.scorer is not None:
+            self.success.copy_(self._fired)
         if self.terminate_on == "template":
             self.terminated.copy_(self._fired)
         elif self.terminate_on == "ram":
@@ -402,6 +406,15 @@ class GameEnv:
             info.update(dist_p10=q[0], dist_p50=q[1], dist_p90=q[2])
         return info
 
+    def goal_holds(self):
+        """bool [N] on the device: whether each env's current state already passes the success test (the RAM
+        goal, else its newest frame under the template's tau); e.g. an evaluation start at the goal."""
+        if self.ram_goal is not None:
+            return self.ram_goal.evaluate(self._ram)
+        if self.scorer is not None:
+            return self.scorer.distance_sum(self.obs[:, -1]) < self._tau_sum
+        return self.torch.zeros(self.num_envs, dtype=self.torch.bool, device=self.device)
+
     # --- reading stats (synchronises; once per update) ----------------------------------------------------
     def stat_tensors(self) -> list:
         """The device totals `episode_stats` reads (float64 sums since its last call): the training session of
@@ -428,9 +441,9 @@ class GameEnv:
                 "episode_length": s["length_sum"] / eps if eps else float("nan"),
                 "success_rate": s["success_sum"] / eps if eps else float("nan"),
                 "done_rate": eps / steps, "trunc_rate": s["truncated"] / steps, "term_rate": s["terminated"] / steps,
-                "template_fired": int(s["template_fired"]),
-                "template_precision": (s["template_fired_ok"] / s["template_fired"]) if s["template_fired"]
-                else float("nan")}
+                "template_fired": int(s["template_fired"]), "success_source": self.success_source,
+                "template_precision": (s["template_fired_ok"] / s["template_fired"])
+                if s["template_fired"] and self.success_source == "ram" else float("nan")}
 
     # --- state for checkpoints ------------------------------------------------------------------------------
     def _field_rows(self):
@@ -520,4 +533,5 @@ class GameEnv:
                 "device": self.device, "stack_k": self.stack_k, "obs": self.obs_mode,
                 "codec": self.codec.describe(), "schedule": self.schedule.describe(), "max_steps": self.max_steps,
                 "start_slots": self.num_slots, "terminate_on": self.terminate_on, "tau": self.tau,
+                "success_source": self.success_source,
                 "reward": {k: v for k, v in vars(self.reward_cfg).items() if k != "extra"}}

@@ -1,7 +1,9 @@
-"""Evaluating a policy: M episodes from M distinct start states, greedy and sampled (docs/training.md).
+"""Evaluating a policy: M episodes from M start states, greedy and sampled (docs/training.md).
 
-Success is ground truth from the task's RAM goal where it has one; where the episode ends on a pixel
-template, the report also says how often the template agreed with the RAM goal. The pieces here take a model
+Success is ground truth from the task's RAM goal where it has one, else the goal template's own verdict
+(`success_source` says which); where the episode ends on a pixel template and a RAM goal exists, the report
+also says how often the template agreed with it. An episode whose start state already passes the success
+test is not counted (`starts_skipped`): a policy that does nothing would score there. The pieces here take a model
 (any of `rl/models.py`, acting through its `policy_step`), never a trainer: `gbxcule eval` loads one from a
 checkpoint through the algorithm registry (`rl/algos`), the training loop evaluates its live model.
 """
@@ -21,8 +23,9 @@ Q_SAMPLED_EPSILON = 0.05  # "sampled" for a Q-network: epsilon-greedy with this 
 
 
 def make_eval_env(env_cfg, episodes: int, device: str, seed: int, task: str | None = None):
-    """A GameEnv of `episodes` envs, each from its own start state (random action prefixes from the task's
-    start), with the config's task, ROM, goal, observations and reward."""
+    """A GameEnv of `episodes` envs and as many start states (random action prefixes of 0..EVAL_PREFIX_LEN
+    steps from the task's start; each env draws one by the env's seeded slot rule), with the config's task,
+    ROM, goal, observations and reward."""
     import dataclasses
 
     from gbxcule.rl.shell import make_env
@@ -68,16 +71,18 @@ def random_policy(num_actions: int, seed: int = 0):
 
 
 def run_episodes(env, act, max_steps: int, gif_envs: int = 0) -> dict:
-    """Step every env until each has finished its first episode (or `max_steps` steps); per-env results."""
+    """Step every env until each has finished its first episode (or `max_steps` steps); per-env results.
+    `skipped`: envs whose start state already passed the success test (not counted by `summarize`)."""
     n = env.num_envs
-    finished = torch.zeros(n, dtype=torch.bool, device=env.device)
+    frames = []
+    obs, _ = env.reset()
+    skipped = env.goal_holds().clone()
+    finished = skipped.clone()
     success = torch.zeros_like(finished)
     steps_to_goal = torch.full((n,), -1, dtype=torch.int64, device=env.device)
     length = torch.zeros(n, dtype=torch.int64, device=env.device)
     ret = torch.zeros(n, dtype=torch.float32, device=env.device)
     fired = torch.zeros_like(finished)
-    frames = []
-    obs, _ = env.reset()
     done = None
     for step in range(1, max_steps + 1):
         if gif_envs:
@@ -100,19 +105,25 @@ def run_episodes(env, act, max_steps: int, gif_envs: int = 0) -> dict:
         frames.append(env.frames(range(min(gif_envs, n))))
     return {"success": success.cpu().numpy(), "steps_to_goal": steps_to_goal.cpu().numpy(),
             "return": ret.cpu().numpy(), "length": length.cpu().numpy(), "finished": finished.cpu().numpy(),
-            "template_fired": fired.cpu().numpy(), "frames": frames}
+            "template_fired": fired.cpu().numpy(), "skipped": skipped.cpu().numpy(), "frames": frames}
 
 
-def summarize(res: dict, has_ram_goal: bool, template: bool) -> dict:
-    succ = res["success"]
-    steps = res["steps_to_goal"][succ]
-    out = {"episodes": int(len(succ)), "success_rate": float(succ.mean()) if has_ram_goal else None,
+def summarize(res: dict, success_source: str | None, template: bool) -> dict:
+    """Figures over the episodes that were not skipped. `success_source`: "ram", "template" or None (the task
+    has no goal: no success rate); `template`: the template ends episodes (its agreement with a RAM goal)."""
+    keep = ~res.get("skipped", np.zeros(len(res["success"]), dtype=bool))
+    succ = res["success"][keep]
+    steps = res["steps_to_goal"][keep][succ]
+    out = {"episodes": int(keep.sum()), "starts_skipped": int((~keep).sum()), "success_source": success_source,
+           "success_rate": float(succ.mean()) if success_source and succ.size else None,
            "median_steps": float(np.median(steps)) if steps.size else None,
            "p90_steps": float(np.percentile(steps, 90)) if steps.size else None,
-           "mean_return": float(res["return"].mean()), "mean_length": float(res["length"].mean())}
-    if template and has_ram_goal:
-        out["template_agreement"] = float((res["template_fired"] == succ).mean())
-        out["template_false_fires"] = int((res["template_fired"] & ~succ).sum())
+           "mean_return": float(res["return"][keep].mean()) if succ.size else None,
+           "mean_length": float(res["length"][keep].mean()) if succ.size else None}
+    if template and success_source == "ram":
+        fired = res["template_fired"][keep]
+        out["template_agreement"] = float((fired == succ).mean()) if succ.size else None
+        out["template_false_fires"] = int((fired & ~succ).sum())
     return out
 
 
@@ -120,9 +131,9 @@ def evaluate_model(model, env, modes=("greedy", "sampled"), seed: int = 1, rando
                    gif: str | Path | None = None, gif_envs: int = 16) -> dict:
     """Run `model` over every env's first episode in each mode; a report with one summary per mode and the
     first mode's figures at the top level."""
-    has_ram = env.ram_goal is not None
     templ = env.terminate_on == "template"
-    report: dict = {"task": env.task.id if env.task else None, "device": env.device, "start_states": env.num_slots}
+    report: dict = {"task": env.task.id if env.task else None, "device": env.device, "start_states": env.num_slots,
+                    "success_source": env.success_source}
     policies = {mode: PolicyRunner(model, mode, env.num_envs, env.device) for mode in modes}
     if random_baseline:
         policies["random"] = random_policy(env.num_actions, seed)
@@ -133,7 +144,7 @@ def evaluate_model(model, env, modes=("greedy", "sampled"), seed: int = 1, rando
         for name, act in policies.items():
             torch.manual_seed(seed)
             res = run_episodes(env, act, env.max_steps, gif_envs if gif else 0)
-            report[name] = summarize(res, has_ram, templ)
+            report[name] = summarize(res, env.success_source, templ)
             gif_frames[name] = res["frames"]
     finally:
         model.train(was_training)
@@ -145,7 +156,8 @@ def evaluate_model(model, env, modes=("greedy", "sampled"), seed: int = 1, rando
             write_gif_mosaic(gif_frames["random"], rp)
             report["gif_random"] = str(rp)
     primary = report[modes[0]]
-    report.update({k: primary[k] for k in ("success_rate", "median_steps", "p90_steps", "mean_return", "episodes")})
+    report.update({k: primary[k] for k in ("success_rate", "median_steps", "p90_steps", "mean_return", "episodes",
+                                           "starts_skipped")})
     if "template_agreement" in primary:
         report["template_agreement"] = primary["template_agreement"]
     return report

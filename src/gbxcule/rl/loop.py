@@ -465,12 +465,13 @@ class Session:
         rep = self.evaluate()
         self._last_eval_t = self._t_update = time.perf_counter()  # the next update's SPS leaves the eval out
         row.update({"eval/greedy_success": rep["success_rate"], "eval/greedy_return": rep["mean_return"],
-                    "eval/median_steps": rep["median_steps"], "eval/env_steps": self.global_step,
+                    "eval/median_steps": rep["median_steps"], "eval/starts_skipped": rep["starts_skipped"],
+                    "eval/env_steps": self.global_step,
                     "eval/wall_s": self.train_wall(), "eval/elapsed_s": self.startup_s + self.train_wall(),
                     "time_eval_s": self._last_eval_t - t0})
 
     def evaluate(self) -> dict:
-        """The live model's greedy success over `run.eval_episodes` episodes from distinct start states, on an
+        """The live model's greedy success over `run.eval_episodes` episodes from their own start states, on an
         env of its own (built once; the training envs are not touched). Rank 0 alone evaluates."""
         if self._eval_env is None:
             self._eval_env = make_eval_env(self.cfg.env, self.cfg.run.eval_episodes, self.device, self.cfg.run.seed + 1)

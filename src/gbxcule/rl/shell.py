@@ -507,11 +507,17 @@ class Progress:
             self._p = None
 
 
+def success_label(source: str | None) -> str:
+    """"success", or "success (template)" where it is the goal template's verdict (the task has no RAM goal)."""
+    return "success (template)" if source == "template" else "success"
+
+
 def progress_line(m: dict) -> str:
     """The bar's text: SPS, mean return, running success with its episode count, greedy eval when there is one."""
     sps = m.get("sps")
     line = (f"sps {'-' if sps is None else format(sps, ',.0f')}  return {num(m.get('episode_return'))}  "
-            f"success {pct(m.get('running_success'))} of last {m.get('running_episodes', 0)} ep")
+            f"{success_label(m.get('success_source'))} {pct(m.get('running_success'))} of last "
+            f"{m.get('running_episodes', 0)} ep")
     if m.get("eval/greedy_success") is not None:
         line += f"  greedy {pct(m['eval/greedy_success'])}"
     return line

@@ -2,10 +2,11 @@
 
 `GbxculeVectorEnv` is a `gymnasium.vector.VectorEnv` of N Game Boys, autoreset mode SAME_STEP: the obs of a
 step whose episode ended is the new episode's first, and the finished episode's last obs is in
-`info["final_obs"]` (mask `info["_final_obs"]`), its return, length and RAM-goal success in
-`info["final_info"]`. `array="numpy"` (default) returns host numpy arrays with one device-to-host copy a
-step; `array="torch"` returns tensors on the env's device with no copy. `GbxculeEnv` is one env (N=1) as a
-`gymnasium.Env` for `gymnasium.make` and `check_env`.
+`info["final_obs"]` (mask `info["_final_obs"]`), its return, length and success in `info["final_info"]`
+(`is_success`: the task's RAM goal, else the goal template's verdict; `success_source` says which).
+`array="numpy"` (default) returns host numpy arrays with one device-to-host copy a step; `array="torch"`
+returns tensors on the env's device with no copy. `GbxculeEnv` is one env (N=1) as a `gymnasium.Env` for
+`gymnasium.make` and `check_env`.
 
     import gymnasium, gbxcule.rl
     envs = gymnasium.make_vec("gbxcule/Overworld-LeaveHouse-v0", num_envs=64, device="cuda")
@@ -70,6 +71,7 @@ class GbxculeVectorEnv(VectorEnv):
         self.game = make_game_env(num_envs, device, seed, **kwargs)
         self.array, self.scale, self.device = array, bool(scale), self.game.device
         self.num_envs = self.game.num_envs
+        self.success_source = self.game.success_source  # "ram", "template" (no RAM goal) or None
         self.mirror = StepMirror(self.game, scale=self.scale, host=(array == "numpy"))
         self.single_observation_space = obs_space(self.game, self.scale)
         self.single_action_space = spaces.Discrete(self.game.num_actions)
@@ -161,7 +163,7 @@ class GbxculeEnv(gymnasium.Env):
         if "final_obs" in info:
             obs = info["final_obs"][0][None]
             fi = info["final_info"]
-            out = {"is_success": bool(fi["is_success"][0]),
+            out = {"is_success": bool(fi["is_success"][0]), "success_source": self.vec.success_source,
                    "episode": {"r": float(fi["episode"]["r"][0]), "l": int(fi["episode"]["l"][0])}}
         return obs[0].copy(), float(reward[0]), bool(term[0]), bool(trunc[0]), out
 

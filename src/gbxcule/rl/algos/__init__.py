@@ -256,7 +256,7 @@ def evaluate(source: str | Path, episodes: int = 64, device: str = "auto", task:
              modes=("greedy", "sampled"), gif: str | Path | None = None, gif_envs: int = 16, seed: int = 1,
              random_baseline: bool = False) -> dict:
     """Evaluate the policy at `source` (a run folder, a checkpoint or a policy file) over `episodes` episodes from
-    `episodes` distinct start states (reached by random prefixes from the task's start)."""
+    `episodes` start states (reached by random prefixes from the task's start; starts at the goal skipped)."""
     from gbxcule.rl.evaluate import evaluate_model, make_eval_env
 
     if episodes < 1:

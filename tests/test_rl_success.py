@@ -1,0 +1,137 @@
+"""What success means and where it is counted: a task with no RAM goal succeeds by its goal template's own
+verdict, labelled so in the env's stats, training logs, the progress bar, `gbxcule eval` and Gymnasium's
+`is_success`; evaluation skips start states at which the goal already holds and counts them."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gbxcule.rl import GameEnv  # noqa: E402
+from gbxcule.rl.evaluate import run_episodes, summarize  # noqa: E402
+from gbxcule.rl.shell import progress_line  # noqa: E402
+from gbxcule.rl.tasks import load_task  # noqa: E402
+
+SOLUTION = load_task("leave_house").solution  # 13 steps from the task's start to the town
+
+
+@pytest.fixture(scope="module")
+def pixel_pack(tmp_path_factory):
+    """leave_house with its RAM goal taken away: only the goal template says when the episode succeeded."""
+    d = tmp_path_factory.mktemp("pack")
+    p = d / "px.toml"
+    p.write_text('[pack]\nname = "px"\nrom = "OVERWORLD"\n\n[tasks.door]\nstart = { script = "N5" }\n'
+                 'step_limit = 20\nsolution = "R4 D6 R N2"\ntemplate = "solution"\nreward = { tau = 0.1 }\n')
+    return f"{p}:door"
+
+
+def scripted(actions):
+    """A policy that plays `actions` in every env, then NOOPs."""
+    t = {"step": 0}
+
+    def act(obs, done=None):
+        a = actions[t["step"]] if t["step"] < len(actions) else 0
+        t["step"] += 1
+        return torch.full((obs.shape[0],), a, dtype=torch.int64)
+
+    return act
+
+
+def test_template_verdict_is_success_without_a_ram_goal(pixel_pack):
+    env = GameEnv(task=pixel_pack, num_envs=2, info_mode="full")
+    assert env.success_source == "template" and env.describe()["success_source"] == "template"
+    assert GameEnv(task="leave_house", num_envs=1).success_source == "ram"
+    env.reset(seed=0)
+    ended = None
+    for t, a in enumerate(SOLUTION, 1):
+        _, _, term, _, info = env.step(np.array([a, 0]))
+        assert bool(info["success"][0]) == bool(term[0]), t
+        assert not bool(info["success"][1])
+        if bool(term[0]):
+            ended = t
+            break
+    assert ended is not None and ended >= len(SOLUTION) - 2
+    s = env.episode_stats()
+    assert s["success_source"] == "template" and s["episodes"] == 1 and s["success_rate"] == 1.0
+    assert s["template_fired"] == 1 and math.isnan(s["template_precision"])  # nothing to check it against
+    assert "success (template) 100.0%" in progress_line({"running_success": 1.0, "success_source": "template"})
+    assert "success 50.0%" in progress_line({"running_success": 0.5, "success_source": "ram"})
+    # evaluation counts the template's verdict, labelled
+    res = run_episodes(env, scripted(SOLUTION), env.max_steps)
+    rep = summarize(res, env.success_source, env.terminate_on == "template")
+    assert rep["success_source"] == "template" and rep["success_rate"] == 1.0 and rep["median_steps"] == ended
+    assert rep["starts_skipped"] == 0 and "template_agreement" not in rep
+    env.close()
+
+
+def test_gymnasium_is_success_follows_the_template(pixel_pack):
+    pytest.importorskip("gymnasium")
+    from gbxcule.rl.adapters.gym import GbxculeEnv, GbxculeVectorEnv
+
+    env = GbxculeEnv(task=pixel_pack)
+    env.reset(seed=0)
+    for a in SOLUTION:
+        _, _, term, _, info = env.step(int(a))
+        if term:
+            break
+    assert term and info["is_success"] is True and info["success_source"] == "template"
+    env.close()
+    vec = GbxculeVectorEnv(num_envs=2, task="leave_house")
+    assert vec.success_source == "ram"
+    vec.close()
+
+
+def _two_starts(tmp_path):
+    """A snapshot of two states of the built-in game: in the house (slot 0) and in town, at the goal (slot 1)."""
+    from gbxcule.backends.warp_vec import WarpVecBackend
+    from gbxcule.rl.tasks import parse_script
+    from gbxcule.roms import resolve_rom
+
+    env = GameEnv(task="leave_house", num_envs=1)
+    be = WarpVecBackend(str(resolve_rom("OVERWORLD")), 2, env.codec, env.schedule)
+    env.close()
+    home, town = parse_script("N5", env.codec), parse_script("N5 R4 D6 R N2", env.codec)
+    for t in range(len(town)):
+        be.step(np.array([home[t] if t < len(home) else 0, town[t]], dtype=np.int32))
+    path = tmp_path / "two.gbxs"
+    be.save_state(path)
+    return path
+
+
+@pytest.mark.parametrize("task", ["leave_house", "pixel"])
+def test_eval_skips_starts_where_the_goal_holds(tmp_path, pixel_pack, task):
+    env = GameEnv(task=pixel_pack if task == "pixel" else task, num_envs=16, start_states=_two_starts(tmp_path),
+                  seed=5)
+    assert env.num_slots == 2
+    obs, _ = env.reset()
+    at_goal = (env._slots == 1).numpy()
+    assert env.goal_holds().numpy().tolist() == at_goal.tolist() and 0 < at_goal.sum() < 16
+    env.reset(seed=5)
+    res = run_episodes(env, scripted([0] * 3), 3)  # 3 NOOPs: no episode that counts can succeed
+    skipped = res["skipped"]
+    assert skipped.sum() > 0 and not res["success"][skipped].any()
+    rep = summarize(res, env.success_source, env.terminate_on == "template")
+    assert rep["starts_skipped"] == int(skipped.sum()) and rep["episodes"] == 16 - rep["starts_skipped"]
+    assert rep["success_rate"] == 0.0  # counted, the starts at the goal would have given a do-nothing policy credit
+    env.close()
+
+
+def test_training_logs_and_eval_label_template_success(pixel_pack, tmp_path, capsys):
+    from gbxcule.cli.main import main
+    from gbxcule.rl.algos import make_config, train
+
+    cfg = make_config(None, {"total_steps": 4 * 8, "env": {"num_envs": 4, "task": pixel_pack},
+                             "ppo": {"rollout_steps": 8, "epochs": 1, "minibatches": 1, "model": "small"},
+                             "run": {"run_dir": str(tmp_path), "device": "cpu", "progress": False,
+                                     "tensorboard": False, "eval_every": None, "eval_every_s": None}})
+    train(cfg)
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and rows[0]["success_source"] == "template" and rows[0]["episodes"] >= 0
+    assert main(["eval", str(tmp_path), "--device", "cpu", "--episodes", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "greedy   success (template)" in out and "template's verdict" in out
