@@ -235,6 +235,18 @@ PY
   pack "$name" checkpoint.pt
 }
 
+## jobs FILE: a list of commands packed onto the GPUs, each on the GPUs it needs (scripts/gpu_jobs.py: lines
+#    `[G] NAME: COMMAND`, `---` a barrier; each job's $JOB_OUT is packed with the logs, checkpoints left out)
+cmd_jobs() {
+  [[ $# -eq 1 ]] || die "usage: bash $SELF jobs FILE"
+  use_src
+  local d; d=$(work jobs)
+  "$PY" scripts/gpu_jobs.py "$1" --out "$d"
+  local rc=$?
+  pack jobs checkpoint.pt
+  return $rc
+}
+
 ## learning ARGS: time to a greedy success rate per training setup over seeds, jobs packed onto the GPUs
 #    (scripts/bench_learning.py; e.g. --seeds 0,1,2 --time-limit 300 --setup ppo "--config configs/leave_house.toml")
 cmd_learning() {

@@ -100,3 +100,20 @@ def test_profile_step_names_every_step_kernel_variant():
     names = profile_step.step_kernel_names("full_step", variants)
     assert len(set(names.values())) == 4
     assert names[id(load_kernels(None, "full_step", False, True).step_kernel)] == "step_kernel (lean, flat)"
+
+
+def test_gpu_jobs_packs_jobs_onto_gpus_with_barriers(tmp_path):
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("# two GPUs\na: echo $CUDA_VISIBLE_DEVICES > $JOB_OUT/ids; sleep 1\n"
+                    "[2] b: echo $CUDA_VISIBLE_DEVICES > $JOB_OUT/ids; exit 3\n---\nc: echo after > $JOB_OUT/ids\n")
+    r = run([sys.executable, "scripts/gpu_jobs.py", str(jobs), "--out", str(tmp_path / "out"), "--gpus", "2"])
+    assert r.returncode == 1, r.stderr  # job b failed; the others ran
+    got = {n: (tmp_path / "out" / n / "ids").read_text().strip() for n in "abc"}
+    assert got == {"a": "0", "b": "0,1", "c": "after"}  # b waited for both GPUs
+    import json
+
+    rows = {j["name"]: j for j in json.loads((tmp_path / "out" / "jobs.json").read_text())}
+    assert rows["b"]["rc"] == 3 and rows["a"]["rc"] == 0 and list(rows) == ["a", "b", "c"]
+    jobs.write_text("oops no colon here\n")
+    r = run([sys.executable, "scripts/gpu_jobs.py", str(jobs), "--out", str(tmp_path / "o2"), "--gpus", "1"])
+    assert r.returncode == 2 and "line 1" in r.stderr and r.stderr.count("\n") == 1
