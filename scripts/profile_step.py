@@ -75,7 +75,7 @@ def main() -> int:
 def step_kernel_names(stage: str, variants) -> dict[int, str]:
     """id of each step kernel a backend of `stage` may launch -> its name in the breakdown, for the (draws,
     flat) pairs of `WarpVecBackend.step_variants()` (the modules are cached: the backend launches these)."""
-    from gbxcule.kernels.gen import load_kernels
+    from gbxcule.kernels.step import load_kernels
 
     return {id(load_kernels(None, stage, draws, flat).step_kernel):
             f"step_kernel ({'drawn' if draws else 'lean'}, {'flat' if flat else 'nested'})" for draws, flat in variants}

@@ -88,13 +88,13 @@ def test_dev_sh_without_a_command_prints_its_usage():
 
 def test_profile_step_names_every_step_kernel_variant():
     """--breakdown labels each step-kernel launch by the variant the backend launched (the modules the backend
-    loads through gbxcule.kernels.gen.load_kernels, cached): distinct names for lean/drawn x nested/flat."""
+    loads through gbxcule.kernels.step.load_kernels, cached): distinct names for lean/drawn x nested/flat."""
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
         profile_step = importlib.import_module("profile_step")
     finally:
         sys.path.remove(str(ROOT / "scripts"))
-    from gbxcule.kernels.gen import load_kernels
+    from gbxcule.kernels.step import load_kernels
 
     variants = [(False, False), (True, False), (False, True), (True, True)]
     names = profile_step.step_kernel_names("full_step", variants)
