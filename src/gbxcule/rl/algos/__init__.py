@@ -101,8 +101,9 @@ def config_from_dict(d: dict):
 
 
 def _leaves(d: dict, prefix: str = ""):
+    """(dotted path, value) of every setting in nested overrides; an empty table sets nothing (tables merge)."""
     for k, v in d.items():
-        if isinstance(v, dict) and v:
+        if isinstance(v, dict):
             yield from _leaves(v, f"{prefix}{k}.")
         else:
             yield f"{prefix}{k}", v
