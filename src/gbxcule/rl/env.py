@@ -94,6 +94,8 @@ class GameEnv:
     reward: a dict or `RewardConfig` of reward knobs over the task's (see `RewardConfig`).
     info_mode: "none" (empty dict), "stats" (device scalars) or "full" (also per-env tensors).
     keep_final_obs: put the finished episodes' last observation in info["final_obs"] (a copy each step).
+    memory_reserve: a `core.memory.Need` the caller will allocate beside the env (a trainer's storage); with the
+        env's own need it is checked against the memory available before anything is allocated.
     """
 
     def __init__(self, rom: str | Path | Rom | None = None, num_envs: int = 1, device: str = "cpu",
@@ -101,7 +103,8 @@ class GameEnv:
                  frames_per_step: int | None = None, release_after_frames: int | None = None,
                  codec: str | None = None, max_steps: int | None = None, reward: dict | RewardConfig | None = None,
                  goal: str | Path | GoalTemplate | None = None, info_mode: str = "stats", seed: int = 0,
-                 keep_final_obs: bool = False, obs_view: str = "stride", backend_options: dict | None = None):
+                 keep_final_obs: bool = False, obs_view: str = "stride", backend_options: dict | None = None,
+                 memory_reserve=None):
         import torch
 
         self.torch = torch
@@ -137,6 +140,7 @@ class GameEnv:
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise GbxculeError("GameEnv on cuda needs an NVIDIA GPU that torch can use; none was found")
 
+        self._check_memory(start_states, memory_reserve)
         from gbxcule.backends.warp_vec import WarpVecBackend
 
         opts = dict(backend_options or {})
@@ -184,6 +188,25 @@ class GameEnv:
         if want and rom.info.sha1 != want:
             raise TaskError(f"task {t.id} is for the ROM with SHA-1 {want}, not {rom.info.sha1} ({rom.path})")
         return rom
+
+    def _check_memory(self, start_states, reserve) -> None:
+        """Refuse (one line) before anything is allocated unless the emulators, the env's buffers, its start
+        slots (the files given count one slot each) and `reserve` fit (core/memory.py)."""
+        from gbxcule.backends import check_memory, emulator_need
+        from gbxcule.core.cartridge import cart_config
+        from gbxcule.core.memory import Need, env_bytes, slot_bytes
+        from gbxcule.core.schema import ram_layout
+
+        spec = self._start_spec(start_states)
+        slots = spec.count if spec.generator else max(1, len(spec.states))
+        ram = ram_layout(cart_config(self.rom).ram_banks * 0x2000).total
+        cfg = self.reward_cfg
+        tables = int(bool(cfg.novelty_ram)) + int(bool(cfg.novelty_pixels))
+        need = (emulator_need("warp_vec_cuda" if self.device.startswith("cuda") else "warp_vec_cpu", self.rom, True,
+                              self.obs_mode, False, self.num_envs)
+                + Need.device("env buffers", env_bytes(self.obs_mode, self.stack_k, self.keep_final_obs, tables,
+                                                       cfg.novelty_size), slot_bytes(slots, ram, self.obs_mode)))
+        check_memory(self.num_envs, need if reserve is None else need + reserve, self.device)
 
     def _build_buffers(self) -> None:
         torch, wp, n, k = self.torch, self._wp, self.num_envs, self.stack_k

@@ -29,7 +29,7 @@ import torch
 
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.fmt import pct
-from gbxcule.core.memory import fit, host_available
+from gbxcule.core.memory import MODEL_ALLOWANCE, Need
 from gbxcule.rl.evaluate import evaluate_model, make_eval_env
 from gbxcule.rl.shell import (
     POLICY_NAME,
@@ -39,6 +39,7 @@ from gbxcule.rl.shell import (
     Run,
     SuccessWindow,
     Timer,
+    check_run_dir,
     make_env,
     obs_bytes,
     process_age_s,
@@ -98,20 +99,24 @@ class Session:
             torch.cuda.set_device(self.device)
         self.steps_per_update = steps_per_update
         self.num_updates = max(1, cfg.total_steps // steps_per_update)
-        per = obs_bytes(cfg.env)
-        need = device_bytes(per) if callable(device_bytes) else int(device_bytes)
-        if self.cuda:
-            free, _ = torch.cuda.mem_get_info()
-            fit(1, need + 2**30, free, "device")  # plus ~1 GiB for the model, optimizer and activations
-        else:
-            fit(1, need + host_bytes, host_available(), "host")
+        need = device_bytes(obs_bytes(cfg.env)) if callable(device_bytes) else int(device_bytes)
         self.storage_bytes = need
-        self.run = Run(cfg.run.run_dir, to_dict(cfg), resume=checkpoint is not None, tensorboard=cfg.run.tensorboard)
-        if self.run.moved is not None:
-            self.echo(f"{cfg.run.run_dir} held files of a run with no checkpoint: moved them to {self.run.moved}")
+        # the trainer's storage (taken to grow with the env count) and model, checked with the env's own need
+        # before anything is allocated (core/memory.py); the run folder is touched only once the env is built
+        reserve = (Need.device("trainer storage", -(-need // cfg.env.num_envs), MODEL_ALLOWANCE if self.cuda else 0)
+                   + Need.host("trainer host buffers", 0, host_bytes))
+        check_run_dir(cfg.run.run_dir, resume=checkpoint is not None)
         seed_everything(cfg.run.seed)
         self.env = make_env(cfg.env, self.device, cfg.run.seed, keep_final_obs=True, info_mode="none",
-                            **(env_kwargs or {}))
+                            memory_reserve=reserve, **(env_kwargs or {}))
+        try:
+            self.run = Run(cfg.run.run_dir, to_dict(cfg), resume=checkpoint is not None,
+                           tensorboard=cfg.run.tensorboard)
+        except BaseException:
+            self.env.close()
+            raise
+        if self.run.moved is not None:
+            self.echo(f"{cfg.run.run_dir} held files of a run with no checkpoint: moved them to {self.run.moved}")
         self.timer = Timer(self.cuda)
         self.update = self.global_step = 0
         self.wall_before = 0.0
