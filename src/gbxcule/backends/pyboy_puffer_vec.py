@@ -57,7 +57,7 @@ def _gym_names_from_gymnasium():
     import gymnasium
 
     stand_in = types.ModuleType("gym", "gbxcule's stand-in for pufferlib.spaces: gym.spaces is gymnasium.spaces")
-    stand_in.spaces = gymnasium.spaces
+    setattr(stand_in, "spaces", gymnasium.spaces)  # noqa: B010  (a module built here: no declared attribute)
     sys.modules["gym"] = stand_in
     try:
         yield
