@@ -1,7 +1,10 @@
 """PPO on gbxcule envs through PufferLib 3's vectorisation API (`pufferlib.vector.make`, native PufferEnv).
 
-    python examples/pufferlib_train.py            # a few minutes (cuda if available, else cpu)
+    python examples/pufferlib_train.py            # cuda if available, else cpu (sizes below)
     python examples/pufferlib_train.py --smoke    # seconds: checks that everything runs
+
+Defaults: on a GPU 1,024 envs and 2,000,000 env-steps; on the CPU device 8 envs and 4,096 env-steps, a minute or
+two on 2 cores (enough to see it train, not to learn the task; give --total-steps for more).
 
 The env is `GbxculePufferEnv`, a native PufferEnv that writes PufferLib's in-place buffers; the loop is the
 usual `async_reset`/`send`/`recv` one. PufferLib's own trainer (`pufferlib.pufferl`) needs PufferLib's full
@@ -50,8 +53,8 @@ def main(argv=None) -> float:
     cuda = a.device.startswith("cuda")
     if a.smoke:
         a.num_envs, a.num_steps, a.total_steps, a.max_steps = a.num_envs or 4, 8, 64, a.max_steps or 8
-    a.num_envs = a.num_envs or (1024 if cuda else 16)
-    a.total_steps = a.total_steps or (2_000_000 if cuda else 40_000)
+    a.num_envs = a.num_envs or (1024 if cuda else 8)
+    a.total_steps = a.total_steps or (2_000_000 if cuda else 4_096)
     torch.manual_seed(a.seed)
     dev = torch.device(a.device)
     kw = dict(num_envs=a.num_envs, task=a.task, device=a.device, report_interval=a.num_steps)
@@ -111,10 +114,14 @@ def main(argv=None) -> float:
         if eps:
             rate = sum(x["success_rate"] * x["episodes"] for x in logs) / eps
         print(f"update {update}/{updates}  steps {update * T * N}  {update * T * N / (time.time() - start):.0f} sps  "
-              f"episodes {eps}  success rate {rate:.3f}")
+              f"episodes {eps}  success rate {pct(rate)}")
     vecenv.close()
-    print(f"final success rate: {rate:.3f}" if not np.isnan(rate) else "final success rate: n/a (no episode ended)")
+    print(f"final success rate: {pct(rate)}" + (" (no episode ended)" if np.isnan(rate) else ""))
     return rate
+
+
+def pct(x: float) -> str:
+    return "-" if np.isnan(x) else f"{100 * x:.1f}%"
 
 
 if __name__ == "__main__":

@@ -10,7 +10,11 @@
 #     stands in (nothing of torch is used when NO_TRAIN=1), so torch is not needed.
 # Both are removed when the script exits. PufferLib's own dependency list pins numpy<2 and pulls in torch,
 # wandb and more, so it is installed with --no-deps and the few run-time dependencies of pufferlib.vector
-# are installed explicitly (see docs/baselines.md).
+# are installed explicitly (see docs/baselines.md). No gym: pufferlib/spaces.py imports it only to name its
+# space classes beside Gymnasium's, and gbxcule gives that import a stand-in when gym is missing
+# (backends/pyboy_puffer_vec.py). A real gym (0.23.1 and its gym_notices) would be imported by every later
+# `import stable_baselines3` and print gym's "unmaintained" banner; a gym an older version of this script
+# installed is removed from the venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${GBXCULE_VENV:-.venv}
@@ -37,7 +41,11 @@ EOF
 
 # wheel: setuptools < 70.1 needs it to build a wheel without build isolation. gymnasium stays 1.x: the
 # gbxcule adapters need it, and pufferlib.vector runs with it.
-"$PY" -m pip install --disable-pip-version-check wheel "gym==0.23.1" "gymnasium>=1.0" psutil rich
+"$PY" -m pip install --disable-pip-version-check wheel "gymnasium>=1.0" psutil rich
+if "$PY" -m pip show -q gym 2>/dev/null; then
+  echo "removing gym from $VENV: SB3 would import it and print its banner; pufferlib does not need it"
+  "$PY" -m pip uninstall --disable-pip-version-check -y gym gym_notices
+fi
 echo 'import builtins; builtins.c_extension_paths = []' > "$PTH"
 NO_OCEAN=1 NO_TRAIN=1 PYTHONPATH="$STUB" \
   "$PY" -m pip install --disable-pip-version-check --no-build-isolation --no-deps "pufferlib==3.0.0"

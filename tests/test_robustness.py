@@ -184,12 +184,15 @@ def test_counts_and_schedule_refused_the_same_everywhere(tmp_path, capsys, args,
 
 def test_env_memory_is_checked_before_allocating(tmp_path, capsys, monkeypatch):
     rom, data = make_rom(tmp_path)
-    monkeypatch.setattr(checks, "host_available", lambda: 6 << 30)
+    from gbxcule.backends import emulator_need
+    from gbxcule.core import memory
+
+    monkeypatch.setattr(memory, "host_available", lambda: memory.Available(6 << 30, "test"))
     line = one_line(capsys, "play", rom, "--backend", "warp_vec_cpu", "--envs", "300000",
                     needle="envs need")
-    most = int(line.split("at most ")[1].split()[0])
-    per_env = checks.warp_bytes_per_env(checks.rom_file(str(rom)), render=False) + 64
-    assert most == (6 << 30) // per_env
+    most = int(line.split("at most ")[1].split()[0].replace(",", ""))
+    need = (emulator_need("warp_vec_cpu", checks.rom_file(str(rom)), render=False) + memory.Need.host("", 64)).on("cpu")
+    assert most == ((6 << 30) - need.host_fixed) // need.host_per_env
     assert rom.read_bytes() == data
 
 
@@ -201,20 +204,19 @@ def test_verify_checks_env_memory_before_building_references(tmp_path, capsys, m
         raise AssertionError("references were built")
 
     monkeypatch.setattr(verify, "run_verify", never)
-    monkeypatch.setattr(checks, "host_available", lambda: 4 << 30)
+    from gbxcule.core import memory
+
+    monkeypatch.setattr(memory, "host_available", lambda: memory.Available(4 << 30, "test"))
     one_line(capsys, "verify", "--rom", rom, "--envs", "10000000", needle="at most")
 
 
-def test_device_memory_check(monkeypatch):
-    rom = None
+def test_device_memory_check(tmp_path, monkeypatch):
+    import gbxcule.backends as backends
+    from gbxcule.core import memory
 
-    class FakeRom:
-        class info:
-            ram_size = 0
-
-    rom = FakeRom()
-    monkeypatch.setattr(checks, "device_available", lambda: 1 << 30)
-    monkeypatch.setattr(checks, "host_available", lambda: 1 << 40)
+    rom = checks.rom_file(str(make_rom(tmp_path)[0]))
+    monkeypatch.setattr(backends, "memory_available", lambda device: (
+        memory.Available(1 << 40, "test"), memory.Available(1 << 30, "test") if device.startswith("cuda") else None))
     with pytest.raises(GbxculeError, match="of device memory"):
         checks.env_memory("warp_vec_cuda", 10**6, rom)
     checks.env_memory("warp_vec_cuda", 1000, rom)

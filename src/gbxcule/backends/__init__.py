@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gbxcule.backends.base import CpuState, VecBackend
+from gbxcule.core import memory
 from gbxcule.core.errors import GbxculeError
 
 BACKENDS = ("pyboy_single", "pyboy_vec_mp", "pyboy_puffer_vec", "warp_vec_cpu", "warp_vec_cuda")
@@ -29,6 +30,49 @@ def make_backend(name: str, rom, **kwargs) -> VecBackend:
     raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
 
 
+def emulator_need(name: str, rom, render: bool = True, obs: str | None = None, rewards: bool = False,
+                  num_envs: int = 1) -> memory.Need:
+    """The memory `num_envs` envs of backend `name` take (core/memory.py): a warp env's arrays on its device
+    (and its host action word; fixed: the ROM, twice at most when mirrored, and the start state), or a PyBoy
+    instance on the host. `obs`/`rewards`: the stage writes them; `render`: a frame buffer."""
+    if name.startswith("warp"):
+        from gbxcule.core.cartridge import cart_config
+        from gbxcule.core.schema import ram_layout
+
+        ram = ram_layout(cart_config(rom).ram_banks * 0x2000).total
+        sort = name == "warp_vec_cuda" and num_envs > 32  # warp_vec.default_sort_envs
+        fixed = 2 * len(rom.data) + memory.emulator_bytes(ram, None, False, False) + (1 << 16)
+        return (memory.Need.device("emulators", memory.emulator_bytes(ram, obs, render, rewards, sort), fixed)
+                + memory.Need.host("action buffer", 4))
+    return memory.Need.host("PyBoy instances", memory.PYBOY_BYTES_PER_ENV)
+
+
+def memory_available(device: str) -> tuple[memory.Available | None, memory.Available | None]:
+    """(host, device) bytes that may still be allocated: `memory.host_available()`, and on a CUDA device its
+    free memory (cudaMemGetInfo, through Warp); None where unknown."""
+    host = memory.host_available()
+    if not device.startswith("cuda"):
+        return host, None
+    try:
+        import warp as wp
+
+        from gbxcule.kernels import init_warp
+
+        init_warp()
+        if not wp.is_cuda_available():
+            return host, None
+        return host, memory.Available(int(wp.get_device(device).free_memory), f"free on {device}")
+    except Exception:  # no driver or no such device: the backend says so with its own line
+        return host, None
+
+
+def check_memory(num_envs: int, need: memory.Need, device: str, what: str = "envs") -> None:
+    """Refuse (one line, MemoryLimitError) before anything is allocated unless `num_envs` envs of `need` fit
+    in the host's and `device`'s memory now (on the CPU device, device bytes are host bytes)."""
+    host, dev = memory_available(device)
+    memory.check(num_envs, need.on(device), host, dev, what)
+
+
 def load_start_state(backend: VecBackend, state) -> None:
     """Put every env of `backend` in a saved state: a PyBoy `.state` or a native snapshot, as bytes or a
     file path (docs/state_format.md). Backends that cannot load states refuse."""
@@ -37,4 +81,5 @@ def load_start_state(backend: VecBackend, state) -> None:
     backend.load_state(state)
 
 
-__all__ = ["BACKENDS", "CpuState", "VecBackend", "load_start_state", "make_backend"]
+__all__ = ["BACKENDS", "CpuState", "VecBackend", "check_memory", "emulator_need", "load_start_state", "make_backend",
+           "memory_available"]

@@ -40,14 +40,41 @@ class NoIntrospection(GbxculeError, NotImplementedError):
     """What PufferLib's vectorisation cannot show (a GbxculeError, so the CLI prints it as one line)."""
 
 
+@contextlib.contextmanager
+def _gym_names_from_gymnasium():
+    """While pufferlib imports: a stand-in `gym` module whose `spaces` are Gymnasium's, unless a real gym is
+    installed. PufferLib 3.0 imports gym in one place (`pufferlib/spaces.py`) only to name its space classes
+    beside Gymnasium's, so scripts/install_pufferlib.sh installs no gym (a real one makes every later
+    `import stable_baselines3` import it too, and print gym's "unmaintained" banner). The stand-in is removed
+    from `sys.modules` afterwards: nothing else sees a gym."""
+    import importlib.util
+    import sys
+    import types
+
+    if "gym" in sys.modules or importlib.util.find_spec("gym") is not None:
+        yield
+        return
+    import gymnasium
+
+    stand_in = types.ModuleType("gym", "gbxcule's stand-in for pufferlib.spaces: gym.spaces is gymnasium.spaces")
+    setattr(stand_in, "spaces", gymnasium.spaces)  # noqa: B010  (a module built here: no declared attribute)
+    sys.modules["gym"] = stand_in
+    try:
+        yield
+    finally:
+        if sys.modules.get("gym") is stand_in:
+            del sys.modules["gym"]
+
+
 def import_pufferlib_vector():
     """Import `pufferlib.vector`, or raise one clear GbxculeError.
 
-    From a scratch directory: importing pufferlib symlinks `resources` into the working directory. Gym's
+    From a scratch directory: importing pufferlib symlinks `resources` into the working directory. With no gym
+    installed, pufferlib's `import gym` gets a stand-in (`_gym_names_from_gymnasium`); a real gym's
     import-time "unmaintained" notice on stderr is swallowed."""
     try:
         with (tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch),
-              contextlib.redirect_stderr(io.StringIO())):
+              contextlib.redirect_stderr(io.StringIO()), _gym_names_from_gymnasium()):
             import pufferlib.vector
     except ImportError as exc:
         missing = (exc.name or "").split(".")[0] == "pufferlib"

@@ -4,6 +4,10 @@
 pressed before frame 0 of a step and released before frame `release_after_frames` (PyBoy applies queued
 input at the start of its next frame). It is the one place gbxcule drives PyBoy; `pyboy_vec_mp` runs the
 same class in worker processes.
+
+PyBoy 2.8 runs an illegal opcode ($D3, $DB, ...) as a zero-cycle no-op that never advances PC: `tick` never
+returns. Both PyBoy backends therefore step their games through `run_watched`, which raises `PyBoyHang` (one
+line: the env, the opcode and its address) instead of hanging the caller (docs/hardware.md).
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from __future__ import annotations
 import io
 import logging
 import os
+import threading
+from collections.abc import Callable, Sequence
 from functools import cache
 
 import numpy as np
@@ -18,6 +24,8 @@ import numpy as np
 from gbxcule.backends.base import CpuState, check_actions, check_env
 from gbxcule.core.action_codec import BUTTONS, DEFAULT_CODEC, ActionCodec, get_codec
 from gbxcule.core.cartridge import Rom, load_rom
+from gbxcule.core.errors import GbxculeError
+from gbxcule.core.isa import ILLEGAL_CODES
 from gbxcule.core.pyboy_state import PyBoyState, parse_pyboy_state, restore_pyboy, snapshot_pyboy
 from gbxcule.core.schedule import ActionSchedule
 from gbxcule.core.screen import PYBOY_GREYS, pyboy_shades
@@ -56,6 +64,46 @@ def pyboy_states(state, rom: Rom, num_envs: int) -> list[bytes]:
     return [pyboy_bytes(data, rom, power_on_state(rom), e) for e in range(num_envs)]
 
 
+HANG_CHECK_S = 1.0  # a step running longer than this has its CPU checked for an illegal opcode (then every 0.25 s)
+
+
+class PyBoyHang(GbxculeError):
+    """A PyBoy CPU sits on an illegal opcode: PyBoy would never return from `tick`."""
+
+
+def run_watched(work: Callable[[], None], games: Sequence[PyBoyGame], first_env: int = 0, name: str = "pyboy") -> None:
+    """Run `work` (which steps `games`, setting `game.busy` on the one it ticks) in a daemon thread of its own and
+    wait for it. Still running after `HANG_CHECK_S` with the busy game's CPU on the same illegal opcode at two
+    checks: raise PyBoyHang and mark the game `stuck` (its thread is left spinning inside PyBoy, which nothing
+    can stop; the game refuses further use and is not closed)."""
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            work()
+        except BaseException as exc:  # handed to the caller's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True, name=f"{name}-step")
+    thread.start()
+    thread.join(HANG_CHECK_S)
+    seen = None
+    while thread.is_alive():
+        busy = [i for i, g in enumerate(games) if g.busy]
+        now = [(i, games[i].illegal_opcode_at_pc()) for i in busy]
+        now = [(i, hit) for i, hit in now if hit is not None]
+        if now and now == seen:
+            i, (pc, op) = now[0]
+            games[i].stuck = True
+            raise PyBoyHang(f"{name}: env {first_env + i} ran the illegal opcode ${op:02X} at ${pc:04X}, which PyBoy "
+                            f"never returns from (gbxcule's kernels lock the CPU there, as the hardware does; "
+                            f"docs/hardware.md)")
+        seen = now
+        thread.join(0.25)
+    if failure:
+        raise failure[0]
+
+
 class PyBoyGame:
     """One PyBoy driven under an action schedule."""
 
@@ -64,10 +112,20 @@ class PyBoyGame:
         self.pyboy = new_pyboy(rom)
         self.frames = 0
         self.serial = bytearray()  # every byte written to SB since reset
+        self.busy = False  # inside `step` (run_watched checks this game's CPU)
+        self.stuck = False  # its PyBoy spins forever on an illegal opcode (see `run_watched`)
+
+    def illegal_opcode_at_pc(self) -> tuple[int, int] | None:
+        """(PC, opcode) when the CPU sits on an illegal opcode, else None (read while another thread ticks)."""
+        pc = self.pyboy.register_file.PC
+        op = self.pyboy.memory[pc]
+        return (pc, op) if op in ILLEGAL_CODES else None
 
     def reset(self) -> None:
         """Power on again. A new instance, not load_state: PyBoy's loader advances an MBC3 clock by the
         wall-clock time since the save, which would make runs irreproducible."""
+        if self.stuck:
+            raise PyBoyHang("this PyBoy is stuck on an illegal opcode; it cannot be reset")
         self.pyboy.stop(save=False)
         self.pyboy = new_pyboy(self.rom)
         self.frames = 0
@@ -92,7 +150,17 @@ class PyBoyGame:
 
     def step(self, action: int, render: bool = False) -> None:
         """One step of the schedule; with `render`, PyBoy draws every frame (`tick(1, True)` each): its
-        window line counter only advances on drawn frames, so drawing only the last one can be stale."""
+        window line counter only advances on drawn frames, so drawing only the last one can be stale. Call it
+        through `run_watched` (an illegal opcode would never return)."""
+        if self.stuck:
+            raise PyBoyHang("this PyBoy is stuck on an illegal opcode; it cannot step")
+        self.busy = True
+        try:
+            self._step(action, render)
+        finally:
+            self.busy = False
+
+    def _step(self, action: int, render: bool) -> None:
         buttons = self.codec.pyboy_buttons(action)
         for frames, held in self.schedule.segments():
             for name in buttons:
@@ -122,7 +190,8 @@ class PyBoyGame:
         return np.asarray(self.pyboy.memory[lo:hi], dtype=np.uint8)
 
     def close(self) -> None:
-        self.pyboy.stop(save=False)
+        if not self.stuck:  # a stuck PyBoy is still running in its thread: stopping it under it could crash
+            self.pyboy.stop(save=False)
 
 
 class PyBoySingleBackend:
@@ -151,8 +220,12 @@ class PyBoySingleBackend:
 
     def step(self, actions) -> None:
         acts = check_actions(self, actions)
-        for g, a in zip(self.games, acts, strict=True):
-            g.step(int(a))
+
+        def work() -> None:
+            for g, a in zip(self.games, acts, strict=True):
+                g.step(int(a))
+
+        run_watched(work, self.games, name=self.name)
 
     def get_cpu_state(self, env: int) -> CpuState:
         return self.games[check_env(self, env)].cpu_state()

@@ -13,22 +13,25 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 from gbxcule.backends.base import CpuState, check_actions, check_env
-from gbxcule.backends.pyboy_single import PyBoyGame, pyboy_states
+from gbxcule.backends.pyboy_single import PyBoyGame, pyboy_states, run_watched
 from gbxcule.core.action_codec import DEFAULT_CODEC, ActionCodec, get_codec
 from gbxcule.core.cartridge import Rom, load_rom
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.schedule import ActionSchedule
 
 
-def _worker(conn: Connection, rom: Rom, codec_name: str, schedule: ActionSchedule, count: int) -> None:
+def _worker(conn: Connection, rom: Rom, codec_name: str, schedule: ActionSchedule, count: int, first: int) -> None:
     games = [PyBoyGame(rom, get_codec(codec_name), schedule) for _ in range(count)]
     conn.send(("ready", None))
     while True:
         cmd, arg = conn.recv()
         try:
             if cmd == "step":
-                for g, a in zip(games, arg, strict=True):
-                    g.step(int(a))
+                def work(acts=arg) -> None:
+                    for g, a in zip(games, acts, strict=True):
+                        g.step(int(a))
+
+                run_watched(work, games, first, "pyboy_vec_mp")
                 out = None
             elif cmd == "reset":
                 for g in games:
@@ -50,6 +53,9 @@ def _worker(conn: Connection, rom: Rom, codec_name: str, schedule: ActionSchedul
                 return
             else:
                 raise ValueError(f"unknown command {cmd!r}")
+        except GbxculeError as exc:  # a message for the user as it stands
+            conn.send(("fail", str(exc)))
+            continue
         except Exception as exc:  # reported to the parent, which raises it there
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
             continue
@@ -78,7 +84,7 @@ class PyBoyVecMpBackend:
         self._procs = []
         for lo, hi in self._slices:
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=_worker, args=(child, self.rom, self.codec.name, self.schedule, hi - lo),
+            p = ctx.Process(target=_worker, args=(child, self.rom, self.codec.name, self.schedule, hi - lo, lo),
                             daemon=True)
             p.start()
             self._conns.append(parent)
@@ -91,6 +97,8 @@ class PyBoyVecMpBackend:
             status, out = conn.recv()
         except EOFError:
             raise GbxculeError("a pyboy_vec_mp worker process died") from None
+        if status == "fail":
+            raise GbxculeError(out)
         if status == "error":
             raise GbxculeError(f"pyboy_vec_mp worker failed: {out}")
         return out

@@ -110,7 +110,8 @@ def run(args) -> int:
     plot = checks.check_not_input(out.with_suffix(".png"), inputs)
     rom = checks.rom_file(args.rom, "bench")
     for b in backends:  # the largest env count of each backend (of each process) must fit before anything runs
-        checks.env_memory(b, max(env_counts) // (args.gpus or 1), rom, render=args.stage in ("obs_only", "full_step"))
+        checks.env_memory(b, max(env_counts) // (args.gpus or 1), rom, render=args.stage in ("obs_only", "full_step"),
+                          stage=args.stage)
     if args.state:  # a bad state is one error up front, not a skip per measurement
         from gbxcule.backends.warp_vec import load_env_states
 

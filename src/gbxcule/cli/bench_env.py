@@ -88,7 +88,7 @@ def run(args) -> int:
     codec = get_codec(task.codec if task else "pokemonred_puffer_v1")
     schedule = ActionSchedule(task.frames_per_step, task.release_after_frames) if task else ActionSchedule(24, 8)
     for n in env_counts:
-        checks.env_memory("warp_vec_cuda" if device.startswith("cuda") else "warp_vec_cpu", n, rom)
+        checks.env_memory("warp_vec_cuda" if device.startswith("cuda") else "warp_vec_cpu", n, rom, stage="full_step")
     plan = []
     for n in env_counts:
         plan.append(("backend", n, 1))

@@ -14,13 +14,9 @@ from pathlib import Path
 
 from gbxcule.core.cartridge import CartridgeInfo, Rom, load_rom
 from gbxcule.core.errors import GbxculeError
-from gbxcule.core.memory import fit, host_available
+from gbxcule.core.memory import Need
 from gbxcule.core.outputs import check_not_input, write_output  # noqa: F401  (re-exported for commands)
 from gbxcule.core.schedule import ActionSchedule
-
-PYBOY_BYTES_PER_ENV = 2 << 20  # a PyBoy instance with its buffers, measured ~1 MB on PyBoy 2.8; doubled
-OBS_BYTES = 72 * 80
-FRAME_BYTES = 144 * 160
 
 
 def rom_path(arg: str) -> Path:
@@ -87,40 +83,17 @@ def schedule(frames_per_step: int, release_after_frames: int) -> ActionSchedule:
     return ActionSchedule(frames_per_step, release_after_frames)
 
 
-def warp_bytes_per_env(rom: Rom, render: bool = True, obs: bool = True) -> int:
-    """Device bytes one warp env needs: state fields, RAM, serial ring, actions/rewards, obs, frame buffer."""
-    from gbxcule.core.schema import NUM_FIELDS, SERIAL_CAPTURE, ram_layout
+def env_memory(backend: str, envs: int, rom: Rom, render: bool = True, host_per_env: int = 0,
+               stage: str = "emulate_only") -> None:
+    """Check before allocating that `envs` envs of `backend` (its arrays for `stage`, a frame buffer with
+    `render`) fit in the host's and the device's memory now (core/memory.py). `host_per_env` adds host bytes
+    per env the command keeps itself (e.g. frames it copies back)."""
+    from gbxcule.backends import check_memory, emulator_need
 
-    cart = rom.info.ram_size or 0
-    return (NUM_FIELDS * 4 + ram_layout(cart).total + SERIAL_CAPTURE + 4 * 4 + 16
-            + (OBS_BYTES if obs else 0) + (FRAME_BYTES if render else 0))
-
-
-def device_available() -> int | None:
-    """Free bytes on the default CUDA device, or None without one."""
-    try:
-        import warp as wp
-
-        from gbxcule.kernels import init_warp
-
-        init_warp()
-        if not wp.is_cuda_available():
-            return None
-        return int(wp.get_device("cuda").free_memory)
-    except Exception:  # no driver, no device: the backend will say so with its own line
-        return None
-
-
-def env_memory(backend: str, envs: int, rom: Rom, render: bool = True, host_per_env: int = 0) -> None:
-    """Check before allocating that `envs` envs of `backend` fit in free host (and device) memory.
-    `host_per_env` adds host bytes per env the command keeps itself (e.g. frames it copies back)."""
-    if backend.startswith("warp"):
-        per_env = warp_bytes_per_env(rom, render)
-        if backend == "warp_vec_cuda":
-            fit(envs, per_env, device_available(), "device")
-            fit(envs, host_per_env + 64, host_available(), "host")
-        else:
-            fit(envs, per_env + host_per_env, host_available(), "host")
-    else:
-        fit(envs, PYBOY_BYTES_PER_ENV + host_per_env, host_available(), "host")
+    obs = "pixels" if stage in ("obs_only", "full_step") else None
+    rewards = "reward" in stage or stage == "full_step"
+    need = emulator_need(backend, rom, render or obs is not None, obs, rewards, envs)
+    if host_per_env:
+        need += Need.host("frames kept", host_per_env)
+    check_memory(envs, need, "cuda" if backend == "warp_vec_cuda" else "cpu")
 

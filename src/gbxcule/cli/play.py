@@ -15,10 +15,10 @@ import numpy as np
 
 from gbxcule.backends import load_start_state, make_backend
 from gbxcule.cli import checks
-from gbxcule.cli.checks import FRAME_BYTES
 from gbxcule.cli.common import add_run_args, add_state_arg, schedule_from
 from gbxcule.core.action_codec import get_codec
 from gbxcule.core.errors import GbxculeError
+from gbxcule.core.memory import FRAME_BYTES
 from gbxcule.core.outputs import write_output
 from gbxcule.core.screen import mosaic, write_gif, write_png
 from gbxcule.harness.actions import make_action_gen

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gbxcule.backends import check_memory, emulator_need
 from gbxcule.cli import checks
 from gbxcule.cli.common import add_state_arg
 from gbxcule.core.action_codec import CODECS
@@ -77,10 +78,9 @@ def run(args) -> int:
     if Path(args.bundle_dir).exists() and not Path(args.bundle_dir).is_dir():
         raise GbxculeError(f"--bundle-dir {args.bundle_dir} is a file, not a directory")
     # one PyBoy per env on the host plus the DUT's envs: checked before the references are built
-    checks.env_memory("pyboy_single", args.envs, rom, host_per_env=checks.warp_bytes_per_env(rom, args.screens)
-                      if args.dut == "warp_vec_cpu" else 0)
-    if args.dut == "warp_vec_cuda":
-        checks.env_memory("warp_vec_cuda", args.envs, rom, render=args.screens)
+    check_memory(args.envs, emulator_need("pyboy_single", rom) + emulator_need(args.dut, rom, args.screens,
+                                                                               num_envs=args.envs),
+                 "cuda" if args.dut == "warp_vec_cuda" else "cpu")
     result = run_verify(cfg, rom)
     emit(args, {**result.to_dict(), "rom": args.rom, "ref": args.ref, "dut": args.dut,
                 "config": {k: v for k, v in cfg.__dict__.items() if k != "regions"} | {"regions": list(regions)}},

@@ -1,20 +1,115 @@
-"""Free memory now, and the check that a request fits before anything is allocated."""
+"""The memory model: the bytes N envs will take, from the state schema, checked against the real limit before
+anything is allocated (pure Python; the callers pass in what they measured).
+
+- `emulator_bytes` is one emulator env of `backends/warp_vec.py` (fields, RAM layout, serial ring, actions,
+  stage outputs, observation, frame buffer, sort buffers); `env_bytes` what `rl/env.py GameEnv` adds per env
+  (frame ring, final observation, counters, novelty tables); `slot_bytes` its start-slot store (fixed).
+- `Need` adds them up per env and fixed, on the host and on the device; a trainer adds its rollout or replay
+  storage. On the CPU device, device bytes are host bytes (`Need.on`).
+- `host_available` is the smallest of MemAvailable and what the process's cgroup may still take (cgroup v2
+  `memory.max` less usage, v1 `memory.limit_in_bytes` less usage, over the cgroup and its parents);
+  free device memory comes from the caller (cudaMemGetInfo).
+- `check` raises one line with the numbers and the largest env count that fits.
+"""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from gbxcule.core.errors import GbxculeError
+from gbxcule.core.schema import NUM_FIELDS, SERIAL_CAPTURE
+
+FRAME_BYTES = 144 * 160  # the drawn screen, one byte a pixel
+OBS_ROWS = 72
+OBS_WIDTH = {"pixels": 80, "packed": 20}  # bytes of an observation row
+PYBOY_BYTES_PER_ENV = 2 << 20  # a PyBoy instance with its buffers (~1 MB on PyBoy 2.8), doubled
+ENV_COUNTER_BYTES = 128  # GameEnv's per-env counters and flags (steps, returns, slots, distances, ...)
+MODEL_ALLOWANCE = 1 << 30  # a trainer's model, optimizer state and activations on a GPU
+NO_LIMIT = 1 << 60  # cgroup "unlimited" values are near 2**63
 
 
-def host_available() -> int | None:
-    """Bytes of host memory available now (MemAvailable), or None if unknown."""
+class MemoryLimitError(GbxculeError):
+    """The envs asked for do not fit in the memory available."""
+
+
+def emulator_bytes(ram_bytes: int, obs: str | None = "pixels", render: bool = True, rewards: bool = True,
+                   sort: bool = False) -> int:
+    """Device bytes of one emulator env: fields, RAM (`ram_layout(...).total`), serial ring, action and
+    wait-counter words, reward, observation (`obs`: pixels, packed or None), frame buffer (`render`) and
+    the sort's key, value and previous-order words."""
+    return (4 * NUM_FIELDS + ram_bytes + SERIAL_CAPTURE + 4 + 4 + (4 if rewards else 0)
+            + (OBS_ROWS * OBS_WIDTH[obs] if obs else 0) + (FRAME_BYTES if render else 0) + (20 if sort else 0))
+
+
+def env_bytes(obs: str = "pixels", stack_k: int = 1, keep_final_obs: bool = False, novelty_tables: int = 0,
+              novelty_size: int = 0) -> int:
+    """Device bytes one GameEnv env adds to its emulator: the frame ring (2K frames when K > 1; the
+    emulator's observation is the ring when K = 1), the finished episodes' last observation, counters, and
+    the novelty tables' per-env bitmaps."""
+    frame = OBS_ROWS * OBS_WIDTH[obs]
+    return ((2 * stack_k * frame if stack_k > 1 else 0) + (stack_k * frame if keep_final_obs else 0)
+            + ENV_COUNTER_BYTES + novelty_tables * novelty_size)
+
+
+def slot_bytes(num_slots: int, ram_bytes: int, obs: str = "pixels") -> int:
+    """Device bytes of a start-slot store: each slot's fields and RAM words, first observation and screen."""
+    return num_slots * (4 * NUM_FIELDS + 4 * ((ram_bytes + 3) // 4) + OBS_ROWS * OBS_WIDTH[obs] + FRAME_BYTES + 16)
+
+
+@dataclass(frozen=True)
+class Need:
+    """Bytes a command will allocate: `*_per_env` grow with the env count, `*_fixed` do not; `parts` names
+    the per-env pieces for the message: (name, "host" or "device", bytes per env)."""
+
+    device_per_env: int = 0
+    device_fixed: int = 0
+    host_per_env: int = 0
+    host_fixed: int = 0
+    parts: tuple[tuple[str, str, int], ...] = field(default=(), compare=False)
+
+    @classmethod
+    def device(cls, name: str, per_env: int, fixed: int = 0) -> Need:
+        return cls(device_per_env=per_env, device_fixed=fixed, parts=((name, "device", per_env),))
+
+    @classmethod
+    def host(cls, name: str, per_env: int, fixed: int = 0) -> Need:
+        return cls(host_per_env=per_env, host_fixed=fixed, parts=((name, "host", per_env),))
+
+    def __add__(self, other: Need) -> Need:
+        return Need(self.device_per_env + other.device_per_env, self.device_fixed + other.device_fixed,
+                    self.host_per_env + other.host_per_env, self.host_fixed + other.host_fixed,
+                    self.parts + other.parts)
+
+    def on(self, device: str) -> Need:
+        """The need on `device`: on the CPU device every byte is host memory."""
+        if device.startswith("cuda"):
+            return self
+        return Need(0, 0, self.host_per_env + self.device_per_env, self.host_fixed + self.device_fixed,
+                    tuple((name, "host", b) for name, _, b in self.parts))
+
+
+@dataclass(frozen=True)
+class Available:
+    """Bytes that may still be allocated, and what limits them (for the message)."""
+
+    bytes: int
+    source: str
+
+
+def gib(n: float) -> str:
+    """Bytes as GiB with two decimals, or MiB under 1 GiB."""
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def meminfo_available(path: str | Path = "/proc/meminfo") -> int | None:
+    """MemAvailable in bytes, or None if the file does not say."""
     try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
         pass
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
@@ -22,16 +117,103 @@ def host_available() -> int | None:
         return None
 
 
-def _gb(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB"
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    if text == "max":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
 
 
-def fit(envs: int, per_env: int, available: int | None, where: str, fixed: int = 0) -> None:
-    """Refuse `envs` envs of `per_env` bytes (plus `fixed`) if they do not fit in `available` bytes."""
-    if available is None:
-        return
-    need = fixed + envs * per_env
-    if need > available:
-        most = max(0, (available - fixed) // per_env)
-        raise GbxculeError(f"{envs} envs need {_gb(need)} of {where} memory but {_gb(available)} is available; "
-                           f"at most {most} envs fit")
+def _stat(path: Path, key: str) -> int:
+    try:
+        for line in path.read_text().splitlines():
+            k, _, v = line.partition(" ")
+            if k == key:
+                return int(v)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def cgroup_available(proc_cgroup: str | Path = "/proc/self/cgroup",
+                     root: str | Path = "/sys/fs/cgroup") -> Available | None:
+    """What this process's cgroup may still allocate: over the cgroup and each parent up to `root`, the
+    smallest of limit less usage (reclaimable inactive file pages not counted as used). cgroup v2:
+    `memory.max`, `memory.current`; v1 (the `memory` controller under `root/memory`): `memory.limit_in_bytes`,
+    `memory.usage_in_bytes`. None when no limit is set."""
+    root = Path(root)
+    try:
+        lines = Path(proc_cgroup).read_text().splitlines()
+    except OSError:
+        return None
+    places = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, rel = parts
+        if controllers == "":
+            places.append((root, rel, "memory.max", "memory.current", "inactive_file"))
+        elif "memory" in controllers.split(","):
+            places.append((root / "memory", rel, "memory.limit_in_bytes", "memory.usage_in_bytes",
+                           "total_inactive_file"))
+    best: Available | None = None
+    for base, rel, limit_name, usage_name, inactive in places:
+        d = base / rel.lstrip("/")
+        if not d.is_dir():  # a cgroup namespace: the process's cgroup is the root of the view
+            d = base
+        while True:
+            limit = _read_int(d / limit_name)
+            if limit is not None and limit < NO_LIMIT:
+                used = max(0, (_read_int(d / usage_name) or 0) - _stat(d / "memory.stat", inactive))
+                left = max(0, limit - used)
+                if best is None or left < best.bytes:
+                    best = Available(left, f"cgroup limit {gib(limit)} in {d / limit_name}, {gib(used)} used")
+            if d == base or base not in d.parents:
+                break
+            d = d.parent
+    return best
+
+
+def host_available(meminfo: str | Path = "/proc/meminfo", proc_cgroup: str | Path = "/proc/self/cgroup",
+                   cgroup_root: str | Path = "/sys/fs/cgroup") -> Available | None:
+    """Host bytes that may still be allocated: the smaller of MemAvailable and the cgroup's room."""
+    mem = meminfo_available(meminfo)
+    cg = cgroup_available(proc_cgroup, cgroup_root)
+    if cg is not None and (mem is None or cg.bytes < mem):
+        return cg
+    return None if mem is None else Available(mem, "MemAvailable")
+
+
+def most_envs(per_env: int, fixed: int, available: int) -> int:
+    return max(0, (available - fixed) // per_env) if per_env > 0 else 0
+
+
+def check(envs: int, need: Need, host: Available | None, device: Available | None = None,
+          what: str = "envs") -> None:
+    """Raise MemoryLimitError (one line: the bytes needed, of what, the bytes available and from where, and
+    the largest env count that fits) unless `envs` envs of `need` fit on the device and the host. An unknown
+    limit (None) is not checked."""
+    most = None
+    lines = []
+    for where, per, fixed, avail in (("device", need.device_per_env, need.device_fixed, device),
+                                     ("host", need.host_per_env, need.host_fixed, host)):
+        total = fixed + envs * per
+        if avail is None or total <= avail.bytes or total == 0:
+            continue
+        fit = most_envs(per, fixed, avail.bytes)
+        most = fit if most is None else min(most, fit)
+        pieces = [f"{name} {gib(envs * b)}" for name, w, b in need.parts if w == where and 100 * envs * b >= total]
+        if 100 * fixed >= total:
+            pieces.append(f"fixed {gib(fixed)}")
+        detail = f" ({', '.join(pieces)})" if pieces else ""
+        lines.append(f"{gib(total)} of {where} memory{detail} but {gib(avail.bytes)} is available ({avail.source})")
+    if lines:
+        raise MemoryLimitError(f"{envs:,} {what} need " + "; and ".join(lines) + f"; at most {most:,} {what} fit")
+

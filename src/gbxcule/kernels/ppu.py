@@ -85,6 +85,12 @@ def stat_write(g: wp.ref[Gb], value: wp.int32) -> wp.int32:
     return stat_update_line(g)
 
 
+# uint32 constants above 2**31 as typed Warp constants: a bare literal in `wp.uint32(...)` is emitted as an int32
+# C++ constant first, which wraps to the same bits but makes clang warn (-Wconstant-conversion) on every compile.
+BYTE_TOP_BITS = wp.constant(wp.uint32(0x80808080))
+EMPTY_X_SET = wp.constant(wp.uint32(0xFFFFFFFF))  # four empty slots of `mode3_sprite_penalty`'s X set
+
+
 @wp.func
 def seen_x(set0: wp.uint32, set1: wp.uint32, set2: wp.uint32, x: wp.int32) -> wp.bool:
     """Whether X value `x` (0-167) is one of the bytes of the three words (`mode3_sprite_penalty`'s set; an
@@ -95,7 +101,7 @@ def seen_x(set0: wp.uint32, set1: wp.uint32, set2: wp.uint32, x: wp.int32) -> wp
     v1 = set1 ^ rep
     v2 = set2 ^ rep
     ones = wp.uint32(0x01010101)
-    hi = wp.uint32(0x80808080)
+    hi = BYTE_TOP_BITS
     return (((v0 - ones) & ~v0) | ((v1 - ones) & ~v1) | ((v2 - ones) & ~v2)) & hi != wp.uint32(0)
 
 
@@ -171,9 +177,9 @@ def mode3_sprite_penalty(g: wp.ref[Gb], m: Mem, ly: wp.int32, bands: wp.int32) -
     count = wp.int32(0)
     groups = wp.int32(0)  # distinct X values on screen so far: also the next free slot of the set
     penalty = wp.int32(0)
-    set0 = wp.uint32(0xFFFFFFFF)
-    set1 = wp.uint32(0xFFFFFFFF)
-    set2 = wp.uint32(0xFFFFFFFF)
+    set0 = EMPTY_X_SET
+    set1 = EMPTY_X_SET
+    set2 = EMPTY_X_SET
     w = wp.int32(0)  # OAM entries 4w..4w+3
     while w < 10 and count < 10:
         hits = oam_line_hits(oam_ys(m, g, w * 4), ly, height)

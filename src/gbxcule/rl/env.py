@@ -44,6 +44,7 @@ from gbxcule.rl.starts import (
     device_names,
     open_backend,
     start_spec,
+    task_rom,
 )
 from gbxcule.rl.tasks import Task, load_task
 
@@ -82,6 +83,8 @@ class GameEnv:
     reward: a dict or `RewardConfig` of reward knobs over the task's (see `RewardConfig`).
     info_mode: "none" (empty dict), "stats" (device scalars) or "full" (also per-env tensors).
     keep_final_obs: put the finished episodes' last observation in info["final_obs"] (a copy each step).
+    memory_reserve: a `core.memory.Need` the caller will allocate beside the env (a trainer's storage); with the
+        env's own need it is checked against the memory available before anything is allocated.
     """
 
     def __init__(self, rom: str | Path | Rom | None = None, num_envs: int = 1, device: str = "cpu",
@@ -89,7 +92,8 @@ class GameEnv:
                  frames_per_step: int | None = None, release_after_frames: int | None = None,
                  codec: str | None = None, max_steps: int | None = None, reward: dict | RewardConfig | None = None,
                  goal: str | Path | GoalTemplate | None = None, info_mode: str = "stats", seed: int = 0,
-                 keep_final_obs: bool = False, obs_view: str = "stride", backend_options: dict | None = None):
+                 keep_final_obs: bool = False, obs_view: str = "stride", backend_options: dict | None = None,
+                 memory_reserve=None):
         import torch
         import warp as wp
 
@@ -116,14 +120,18 @@ class GameEnv:
                 self.reward_cfg = t.reward_config(reward) if t else RewardConfig.from_dict(reward)
             except GoalError as exc:
                 raise EnvConfigError(str(exc)) from None
-        # the emulators (rl/starts.py), and their start slots in the backend's slot store
+        # the emulators (rl/starts.py), and their start slots in the backend's slot store, once it is known
+        # that they fit in memory
+        rom = task_rom(t, rom)
+        spec = start_spec(t, start_states)
+        self._check_memory(rom, spec, memory_reserve)
         self.backend = be = open_backend(t, rom, n, self.wp_device, packed=obs == "packed", codec=codec,
                                          frames_per_step=frames_per_step,
                                          release_after_frames=release_after_frames, obs_view=obs_view,
                                          backend_options=backend_options)
         self.rom, self.codec, self.schedule = be.rom, be.codec, be.schedule
         self._setup_goals(goal)  # what ends an episode and what it earns
-        self.num_slots = build_starts(be, start_spec(t, start_states), self.seed, t.base_dir if t else ".")
+        self.num_slots = build_starts(be, spec, self.seed, t.base_dir if t else ".")
         self._build_buffers()  # the device buffers
         self._reset_all(self.seed)  # the first episodes
 
@@ -167,6 +175,24 @@ class GameEnv:
             self._nov_ram = NoveltyTable(self.num_envs, cfg.novelty_size, self.device)
         if cfg.novelty_pixels:
             self._nov_px = NoveltyTable(self.num_envs, cfg.novelty_size, self.device)
+
+    def _check_memory(self, rom: Rom, spec, reserve) -> None:
+        """Refuse (one line) before anything is allocated unless the emulators, the env's buffers, its start
+        slots (the files given count one slot each) and `reserve` fit (core/memory.py)."""
+        from gbxcule.backends import check_memory, emulator_need
+        from gbxcule.core.cartridge import cart_config
+        from gbxcule.core.memory import Need, env_bytes, slot_bytes
+        from gbxcule.core.schema import ram_layout
+
+        slots = spec.count if spec.generator else max(1, len(spec.states))
+        ram = ram_layout(cart_config(rom).ram_banks * 0x2000).total
+        cfg = self.reward_cfg
+        tables = int(bool(cfg.novelty_ram)) + int(bool(cfg.novelty_pixels))
+        need = (emulator_need("warp_vec_cuda" if self.device.startswith("cuda") else "warp_vec_cpu", rom, True,
+                              self.obs_mode, False, self.num_envs)
+                + Need.device("env buffers", env_bytes(self.obs_mode, self.stack_k, self.keep_final_obs, tables,
+                                                       cfg.novelty_size), slot_bytes(slots, ram, self.obs_mode)))
+        check_memory(self.num_envs, need if reserve is None else need + reserve, self.device)
 
     def _build_buffers(self) -> None:
         """The env's device tensors: the frame ring, counters, stats and the start slots' frames."""

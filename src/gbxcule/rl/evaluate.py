@@ -72,7 +72,9 @@ def random_policy(num_actions: int, seed: int = 0):
 
 def run_episodes(env, act, max_steps: int, gif_envs: int = 0) -> dict:
     """Step every env until each has finished its first episode (or `max_steps` steps); per-env results.
-    `skipped`: envs whose start state already passed the success test (not counted by `summarize`)."""
+    `skipped`: envs whose start state already passed the success test (not counted by `summarize`). With
+    `gif_envs`, also the first `gif_envs` envs' screens before each step and at the end (`frames`) and how many of
+    them had reached the goal by then (`frame_successes`)."""
     n = env.num_envs
     frames = []
     obs, _ = env.reset()
@@ -83,10 +85,13 @@ def run_episodes(env, act, max_steps: int, gif_envs: int = 0) -> dict:
     length = torch.zeros(n, dtype=torch.int64, device=env.device)
     ret = torch.zeros(n, dtype=torch.float32, device=env.device)
     fired = torch.zeros_like(finished)
+    frame_successes = []
+    shown = min(gif_envs, n)
     done = None
     for step in range(1, max_steps + 1):
         if gif_envs:
-            frames.append(env.frames(range(min(gif_envs, n))))
+            frames.append(env.frames(range(shown)))
+            frame_successes.append(int(success[:shown].sum()))
         a = act(obs, done)
         obs, r, term, trunc, _ = env.step(a)
         live = ~finished
@@ -102,10 +107,12 @@ def run_episodes(env, act, max_steps: int, gif_envs: int = 0) -> dict:
         if bool(finished.all()):
             break
     if gif_envs:
-        frames.append(env.frames(range(min(gif_envs, n))))
+        frames.append(env.frames(range(shown)))
+        frame_successes.append(int(success[:shown].sum()))
     return {"success": success.cpu().numpy(), "steps_to_goal": steps_to_goal.cpu().numpy(),
             "return": ret.cpu().numpy(), "length": length.cpu().numpy(), "finished": finished.cpu().numpy(),
-            "template_fired": fired.cpu().numpy(), "skipped": skipped.cpu().numpy(), "frames": frames}
+            "template_fired": fired.cpu().numpy(), "skipped": skipped.cpu().numpy(), "frames": frames,
+            "frame_successes": frame_successes}
 
 
 def summarize(res: dict, success_source: str | None, template: bool) -> dict:
@@ -137,7 +144,7 @@ def evaluate_model(model, env, modes=("greedy", "sampled"), seed: int = 1, rando
     policies = {mode: PolicyRunner(model, mode, env.num_envs, env.device) for mode in modes}
     if random_baseline:
         policies["random"] = random_policy(env.num_actions, seed)
-    gif_frames = {}
+    gif_frames, gif_successes = {}, {}
     was_training = model.training
     model.eval()
     try:
@@ -146,14 +153,15 @@ def evaluate_model(model, env, modes=("greedy", "sampled"), seed: int = 1, rando
             res = run_episodes(env, act, env.max_steps, gif_envs if gif else 0)
             report[name] = summarize(res, env.success_source, templ)
             gif_frames[name] = res["frames"]
+            gif_successes[name] = res["frame_successes"]
     finally:
         model.train(was_training)
     if gif:
-        write_gif_mosaic(gif_frames[modes[0]], gif)
+        write_gif_mosaic(gif_frames[modes[0]], gif, who=f"agent ({modes[0]})", successes=gif_successes[modes[0]])
         report["gif"] = str(gif)
         if random_baseline:
             rp = Path(gif).with_name(Path(gif).stem + "_random" + Path(gif).suffix)
-            write_gif_mosaic(gif_frames["random"], rp)
+            write_gif_mosaic(gif_frames["random"], rp, who="random", successes=gif_successes["random"])
             report["gif_random"] = str(rp)
     primary = report[modes[0]]
     report.update({k: primary[k] for k in ("success_rate", "median_steps", "p90_steps", "mean_return", "episodes",
@@ -163,12 +171,23 @@ def evaluate_model(model, env, modes=("greedy", "sampled"), seed: int = 1, rando
     return report
 
 
-def write_gif_mosaic(frames: list, path: str | Path, frame_ms: int = 120) -> None:
-    """A GIF of a mosaic of envs' screens, one picture per step."""
+def gif_label(who: str, step: int, successes: int | None, envs: int) -> str:
+    """The caption of a GIF picture: who acts, the step, and how many of the envs shown have reached the goal."""
+    return f"{who}  step {step}" + ("" if successes is None else f"  at goal {successes}/{envs}")
+
+
+def write_gif_mosaic(frames: list, path: str | Path, frame_ms: int = 120, who: str | None = None,
+                     successes: list[int] | None = None) -> None:
+    """A GIF of a mosaic of envs' screens, one picture per step (the first before any step). With `who`, each
+    picture is captioned (`gif_label`): who acts ("agent (greedy)", "random"), the step and `successes[i]`,
+    the envs shown that have reached the goal."""
     from gbxcule.core.outputs import write_output
-    from gbxcule.core.screen import mosaic, write_gif
+    from gbxcule.core.screen import caption, mosaic, write_gif
 
     if not frames:
         raise GbxculeError("no frames recorded")
     tiles = [mosaic(f) if len(f) > 1 else f[0] for f in frames]
+    if who is not None:
+        tiles = [caption(t, gif_label(who, i, None if successes is None else successes[i], len(frames[i])),
+                         scale=2 if t.shape[1] >= 320 else 1) for i, t in enumerate(tiles)]
     write_output(path, lambda tmp: write_gif(tiles, tmp, frame_ms))

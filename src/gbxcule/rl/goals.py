@@ -103,9 +103,16 @@ class GoalTemplate:
             with np.load(io.BytesIO(data), allow_pickle=False) as z:
                 frames, mask, raw = z["frames"], z["mask"], z["meta"].tobytes()
             meta = json.loads(raw.decode())
+            if not isinstance(meta, dict):
+                what = "null" if meta is None else type(meta).__name__
+                raise TemplateError(f"{where}: its metadata is {what}, not a JSON object")
             if meta.pop("format", None) != TEMPLATE_FORMAT:
                 raise TemplateError(f"{where}: unknown template format")
-            return cls(frames, mask, TemplateMeta(**meta))
+            tm = TemplateMeta(**meta)
+            check_fields(tm, "metadata")
+            return cls(frames, mask, tm)
+        except SettingError as exc:
+            raise TemplateError(f"{where}: {exc}") from None
         except TemplateError:
             raise
         except (zipfile.BadZipFile, OSError, EOFError, KeyError, ValueError, TypeError, UnicodeDecodeError) as exc:

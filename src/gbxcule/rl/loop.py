@@ -41,7 +41,7 @@ import torch
 
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.fmt import pct
-from gbxcule.core.memory import fit, host_available
+from gbxcule.core.memory import MODEL_ALLOWANCE, Need
 from gbxcule.rl.dist import RankFailure, World, quiet
 from gbxcule.rl.evaluate import evaluate_model, make_eval_env
 from gbxcule.rl.shell import (
@@ -52,6 +52,7 @@ from gbxcule.rl.shell import (
     Run,
     SuccessWindow,
     Timer,
+    check_run_dir,
     make_env,
     obs_bytes,
     process_age_s,
@@ -173,21 +174,21 @@ class Session:
             raise CheckpointError(f"--resume: the run trained on {n} process(es), this start has {self.world.size}: "
                                   f"resume it on {n} (torchrun --nproc-per-node {n}, or gbxcule train --gpus {n}); "
                                   f"its checkpoint holds each process's envs")
-        per = obs_bytes(cfg.env)
-        need = device_bytes(per) if callable(device_bytes) else int(device_bytes)
-        if self.cuda:
-            free, _ = torch.cuda.mem_get_info()
-            fit(1, need + 2**30, free, "device")  # plus ~1 GiB for the model, optimizer and activations
-        else:
-            fit(1, need + host_bytes, host_available(), "host")
+        need = device_bytes(obs_bytes(cfg.env)) if callable(device_bytes) else int(device_bytes)
         self.storage_bytes = need
+        # the trainer's storage (taken to grow with the env count) and model, checked with the env's own need
+        # before anything is allocated (core/memory.py); the run folder is touched only once the env is built
+        reserve = (Need.device("trainer storage", -(-need // cfg.env.num_envs), MODEL_ALLOWANCE if self.cuda else 0)
+                   + Need.host("trainer host buffers", 0, host_bytes))
+        if self.lead:
+            check_run_dir(cfg.run.run_dir, resume=ck is not None)
+        seed_everything(self.seed)
+        self.env = make_env(cfg.env, self.device, self.seed, keep_final_obs=True, info_mode="none",
+                            memory_reserve=reserve, **(env_kwargs or {}))
         if self.lead:
             self.run = Run(cfg.run.run_dir, to_dict(cfg), resume=ck is not None, tensorboard=cfg.run.tensorboard)
             if self.run.moved is not None:
                 self.echo(f"{cfg.run.run_dir} held files of a run with no checkpoint: moved them to {self.run.moved}")
-        seed_everything(self.seed)
-        self.env = make_env(cfg.env, self.device, self.seed, keep_final_obs=True, info_mode="none",
-                            **(env_kwargs or {}))
 
     # --- context: signals, failures, closing -------------------------------------------------------------
     def __enter__(self) -> Session:

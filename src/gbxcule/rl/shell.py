@@ -272,6 +272,22 @@ def dumps(payload: Any, indent: int | None = 2) -> str:
 
 
 # --- the run folder -------------------------------------------------------------------------------------------------
+def check_run_dir(run_dir: str | Path, resume: bool) -> None:
+    """Refuse a run folder that cannot take the run (changing nothing): a resumed one must hold a checkpoint, a
+    fresh one must not (it would bury a run that can be resumed)."""
+    d = Path(run_dir)
+    if resume:
+        if not d.is_dir():
+            raise CheckpointError(f"--resume: run folder {d} does not exist")
+        if not (d / CHECKPOINT_NAME).is_file():
+            raise CheckpointError(f"--resume: {d} has no {CHECKPOINT_NAME}")
+    elif (d / CHECKPOINT_NAME).exists():
+        raise CheckpointError(f"run folder {d} already holds a checkpoint: resume it with --resume or choose "
+                              f"another --run-dir")
+    elif d.exists() and not d.is_dir():
+        raise GbxculeError(f"run folder {d} is a file")
+
+
 class Run:
     """A run folder: config.json, facts.json, metrics.jsonl, TensorBoard events, checkpoint.pt, policy.pt.
 
@@ -282,14 +298,7 @@ class Run:
     def __init__(self, run_dir: str | Path, config: dict, resume: bool = False, tensorboard: bool = True):
         self.dir = Path(run_dir)
         self.moved: Path | None = None
-        if resume:
-            if not self.dir.is_dir():
-                raise CheckpointError(f"--resume: run folder {self.dir} does not exist")
-            if not (self.dir / CHECKPOINT_NAME).is_file():
-                raise CheckpointError(f"--resume: {self.dir} has no {CHECKPOINT_NAME}")
-        elif (self.dir / CHECKPOINT_NAME).exists():
-            raise CheckpointError(f"run folder {self.dir} already holds a checkpoint: resume it with --resume "
-                                  f"or choose another --run-dir")
+        check_run_dir(self.dir, resume)
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

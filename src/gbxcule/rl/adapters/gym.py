@@ -167,6 +167,15 @@ class GbxculeEnv(gymnasium.Env):
                    "episode": {"r": float(fi["episode"]["r"][0]), "l": int(fi["episode"]["l"][0])}}
         return obs[0].copy(), float(reward[0]), bool(term[0]), bool(trunc[0]), out
 
+    @property
+    def game(self):
+        """The `GameEnv` behind this env (through `gymnasium.make`'s wrappers: `env.unwrapped.game`)."""
+        return self.vec.game
+
+    def episode_stats(self, clear: bool = True) -> dict:
+        """GameEnv's totals since the last call (finished episodes, mean return, length, success rate)."""
+        return self.vec.game.episode_stats(clear)
+
     def render(self):
         if self.render_mode != "rgb_array":
             return None

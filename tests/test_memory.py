@@ -1,0 +1,130 @@
+"""Issue 42: one memory model for every command that allocates envs, checked against the real limit (cgroup v2 and
+v1 files, MemAvailable, free GPU memory) before anything is allocated, with one line and the largest count."""
+
+import pytest
+
+from gbxcule.cli.main import main
+from gbxcule.core import memory
+from gbxcule.core.errors import GbxculeError
+from gbxcule.core.memory import Available, MemoryLimitError, Need
+
+
+def write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_cgroup_v2_limit_over_the_cgroup_and_its_parents(tmp_path):
+    root = tmp_path / "cg"
+    proc = write(tmp_path / "proc_cgroup", "0::/app/job\n")
+    write(root / "app/job/memory.max", "max\n")  # no limit of its own
+    write(root / "app/job/memory.current", "1000\n")
+    write(root / "app/memory.max", str(4 << 30) + "\n")  # the parent's 4 GiB binds
+    write(root / "app/memory.current", str(1 << 30) + "\n")
+    write(root / "app/memory.stat", "anon 1\ninactive_file " + str(256 << 20) + "\n")
+    got = memory.cgroup_available(proc, root)
+    assert got.bytes == (4 << 30) - (1 << 30) + (256 << 20)  # reclaimable page cache is not counted as used
+    assert "memory.max" in got.source and "4.00 GiB" in got.source
+
+
+def test_cgroup_v1_limit_and_no_limit(tmp_path):
+    root = tmp_path / "cg"
+    proc = write(tmp_path / "proc_cgroup", "9:cpu:/\n4:memory,hugetlb:/box/1\n")
+    write(root / "memory/box/1/memory.limit_in_bytes", str(2 << 30))
+    write(root / "memory/box/1/memory.usage_in_bytes", str(512 << 20))
+    write(root / "memory/box/memory.limit_in_bytes", "9223372036854771712")  # "unlimited"
+    write(root / "memory/memory.limit_in_bytes", "9223372036854771712")
+    got = memory.cgroup_available(proc, root)
+    assert got.bytes == (2 << 30) - (512 << 20) and "limit_in_bytes" in got.source
+    write(root / "memory/box/1/memory.limit_in_bytes", "9223372036854771712")
+    assert memory.cgroup_available(proc, root) is None
+    # a cgroup namespace: the process's path is not under the mount, whose root is its own cgroup
+    proc2 = write(tmp_path / "proc_cgroup2", "0::/elsewhere\n")
+    write(root / "memory.max", str(3 << 30))
+    write(root / "memory.current", "0")
+    assert memory.cgroup_available(proc2, root).bytes == 3 << 30
+
+
+def test_host_available_takes_the_smaller_of_meminfo_and_the_cgroup(tmp_path):
+    root = tmp_path / "cg"
+    proc = write(tmp_path / "proc_cgroup", "0::/\n")
+    meminfo = write(tmp_path / "meminfo", "MemTotal: 100 kB\nMemAvailable:   22522376 kB\n")
+    assert memory.host_available(meminfo, proc, root) == Available(22522376 * 1024, "MemAvailable")
+    write(root / "memory.max", str(4 << 30))
+    write(root / "memory.current", "0")
+    assert memory.host_available(meminfo, proc, root).bytes == 4 << 30
+
+
+def test_check_says_the_numbers_and_the_largest_count_that_fits():
+    need = Need.device("emulators", 1000, 50) + Need.device("trainer storage", 3000) + Need.host("actions", 4)
+    host = Available(10**9, "test")
+    memory.check(100, need.on("cpu"), host)  # fits
+    with pytest.raises(MemoryLimitError) as e:
+        memory.check(1_000_000, need.on("cpu"), Available(400_050, "cgroup limit x"))
+    msg = str(e.value)
+    assert "\n" not in msg and "1,000,000 envs need" in msg and "host memory" in msg and "cgroup limit x" in msg
+    assert "at most 99 envs fit" in msg  # (400,050 - 50) // 4,004
+    with pytest.raises(MemoryLimitError, match="of device memory") as e:
+        memory.check(1000, need.on("cuda"), host, Available(2_000_000, "free on cuda"))
+    assert "at most 499 envs fit" in str(e.value)  # (2,000,000 - 50) // 4,000
+    memory.check(10**9, need, None, None)  # an unknown limit is not checked
+
+
+def test_the_model_covers_what_an_env_really_allocates():
+    """GameEnv's need from the model against the bytes of every array it and its backend hold (within 5%)."""
+    torch = pytest.importorskip("torch")
+    import warp as wp
+
+    from gbxcule.backends import emulator_need
+    from gbxcule.rl.env import GameEnv
+
+    seen = {}
+
+    def add(obj):
+        if isinstance(obj, torch.Tensor):
+            seen[obj.untyped_storage().data_ptr()] = obj.untyped_storage().nbytes()
+        elif isinstance(obj, wp.array) and obj.ptr:
+            seen.setdefault(obj.ptr, obj.capacity)
+
+    env = GameEnv(None, 8, "cpu", task="leave_house", stack_k=4, keep_final_obs=True,
+                  reward={"novelty_pixels": 0.01})
+    try:
+        for holder in (env, env.backend, env.backend.slots, env._nov_px):
+            for v in vars(holder).values():
+                add(v)
+        actual = sum(seen.values())
+        need = (emulator_need("warp_vec_cpu", env.rom, True, "pixels", False, 8)
+                + Need.device("env", memory.env_bytes("pixels", 4, True, 1, 4096),
+                              memory.slot_bytes(env.num_slots, env.backend.layout.total))).on("cpu")
+        model = need.host_fixed + 8 * need.host_per_env
+        assert actual <= model <= 1.05 * actual + (1 << 20), (actual, model)
+    finally:
+        env.close()
+
+
+def test_huge_env_counts_are_refused_before_anything_is_allocated(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("torch")
+    import gbxcule.backends.warp_vec as warp_vec
+
+    def never(*a, **k):
+        raise AssertionError("envs were allocated")
+
+    monkeypatch.setattr(warp_vec.WarpVecBackend, "__init__", never)
+    # a 4 GiB cgroup: the real limit, not the machine's free memory
+    monkeypatch.setattr(memory, "host_available", lambda: Available(4 << 30, "cgroup limit 4.00 GiB in test"))
+    run = tmp_path / "run"
+    assert main(["train", "--device", "cpu", "--num-envs", "350000", "--run-dir", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "350,000 envs need" in err and "cgroup limit" in err and "trainer storage" in err
+    most = int(err.split("at most ")[1].split()[0].replace(",", ""))
+    assert 1000 < most < 350_000
+    assert not run.exists()  # no run folder either
+    assert main(["play", "OVERWORLD", "--backend", "warp_vec_cpu", "--envs", "350000", "--steps", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "350,000 envs need" in err and "at most" in err
+    # the adapters and eval go through GameEnv's check
+    from gbxcule.rl.adapters.gym import GbxculeVectorEnv
+
+    with pytest.raises(GbxculeError, match="350,000 envs need"):
+        GbxculeVectorEnv(num_envs=350000, task="leave_house")

@@ -1,0 +1,488 @@
+"""Issue 42, training a user can trust, on the CPU device with tiny configs: Ctrl-C and SIGTERM stop with a
+checkpoint, checkpoints by the clock, run folders that cannot be damaged, `--resume` rules, typed configs,
+progress and reports that agree with the results, and the smaller items (templates, illegal opcodes under
+PyBoy, clang warnings, labelled GIFs, the single Gymnasium env, pufferlib without gym)."""
+
+import contextlib
+import io
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gbxcule.cli.main import main  # noqa: E402
+from gbxcule.core.errors import GbxculeError  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--device", "cpu", "--num-envs", "6", "--rollout-steps", "8", "--epochs", "2", "--minibatches", "2",
+        "--model", "small", "--total-steps", "192", "--eval-episodes", "0", "--no-progress",
+        "--set", "run.tensorboard=false"]  # 4 updates of 48 env-steps
+TIMING = ("sps", "updates_per_s", "wall_s")
+
+
+def strict_json(text: str):
+    """JSON as strict parsers read it: a NaN or Infinity token fails."""
+    return json.loads(text, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+
+
+def rows(run_dir: Path) -> list[dict]:
+    """metrics.jsonl without the timing keys; strict JSON (a NaN token fails)."""
+    out = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        r = strict_json(line)
+        out.append({k: v for k, v in r.items() if k not in TIMING and not k.startswith("time_")})
+    return out
+
+
+def weights(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=False)["model"]
+
+
+def same_weights(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def train_cli(*args) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["train", *map(str, args)])
+    return rc, out.getvalue(), err.getvalue()
+
+
+def files(run_dir: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(run_dir.iterdir()) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    d = tmp_path_factory.mktemp("straight") / "run"
+    rc, out, err = train_cli(*TINY, "--run-dir", d, "--checkpoint-every", "1")
+    assert rc == 0, err
+    return d, out, err
+
+
+def copy_run(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+# --- Ctrl-C and SIGTERM ---------------------------------------------------------------------------------------
+def signal_after(monkeypatch, update: int, *signums):
+    """Deliver `signums` to this process at the end of update `update` (as a user's Ctrl-C would arrive)."""
+    from gbxcule.rl.loop import Session
+
+    real = Session.end_update
+
+    def end_update(self, *a, **k):
+        real(self, *a, **k)
+        if self.update == update:
+            for s in signums:
+                os.kill(os.getpid(), s)
+
+    monkeypatch.setattr(Session, "end_update", end_update)
+
+
+def test_ctrl_c_stops_at_the_update_end_with_a_checkpoint_and_resume_goes_on(straight, tmp_path, monkeypatch):
+    d = tmp_path / "run"
+    signal_after(monkeypatch, 2, signal.SIGINT)
+    rc, out, err = train_cli(*TINY, "--run-dir", d)  # checkpoints every 50 updates by count: none is due
+    monkeypatch.undo()
+    assert rc == 0, err
+    assert "SIGINT: stopping at the end of this update with a checkpoint" in err
+    assert f"stopped by SIGINT after update 3: checkpoint saved; continue with gbxcule train --resume {d}" in err
+    assert "(interrupted)" in out
+    assert torch.load(d / "checkpoint.pt", weights_only=False)["update"] == 3
+    assert json.loads((d / "summary.json").read_text())["stopped"] == "interrupted"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers given back
+    rc, out, err = train_cli("--resume", d, "--no-progress")
+    assert rc == 0, err
+    assert rows(d) == rows(straight[0])
+    assert same_weights(weights(d / "checkpoint.pt"), weights(straight[0] / "checkpoint.pt"))
+
+
+def test_sigterm_then_a_second_ctrl_c_quits_at_once(tmp_path, monkeypatch):
+    d = tmp_path / "run"
+    signal_after(monkeypatch, 1, signal.SIGTERM, signal.SIGINT)
+    rc, _, err = train_cli(*TINY, "--run-dir", d)
+    monkeypatch.undo()
+    assert rc == 130
+    assert "SIGTERM: stopping at the end of this update" in err and err.strip().endswith("gbxcule: interrupted")
+    assert not (d / "checkpoint.pt").exists()  # quit at once: no checkpoint was due
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_checkpoints_also_by_the_clock(tmp_path):
+    from gbxcule.rl.algos import make_config, train
+    from gbxcule.rl.shell import RunConfig
+
+    assert 60 <= RunConfig().checkpoint_every_s <= 600  # a kill loses minutes, never an hour
+    cfg = make_config(None, {"total_steps": 192, "env": {"num_envs": 6},
+                             "ppo": {"rollout_steps": 8, "epochs": 1, "minibatches": 1, "model": "small"},
+                             "run": {"run_dir": str(tmp_path), "device": "cpu", "progress": False,
+                                     "tensorboard": False, "eval_episodes": 0, "checkpoint_every": 1000,
+                                     "checkpoint_every_s": 1e-6, "stop_after_updates": 2}})
+    assert train(cfg)["stopped"] == "stop_after_updates"
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["update"] == 2
+
+
+# --- run folders that cannot be damaged ----------------------------------------------------------------------
+def test_a_fresh_run_never_appends_to_an_old_log(tmp_path):
+    d = tmp_path / "run"
+    d.mkdir()
+    old = "".join(json.dumps({"update": u, "env_steps": 48 * u}) + "\n" for u in (1, 2, 3))
+    (d / "metrics.jsonl").write_text(old)
+    (d / "config.json").write_text("{}\n")
+    (d / ".checkpoint.pt.k1l2.pt").write_bytes(b"half a checkpoint")  # a kill during a checkpoint write
+    rc, _, err = train_cli(*TINY, "--run-dir", d, "--set", "run.stop_after_updates=1")
+    assert rc == 0, err
+    assert f"{d} held files of a run with no checkpoint: moved them to {d / 'previous-1'}" in err
+    assert [r["update"] for r in rows(d)] == [1]
+    assert (d / "previous-1" / "metrics.jsonl").read_text() == old
+    assert not list(d.glob(".checkpoint.pt.*"))
+
+
+def test_resume_of_a_finished_run_says_so_and_changes_nothing(straight, tmp_path):
+    d = copy_run(straight[0], tmp_path / "run")
+    before = files(d)
+    rc, out, err = train_cli("--resume", d)
+    assert rc == 0 and out == ""
+    assert "already finished: 4 updates, 192 env-steps" in err and "--total-steps" in err
+    assert files(d) == before
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--num-envs", "8"], "env.num_envs is 6 in the run, not 8"),
+    (["--task", "reach_lab"], "env.task is 'leave_house' in the run, not 'reach_lab'"),
+    (["--stack-k", "2"], "env.stack_k"),
+    (["--model", "nature"], "ppo.model"),
+    (["--set", "algo=a2c"], "algo is 'ppo' in the run, not 'a2c'"),
+])
+def test_resume_refuses_what_may_not_change(straight, tmp_path, extra, needle):
+    d = copy_run(straight[0], tmp_path / "run")
+    before = files(d)
+    rc, _, err = train_cli("--resume", d, "--total-steps", "288", *extra)
+    assert rc == 2 and err.count("\n") == 1 and needle in err, err
+    assert files(d) == before
+
+
+def test_resume_arguments_that_name_the_wrong_thing(straight, tmp_path):
+    d = copy_run(straight[0], tmp_path / "run")
+    before = files(d)
+    rc, _, err = train_cli("--resume", d, "--run-dir", tmp_path / "other", "--total-steps", "288")
+    assert rc == 2 and "name two folders" in err and not (tmp_path / "other").exists()
+    rc, _, err = train_cli("--resume", d / "checkpoint.pt")
+    assert rc == 2 and f"is a file (its folder is {d})" in err
+    (d / "checkpoint.pt").write_bytes((d / "policy.pt").read_bytes())  # a policy file where the checkpoint was
+    rc, _, err = train_cli("--resume", d, "--total-steps", "288")
+    assert rc == 2 and err.count("\n") == 1 and "is a policy file (weights only)" in err
+    assert files(d)["policy.pt"] == before["policy.pt"]
+
+
+def test_resume_honours_what_may_change(straight, tmp_path):
+    d = copy_run(straight[0], tmp_path / "run")
+    rc, out, err = train_cli("--resume", d, "--total-steps", "288", "--no-progress", "--time-limit", "3600",
+                             "--json")
+    assert rc == 0, err
+    summary = strict_json(out)
+    assert summary["updates"] == 6 and summary["env_steps"] == 288 and summary["stopped"] == "done"
+    assert [r["update"] for r in rows(d)] == [1, 2, 3, 4, 5, 6]
+    assert rows(d)[:4] == rows(straight[0])
+
+
+def test_resume_cuts_a_torn_log_line_removes_stale_temps_and_rewrites_the_policy(straight, tmp_path):
+    d = tmp_path / "run"
+    rc, _, err = train_cli(*TINY, "--run-dir", d, "--checkpoint-every", "1", "--set", "run.stop_after_updates=2")
+    assert rc == 0, err
+    with (d / "metrics.jsonl").open("a") as f:
+        f.write('{"update": 3, "env_steps": 144, "pg_lo')  # a kill in the middle of a log write
+    (d / ".policy.pt.x1y2.pt").write_bytes(b"half")
+    shutil.copy(straight[0] / "policy.pt", d / "policy.pt")  # a kill between the two renames: policy ahead
+    # resume for one update with no checkpoint due: policy.pt must be the checkpoint's again
+    rc, _, err = train_cli("--resume", d, "--checkpoint-every", "1000", "--set", "run.checkpoint_every_s=1e9",
+                           "--set", "run.stop_after_updates=1")
+    assert rc == 0, err
+    assert f"{d / 'metrics.jsonl'}: dropped a torn last line" in err
+    assert not list(d.glob(".*.pt"))
+    ck, pol = (torch.load(d / n, weights_only=False) for n in ("checkpoint.pt", "policy.pt"))
+    assert pol["update"] == ck["update"] == 2
+    assert all(torch.equal(pol["model"][k], ck["model"][k].half()) for k in ck["model"])
+    assert [r["update"] for r in rows(d)] == [1, 2, 3]
+    rc, _, err = train_cli("--resume", d)
+    assert rc == 0, err
+    assert rows(d) == rows(straight[0])
+    assert same_weights(weights(d / "policy.pt"), weights(straight[0] / "policy.pt"))
+
+
+# --- typed configs ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("toml, needle", [
+    ('[ppo]\nent_coef = "0.01"', "ppo.ent_coef must be a number, got '0.01' (str)"),
+    ('[ppo]\nvf_coef = "half"', "ppo.vf_coef must be a number"),
+    ('[ppo]\ntarget_kl = "0.02"', "ppo.target_kl must be a number"),
+    ('[run]\ntime_limit_s = "60"', "run.time_limit_s must be a number"),
+    ('[run]\nseed = "1"', "run.seed must be an integer"),
+    ('[run]\neval_episodes = "many"', "run.eval_episodes must be an integer, got 'many'"),
+    ('[ppo]\nanneal_lr = "false"', "ppo.anneal_lr must be true or false, got 'false' (str) (write False"),
+    ('[ppo]\ncompile = "no"', "ppo.compile must be true or false, got 'no'"),
+    ('[env]\nreward = { tau = "x" }', "env.reward: reward.tau must be a number, got 'x'"),
+    ("[ppo]\nlr = nan", "ppo.lr must be a finite number"),
+    ("[ppo]\ngamma = 1.5", "ppo.gamma must be <= 1"),
+    ("[run]\nprogress = 1", "run.progress must be true or false, got 1"),
+])
+def test_config_values_of_the_wrong_type_are_one_line_before_anything_runs(tmp_path, toml, needle):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(toml + "\n")
+    # tiny, so that a value that slipped through would end (or crash) soon rather than train for hours
+    rc, _, err = train_cli("--config", cfg, "--device", "cpu", "--run-dir", tmp_path / "run", "--num-envs", "2",
+                           "--rollout-steps", "2", "--total-steps", "4", "--model", "small")
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err and needle in err, err
+    assert not (tmp_path / "run").exists()
+
+
+# --- progress and reports -----------------------------------------------------------------------------------------
+def test_progress_and_reports_agree_with_the_results(straight):
+    from gbxcule.core.fmt import num, pct
+    from gbxcule.rl.shell import progress_line
+
+    d, out, err = straight
+    line = progress_line({"sps": 1234.5, "episode_return": float("nan"), "running_success": 0.625,
+                          "running_episodes": 40, "eval/greedy_success": 0.0})
+    assert line == "sps 1,234  return -  success 62.5% of last 40 ep  greedy 0.0%"
+    assert progress_line({}) == "sps -  return -  success - of last 0 ep"
+    assert [pct(x) for x in (None, float("nan"), 0.0, 1 / 3, 1.0)] == ["-", "-", "0.0%", "33.3%", "100.0%"]
+    assert [num(x) for x in (None, float("inf"), 0.5)] == ["-", "-", "0.500"]
+    # the CPU start-up line with the plan, and an estimate after the first update
+    assert "4 updates of 48 env-steps planned on the CPU device" in err
+    assert "update 1 took" in err and "min for the 3 left" in err
+    for bad in ("nan", "None", "n/a"):
+        assert bad not in out, out
+    summary = strict_json((d / "summary.json").read_text())
+    last = summary["last"]
+    assert last["running_episodes"] >= 0 and "running_success" in last
+    rows(d)  # every log line strict JSON
+
+
+def test_nonfinite_loss_message_says_when_no_checkpoint_exists(tmp_path, monkeypatch):
+    import gbxcule.rl.algos.ppo.loss as loss
+
+    real = loss.ppo_loss
+
+    def nan_loss(*a, **k):
+        value, m = real(*a, **k)
+        return value * math.nan, m
+
+    monkeypatch.setattr(loss, "ppo_loss", nan_loss)
+    rc, _, err = train_cli(*TINY, "--run-dir", tmp_path / "run")
+    (line,) = [x for x in err.splitlines() if "error:" in x]
+    assert rc == 2 and err.splitlines()[-1] == line
+    assert "no checkpoint was written yet" in line and "last good checkpoint" not in line
+    snap = strict_json((tmp_path / "run" / "nonfinite.json").read_text())
+    assert snap["update"] == 0
+
+
+def test_eval_of_a_folder_that_holds_only_policy_pt(capsys):
+    assert not (ROOT / "pretrained/leave_house/checkpoint.pt").exists()
+    assert main(["eval", str(ROOT / "pretrained/leave_house"), "--device", "cpu", "--episodes", "2", "--json"]) == 0
+    rep = strict_json(capsys.readouterr().out)
+    assert rep["episodes"] == 2 and rep["algo"] == "ppo" and rep["success_rate"] is not None
+
+
+# --- the smaller items --------------------------------------------------------------------------------------------
+def template_bytes(meta_json: str) -> bytes:
+    buf = io.BytesIO()
+    np.savez_compressed(buf, frames=np.zeros((1, 72, 80), np.uint8), mask=np.ones((72, 80), bool),
+                        meta=np.frombuffer(meta_json.encode(), dtype=np.uint8))
+    return buf.getvalue()
+
+
+def test_a_template_with_null_metadata_is_one_line_and_its_cached_copy_heals(tmp_path, monkeypatch, capsys):
+    bad = tmp_path / "null.npz"
+    bad.write_bytes(template_bytes("null"))
+    assert main(["goal", "show", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "metadata is null, not a JSON object" in err
+    typo = tmp_path / "typo.npz"
+    typo.write_bytes(template_bytes('{"format": 1, "rom_sha1": "x", "codec": "c", "codec_version": "1", '
+                                    '"frames_per_step": 24, "release_after_frames": 8, "stack_k": 1, "obs": "pixels"}'))
+    assert main(["goal", "show", str(typo)]) == 2
+    assert "metadata.codec_version must be an integer" in capsys.readouterr().err
+    # a cached built-in template damaged this way is captured again
+    import hashlib
+
+    from gbxcule.core.action_codec import get_codec
+    from gbxcule.rl.env import task_template
+    from gbxcule.rl.goals import GoalTemplate, TemplateMeta
+    from gbxcule.rl.tasks import load_task
+    from gbxcule.roms import build_rom, get_spec
+
+    monkeypatch.setenv("GBXCULE_CACHE_DIR", str(tmp_path / "cache"))  # templates only: Warp's cache stays put
+    task = load_task("leave_house")
+    codec = get_codec(task.codec)
+    meta = TemplateMeta(hashlib.sha1(build_rom(get_spec(task.rom).name)).hexdigest(), codec.name, codec.version,
+                        task.frames_per_step, task.release_after_frames, 1, "pixels", task.name)
+    good = task_template(task, meta)
+    (cached,) = (tmp_path / "cache" / "templates").glob("*.npz")
+    cached.write_bytes(template_bytes("null"))
+    again = task_template(task, meta)
+    assert np.array_equal(again.frames, good.frames)
+    assert GoalTemplate.load(cached).meta == good.meta  # healed on disk
+
+
+def illegal_rom(tmp_path, opcode: int) -> Path:
+    from gbxcule.asm import CartridgeHeader, assemble
+    from gbxcule.core.cartridge import header_checksum
+
+    src = (f'SECTION "e", ROM0[$0100]\n nop\n jp $0150\nSECTION "m", ROM0[$0150]\n ld a, 1\n ld b, 2\n'
+           f' db ${opcode:02X}\n jr @\n')
+    data = bytearray(assemble(src, header=CartridgeHeader(title="ILLEGAL", cartridge_type=0, rom_size=0,
+                                                          ram_size=0)).rom)
+    data[0x14D] = header_checksum(data)
+    path = tmp_path / f"illegal_{opcode:02x}.gb"
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_pyboy_single_play_stops_on_an_illegal_opcode_with_one_line(tmp_path):
+    """A subprocess (PyBoy's CPU thread spins until the process ends), with a timeout guarding the hang."""
+    rom = illegal_rom(tmp_path, 0xD3)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    r = subprocess.run([sys.executable, "-m", "gbxcule", "play", str(rom), "--backend", "pyboy_single", "--envs", "2",
+                        "--steps", "3"], capture_output=True, text=True, timeout=240, env=env)
+    err = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.returncode == 2 and len(err) == 1, r.stderr
+    assert "env 0 ran the illegal opcode $D3 at $0154" in err[0] and "never returns" in err[0]
+
+
+def test_pyboy_vec_mp_stops_on_an_illegal_opcode(tmp_path):
+    from gbxcule.backends import make_backend
+
+    def hung(signum, frame):
+        raise TimeoutError("pyboy_vec_mp hung on the illegal opcode")
+
+    rom = illegal_rom(tmp_path, 0xDB)  # PyBoy's own breakpoint opcode: it spins there too
+    backend = make_backend("pyboy_vec_mp", str(rom), num_envs=3, num_workers=2)
+    old = signal.signal(signal.SIGALRM, hung)  # the guard: the parent waits on its workers' pipes
+    signal.alarm(120)
+    try:
+        with pytest.raises(GbxculeError, match=r"pyboy_vec_mp: env 0 ran the illegal opcode \$DB at \$0154"):
+            for _ in range(3):  # past PyBoy's boot ROM into the program
+                backend.step(np.zeros(3, dtype=np.int32))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+        backend.close()
+
+
+KERNEL_SCRIPT = """
+import warp as wp
+from gbxcule.kernels import init_warp, ppu
+
+init_warp()
+
+@wp.kernel
+def uses_ppu_constants(out: wp.array(dtype=wp.int32)):
+    i = wp.tid()
+    s = ppu.put_x(ppu.EMPTY_X_SET, 1, i)
+    out[i] = wp.where(ppu.seen_x(s, ppu.EMPTY_X_SET, ppu.EMPTY_X_SET, i), 1, 0)
+
+out = wp.zeros(4, dtype=wp.int32, device="cpu")
+wp.launch(uses_ppu_constants, dim=4, inputs=[out], device="cpu")
+print(out.numpy().tolist())
+"""
+
+
+def test_kernel_compiles_print_no_constant_conversion_warnings(tmp_path):
+    """The PPU's uint32 constants compiled from scratch (an empty kernel cache, in a process of its own): clang
+    says nothing. They once printed -Wconstant-conversion warnings on every first compile of the step and snapshot
+    kernels."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "GBXCULE_CACHE_DIR": str(tmp_path / "cache")}
+    script = tmp_path / "compile_ppu.py"  # Warp reads a kernel's source from its file
+    script.write_text(KERNEL_SCRIPT)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[1, 1, 1, 1]"
+    assert list((tmp_path / "cache" / "warp").rglob("*.o")), "nothing was compiled"
+    assert "warning" not in r.stderr and "Wconstant-conversion" not in r.stderr, r.stderr
+
+
+def test_eval_gifs_carry_who_acts_the_step_and_the_successes(tmp_path):
+    from PIL import Image
+
+    from gbxcule.core.screen import caption, text_bitmap
+    from gbxcule.rl.evaluate import gif_label, write_gif_mosaic
+
+    assert gif_label("agent (greedy)", 12, 3, 16) == "agent (greedy)  step 12  at goal 3/16"
+    bits = text_bitmap("AT GOAL 3/16")
+    assert bits.shape == (5, 4 * 12 - 1) and bits.any()
+    frame = np.zeros((144, 160), np.uint8)
+    capped = caption(frame, "step 1")
+    assert capped.shape == (151, 160) and (capped[:7] == 3).sum() == text_bitmap("step 1").sum()
+    frames = [np.full((4, 144, 160), k % 4, np.uint8) for k in range(3)]
+    path = tmp_path / "agent.gif"
+    write_gif_mosaic(frames, path, who="random", successes=[0, 1, 4])
+    img = Image.open(path)
+    pics = []
+    for i in range(img.n_frames):
+        img.seek(i)
+        pics.append(np.array(img.convert("L")))
+    assert len(pics) == 3 and pics[0].shape == (290 + 14, 322)  # a caption band of 2 x (5 + 2) rows
+    for i, n in enumerate((0, 1, 4)):
+        want = caption(np.zeros((290, 322), np.uint8), gif_label("random", i, n, 4), scale=2)[:14] == 3
+        assert np.array_equal(pics[i][:14] == 0, want)  # black text where the label's bits are
+
+
+def test_single_gymnasium_env_has_game_and_episode_stats():
+    gymnasium = pytest.importorskip("gymnasium")
+    import gbxcule.rl  # noqa: F401
+    from gbxcule.rl.env import GameEnv
+
+    env = gymnasium.make("gbxcule/Overworld-LeaveHouse-v0", max_steps=3)
+    try:
+        inner = env.unwrapped
+        assert isinstance(inner.game, GameEnv) and inner.game.num_envs == 1
+        inner.reset(seed=0)
+        for _ in range(3):
+            *_, term, trunc, _ = inner.step(0)
+        assert trunc
+        stats = inner.episode_stats()
+        assert stats["episodes"] == 1 and stats["episode_length"] == 3.0
+    finally:
+        env.close()
+
+
+def test_pufferlib_imports_without_gym_and_leaves_no_gym_behind(tmp_path, monkeypatch):
+    """pufferlib 3.0 imports gym only in pufferlib/spaces.py to name its space classes: with no gym installed,
+    gbxcule's import gives it a stand-in and removes it after (so SB3 imported later sees no gym)."""
+    pytest.importorskip("gymnasium")
+    import importlib.util
+
+    if importlib.util.find_spec("gym") is not None or importlib.util.find_spec("pufferlib") is not None:
+        pytest.skip("a real gym or pufferlib is installed")
+    fake = tmp_path / "site" / "pufferlib"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "spaces.py").write_text("import gym\nimport gymnasium\nBox = (gym.spaces.Box, gymnasium.spaces.Box)\n")
+    (fake / "vector.py").write_text("import pufferlib.spaces\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    from gbxcule.backends.pyboy_puffer_vec import import_pufferlib_vector
+
+    try:
+        vec = import_pufferlib_vector()
+        import gymnasium
+
+        assert vec.pufferlib.spaces.Box[0] is gymnasium.spaces.Box
+        assert "gym" not in sys.modules
+    finally:
+        for name in [m for m in sys.modules if m == "pufferlib" or m.startswith("pufferlib.")]:
+            del sys.modules[name]
+    script = (ROOT / "scripts/install_pufferlib.sh").read_text()
+    installs = [ln for ln in script.splitlines() if "pip install" in ln]
+    assert installs and not any("gym==" in ln or " gym " in ln for ln in installs)
