@@ -160,3 +160,189 @@ def test_config_is_checked():
         ArchiveConfig.from_dict({"w_chosen": 0, "w_visits": 0, "w_recent": 0})
     with pytest.raises(EnvConfigError, match="needs RAM cells"):
         StateArchive(ArchiveConfig(swarm_on="area"), 4, 1, "cpu", area_keys=False)
+
+
+# --- wired into GameEnv (warp_vec_cpu) -----------------------------------------------------------------------------
+from gbxcule.rl import GameEnv  # noqa: E402
+
+
+def _same_machine(env, a: int, b: int) -> bool:
+    sa, sb = env.backend.env_states([a, b])
+    return (np.array_equal(sa.fields, sb.fields) and np.array_equal(sa.ram, sb.ram)
+            and np.array_equal(sa.serial, sb.serial))
+
+
+def test_clone_states_continues_bit_for_bit():
+    env = GameEnv(task="leave_house", num_envs=4, stack_k=2, max_steps=40, spread_clocks=True,
+                  reward={"novelty_ram": 0.5, "novelty_pixels": 0.25})
+    env.reset(seed=3)
+    rng = np.random.default_rng(5)
+    for _ in range(4):
+        env.step(rng.integers(0, 8, size=4))
+    env.clone_states(torch.tensor([0, 0, 0, 1]), torch.tensor([False, False, True, True]))
+    assert _same_machine(env, 0, 2) and _same_machine(env, 1, 3)
+    assert torch.equal(env.obs[2], env.obs[0]) and torch.equal(env.obs[3], env.obs[1])
+    assert np.array_equal(env.frames([2, 3]), env.frames([0, 1]))
+    for _ in range(8):  # under the same actions the clones step exactly as their sources
+        a = rng.integers(0, 8, size=4)
+        a[2], a[3] = a[0], a[1]
+        obs, r, te, tr, _ = env.step(a)
+        assert torch.equal(obs[2], obs[0]) and torch.equal(obs[3], obs[1])
+        assert r[2] == r[0] and r[3] == r[1] and te[2] == te[0] and tr[2] == tr[0] and tr[3] == tr[1]
+        assert env.steps[2] == env.steps[0] and env.ep_return[3] == env.ep_return[1]
+        assert env.distance[2] == env.distance[0]
+    assert _same_machine(env, 0, 2) and _same_machine(env, 1, 3)
+
+
+def test_spread_clocks_spread_the_first_truncations():
+    n, limit = 16, 10
+    ends = {}
+    for spread in (False, True):
+        env = GameEnv(task="leave_house", num_envs=n, max_steps=limit, spread_clocks=spread,
+                      reward={"terminate_on": "none"})
+        env.reset(seed=7)
+        first = np.zeros(n, dtype=np.int64)
+        for t in range(1, 2 * limit + 1):
+            _, _, _, tr, _ = env.step(np.zeros(n, dtype=np.int64))
+            first = np.where((first == 0) & tr.numpy(), t, first)
+            if t > limit:  # after its first episode every env runs the whole limit
+                assert not (tr.numpy() & (first < t) & (t - first < limit)).any()
+        ends[spread] = first
+    assert (ends[False] == limit).all()
+    assert len(set(ends[True].tolist())) >= 5 and ends[True].min() >= 1 and ends[True].max() <= limit
+    again = GameEnv(task="leave_house", num_envs=n, max_steps=limit, spread_clocks=True)
+    again.reset(seed=7)
+    assert torch.equal(again._limit, torch.from_numpy(ends[True]).to(torch.int32))  # seeded: the same clocks
+
+
+def test_cells_hold_the_state_that_reached_them_and_starts_restore_it():
+    import warp as wp
+
+    env = GameEnv(task="talk_to_hiker", num_envs=6, max_steps=3, info_mode="full",
+                  archive={"capacity": 32, "p_start": 0.0, "inserts": 6})
+    env.reset(seed=1)
+    k = env.num_slots
+    assert k == 1 and env.backend.num_slots == k + 32 and env.cell_mode == "ram"
+    slot_obs = wp.to_torch(env.backend.slot_frames()[0])
+    rng = np.random.default_rng(2)
+    restored = 0
+    for t in range(1, 10):
+        obs, _, _, _, info = env.step(rng.integers(0, 8, size=6))
+        a, done = env.archive, info["done"].numpy()
+        states = env.backend.env_states()
+        for e in np.flatnonzero(a.save_mask.numpy() & ~done):  # a saved env's state is its cell's
+            slot = int(a.save_slot[e])
+            f, r = env.backend.slot_state(slot)
+            assert np.array_equal(states[e].fields, f) and np.array_equal(states[e].ram, r)
+            assert int(a.keys[slot - k]) == int(env.cell_keys()[e])
+            assert int(a.steps[slot - k]) == int(env._off_steps[e] + env.steps[e]) <= t
+        for e in np.flatnonzero(done & env._from_archive.numpy()):  # restored from a cell: its slot's state
+            slot = int(env._slots[e])
+            f, r = env.backend.slot_state(slot)
+            assert slot >= k and np.array_equal(states[e].fields, f) and np.array_equal(states[e].ram, r)
+            assert torch.equal(obs[e, 0], slot_obs[slot])
+            assert int(env._off_steps[e]) == int(a.steps[slot - k]) and env.steps[e] == 0
+            restored += 1
+    assert restored > 0
+    s = env.episode_stats()
+    assert s["archive/cells"] >= 2 and s["start_episodes"] + sum(s["archive/depth_episodes"]) == s["episodes"]
+    assert s["archive/start_share"] < 1.0  # p_start 0: once the archive has cells, starts come from it
+
+
+def test_swarm_clones_the_milestone_state_into_archive_started_envs():
+    n = 6
+    env = GameEnv(task="talk_to_hiker", num_envs=n, max_steps=50, stack_k=2,
+                  archive={"capacity": 32, "p_start": 0.0, "swarm": 1.0})
+    env.reset(seed=4)
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        env.step(rng.integers(0, 8, size=n))
+    env.reset()  # an unseeded reset: every env now starts from an archive cell
+    assert bool(env._from_archive.all())
+    for _ in range(2):
+        env.step(rng.integers(0, 8, size=n))
+    assert not bool(env.archive.swarm_dst.any())  # no new area: no milestone
+    env.archive.area_seen.zero_()  # the town becomes new: env 0 (the lowest) reaches a milestone next step
+    env.episode_stats()
+    acts = rng.integers(0, 8, size=n)
+    before_off, before_steps = env._off_steps.clone(), env.steps.clone()
+    obs, _, te, tr, _ = env.step(acts)
+    dst = env.archive.swarm_dst.clone()
+    assert int(env.archive.swarm_src[0]) == 0 and dst.tolist() == [False] + [True] * (n - 1)
+    assert bool(tr[1:].all()) and not bool(te.any())  # cut as truncated: they bootstrap
+    src_total = int(before_off[0] + before_steps[0] + 1)
+    for e in range(1, n):
+        assert _same_machine(env, 0, e) and torch.equal(obs[e], obs[0])
+        assert int(env._off_steps[e]) == src_total and env.steps[e] == 0 and bool(env._from_archive[e])
+    s = env.episode_stats()
+    assert s["archive/swarms"] == 1 and s["trunc_rate"] > 0
+
+
+def test_step_never_synchronises_with_the_archive(monkeypatch):
+    env = GameEnv(task="leave_house", num_envs=3, stack_k=2, max_steps=2, info_mode="full", keep_final_obs=True,
+                  spread_clocks=True, archive={"capacity": 8, "p_start": 0.5, "swarm": 0.5, "swarm_on": "depth",
+                                               "swarm_depth": 1})
+    env.reset()
+    env.step(torch.tensor([1, 2, 3]))
+
+    def boom(*a, **k):
+        raise AssertionError("step() synchronised with the host")
+
+    for name in ("item", "cpu", "numpy", "tolist", "__bool__", "__int__", "__float__", "__index__"):
+        monkeypatch.setattr(torch.Tensor, name, boom)
+    for acts in ([5, 6, 7], [4, 5, 6], [7, 7, 7], [6, 6, 6]):
+        env.step(torch.tensor(acts))
+    monkeypatch.undo()
+    assert env.episode_stats()["archive/cells"] >= 1
+
+
+def _trajectory(env, actions):
+    out = []
+    for a in actions:
+        obs, r, te, tr, _ = env.step(torch.from_numpy(a))
+        out.append((obs.clone(), r.clone(), te.clone(), tr.clone(), env._off_steps.clone()))
+    return out
+
+
+def test_state_dict_round_trip_with_the_archive_is_bit_exact():
+    kw = dict(task="talk_to_hiker", num_envs=4, stack_k=2, max_steps=4, spread_clocks=True,
+              archive={"capacity": 16, "p_start": 0.3, "swarm": 0.5, "swarm_on": "depth", "swarm_depth": 2})
+    env = GameEnv(**kw)
+    env.reset(seed=2)
+    rng = np.random.default_rng(4)
+    for _ in range(6):
+        env.step(rng.integers(0, 8, size=4))
+    sd = env.state_dict()
+    acts = [rng.integers(0, 8, size=4) for _ in range(8)]
+    ref = _trajectory(env, acts)
+    stats = env.episode_stats()
+    other = GameEnv(**kw)
+    other.load_state_dict(sd)
+    got = _trajectory(other, acts)
+    assert all(all(torch.equal(x, y) for x, y in zip(s, t, strict=True)) for s, t in zip(got, ref, strict=True))
+    assert repr(other.episode_stats()) == repr(stats)  # every figure, NaN included
+    assert stats["archive/cells"] > 0
+    with pytest.raises(EnvConfigError, match="other settings"):
+        GameEnv(**(kw | {"archive": {"capacity": 16}})).load_state_dict(sd)
+    with pytest.raises(EnvConfigError, match="without a state archive"):
+        other.load_state_dict({k: v for k, v in sd.items() if k != "archive"})
+    lean = GameEnv(**kw)
+    with pytest.warns(UserWarning) as caught:
+        lean.load_state_dict(env.state_dict(emulator=False))
+    assert any("archive starts empty" in str(w.message) for w in caught)
+    assert int(lean.archive.count) == 0
+
+
+def test_archive_memory_and_cells_are_checked(monkeypatch):
+    import gbxcule.rl.archive as archive
+
+    monkeypatch.setattr(archive, "host_available", lambda: 10 * 2**20)
+    with pytest.raises(EnvConfigError, match="lower env.archive.capacity"):
+        GameEnv(task="leave_house", num_envs=2, archive={"capacity": 1024})
+    monkeypatch.undo()
+    with pytest.raises(EnvConfigError, match="names cell bytes"):
+        GameEnv("OVERWORLD", num_envs=2, archive={"cells": "ram"})
+    env = GameEnv("OVERWORLD", num_envs=2, archive={"capacity": 4, "swarm": 0.5})  # no task: pixel cells
+    assert env.cell_mode == "pixels" and env.archive.swarm_on == "depth"
+    env.step(np.zeros(2, dtype=np.int64))
+    assert int(env.archive.count) >= 1

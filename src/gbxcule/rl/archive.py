@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
+from gbxcule.core.memory import host_available
 from gbxcule.core.typed import SettingError, check_fields, knob
 from gbxcule.rl.goals import mix64
 from gbxcule.rl.starts import EnvConfigError
@@ -48,7 +49,8 @@ MAX_CAPACITY = 1 << 20
 MAX_ENVS = 1 << 24
 STAT_NAMES = ("inserted", "improved", "dropped", "swarms", "start_episodes", "start_successes", "archive_episodes",
               "archive_successes", "chosen_depth_sum", "chosen")
-_SALT_START, _SALT_CELL, _SALT_SWARM = 0x51A7, 0xCE11, 0x5A53
+# salts of the hashed uniforms (`hashed_bits`): a start or a cell, which cell, swarm or not, a spread clock
+SALT_START, SALT_CELL, SALT_SWARM, SALT_CLOCK = 0x51A7, 0xCE11, 0x5A53, 0xC10C
 
 
 @dataclass
@@ -376,6 +378,24 @@ class StateArchive:
                 for name in ("keys", "visits", "steps", "ret", "best", "chosen", "found")}
 
 
-def slot_bytes(slot_words: int, obs_width: int) -> int:
-    """Device bytes of one archive cell: its slot (machine state words, observation, screen) and records."""
-    return 4 * slot_words + 72 * obs_width + 144 * 160 + 8 * 8 + 3 * 4
+def cell_bytes(backend) -> int:
+    """Device bytes of one archive cell: its slot in the backend's store (machine state words, observation,
+    screen) and its records."""
+    return 4 * backend.slot_words + 72 * backend.obs.shape[2] + 144 * 160 + 8 * 8 + 3 * 4
+
+
+def check_archive_memory(capacity: int, backend, device: str) -> int:
+    """The archive's bytes; an EnvConfigError when they exceed the free memory of `device` now."""
+    per = cell_bytes(backend)
+    need = capacity * per
+    if str(device).startswith("cuda"):
+        import torch
+
+        free, where = torch.cuda.mem_get_info(torch.device(device))[0], "GPU"
+    else:
+        free, where = host_available(), "host"
+    if free is not None and need > free:
+        raise EnvConfigError(f"the state archive's {capacity:,} cells need {need / 2**30:.2f} GiB of {where} memory "
+                             f"({per:,} bytes each) but {free / 2**30:.2f} GiB is free: lower env.archive.capacity "
+                             f"(at most {free // per:,} fit)")
+    return need
