@@ -346,3 +346,73 @@ def test_archive_memory_and_cells_are_checked(monkeypatch):
     assert env.cell_mode == "pixels" and env.archive.swarm_on == "depth"
     env.step(np.zeros(2, dtype=np.int64))
     assert int(env.archive.count) >= 1
+
+
+# --- training with the archive ---------------------------------------------------------------------------------
+ARCHIVE_TABLE = {"capacity": 64, "p_start": 0.25, "swarm": 0.25, "inserts": 8}
+
+
+def _tiny(run_dir, **run):
+    from gbxcule.rl.algos import make_config
+
+    return make_config(None, {"total_steps": 4 * 6 * 8,
+                              "env": {"num_envs": 6, "task": "talk_to_hiker", "max_steps": 12, "spread_clocks": True,
+                                      "archive": ARCHIVE_TABLE},
+                              "ppo": {"rollout_steps": 8, "epochs": 1, "minibatches": 2, "model": "small"},
+                              "run": {"run_dir": str(run_dir), "device": "cpu", "progress": False,
+                                      "tensorboard": False, "checkpoint_every": 1, "eval_episodes": 2, **run}})
+
+
+def _rows(run_dir):
+    import json
+
+    timing = {"sps", "time_env_s", "time_inference_s", "time_update_s", "wall_s", "updates_per_s"}
+    return [{k: v for k, v in json.loads(x).items() if k not in timing}
+            for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_training_with_the_archive_logs_it_and_resumes_bit_for_bit(tmp_path):
+    from gbxcule.rl.algos import train
+    from gbxcule.rl.explore import achievement, load
+    from gbxcule.rl.plot import plot_runs
+    from gbxcule.rl.shell import load_checkpoint
+
+    straight, part = tmp_path / "straight", tmp_path / "part"
+    s = train(_tiny(straight, image_every=2, tensorboard=True))
+    rows = _rows(straight)
+    assert s["updates"] == 4 and rows[-1]["archive/cells"] > 0
+    for key in ("archive/p_start", "archive/inserted", "success_from_start", "archive/depth_episodes",
+                "archive/areas", "archive/max_depth"):
+        assert key in rows[-1], key
+    assert "archive" in load_checkpoint(straight)["env"]
+    snap = load(straight / "archive.npz")
+    assert len(snap["keys"]) == rows[-1]["archive/cells"] and snap["screens"].shape == (6, 144, 160)
+    assert "cells" in achievement(rows[-1])
+    train(_tiny(part, stop_after_updates=2))
+    resumed = train(_tiny(part), resume=True)
+    assert resumed["updates"] == 4
+    assert _rows(part) == _rows(straight)
+    a, b = load_checkpoint(straight)["model"], load_checkpoint(part)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    names = {p.name for p in plot_runs([straight], tmp_path / "png")}
+    assert {"exploration.png", "archive_starts.png", "explore_screens.png", "explore_frontier.png",
+            "explore_visits.png", "explore_depth.png"} <= names
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    ev = EventAccumulator(str(straight / "tb"), size_guidance={"images": 0})
+    ev.Reload()
+    assert {"explore/screens", "explore/visits"} <= set(ev.Tags()["images"])
+
+
+def test_eval_env_and_bad_archive_settings(tmp_path):
+    from gbxcule.rl.algos import make_config
+    from gbxcule.rl.evaluate import make_eval_env
+    from gbxcule.rl.shell import ConfigError
+
+    cfg = _tiny(tmp_path)
+    ev = make_eval_env(cfg.env, 2, "cpu", 0)
+    assert ev.archive is None and ev._limit is None  # judged from the task's own start, as it is
+    with pytest.raises(ConfigError, match=r"env\.archive\.p_start must be <= 1"):
+        make_config(None, {"env": {"archive": {"p_start": 3}}})
+    with pytest.raises(ConfigError, match="unknown archive setting"):
+        make_config(None, {"env": {"archive": {"size": 3}}})

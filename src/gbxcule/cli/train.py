@@ -83,6 +83,7 @@ def run(args) -> int:
     from gbxcule.cli.report import emit
     from gbxcule.core.fmt import num, pct
     from gbxcule.rl import algos
+    from gbxcule.rl.explore import achievement
     from gbxcule.rl.shell import merge_overrides, parse_sets
 
     over = merge_overrides(overrides(args), parse_sets(args.set))
@@ -108,6 +109,9 @@ def run(args) -> int:
             lines.append(f"eval over {e['episodes']} episodes from distinct starts: greedy success "
                          f"{pct(e['success_rate'])}, median steps {num(e['median_steps'], '.0f')}, mean return "
                          f"{num(e['mean_return'])}")
+        said = achievement(last, s.get("eval"))
+        if said:
+            lines.append(said)
         return "\n".join(lines)
 
     emit(args, summary, text)

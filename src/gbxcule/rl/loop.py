@@ -30,8 +30,11 @@ import torch
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.fmt import pct
 from gbxcule.core.memory import fit, host_available
+from gbxcule.core.outputs import write_output
+from gbxcule.rl import explore
 from gbxcule.rl.evaluate import evaluate_model, make_eval_env
 from gbxcule.rl.shell import (
+    ARCHIVE_NAME,
     POLICY_NAME,
     CheckpointError,
     NonFiniteError,
@@ -280,6 +283,9 @@ class Session:
             left = (self.num_updates - self.update) * dt
             self.echo(f"update {self.update} took {dt:.1f} s: about {left / 60:.1f} min for the "
                       f"{self.num_updates - self.update} left")
+        every = self.cfg.run.image_every
+        if every is not None and self.update % every == 0:  # exploration you can see (rl/explore.py)
+            self.run.images(self.global_step, explore.images(explore.snapshot(self.env)))
         self._apply_stop_rules(now)
         every_s = self.cfg.run.checkpoint_every_s
         due = (self.update % self.cfg.run.checkpoint_every == 0 or self.update >= self.num_updates
@@ -359,6 +365,8 @@ class Session:
 
     def save(self) -> None:
         state = self._checkpoint_state()
+        if self.env.archive is not None:  # the cells and screens `gbxcule plot` draws
+            write_output(self.run.dir / ARCHIVE_NAME, explore.to_bytes(explore.snapshot(self.env)))
         self.run.save_checkpoint(state, self._policy_state(state))
         self._saved_update = self.update
         self._last_ckpt_t = time.perf_counter()
