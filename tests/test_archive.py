@@ -249,6 +249,25 @@ def test_cells_hold_the_state_that_reached_them_and_starts_restore_it():
     assert s["archive/start_share"] < 1.0  # p_start 0: once the archive has cells, starts come from it
 
 
+def test_episodes_from_cells_have_the_archive_step_limit():
+    env = GameEnv(task="leave_house", num_envs=8, max_steps=30, start_states=("random_actions", 3, 2),
+                  archive={"capacity": 16, "p_start": 0.5, "max_steps": 3}, spread_clocks=True)
+    env.reset(seed=0)
+    assert int(env._limit.max()) <= 30 and len(set(env._limit.tolist())) > 1  # spread first episodes
+    rng = np.random.default_rng(1)
+    lengths = {True: set(), False: set()}
+    for _ in range(60):
+        from_cell = env._from_archive.clone()
+        _, _, _, tr, info = env.step(rng.integers(0, 8, size=8))
+        for e in np.flatnonzero(tr.numpy()):
+            lengths[bool(from_cell[e])].add(int(env.final_length[e]))
+        arch = env._from_archive
+        assert torch.equal(env._limit[arch], torch.full_like(env._limit[arch], 3)) or not bool(arch.any())
+    assert lengths[True] == {3} and max(lengths[False]) <= 30
+    s = env.episode_stats()  # per start slot: only the episodes from the task's start slots
+    assert sum(s["slot_episodes"]) == s["start_episodes"] and sum(s["archive/depth_episodes"]) > 0
+
+
 def test_swarm_clones_the_milestone_state_into_archive_started_envs():
     n = 6
     env = GameEnv(task="talk_to_hiker", num_envs=n, max_steps=50, stack_k=2,
@@ -416,3 +435,20 @@ def test_eval_env_and_bad_archive_settings(tmp_path):
         make_config(None, {"env": {"archive": {"p_start": 3}}})
     with pytest.raises(ConfigError, match="unknown archive setting"):
         make_config(None, {"env": {"archive": {"size": 3}}})
+
+
+def test_the_archive_configs_share_one_table():
+    from pathlib import Path
+
+    from gbxcule.rl.algos import make_config
+    from gbxcule.rl.shell import read_toml
+
+    root = Path(__file__).resolve().parent.parent / "configs"
+    files = sorted(root.glob("*_archive.toml"))
+    assert len(files) == 3
+    tables = [read_toml(f)["env"]["archive"] for f in files]
+    assert all(t == tables[0] for t in tables)
+    for f in files:
+        cfg = make_config(f)
+        assert cfg.env.archive == tables[0] and cfg.env.spread_clocks and not cfg.env.reward.get("novelty_pixels")
+        assert cfg.env.start_states != "solution" and cfg.env.start_states[0] != "solution"  # no demonstration

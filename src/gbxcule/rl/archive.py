@@ -62,6 +62,7 @@ class ArchiveConfig:
     pixel_cell: int = knob(8, choices=(2, 4, 8))  # pixels: block side of the frame hash (in observation pixels)
     pixel_levels: int = knob(4, min=2, max=16)  # pixels: shade levels per block mean
     inserts: int = knob(64, min=1, max=4096)  # at most this many cells inserted or improved per step
+    max_steps: int = knob(0, min=0)  # step limit of an episode that starts from a cell (0: the env's)
     p_start: float = knob(0.25, min=0, max=1)  # least share of episodes from the task's own start
     schedule: str = knob("success", choices=("success", "fixed"))  # success: p rises with success from the start
     smoothing: float = knob(0.8, min=0, max=0.999)  # of the success EMA, per update

@@ -147,7 +147,8 @@ class GameEnv:
         self.num_slots = build_starts(be, start_spec(t, start_states), self.seed, t.base_dir if t else ".",
                                       extra_slots=extra)
         self._build_buffers()  # the device buffers
-        if spread_clocks:
+        self.spread_clocks = bool(spread_clocks)
+        if spread_clocks or (self.archive_cfg is not None and self.archive_cfg.max_steps):  # per-env step limits
             self._limit = torch.full((n,), self.max_steps, dtype=torch.int32, device=self.device)
         if self.archive_cfg is not None:
             self._setup_archive()
@@ -297,9 +298,11 @@ class GameEnv:
         self._restore_done(seed)
         if self.archive is not None:
             self.archive.mark_areas(self.cell_keys())
-        if self._limit is not None:  # spread clocks: first episodes end at a seeded step in [1, max_steps]
+        if self._limit is not None and self.archive is None:
+            self._limit.fill_(self.max_steps)
+        if self.spread_clocks:  # first episodes end at a seeded step in [1, max_steps] (or sooner)
             spread = hashed_bits(seed, self._env_ids, self.episodes, SALT_CLOCK, 31) % self.max_steps
-            self._limit.copy_(self.max_steps - spread)
+            torch.minimum(self._limit, (self.max_steps - spread).to(torch.int32), out=self._limit)
         for buf in (self.steps, self.ep_return, self.ep_success, self.success, self._near, self.rewards,
                     self.terminated, self.truncated, self._stats, self._slot_stats):
             buf.zero_()
@@ -346,6 +349,9 @@ class GameEnv:
         self._off_steps.copy_(torch.where(r, a.steps.gather(0, row) * use, self._off_steps))
         self._off_ret.copy_(torch.where(r, a.ret.gather(0, row) * use, self._off_ret))
         self._from_archive.copy_(torch.where(r, use, self._from_archive))
+        if self._limit is not None:  # an episode from a cell (or a swarm jump) has the archive's step limit
+            cell_limit = a.cfg.max_steps or self.max_steps
+            self._limit.copy_(torch.where(done, torch.where(use | dst, cell_limit, self.max_steps), self._limit))
 
     def clone_states(self, src, dst_mask) -> None:
         """Give every env e with `dst_mask[e]` (bool [N]) the whole state of env `src[e]` (an int tensor [N] or
@@ -467,7 +473,7 @@ class GameEnv:
         for table in (self._nov_ram, self._nov_px):
             if table is not None:
                 table.clear(self._done)
-        if self._limit is not None:
+        if self._limit is not None and self.archive is None:
             self._limit.masked_fill_(self._done, self.max_steps)
         return self.obs, self.rewards, self.terminated, self.truncated, info
 
@@ -499,9 +505,13 @@ class GameEnv:
         self._stats[:len(vals)] += v
         if self.num_slots > 1:  # `_slots` still holds the slot each ending episode started from
             pair = self._slot_pair
-            pair[:, 0].copy_(d if self.archive is None else d & ~self._from_archive)  # from the task's starts
+            slots = self._slots
+            if self.archive is not None:  # only episodes from the task's start slots; a cell's slot is >= K
+                d = d & ~self._from_archive
+                slots = slots.clamp(max=self.num_slots - 1)
+            pair[:, 0].copy_(d)
             pair[:, 1].copy_(d).mul_(self.ep_success)  # in place: no temporary per step
-            self._slot_stats.index_add_(0, self._slots, pair)
+            self._slot_stats.index_add_(0, slots, pair)
 
     def _info(self, first: bool = False) -> dict:
         """info per `info_mode`. Values are device tensors in buffers the env owns and overwrites on the next
@@ -686,5 +696,5 @@ class GameEnv:
                 "codec": self.codec.describe(), "schedule": self.schedule.describe(), "max_steps": self.max_steps,
                 "start_slots": self.num_slots, "terminate_on": self.terminate_on, "tau": self.tau,
                 "archive": None if self.archive is None else {**self.archive_cfg.to_dict(), "cells": self.cell_mode},
-                "spread_clocks": self._limit is not None,
+                "spread_clocks": self.spread_clocks,
                 "reward": {k: v for k, v in vars(self.reward_cfg).items() if k != "extra"}}
