@@ -49,8 +49,8 @@ MAX_CAPACITY = 1 << 20
 MAX_ENVS = 1 << 24
 STAT_NAMES = ("inserted", "improved", "dropped", "swarms", "start_episodes", "start_successes", "archive_episodes",
               "archive_successes", "chosen_depth_sum", "chosen")
-# salts of the hashed uniforms (`hashed_bits`): a start or a cell, which cell, swarm or not, a spread clock
-SALT_START, SALT_CELL, SALT_SWARM, SALT_CLOCK = 0x51A7, 0xCE11, 0x5A53, 0xC10C
+# salts of the hashed uniforms (`hashed_bits`): a start (and which cell), swarm or not, a spread clock
+SALT_START, SALT_SWARM, SALT_CLOCK = 0x51A7, 0x5A53, 0xC10C
 
 
 @dataclass
@@ -109,13 +109,13 @@ def weight_table(device):
 
 
 def hashed_bits(seed: int, ids, counter, salt: int, bits: int = U_BITS):
-    """int64 [N]: `bits` well-mixed bits of (seed, salt, id, counter) (splitmix64's finaliser): the same on
-    every device. `counter` is a tensor (per env or a device scalar)."""
-    import torch
-
-    base = ((seed & 0xFFFFFFFF) << 20) ^ (salt & 0xFFFFF)
-    h = mix64(mix64(ids.to(torch.int64) + base) ^ counter.to(torch.int64))
-    return h & ((1 << bits) - 1)
+    """int64 [N]: `bits` (at most 63) well-mixed bits of (seed, salt, id, counter): splitmix64's finaliser of
+    `counter * 2**24 + id` (distinct for ids below 2**24) xor a constant of (seed, salt); the same bits on every
+    device. `ids`: int64 [N]; `counter`: an int64 tensor (per env, or a device scalar)."""
+    m = (1 << 64) - 1
+    base = (((seed & 0xFFFFFFFF) * 0x9E3779B97F4A7C15) ^ ((salt & 0xFFFFFFFF) * 0xD1B54A32D192ED03)) & m
+    base = base - (1 << 64) if base >= 1 << 63 else base
+    return mix64(((counter << 24) + ids) ^ base) & ((1 << bits) - 1)
 
 
 class StateArchive:

@@ -24,10 +24,10 @@ from gbxcule.core.cartridge import Rom
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.schema import NUM_FIELDS
 from gbxcule.rl.archive import (
-    SALT_CELL,
     SALT_CLOCK,
     SALT_START,
     SALT_SWARM,
+    U_BITS,
     ArchiveConfig,
     StateArchive,
     cell_bytes,
@@ -334,8 +334,8 @@ class GameEnv:
         torch, a, done = self.torch, self.archive, self._done
         dst = a.swarm_dst
         torch.logical_and(done, ~dst, out=self._rmask)
-        use, row = a.choose(self._rmask, hashed_bits(seed, self._env_ids, self.episodes, SALT_START),
-                            hashed_bits(seed, self._env_ids, self.episodes, SALT_CELL))
+        u = hashed_bits(seed, self._env_ids, self.episodes, SALT_START, 2 * U_BITS)  # two uniforms in one hash
+        use, row = a.choose(self._rmask, u & ((1 << U_BITS) - 1), u >> U_BITS)
         if a.cfg.swarm > 0:
             self.clone_states(a.swarm_src, dst)  # counters too: the offsets below add the source's progress
             self._off_steps.add_(self.steps * dst)
