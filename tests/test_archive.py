@@ -67,16 +67,19 @@ class Reference:
                 self.dropped += 1
         return saved
 
-    def weight(self, c) -> int:
+    def weight(self, c, deepest: int) -> int:
         table = lambda k: round(WEIGHT_ONE / math.sqrt(1 + min(k, TABLE - 1)))  # noqa: E731
-        a, b, r = (round(w * COEF_ONE) for w in (self.cfg.w_chosen, self.cfg.w_visits, self.cfg.w_recent))
+        a, b, r, d = (round(w * COEF_ONE) for w in (self.cfg.w_chosen, self.cfg.w_visits, self.cfg.w_recent,
+                                                    self.cfg.w_depth))
         return (a * table(c["chosen"]) + b * table(c["visits"])
-                + r * WEIGHT_ONE * int(self.clock - c["found"] < self.cfg.recent_steps))
+                + r * WEIGHT_ONE * int(self.clock - c["found"] < self.cfg.recent_steps)
+                + d * WEIGHT_ONE * c["steps"] // max(deepest, 1))
 
     def choose(self, done, u_start, u_cell, p):
         cdf, total = [], 0
+        deepest = max((self.cells[key]["steps"] for key in self.rows), default=0)
         for key in self.rows:
-            total += self.weight(self.cells[key])
+            total += self.weight(self.cells[key], deepest)
             cdf.append(total)
         out = {}
         for e in range(self.n):
@@ -93,7 +96,7 @@ class Reference:
 def test_insertion_replacement_and_sampling_match_a_python_reference(capacity, inserts):
     n, pool = 24, 40
     cfg = ArchiveConfig(capacity=capacity, inserts=inserts, p_start=0.3, w_chosen=1.0, w_visits=0.5, w_recent=2.0,
-                        recent_steps=3)
+                        recent_steps=3, w_depth=1.5)
     arch = StateArchive(cfg, n, first_slot=5, device="cpu")
     ref = Reference(cfg, n)
     rng = np.random.default_rng(11)

@@ -17,8 +17,8 @@ Everything per step is torch on the env's device with fixed shapes and no host s
   mask and slots of one masked `save_slots`.
 - `choose(done, u_start, u_cell)`: for envs whose episode ended, the task's start with probability `p`
   (`p_start` raised by the success schedule), else a cell drawn with weight `w_chosen / sqrt(1 + chosen) +
-  w_visits / sqrt(1 + visits) + w_recent * [found in the last recent_steps steps]` by inverse CDF over
-  fixed-point integer weights (the same bits on every device).
+  w_visits / sqrt(1 + visits) + w_recent * [found in the last recent_steps steps] + w_depth * steps /
+  deepest steps` by inverse CDF over fixed-point integer weights (the same bits on every device).
 - `milestone(keys, steps, eligible, u)`: a new area (the first cell byte) or a new depth reached: the source
   env, and a hash-chosen share `swarm` of the envs that started from the archive to clone from it.
 
@@ -44,6 +44,7 @@ COEF_ONE = 16  # fixed-point 1.0 of a weight coefficient (knobs up to 16: a weig
 TABLE = 1 << 16  # counts at or above this weigh as this
 U_BITS = 20  # bits of the hashed uniforms that pick a start and a cell
 STEP_CAP = (1 << 30) - 1  # steps-to-reach are capped here in the insertion priority
+DEPTH_CAP = 1 << 20  # and here in the depth weight
 DEPTH_BINS = 16  # success by the start cell's depth: bins of ceil(max_steps / DEPTH_BINS) steps
 MAX_CAPACITY = 1 << 20
 MAX_ENVS = 1 << 24
@@ -70,6 +71,7 @@ class ArchiveConfig:
     w_visits: float = knob(1.0, min=0, max=16)  # weight of 1 / sqrt(1 + visits)
     w_recent: float = knob(1.0, min=0, max=16)  # bonus of a cell found in the last `recent_steps` steps
     recent_steps: int = knob(64, min=0)
+    w_depth: float = knob(0.0, min=0, max=16)  # weight of the cell's steps from the start / the deepest cell's
     swarm: float = knob(0.0, min=0, max=1)  # share of the archive-started envs cloned at a milestone (0: off)
     swarm_on: str = knob("auto", choices=("auto", "area", "depth"))  # auto: area for RAM cells, else depth
     swarm_depth: int = knob(32, min=1)  # depth milestones: each time the deepest new cell passes another this many
@@ -79,10 +81,10 @@ class ArchiveConfig:
             check_fields(self, "archive")
         except SettingError as exc:
             raise EnvConfigError(str(exc)) from None
-        for name in ("w_chosen", "w_visits", "w_recent"):
+        for name in ("w_chosen", "w_visits", "w_recent", "w_depth"):
             setattr(self, name, float(getattr(self, name)))
         if self.w_chosen + self.w_visits + self.w_recent == 0:
-            raise EnvConfigError("archive: w_chosen, w_visits and w_recent are all 0 (no cell could be chosen)")
+            raise EnvConfigError("archive: w_chosen, w_visits and w_recent are all 0 (a new cell could weigh 0)")
 
     @classmethod
     def from_dict(cls, d: dict | ArchiveConfig | None) -> ArchiveConfig:
@@ -169,7 +171,7 @@ class StateArchive:
         self._earlier = torch.ones((b, b), dtype=torch.bool, device=dev).tril(-1)  # [i, j]: j ranks before i
         self._rows = torch.arange(m, **i64)
         self._table = weight_table(dev)
-        self._coef = tuple(int(round(w * COEF_ONE)) for w in (cfg.w_chosen, cfg.w_visits, cfg.w_recent))
+        self._coef = tuple(int(round(w * COEF_ONE)) for w in (cfg.w_chosen, cfg.w_visits, cfg.w_recent, cfg.w_depth))
         self._vals = torch.zeros(4, **i64)
 
     # --- per step ---------------------------------------------------------------------------------------------
@@ -232,12 +234,16 @@ class StateArchive:
     def weights(self):
         """int64 [capacity]: each cell's selection weight (0 for empty rows), fixed point."""
         torch, m, t = self.torch, self.m, self._table
-        a, b, c = self._coef
+        a, b, c, d = self._coef
+        used = self._rows < self.count
         w = a * t[self.chosen[:m].clamp(max=TABLE - 1)] + b * t[self.visits[:m].clamp(max=TABLE - 1)]
         if c:
             recent = (self.clock - self.found[:m]) < self.cfg.recent_steps
             w = w + (c * WEIGHT_ONE) * recent.to(torch.int64)
-        return torch.where(self._rows < self.count, w, 0)
+        if d:  # integer division by the deepest cell's steps: the same bits on every device
+            steps = torch.where(used, self.steps[:m], 0).clamp_(max=DEPTH_CAP)
+            w = w + torch.div(d * WEIGHT_ONE * steps, steps.max().clamp(min=1), rounding_mode="floor")
+        return torch.where(used, w, 0)
 
     def choose(self, done, u_start, u_cell):
         """For envs whose episode ended (`done`): (from_archive bool [N], row int64 [N]). `u_start`, `u_cell`:
