@@ -257,12 +257,12 @@ class GameEnv:
     def _setup_archive(self) -> None:
         """The state archive and the per-env records it needs (where each episode started, its offsets)."""
         torch, t, cfg, n, dev = self.torch, self.task, self.archive_cfg, self.num_envs, self.device
-        cell_bytes = (t.cells or t.novelty_ram) if t is not None else ()
-        mode = cfg.cells if cfg.cells != "auto" else ("ram" if cell_bytes else "pixels")
-        if mode == "ram" and not cell_bytes:
+        addrs = (t.cells or t.novelty_ram) if t is not None else ()
+        mode = cfg.cells if cfg.cells != "auto" else ("ram" if addrs else "pixels")
+        if mode == "ram" and not addrs:
             raise EnvConfigError("archive cells = 'ram' needs a task that names cell bytes (cells = [...] in its pack)")
         self.cell_mode = mode
-        self._cell_rows = (torch.tensor(ram_rows(cell_bytes, self.backend.layout), dtype=torch.int64, device=dev)
+        self._cell_rows = (torch.tensor(ram_rows(addrs, self.backend.layout), dtype=torch.int64, device=dev)
                            if mode == "ram" else None)
         self.archive = StateArchive(cfg, n, self.num_slots, dev, self.seed, area_keys=mode == "ram",
                                     max_steps=self.max_steps)
@@ -549,8 +549,9 @@ class GameEnv:
     def episode_stats(self, clear: bool = True) -> dict[str, float]:
         """Totals since the last call: finished episodes, their mean return, length and success rate, and
         rates per env-step; with several start slots also `slot_episodes` and `slot_successes` (lists, one
-        entry per slot, by the slot each episode started from). Reads the device once. Raises ValueError if
-        out-of-range actions were seen."""
+        entry per slot, by the slot each episode started from); with a state archive its `archive/...` figures and
+        `success_from_start` (`StateArchive.read_stats`, which moves the start schedule when `clear`). Reads the
+        device once (and once more for the archive). Raises ValueError if out-of-range actions were seen."""
         self._raise_bad_actions()
         s = dict(zip(_STAT_NAMES, self._stats.tolist(), strict=True))
         per_slot = {}
@@ -560,8 +561,10 @@ class GameEnv:
         if clear:
             self._stats.zero_()
             self._slot_stats.zero_()
+        if self.archive is not None:
+            per_slot.update(self.archive.read_stats(clear))
         eps, steps = s["episodes"], max(s["steps"], 1.0)
-        out = {**per_slot, "episodes": int(eps), "env_steps": int(s["steps"]),
+        return {**per_slot, "episodes": int(eps), "env_steps": int(s["steps"]),
                 "episode_return": s["return_sum"] / eps if eps else float("nan"),
                 "episode_length": s["length_sum"] / eps if eps else float("nan"),
                 "success_rate": s["success_sum"] / eps if eps else float("nan"),
@@ -569,9 +572,6 @@ class GameEnv:
                 "template_fired": int(s["template_fired"]),
                 "template_precision": (s["template_fired_ok"] / s["template_fired"]) if s["template_fired"]
                 else float("nan")}
-        if self.archive is not None:
-            out.update(self.archive.read_stats(clear))
-        return out
 
     # --- state for checkpoints ------------------------------------------------------------------------------
     def _field_rows(self):
