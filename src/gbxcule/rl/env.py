@@ -142,8 +142,7 @@ class GameEnv:
         self.archive_cfg = ArchiveConfig.from_dict(archive) if archive else None
         self.archive = self._limit = self._clone_bufs = None
         extra = 0 if self.archive_cfg is None else self.archive_cfg.capacity
-        if extra:
-            check_archive_memory(extra, be, self.device)
+        self.archive_bytes = check_archive_memory(extra, be, self.device) if extra else 0  # refused if it won't fit
         self.num_slots = build_starts(be, start_spec(t, start_states), self.seed, t.base_dir if t else ".",
                                       extra_slots=extra)
         self._build_buffers()  # the device buffers
@@ -695,6 +694,7 @@ class GameEnv:
                 "device": self.device, "stack_k": self.stack_k, "obs": self.obs_mode,
                 "codec": self.codec.describe(), "schedule": self.schedule.describe(), "max_steps": self.max_steps,
                 "start_slots": self.num_slots, "terminate_on": self.terminate_on, "tau": self.tau,
-                "archive": None if self.archive is None else {**self.archive_cfg.to_dict(), "cells": self.cell_mode},
+                "archive": None if self.archive is None else {**self.archive_cfg.to_dict(), "cells": self.cell_mode,
+                                                              "bytes": self.archive_bytes},
                 "spread_clocks": self.spread_clocks,
                 "reward": {k: v for k, v in vars(self.reward_cfg).items() if k != "extra"}}

@@ -115,6 +115,9 @@ class Session:
         seed_everything(cfg.run.seed)
         self.env = make_env(cfg.env, self.device, cfg.run.seed, keep_final_obs=True, info_mode="none",
                             **(env_kwargs or {}))
+        if self.env.archive is not None:
+            self.echo(f"state archive: {self.env.archive.m:,} cells of {self.env.cell_mode} keys, "
+                      f"{self.env.archive_bytes / 2**20:,.0f} MiB on {self.device}")
         self.timer = Timer(self.cuda, names=())
         self.update = self.global_step = 0
         self.wall_before = 0.0
