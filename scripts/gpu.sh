@@ -256,6 +256,20 @@ cmd_learning() {
   pack learning checkpoint.pt
 }
 
+## archive [ARGS]: the state archive's cost (env-steps/s with it and without, ENVS [16384]) and the cells reached
+#    against env-steps by random play with and without its starts (EXPLORE_ENVS [4096], STEPS [1000]), plus the
+#    archive/cells curves of training runs in RUN_DIRS (scripts/bench_archive.py); CONFIG
+#    [configs/talk_to_hiker_archive.toml]; ARGS go to the cost run
+cmd_archive() {
+  use_src; local d cfg=${CONFIG:-configs/talk_to_hiker_archive.toml}; d=$(work archive)
+  "$PY" scripts/bench_archive.py cost --config "$cfg" --envs "${ENVS:-16384}" --device cuda --steps 150 --repeat 2 \
+    --out "$d" "$@" 2>&1 | quiet
+  # shellcheck disable=SC2086  # RUN_DIRS: several folders
+  "$PY" scripts/bench_archive.py explore --config "$cfg" --envs "${EXPLORE_ENVS:-4096}" --device cuda \
+    --steps "${STEPS:-1000}" --out "$d" ${RUN_DIRS:+--runs $RUN_DIRS} 2>&1 | quiet
+  pack archive
+}
+
 ## trainspeed [ARGS]: training SPS per variant, split into env, inference and update (bench_train.py)
 #    beside raw full_step of the same envs; ENVS [16384], SECONDS_EACH [45] a variant, PARTNAME; ARGS passed on
 #    (--task, --config, --variant NAME FLAGS)

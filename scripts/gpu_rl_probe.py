@@ -27,10 +27,11 @@ def check(steps: int = 40, n: int = 64, **kw) -> dict:
         res = {d: [x.cpu().clone() for x in e.step(torch.from_numpy(a).to(e.device))[:4]] for d, e in envs.items()}
         extra = {d: [e.distance.cpu().clone(), e.success.cpu().clone(), e.steps.cpu().clone(),
                      torch.as_tensor(e.backend.field_values("pc")), torch.as_tensor(e.backend.wram_bytes(0xC100))]
+                 + ([e.archive.keys[:n].cpu().clone(), e.archive.steps[:n].cpu().clone()] if e.archive else [])
                  for d, e in envs.items()}
         for i, (x, y) in enumerate(zip(res["cpu"] + extra["cpu"], res["cuda"] + extra["cuda"], strict=True)):
             if not torch.equal(x, y) and first is None:
-                nm = (names + ("distance", "success", "steps", "pc", "map"))[i]
+                nm = (names + ("distance", "success", "steps", "pc", "map", "cell keys", "cell steps"))[i]
                 bad = (x != y).reshape(n, -1).any(1).nonzero().flatten().tolist()
                 first = (nm, step, bad[:8], x.reshape(n, -1)[bad[0]][:6].tolist(),
                          y.reshape(n, -1)[bad[0]][:6].tolist())
@@ -52,7 +53,10 @@ def main() -> None:
     results = {}
     if not args.skip_check:
         t = time.time()
-        for i, kw in enumerate(({"stack_k": 2, "start_states": ("random_actions", 8)}, {"obs": "packed"})):
+        archive = {"stack_k": 2, "start_states": ("random_actions", 4), "max_steps": 12, "spread_clocks": True,
+                   "archive": {"capacity": 64, "p_start": 0.2, "max_steps": 5, "swarm": 0.3, "swarm_on": "depth",
+                               "swarm_depth": 3, "w_depth": 1.0}}  # the state archive: CUDA == CPU too
+        for i, kw in enumerate(({"stack_k": 2, "start_states": ("random_actions", 8)}, {"obs": "packed"}, archive)):
             results[f"check{i}"] = check(**kw)
             print("check", results[f"check{i}"], f"{time.time() - t:.1f}s", flush=True)
     for n in [] if args.check_only else [int(x) for x in args.envs.split(",")]:

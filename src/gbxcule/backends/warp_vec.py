@@ -831,6 +831,14 @@ class WarpVecBackend:
         store = self._slot_store()
         return None if store.obs is None else (store.obs, store.screen)
 
+    def slot_arrays(self) -> tuple:
+        """The slot store's device arrays, as views for copying many slots at once (checkpoints of slots saved
+        during a run): fields int32 [K, NUM_FIELDS], RAM uint32 [K, words] (4 bytes a word, as `slot_state`
+        unpacks them), and the observations [K, 72, W] and screens [K, 144, 160] (None without frames)."""
+        store = self._slot_store()
+        return (store.fields.reshape((store.num_slots, store.num_fields)),
+                store.ram.reshape((store.num_slots, store.ram_words)), store.obs, store.screen)
+
     def slot_state(self, slot: int) -> tuple[np.ndarray, np.ndarray]:
         """(fields int32 [NUM_FIELDS], RAM uint8 [bytes]) of slot `slot` on the host (synchronises)."""
         return self._slot_store().download(slot)

@@ -127,6 +127,7 @@ def run(args) -> int:
     from gbxcule.core.fmt import num, pct
     from gbxcule.rl import algos
     from gbxcule.rl.dist import launched_rank, launched_world_size, quiet
+    from gbxcule.rl.explore import achievement
     from gbxcule.rl.shell import merge_overrides, parse_sets, success_label
 
     launched = launched_world_size()
@@ -174,6 +175,9 @@ def run(args) -> int:
             lines.append(f"eval over {e['episodes']} episodes{skipped}: greedy "
                          f"{success_label(e.get('success_source'))} {pct(e['success_rate'])}, median steps "
                          f"{num(e['median_steps'], '.0f')}, mean return {num(e['mean_return'])}")
+        said = achievement(last, s.get("eval"))
+        if said:
+            lines.append(said)
         return "\n".join(lines)
 
     emit(args, summary, text)

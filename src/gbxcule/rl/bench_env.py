@@ -7,6 +7,8 @@ clock starts (as a sampler would hand them over), synchronising only at the end.
 - `env`: the full env step (obs into the frame ring, template distance, RAM goal, reward, counters, info),
   with no episode ending (terminate_on="none", no step limit).
 - `env_reset`: the same with max_steps=1, so every env is restored from a start slot on every step.
+- `env_task`: the env as its task defines it (goals, step limit: episodes end and restart as in training), with
+  `env_options` (e.g. a state archive, spread clocks); scripts/bench_archive.py compares it with and without.
 
 On CUDA, torch's allocator is read before and after the timed steps: `alloc_delta` (bytes still allocated),
 `peak_delta` (the peak above the start) and `reserved_delta` (new memory torch took from the driver).
@@ -17,7 +19,7 @@ from __future__ import annotations
 import gc
 import time
 
-KINDS = ("backend", "env", "env_reset")
+KINDS = ("backend", "env", "env_reset", "env_task")
 
 
 def _sync(device: str) -> None:
@@ -38,9 +40,11 @@ def _mem(device: str) -> dict | None:
 
 
 def measure_env(kind: str, n: int, steps: int, warmup: int, rom, codec, schedule, device: str = "cpu", task=None,
-                stack_k: int = 1, obs: str = "pixels", info_mode: str = "stats", seed: int = 0) -> dict:
+                stack_k: int = 1, obs: str = "pixels", info_mode: str = "stats", seed: int = 0,
+                env_options: dict | None = None) -> dict:
     """One measurement (see the module docstring): env-steps/s and, on CUDA, the allocation deltas. `rom`: a
-    `Rom`; `codec`/`schedule`: the task's (the backend runs under the same)."""
+    `Rom`; `codec`/`schedule`: the task's (the backend runs under the same); `env_options`: more GameEnv
+    arguments for `env_task`."""
     import torch
 
     from gbxcule.rl.env import GameEnv
@@ -60,12 +64,13 @@ def measure_env(kind: str, n: int, steps: int, warmup: int, rom, codec, schedule
 
             def step(i):
                 backend.step(acts[i])
-        elif kind in ("env", "env_reset"):
+        elif kind in ("env", "env_reset", "env_task"):
             reward = {"terminate_on": "none"} if kind == "env" else None
+            limit = {"env": 10**9, "env_reset": 1, "env_task": None}[kind]
             env = GameEnv(rom, n, tdev, task=task, stack_k=stack_k, obs=obs, info_mode=info_mode, seed=seed,
                           codec=codec.name, frames_per_step=schedule.frames_per_step,
-                          release_after_frames=schedule.release_after_frames,
-                          max_steps=1 if kind == "env_reset" else 10**9, reward=reward)
+                          release_after_frames=schedule.release_after_frames, max_steps=limit, reward=reward,
+                          **((env_options or {}) if kind == "env_task" else {}))
             env.reset()
             acts = torch.randint(0, env.num_actions, (warmup + steps, n), generator=gen).to(tdev)
 
@@ -94,9 +99,11 @@ def measure_env(kind: str, n: int, steps: int, warmup: int, rom, codec, schedule
             out.update(alloc_delta=after["allocated"] - before["allocated"],
                        peak_delta=torch.cuda.max_memory_allocated(tdev) - before["allocated"],
                        reserved_delta=after["reserved"] - before["reserved"])
-        if env is not None and kind == "env_reset":
+        if env is not None and kind in ("env_reset", "env_task"):
             s = env.episode_stats()
             out["resets_per_step"] = s["episodes"] / max(steps + warmup, 1)
+            if "archive/cells" in s:
+                out["archive_cells"] = s["archive/cells"]
         return out
     finally:
         if env is not None:

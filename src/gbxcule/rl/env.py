@@ -23,6 +23,17 @@ import numpy as np
 from gbxcule.core.cartridge import Rom
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.schema import NUM_FIELDS
+from gbxcule.rl.archive import (
+    SALT_CLOCK,
+    SALT_START,
+    SALT_SWARM,
+    U_BITS,
+    ArchiveConfig,
+    StateArchive,
+    cell_bytes,
+    check_archive_memory,
+    hashed_bits,
+)
 from gbxcule.rl.capture import task_template, template_meta
 from gbxcule.rl.goals import (
     GoalError,
@@ -85,6 +96,10 @@ class GameEnv:
     keep_final_obs: put the finished episodes' last observation in info["final_obs"] (a copy each step).
     memory_reserve: a `core.memory.Need` the caller will allocate beside the env (a trainer's storage); with the
         env's own need it is checked against the memory available before anything is allocated.
+    archive: a dict or `ArchiveConfig`: keep a state archive and start episodes from it (rl/archive.py,
+        docs/training.md "State archive"); None or {}: none.
+    spread_clocks: each env's first episode after a reset ends at a seeded step in [1, max_steps], so
+        truncations do not all fall on one step.
     """
 
     def __init__(self, rom: str | Path | Rom | None = None, num_envs: int = 1, device: str = "cpu",
@@ -93,7 +108,7 @@ class GameEnv:
                  codec: str | None = None, max_steps: int | None = None, reward: dict | RewardConfig | None = None,
                  goal: str | Path | GoalTemplate | None = None, info_mode: str = "stats", seed: int = 0,
                  keep_final_obs: bool = False, obs_view: str = "stride", backend_options: dict | None = None,
-                 memory_reserve=None):
+                 memory_reserve=None, archive: dict | ArchiveConfig | None = None, spread_clocks: bool = False):
         import torch
         import warp as wp
 
@@ -131,8 +146,18 @@ class GameEnv:
                                          backend_options=backend_options)
         self.rom, self.codec, self.schedule = be.rom, be.codec, be.schedule
         self._setup_goals(goal)  # what ends an episode and what it earns
-        self.num_slots = build_starts(be, spec, self.seed, t.base_dir if t else ".")
+        self.archive_cfg = ArchiveConfig.from_dict(archive) if archive else None
+        self.archive = self._limit = self._clone_bufs = None
+        extra = 0 if self.archive_cfg is None else self.archive_cfg.capacity
+        self.archive_bytes = check_archive_memory(extra, be, self.device) if extra else 0  # refused if it won't fit
+        self.num_slots = build_starts(be, spec, self.seed, t.base_dir if t else ".",
+                                      extra_slots=extra)
         self._build_buffers()  # the device buffers
+        self.spread_clocks = bool(spread_clocks)
+        if spread_clocks or (self.archive_cfg is not None and self.archive_cfg.max_steps):  # per-env step limits
+            self._limit = torch.full((n,), self.max_steps, dtype=torch.int32, device=self.device)
+        if self.archive_cfg is not None:
+            self._setup_archive()
         self._reset_all(self.seed)  # the first episodes
 
     # --- construction -------------------------------------------------------------------------------------
@@ -255,6 +280,30 @@ class GameEnv:
         self._slot_stats = torch.zeros((k, 2), dtype=torch.float64, device=dev)
         self._slot_pair = torch.zeros((n, 2), dtype=torch.float64, device=dev)
 
+    def _setup_archive(self) -> None:
+        """The state archive and the per-env records it needs (where each episode started, its offsets)."""
+        torch, t, cfg, n, dev = self.torch, self.task, self.archive_cfg, self.num_envs, self.device
+        addrs = (t.cells or t.novelty_ram) if t is not None else ()
+        mode = cfg.cells if cfg.cells != "auto" else ("ram" if addrs else "pixels")
+        if mode == "ram" and not addrs:
+            raise EnvConfigError("archive cells = 'ram' needs a task that names cell bytes (cells = [...] in its pack)")
+        self.cell_mode = mode
+        self._cell_rows = (torch.tensor(ram_rows(addrs, self.backend.layout), dtype=torch.int64, device=dev)
+                           if mode == "ram" else None)
+        self.archive = StateArchive(cfg, n, self.num_slots, dev, self.seed, area_keys=mode == "ram",
+                                    max_steps=self.max_steps)
+        self._off_steps = torch.zeros(n, dtype=torch.int64, device=dev)  # steps from the task's start at the start
+        self._off_ret = torch.zeros(n, dtype=torch.float32, device=dev)  # and the return
+        self._from_archive = torch.zeros(n, dtype=torch.bool, device=dev)  # the episode started from a cell
+        self._rmask = torch.zeros(n, dtype=torch.bool, device=dev)
+        self._rmask_wp = self._wp.from_torch(self._rmask)
+
+    def cell_keys(self):
+        """int64 [N]: each env's archive cell now (its RAM cell bytes packed, or a coarse hash of its frame)."""
+        if self._cell_rows is not None:
+            return ram_key(self._ram, self._cell_rows)
+        return frame_key(self._latest, self.archive_cfg.pixel_cell, self.archive_cfg.pixel_levels)
+
     # --- reset and step -----------------------------------------------------------------------------------
     def reset(self, seed: int | None = None):
         """Restore every env from a start slot (chosen by the seeded rule) and return (obs, info)."""
@@ -270,7 +319,16 @@ class GameEnv:
     def _reset_all(self, seed: int) -> None:
         torch = self.torch
         self._done.fill_(True)
+        if self.archive is not None:
+            self.archive.swarm_dst.zero_()
         self._restore_done(seed)
+        if self.archive is not None:
+            self.archive.mark_areas(self.cell_keys())
+        if self._limit is not None and self.archive is None:
+            self._limit.fill_(self.max_steps)
+        if self.spread_clocks:  # first episodes end at a seeded step in [1, max_steps] (or sooner)
+            spread = hashed_bits(seed, self._env_ids, self.episodes, SALT_CLOCK, 31) % self.max_steps
+            torch.minimum(self._limit, (self.max_steps - spread).to(torch.int32), out=self._limit)
         for buf in (self.steps, self.ep_return, self.ep_success, self.success, self._near, self.rewards,
                     self.terminated, self.truncated, self._stats, self._slot_stats):
             buf.zero_()
@@ -288,9 +346,66 @@ class GameEnv:
         and its screen in the frame buffer (the backend's masked restore: two launches)."""
         torch = self.torch
         slots = _slot_hash(torch, seed, self._env_ids, self.episodes, self.num_slots)
+        if self.archive is not None:
+            self._restore_with_archive(seed, slots)
+            return
         self._slots.copy_(slots)
         self.backend.restore(self._done_wp, self._slots_wp, obs=self._ring_wp)
         self._prev_sum.copy_(torch.where(self._done, self.slot_sum[self._slots.long()], self._prev_sum))
+
+    def _restore_with_archive(self, seed: int, slots) -> None:
+        """`_restore_done` with the archive: swarm destinations are cloned from their source first (before any
+        restore touches it), then the other ended envs restore from the task's start slot `slots` or from a
+        cell (one masked restore over start and cell slots); each records its offsets from the task's start."""
+        torch, a, done = self.torch, self.archive, self._done
+        dst = a.swarm_dst
+        torch.logical_and(done, ~dst, out=self._rmask)
+        u = hashed_bits(seed, self._env_ids, self.episodes, SALT_START, 2 * U_BITS)  # two uniforms in one hash
+        use, row = a.choose(self._rmask, u & ((1 << U_BITS) - 1), u >> U_BITS)
+        if a.cfg.swarm > 0:
+            self.clone_states(a.swarm_src, dst)  # counters too: the offsets below add the source's progress
+            self._off_steps.add_(self.steps * dst)
+            self._off_ret.add_(self.ep_return * dst)
+            self._from_archive |= dst
+        self._slots.copy_(torch.where(use, row + self.num_slots, slots))
+        self.backend.restore(self._rmask_wp, self._slots_wp, obs=self._ring_wp)
+        r = self._rmask
+        first_sum = torch.where(use, a.sums.gather(0, row), self.slot_sum[slots])
+        self._prev_sum.copy_(torch.where(r, first_sum, self._prev_sum))
+        self._off_steps.copy_(torch.where(r, a.steps.gather(0, row) * use, self._off_steps))
+        self._off_ret.copy_(torch.where(r, a.ret.gather(0, row) * use, self._off_ret))
+        self._from_archive.copy_(torch.where(r, use, self._from_archive))
+        if self._limit is not None:  # an episode from a cell (or a swarm jump) has the archive's step limit
+            cell_limit = a.cfg.max_steps or self.max_steps
+            self._limit.copy_(torch.where(done, torch.where(use | dst, cell_limit, self.max_steps), self._limit))
+
+    def clone_states(self, src, dst_mask) -> None:
+        """Give every env e with `dst_mask[e]` (bool [N]) the whole state of env `src[e]` (an int tensor [N] or
+        one env number): its emulator state, screen and frame stack (the backend's masked clone) and the env's
+        own per-env state (episode step, return, success, template distance, novelty tables, step limit,
+        archive offsets), so under the same actions it goes on bit for bit as its source. A source must not
+        be a destination. Device work only: no host synchronisation."""
+        torch, n = self.torch, self.num_envs
+        if self._clone_bufs is None:
+            src32 = torch.zeros(n, dtype=torch.int32, device=self.device)
+            mask = torch.zeros(n, dtype=torch.bool, device=self.device)
+            self._clone_bufs = (src32, mask, self._wp.from_torch(src32), self._wp.from_torch(mask))
+        src32, mask, src_wp, mask_wp = self._clone_bufs
+        src32.copy_(torch.as_tensor(src, device=self.device).expand(n))
+        mask.copy_(torch.as_tensor(dst_mask, device=self.device).expand(n))
+        self.backend.clone(src_wp, mask_wp, obs=self._ring_wp)
+        idx = src32.long()
+        own = [self.steps, self.ep_return, self.ep_success, self.success, self.distance, self._dist_sum, self._prev_sum,
+               self._near, self._fired]
+        if self._limit is not None:
+            own.append(self._limit)
+        if self.archive is not None:
+            own += [self._off_steps, self._off_ret, self._from_archive]
+        for buf in own:
+            buf.copy_(torch.where(mask, buf.index_select(0, idx), buf))
+        for table in (self._nov_ram, self._nov_px):
+            if table is not None:
+                table.seen.copy_(torch.where(mask[:, None], table.seen.index_select(0, idx), table.seen))
 
     @property
     def obs(self):
@@ -353,7 +468,8 @@ class GameEnv:
             self.terminated.copy_(self._fired)
         elif self.terminate_on == "ram":
             self.terminated.copy_(self.success)
-        torch.logical_and(self.steps >= self.max_steps, ~self.terminated, out=self.truncated)
+        limit = self.max_steps if self._limit is None else self._limit
+        torch.logical_and(self.steps >= limit, ~self.terminated, out=self.truncated)
         reward.add_(self.terminated, alpha=cfg.goal_bonus)
         if self._nov_ram is not None:
             reward.add_(self._nov_ram.visit(ram_key(self._ram, self._nov_rows)), alpha=cfg.novelty_ram)
@@ -362,6 +478,8 @@ class GameEnv:
         self.ep_return += reward
         self.ep_success |= self.success
         torch.logical_or(self.terminated, self.truncated, out=self._done)
+        if self.archive is not None:
+            self._archive_step()
         self._accumulate()
         if self.stack_k > 1:
             self._pos = (self._pos + 1) % self.stack_k
@@ -383,7 +501,26 @@ class GameEnv:
         for table in (self._nov_ram, self._nov_px):
             if table is not None:
                 table.clear(self._done)
+        if self._limit is not None and self.archive is None:
+            self._limit.masked_fill_(self._done, self.max_steps)
         return self.obs, self.rewards, self.terminated, self.truncated, info
+
+    def _archive_step(self) -> None:
+        """The archive's share of a step, before the episode ends are counted: offer every env's state as its
+        cell's (one masked save into the cells' slots), and with swarming end the episodes of the envs to
+        clone (truncated: they bootstrap) when a milestone is reached."""
+        a = self.archive
+        keys = self.cell_keys()
+        steps = self._off_steps + self.steps
+        eligible = ~self.terminated  # a goal state is never a start
+        mask, slot = a.observe(keys, steps, self._off_ret + self.ep_return, self._dist_sum, eligible)
+        self.backend.save_slots(mask, slot)
+        if a.cfg.swarm > 0:
+            dst, _ = a.milestone(keys, steps, eligible, self._from_archive,
+                                 hashed_bits(self.seed, self._env_ids, a.clock, SALT_SWARM))
+            self.truncated |= dst
+            self._done |= dst
+        a.account(self._done, self.ep_success, self._from_archive, self._off_steps)
 
     def _accumulate(self) -> None:
         """Add this step's totals to the device stats (one stack, one add; `_STAT_NAMES` order)."""
@@ -396,9 +533,13 @@ class GameEnv:
         self._stats[:len(vals)] += v
         if self.num_slots > 1:  # `_slots` still holds the slot each ending episode started from
             pair = self._slot_pair
+            slots = self._slots
+            if self.archive is not None:  # only episodes from the task's start slots; a cell's slot is >= K
+                d = d & ~self._from_archive
+                slots = slots.clamp(max=self.num_slots - 1)
             pair[:, 0].copy_(d)
             pair[:, 1].copy_(d).mul_(self.ep_success)  # in place: no temporary per step
-            self._slot_stats.index_add_(0, self._slots, pair)
+            self._slot_stats.index_add_(0, slots, pair)
 
     def _info(self, first: bool = False) -> dict:
         """info per `info_mode`. Values are device tensors in buffers the env owns and overwrites on the next
@@ -450,8 +591,9 @@ class GameEnv:
     def episode_stats(self, clear: bool = True) -> dict[str, float]:
         """Totals since the last call: finished episodes, their mean return, length and success rate, and
         rates per env-step; with several start slots also `slot_episodes` and `slot_successes` (lists, one
-        entry per slot, by the slot each episode started from). Reads the device once. Raises ValueError if
-        out-of-range actions were seen."""
+        entry per slot, by the slot each episode started from); with a state archive its `archive/...` figures and
+        `success_from_start` (`StateArchive.read_stats`, which moves the start schedule when `clear`). Reads the
+        device once (and once more for the archive). Raises ValueError if out-of-range actions were seen."""
         self._raise_bad_actions()
         s = dict(zip(_STAT_NAMES, self._stats.tolist(), strict=True))
         per_slot = {}
@@ -461,6 +603,8 @@ class GameEnv:
         if clear:
             self._stats.zero_()
             self._slot_stats.zero_()
+        if self.archive is not None:
+            per_slot.update(self.archive.read_stats(clear))
         eps, steps = s["episodes"], max(s["steps"], 1.0)
         return {**per_slot, "episodes": int(eps), "env_steps": int(s["steps"]),
                 "episode_return": s["return_sum"] / eps if eps else float("nan"),
@@ -493,7 +637,21 @@ class GameEnv:
             d["emu"] = {"fields": self._field_rows().reshape(-1).cpu().clone(), "ram": self._ram.cpu().clone(),
                         "serial": wp.to_torch(be.serial).cpu().clone(),
                         "frame": wp.to_torch(be.frame_buffer()).cpu().clone()}
+        if self._limit is not None:
+            d["limit"] = self._limit.cpu().clone()
+        if self.archive is not None:
+            d["archive"] = {**self.archive.state_dict(), "off_steps": self._off_steps.cpu().clone(),
+                            "off_ret": self._off_ret.cpu().clone(), "from_archive": self._from_archive.cpu().clone()}
+            if emulator:  # the cells' emulator states, observations and screens
+                d["archive"]["slots"] = [x.cpu().clone() for x in self._cell_slots()]
         return d
+
+    def _cell_slots(self) -> list:
+        """Torch views of the used archive cells' slots: fields, RAM words (as int32), observations, screens."""
+        k, used = self.num_slots, int(self.archive.count.item())
+        views = [self._wp.to_torch(x) for x in self.backend.slot_arrays() if x is not None]
+        return [v[k:k + used].view(self.torch.int32) if v.dtype == self.torch.uint32 else v[k:k + used]
+                for v in views]
 
     def load_state_dict(self, d: dict) -> None:
         if d.get("slots_sha1") != self._slots_sha1:
@@ -515,6 +673,10 @@ class GameEnv:
             table = getattr(self, name)
             if table is not None and name in d:
                 table.seen.copy_(d[name])
+        if self._limit is not None:
+            self._limit.copy_(d["limit"]) if "limit" in d else self._limit.fill_(self.max_steps)
+        if self.archive is not None:
+            self._load_archive(d.get("archive"))
         if "emu" in d:
             be, wp, e = self.backend, self._wp, d["emu"]
             self._field_rows().copy_(e["fields"].view(NUM_FIELDS, self.num_envs))
@@ -527,11 +689,27 @@ class GameEnv:
             self._restore_done(self.seed)
             self._done.zero_()
 
+    def _load_archive(self, a: dict | None) -> None:
+        if a is None:
+            raise EnvConfigError("this env state was saved without a state archive")
+        arch = self.archive
+        arch.load_state_dict(a)
+        arch.swarm_dst.zero_()
+        for name in ("off_steps", "off_ret", "from_archive"):
+            getattr(self, f"_{name}").copy_(a[name])
+        if "slots" in a:
+            for view, saved in zip(self._cell_slots(), a["slots"], strict=True):
+                view.copy_(saved)
+        else:
+            warnings.warn("env state without the archive's emulator states: the archive starts empty", stacklevel=3)
+            arch.clear()
+
     def emulator_bytes(self) -> int:
         """Bytes of emulator state a checkpoint with `emulator=True` stores."""
         from gbxcule.core.schema import SERIAL_CAPTURE
 
-        return self.num_envs * (4 * NUM_FIELDS + self.backend.layout.total + SERIAL_CAPTURE + 144 * 160)
+        cells = 0 if self.archive is None else self.archive_cfg.capacity * cell_bytes(self.backend)
+        return self.num_envs * (4 * NUM_FIELDS + self.backend.layout.total + SERIAL_CAPTURE + 144 * 160) + cells
 
     # --- odds and ends ------------------------------------------------------------------------------------
     @property
@@ -560,4 +738,7 @@ class GameEnv:
                 "codec": self.codec.describe(), "schedule": self.schedule.describe(), "max_steps": self.max_steps,
                 "start_slots": self.num_slots, "terminate_on": self.terminate_on, "tau": self.tau,
                 "success_source": self.success_source,
+                "archive": None if self.archive is None else {**self.archive_cfg.to_dict(), "cells": self.cell_mode,
+                                                              "bytes": self.archive_bytes},
+                "spread_clocks": self.spread_clocks,
                 "reward": {k: v for k, v in vars(self.reward_cfg).items() if k != "extra"}}

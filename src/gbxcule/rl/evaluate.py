@@ -32,7 +32,7 @@ def make_eval_env(env_cfg, episodes: int, device: str, seed: int, task: str | No
 
     if episodes < 1:
         raise GbxculeError(f"episodes must be >= 1, got {episodes}")
-    cfg = dataclasses.replace(env_cfg)
+    cfg = dataclasses.replace(env_cfg, archive={}, spread_clocks=False)  # from the task's start, as it is
     if task is not None:
         cfg.task = task
     if episodes > 1:

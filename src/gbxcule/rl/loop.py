@@ -42,9 +42,12 @@ import torch
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.fmt import pct
 from gbxcule.core.memory import MODEL_ALLOWANCE, Need
+from gbxcule.core.outputs import write_output
+from gbxcule.rl import explore
 from gbxcule.rl.dist import RankFailure, World, quiet
 from gbxcule.rl.evaluate import evaluate_model, make_eval_env
 from gbxcule.rl.shell import (
+    ARCHIVE_NAME,
     POLICY_NAME,
     CheckpointError,
     NonFiniteError,
@@ -185,6 +188,9 @@ class Session:
         seed_everything(self.seed)
         self.env = make_env(cfg.env, self.device, self.seed, keep_final_obs=True, info_mode="none",
                             memory_reserve=reserve, **(env_kwargs or {}))
+        if self.env.archive is not None:
+            self.echo(f"state archive: {self.env.archive.m:,} cells of {self.env.cell_mode} keys, "
+                      f"{self.env.archive_bytes / 2**20:,.0f} MiB on {self.device}")
         if self.lead:
             self.run = Run(cfg.run.run_dir, to_dict(cfg), resume=ck is not None, tensorboard=cfg.run.tensorboard)
             if self.run.moved is not None:
@@ -394,6 +400,9 @@ class Session:
                 left = (self.num_updates - self.update) * dt
                 self.echo(f"update {self.update} took {dt:.1f} s: about {left / 60:.1f} min for the "
                           f"{self.num_updates - self.update} left")
+            every = self.cfg.run.image_every
+            if every is not None and self.update % every == 0:  # exploration you can see (rl/explore.py)
+                self.run.images(self.global_step, explore.images(explore.snapshot(self.env)))
             stopped = self._stop_rule(now, signalled)
             every_s = self.cfg.run.checkpoint_every_s
             due = (self.update % self.cfg.run.checkpoint_every == 0 or self.update >= self.num_updates
@@ -518,6 +527,8 @@ class Session:
         every = self.world.gather_objects(mine)
         if self.lead:
             state = self._checkpoint_state(mine, every[1:])
+            if self.env.archive is not None:  # the cells and screens `gbxcule plot` draws
+                write_output(self.run.dir / ARCHIVE_NAME, explore.to_bytes(explore.snapshot(self.env)))
             self.run.save_checkpoint(state, self._policy_state(state))
         self._saved_update = self.update
         self._last_ckpt_t = time.perf_counter()

@@ -1,5 +1,6 @@
 """Learning curves from run folders' metrics.jsonl (matplotlib, headless), runs overlaid: one PNG per panel
-that the logs have data for, percentiles drawn as a p10-p90 band around the p50 line."""
+that the logs have data for, percentiles drawn as a p10-p90 band around the p50 line; and for a run with a state
+archive the exploration pictures of its `archive.npz` (rl/explore.py: the same images TensorBoard shows)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ PANELS = (
                                                    "q_mean"), None),
     ("losses", "losses", ("pg_loss", "v_loss", "q_loss", "loss"), None),
     ("updates_per_s", "updates per second", ("updates_per_s",), None),
+    ("exploration", "distinct cells reached (the state archive)", ("archive/cells",), None),
+    ("archive_starts", "the task's start: its share p, the share of ended episodes from it, their success",
+     ("archive/p_start", "archive/start_share", "success_from_start"), None),
 )
 
 
@@ -56,8 +60,11 @@ def plot_runs(runs, out: str | Path | None = None, x: str = "env_steps") -> list
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from PIL import Image
 
     from gbxcule.core.outputs import write_output
+    from gbxcule.rl import explore
+    from gbxcule.rl.shell import ARCHIVE_NAME
 
     data = {str(r): read_metrics(r) for r in runs}
     folder = Path(out) if out else (Path(runs[0]) if Path(runs[0]).is_dir() else Path(runs[0]).parent)
@@ -125,29 +132,41 @@ def plot_runs(runs, out: str | Path | None = None, x: str = "env_steps") -> list
         ax.set_ylim(0, 1)
         ax.legend(fontsize=6, loc="upper right", ncol=2)
         save(fig, "actions" if len(data) == 1 else f"actions_{Path(run).name}")
-    for run, rows in data.items():  # runs with several start slots: success by slot over training
-        grid = slot_success_grid(rows)
-        if grid is None:
+    for run, rows in data.items():  # success by start slot, and by the depth of the archive cell started from
+        for keys, name, what in ((("slot_episodes", "slot_successes"), "success_by_start_slot", "start slot"),
+                                 (("archive/depth_episodes", "archive/depth_successes"), "success_by_start_depth",
+                                  "start depth (bins of steps from the task's start)")):
+            grid = slot_success_grid(rows, *keys)
+            if grid is None:
+                continue
+            steps, rates = grid
+            fig, ax = plt.subplots(figsize=(6, 3.6), dpi=110)
+            mesh = ax.pcolormesh(steps, range(len(rates[0]) + 1), [list(c) for c in zip(*rates, strict=True)],
+                                 vmin=0, vmax=1, cmap="viridis", shading="flat")
+            fig.colorbar(mesh, ax=ax, label="success rate")
+            ax.set_title(f"success by {what.split(' (')[0]}{'' if len(data) == 1 else ': ' + Path(run).name}",
+                         fontsize=9)
+            ax.set_xlabel("env-steps")
+            ax.set_ylabel(what)
+            save(fig, name if len(data) == 1 else f"{name}_{Path(run).name}")
+    for run in data:  # the exploration pictures of a run with a state archive
+        snap_path = Path(run) / ARCHIVE_NAME if Path(run).is_dir() else Path(run).parent / ARCHIVE_NAME
+        if not snap_path.is_file():
             continue
-        steps, rates = grid
-        fig, ax = plt.subplots(figsize=(6, 3.6), dpi=110)
-        mesh = ax.pcolormesh(steps, range(len(rates[0]) + 1), [list(c) for c in zip(*rates, strict=True)],
-                             vmin=0, vmax=1, cmap="viridis", shading="flat")
-        fig.colorbar(mesh, ax=ax, label="success rate")
-        ax.set_title(f"success by start slot{'' if len(data) == 1 else ': ' + Path(run).name}")
-        ax.set_xlabel("env-steps")
-        ax.set_ylabel("start slot")
-        save(fig, "success_by_start_slot" if len(data) == 1 else f"success_by_start_slot_{Path(run).name}")
+        for tag, img in explore.images(explore.load(snap_path)).items():
+            name = tag.replace("/", "_") + ("" if len(data) == 1 else f"_{Path(run).name}")
+            written.append(write_output(folder / f"{name}.png",
+                                        lambda tmp, img=img: Image.fromarray(img).save(tmp, format="PNG"),
+                                        inputs=[snap_path]))
     return written
 
 
-def slot_success_grid(rows: list[dict]):
+def slot_success_grid(rows: list[dict], episodes: str = "slot_episodes", successes: str = "slot_successes"):
     """(env-step edges, per update the success rate of each start slot, NaN where none ended) from the
-    `slot_episodes` / `slot_successes` of a run's log, or None when it has no such lists."""
-    rows = [r for r in rows if r.get("slot_episodes") and r.get("env_steps") is not None]
+    `slot_episodes` / `slot_successes` of a run's log (or other per-bin lists), or None when it has none."""
+    rows = [r for r in rows if r.get(episodes) and r.get("env_steps") is not None]
     if not rows:
         return None
     edges = [0] + [r["env_steps"] for r in rows]
-    rates = [[s / e if e else float("nan") for e, s in zip(r["slot_episodes"], r["slot_successes"], strict=True)]
-             for r in rows]
+    rates = [[s / e if e else float("nan") for e, s in zip(r[episodes], r[successes], strict=True)] for r in rows]
     return edges, rates

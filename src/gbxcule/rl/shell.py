@@ -32,8 +32,9 @@ from gbxcule.core.typed import SettingError, check_fields, knob
 CHECKPOINT_NAME = "checkpoint.pt"
 POLICY_NAME = "policy.pt"
 CHECKPOINT_FORMAT = 1
+ARCHIVE_NAME = "archive.npz"  # the state archive's cells and screens, written with each checkpoint
 RUN_FILES = ("config.json", "facts.json", "metrics.jsonl", "summary.json", "eval.json", "nonfinite.json",
-             CHECKPOINT_NAME, POLICY_NAME, "tb")
+             CHECKPOINT_NAME, POLICY_NAME, ARCHIVE_NAME, "tb")
 
 
 class ConfigError(SettingError):
@@ -61,6 +62,8 @@ class EnvConfig:
     max_steps: int | None = knob(None, min=1)
     reward: dict = field(default_factory=dict)
     backend: dict = field(default_factory=dict)  # emulator speed knobs: backends/warp_vec.py TUNING_OPTIONS
+    archive: dict = field(default_factory=dict)  # the state archive's knobs (rl/archive.py ArchiveConfig); {}: none
+    spread_clocks: bool = False  # first episodes end at seeded steps, so truncations do not all fall on one step
 
 
 @dataclass
@@ -80,6 +83,7 @@ class RunConfig:
     eval_every_s: float | None = knob(None, gt=0)  # ... or every this many seconds of training
     stop_at_success: float | None = knob(None, gt=0, max=1)  # stop once a periodic greedy eval reaches this rate
     success_window: int = knob(256, min=1)  # the progress bar's success: over at least this many last episodes
+    image_every: int | None = knob(None, min=1)  # TensorBoard images (screens, exploration maps) every N updates
     # several processes (torchrun; docs/training.md "Several GPUs"): env.num_envs is per process
     grad_sync: str = knob("allreduce", choices=("allreduce", "ddp"))  # one flat all-reduce per step, or DDP
     dist_timeout_s: float = knob(300.0, gt=0)  # a collective that waits longer ends the run (a process died)
@@ -388,6 +392,13 @@ class Run:
         torch.save({"format": CHECKPOINT_FORMAT, **state}, buf)
         return write_output(self.dir / name, buf.getvalue())
 
+    def images(self, step: int, images: dict) -> None:
+        """RGB images (uint8 [H, W, 3]) to TensorBoard under their names."""
+        if self._tb is not None:
+            for name, img in images.items():
+                self._tb.add_image(name, img, step, dataformats="HWC")
+            self._tb.flush()
+
     def write_json(self, name: str, payload: dict) -> Path:
         return write_output(self.dir / name, dumps(payload) + "\n")
 
@@ -541,7 +552,7 @@ def make_env(e: EnvConfig, device: str, seed: int, num_envs: int | None = None, 
     try:
         return GameEnv(e.rom, num_envs or e.num_envs, device, task=e.task, start_states=e.start_states,
                        stack_k=e.stack_k, obs=e.obs, max_steps=e.max_steps, reward=e.reward, goal=e.goal, seed=seed,
-                       backend_options=e.backend, **kw)
+                       backend_options=e.backend, archive=e.archive, spread_clocks=e.spread_clocks, **kw)
     except (TypeError, ValueError) as exc:  # a backend option of the wrong type or value
         if isinstance(exc, GbxculeError):
             raise

@@ -88,6 +88,7 @@ class Task:
     reward: dict = field(default_factory=dict)
     novelty_ram: tuple[int, ...] = ()
     base_dir: str = "."  # relative paths in the pack resolve against this folder
+    cells: tuple[int, ...] = ()  # RAM bytes naming a place, area first (the state archive's cells; rl/archive.py)
 
     @property
     def id(self) -> str:
@@ -110,9 +111,21 @@ def _ram_conditions(items, where: str) -> tuple[RamCondition, ...]:
     return tuple(out)
 
 
+def _ram_bytes(task: dict, pack: dict, key: str, where: str) -> tuple[int, ...]:
+    """A task's (else its pack's) list of at most 8 WRAM/HRAM addresses under `key`."""
+    addrs = task.get(key, pack.get(key, ()))
+    if not isinstance(addrs, list | tuple) or not all(isinstance(a, int) and not isinstance(a, bool) for a in addrs):
+        raise TaskError(f"{where}: {key} must be a list of addresses")
+    for a in addrs:
+        ram_offset(a, f"{where}: {key}")
+    if len(addrs) > 8:
+        raise TaskError(f"{where}: {key} names at most 8 bytes")
+    return tuple(int(a) for a in addrs)
+
+
 _TASK_KEYS = {"description", "start", "step_limit", "solution", "goal_ram", "template", "reward", "novelty_ram",
-              "codec", "frames_per_step", "release_after_frames"}
-_PACK_KEYS = {"name", "rom", "rom_sha1", "codec", "frames_per_step", "release_after_frames", "novelty_ram"}
+              "codec", "frames_per_step", "release_after_frames", "cells"}
+_PACK_KEYS = {"name", "rom", "rom_sha1", "codec", "frames_per_step", "release_after_frames", "novelty_ram", "cells"}
 
 
 def parse_pack(text: str, where: str, base_dir: str = ".") -> dict[str, Task]:
@@ -150,18 +163,15 @@ def parse_pack(text: str, where: str, base_dir: str = ".") -> dict[str, Task]:
             start = StartSpec(parse_script(s.get("script", ""), codec), states, s.get("generator"),
                               int(s.get("count", 1)), int(s.get("max_len", 8)))
             sol = t.get("solution")
-            novelty = tuple(int(a) for a in t.get("novelty_ram", pack.get("novelty_ram", ())))
-            for a in novelty:
-                ram_offset(a, f"{w}: novelty_ram")
-            if len(novelty) > 8:
-                raise TaskError(f"{w}: novelty_ram names at most 8 bytes")
+            novelty = _ram_bytes(t, pack, "novelty_ram", w)
+            cells = _ram_bytes(t, pack, "cells", w)
             reward = dict(t.get("reward", {}))
             RewardConfig.from_dict(reward)
             task = Task(tname, name, str(t.get("description", "")), pack.get("rom"), pack.get("rom_sha1"),
                         codec.name, int(t.get("frames_per_step", pack.get("frames_per_step", 24))),
                         int(t.get("release_after_frames", pack.get("release_after_frames", 8))), start,
                         int(t.get("step_limit", 1000)), None if sol is None else parse_script(sol, codec),
-                        _ram_conditions(t.get("goal_ram"), w), t.get("template"), reward, novelty, base_dir)
+                        _ram_conditions(t.get("goal_ram"), w), t.get("template"), reward, novelty, base_dir, cells)
         except GoalError as exc:
             raise TaskError(f"{w}: {exc}") from None
         if task.step_limit < 1:

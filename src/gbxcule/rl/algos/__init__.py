@@ -34,7 +34,7 @@ DEFAULT_ALGO = "ppo"
 MAY_CHANGE = ("total_steps", "run.time_limit_s", "run.eval_episodes", "run.progress", "run.device",
               "run.stop_after_updates", "run.checkpoint_every", "run.checkpoint_every_s", "run.tensorboard",
               "run.eval_every", "run.eval_every_s", "run.stop_at_success", "run.success_window", "run.run_dir",
-              "run.grad_sync", "run.dist_timeout_s", "run.check_sync")
+              "run.grad_sync", "run.dist_timeout_s", "run.check_sync", "run.image_every")
 MAY_CHANGE_TABLES = ("env.backend.",)  # emulator speed knobs: the same bits whatever their values
 PER_INVOCATION = ("stop_after_updates", "time_limit_s")  # run settings of one invocation: not kept on resume
 
@@ -95,6 +95,13 @@ def check_env(e) -> None:
         raise ConfigError(f"env.backend: unknown option(s) {', '.join(unknown)}; known: {', '.join(TUNING_OPTIONS)}")
     if not isinstance(e.reward, dict):
         raise ConfigError("env.reward must be a table")
+    from gbxcule.rl.archive import ArchiveConfig
+    from gbxcule.rl.starts import EnvConfigError
+
+    try:
+        ArchiveConfig.from_dict(e.archive)
+    except EnvConfigError as exc:
+        raise ConfigError(f"env.{exc}" if str(exc).startswith("archive") else f"env.archive: {exc}") from None
     try:
         RewardConfig.from_dict(e.reward)
     except GoalError as exc:

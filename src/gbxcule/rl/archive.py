@@ -1,0 +1,408 @@
+"""The state archive: emulator states kept on the device, keyed by cells, to start episodes from (Go-Explore)
+and to clone envs into when a milestone is reached (swarming). docs/training.md "State archive".
+
+A *cell* is a place in the game: a RAM key (the task's `cells` bytes, area first, e.g. map, x, y, packed into
+one int64) or, for any ROM, a coarse hash of the frame (`goals.frame_key`). The archive holds up to
+`capacity` cells, each with the emulator state that first reached it by the shortest known path (in the env's
+slot store, slots `first_slot + cell`), and per cell: visits, the best return on reaching it, the steps from
+the task's start of the stored path and its return, times chosen as a start, and the archive step it was found.
+
+Everything per step is torch on the env's device with fixed shapes and no host synchronisation:
+
+- `observe(keys, steps, returns, sums, eligible)`: look every env's cell up (keys sorted, `searchsorted`),
+  count visits, pick at most `inserts` envs whose cell is new or reached in fewer steps than recorded (new
+  first, then shortest, then lowest env; `topk` on one int64 priority), drop repeated keys among them, give
+  new cells the next free rows (a full archive drops new cells and counts them; a known cell's row is
+  rewritten with its shorter path; once full, envs in unknown cells are counted as dropped), and return the
+  mask and slots of one masked `save_slots`.
+- `choose(done, u_start, u_cell)`: for envs whose episode ended, the task's start with probability `p`
+  (`p_start` raised by the success schedule), else a cell drawn with weight `w_chosen / sqrt(1 + chosen) +
+  w_visits / sqrt(1 + visits) + w_recent * [found in the last recent_steps steps] + w_depth * steps /
+  deepest steps` by inverse CDF over fixed-point integer weights (the same bits on every device).
+- `milestone(keys, steps, eligible, u)`: a new area (the first cell byte) or a new depth reached: the source
+  env, and a hash-chosen share `swarm` of the envs that started from the archive to clone from it.
+
+Counters are read once per update (`read_stats`), where the start probability follows the success from the
+task's own start (`p = p_start + (1 - p_start) * ema`). `GameEnv(archive=...)` wires it in (rl/env.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+
+from gbxcule.core.memory import host_available
+from gbxcule.core.typed import SettingError, check_fields, knob
+from gbxcule.rl.goals import mix64
+from gbxcule.rl.starts import EnvConfigError
+
+INT64_MAX = 2**63 - 1  # the key of an empty row (a real key equal to it is stored as INT64_MAX - 1)
+WEIGHT_ONE = 1 << 12  # fixed-point 1.0 of a selection weight term
+COEF_ONE = 16  # fixed-point 1.0 of a weight coefficient (knobs up to 16: a weight below 2**22)
+TABLE = 1 << 16  # counts at or above this weigh as this
+U_BITS = 20  # bits of the hashed uniforms that pick a start and a cell
+STEP_CAP = (1 << 30) - 1  # steps-to-reach are capped here in the insertion priority
+DEPTH_CAP = 1 << 20  # and here in the depth weight
+DEPTH_BINS = 16  # success by the start cell's depth: bins of ceil(max_steps / DEPTH_BINS) steps
+MAX_CAPACITY = 1 << 20
+MAX_ENVS = 1 << 24
+STAT_NAMES = ("inserted", "improved", "dropped", "swarms", "start_episodes", "start_successes", "archive_episodes",
+              "archive_successes", "chosen_depth_sum", "chosen")
+# salts of the hashed uniforms (`hashed_bits`): a start (and which cell), swarm or not, a spread clock
+SALT_START, SALT_SWARM, SALT_CLOCK = 0x51A7, 0x5A53, 0xC10C
+
+
+@dataclass
+class ArchiveConfig:
+    """The archive's knobs (the `[env.archive]` table)."""
+
+    capacity: int = knob(4096, min=1, max=MAX_CAPACITY)  # cells (emulator states) held
+    cells: str = knob("auto", choices=("auto", "ram", "pixels"))  # auto: ram when the task names cell bytes
+    pixel_cell: int = knob(8, choices=(2, 4, 8))  # pixels: block side of the frame hash (in observation pixels)
+    pixel_levels: int = knob(4, min=2, max=16)  # pixels: shade levels per block mean
+    inserts: int = knob(64, min=1, max=4096)  # at most this many cells inserted or improved per step
+    max_steps: int = knob(0, min=0)  # step limit of an episode that starts from a cell (0: the env's)
+    p_start: float = knob(0.25, min=0, max=1)  # least share of episodes from the task's own start
+    schedule: str = knob("success", choices=("success", "fixed"))  # success: p rises with success from the start
+    smoothing: float = knob(0.8, min=0, max=0.999)  # of the success EMA, per update
+    w_chosen: float = knob(1.0, min=0, max=16)  # weight of 1 / sqrt(1 + times chosen)
+    w_visits: float = knob(1.0, min=0, max=16)  # weight of 1 / sqrt(1 + visits)
+    w_recent: float = knob(1.0, min=0, max=16)  # bonus of a cell found in the last `recent_steps` steps
+    recent_steps: int = knob(64, min=0)
+    w_depth: float = knob(0.0, min=0, max=16)  # weight of the cell's steps from the start / the deepest cell's
+    swarm: float = knob(0.0, min=0, max=1)  # share of the archive-started envs cloned at a milestone (0: off)
+    swarm_on: str = knob("auto", choices=("auto", "area", "depth"))  # auto: area for RAM cells, else depth
+    swarm_depth: int = knob(32, min=1)  # depth milestones: each time the deepest new cell passes another this many
+
+    def __post_init__(self) -> None:
+        try:
+            check_fields(self, "archive")
+        except SettingError as exc:
+            raise EnvConfigError(str(exc)) from None
+        for name in ("w_chosen", "w_visits", "w_recent", "w_depth"):
+            setattr(self, name, float(getattr(self, name)))
+        if self.w_chosen + self.w_visits + self.w_recent == 0:
+            raise EnvConfigError("archive: w_chosen, w_visits and w_recent are all 0 (a new cell could weigh 0)")
+
+    @classmethod
+    def from_dict(cls, d: dict | ArchiveConfig | None) -> ArchiveConfig:
+        if isinstance(d, ArchiveConfig):
+            return d
+        if not isinstance(d, dict):
+            raise EnvConfigError(f"archive must be a table, got {d!r}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise EnvConfigError(f"unknown archive setting(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**d)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def weight_table(device):
+    """int64 [TABLE]: round(WEIGHT_ONE / sqrt(1 + c)), computed on the host (exact, then copied)."""
+    import torch
+
+    c = np.arange(TABLE, dtype=np.float64)
+    return torch.tensor(np.rint(WEIGHT_ONE / np.sqrt(1.0 + c)).astype(np.int64), device=device)
+
+
+def hashed_bits(seed: int, ids, counter, salt: int, bits: int = U_BITS):
+    """int64 [N]: `bits` (at most 63) well-mixed bits of (seed, salt, id, counter): splitmix64's finaliser of
+    `counter * 2**24 + id` (distinct for ids below 2**24) xor a constant of (seed, salt); the same bits on every
+    device. `ids`: int64 [N]; `counter`: an int64 tensor (per env, or a device scalar)."""
+    m = (1 << 64) - 1
+    base = (((seed & 0xFFFFFFFF) * 0x9E3779B97F4A7C15) ^ ((salt & 0xFFFFFFFF) * 0xD1B54A32D192ED03)) & m
+    base = base - (1 << 64) if base >= 1 << 63 else base
+    return mix64(((counter << 24) + ids) ^ base) & ((1 << bits) - 1)
+
+
+class StateArchive:
+    """The archive's device tensors and per-step operations (see the module docstring). Rows 0..capacity-1
+    are cells (the first `count` used); row `capacity` is scratch for masked-out writes. `first_slot`: the
+    slot of cell 0 in the env's slot store (the start slots come first)."""
+
+    def __init__(self, cfg: ArchiveConfig, num_envs: int, first_slot: int, device, seed: int = 0,
+                 area_keys: bool = True, max_steps: int = 1000):
+        import torch
+
+        if num_envs > MAX_ENVS:
+            raise EnvConfigError(f"the archive handles at most {MAX_ENVS} envs, got {num_envs}")
+        self.torch, self.cfg, self.device = torch, cfg, device
+        self.m, self.n, self.first, self.seed = cfg.capacity, num_envs, first_slot, int(seed)
+        self.area_keys = bool(area_keys)  # the first key byte names an area (RAM cells)
+        self.swarm_on = cfg.swarm_on if cfg.swarm_on != "auto" else ("area" if area_keys else "depth")
+        if self.swarm_on == "area" and not area_keys:
+            raise EnvConfigError("archive: swarm_on = 'area' needs RAM cells (the first cell byte names the area)")
+        self.depth_width = max(1, math.ceil(max_steps / DEPTH_BINS))
+        m, n, dev = self.m, num_envs, device
+        i64 = dict(dtype=torch.int64, device=dev)
+        self.keys = torch.full((m + 1,), INT64_MAX, **i64)
+        self.sorted = torch.full((m,), INT64_MAX, **i64)
+        self.order = torch.arange(m, **i64)
+        self.count = torch.zeros((), **i64)
+        self.clock = torch.zeros((), **i64)  # steps observed
+        self.visits = torch.zeros(m + 1, **i64)
+        self.steps = torch.zeros(m + 1, **i64)  # steps from the task's start of the stored path
+        self.ret = torch.zeros(m + 1, dtype=torch.float32, device=dev)  # its return
+        self.best = torch.full((m + 1,), -math.inf, dtype=torch.float32, device=dev)  # best return on reaching it
+        self.chosen = torch.zeros(m + 1, **i64)
+        self.found = torch.zeros(m + 1, **i64)  # the clock when found
+        self.sums = torch.zeros(m + 1, dtype=torch.int32, device=dev)  # template distance sum of its first frame
+        self.area_seen = torch.zeros(256, dtype=torch.bool, device=dev)
+        self.next_depth = torch.full((), cfg.swarm_depth, **i64)
+        self.stats = torch.zeros(len(STAT_NAMES), **i64)
+        self.depth_stats = torch.zeros((DEPTH_BINS, 2), **i64)
+        self.p = cfg.p_start
+        self.ema: float | None = None
+        # per-step buffers
+        self.save_mask = torch.zeros(n, dtype=torch.bool, device=dev)
+        self.save_slot = torch.zeros(n, dtype=torch.int32, device=dev)
+        self.swarm_dst = torch.zeros(n, dtype=torch.bool, device=dev)
+        self.swarm_src = torch.zeros(n, dtype=torch.int32, device=dev)
+        self.new = torch.zeros(n, dtype=torch.bool, device=dev)  # this step: envs in a cell the archive lacked
+        self.env_ids = torch.arange(n, **i64)
+        self._ones = torch.ones(n, **i64)
+        b = min(cfg.inserts, n)
+        self.b = b
+        self._earlier = torch.ones((b, b), dtype=torch.bool, device=dev).tril(-1)  # [i, j]: j ranks before i
+        self._rows = torch.arange(m, **i64)
+        self._table = weight_table(dev)
+        self._coef = tuple(int(round(w * COEF_ONE)) for w in (cfg.w_chosen, cfg.w_visits, cfg.w_recent, cfg.w_depth))
+        self._vals = torch.zeros(4, **i64)
+
+    # --- per step ---------------------------------------------------------------------------------------------
+    def lookup(self, keys):
+        """(found bool [N], row int64 [N]: the cell's row, or the scratch row when not found)."""
+        torch = self.torch
+        pos = torch.searchsorted(self.sorted, keys).clamp_(max=self.m - 1)
+        found = self.sorted.gather(0, pos) == keys
+        return found, torch.where(found, self.order.gather(0, pos), self.m)
+
+    def observe(self, keys, steps, returns, sums, eligible):
+        """One step of every env: `keys` int64 [N] (its cell), `steps` int64 [N] (steps from the task's start),
+        `returns` float32 [N] (return since the task's start), `sums` int32 [N] (template distance sum of its
+        frame), `eligible` bool [N] (may be stored). Updates the records and returns (mask bool [N], slot
+        int32 [N]) for `save_slots`: the envs whose state becomes a cell's, with distinct slots."""
+        torch, m, n = self.torch, self.m, self.n
+        self.clock += 1
+        keys = keys.clamp(max=INT64_MAX - 1)
+        found, row = self.lookup(keys)
+        self.visits.index_add_(0, row, self._ones)
+        self.best.scatter_reduce_(0, row, returns, "amax")
+        better = found & (steps < self.steps.gather(0, row))
+        torch.logical_and(eligible, ~found, out=self.new)
+        room = self.count < m
+        cand = (self.new & room) | (eligible & better)
+        prio = ((~found).to(torch.int64) << 60) | ((STEP_CAP - steps.clamp(0, STEP_CAP)) << 24) | (n - 1 - self.env_ids)
+        prio = torch.where(cand, prio, -1)
+        top, env_b = torch.topk(prio, self.b)
+        valid = top >= 0
+        key_b, found_b, row_b = keys[env_b], found[env_b], row[env_b]
+        dup = ((key_b[:, None] == key_b[None, :]) & self._earlier & valid[None, :]).any(1)
+        keep = valid & ~dup
+        new_b = keep & ~found_b
+        slot_new = self.count + torch.cumsum(new_b.to(torch.int64), 0) - 1
+        fits = slot_new < m
+        new_ok = new_b & fits
+        write = (keep & found_b) | new_ok
+        slot_b = torch.where(write, torch.where(found_b, row_b, slot_new), m)
+        self.keys[slot_b] = key_b
+        self.steps[slot_b] = steps[env_b]
+        self.ret[slot_b] = returns[env_b]
+        self.sums[slot_b] = sums[env_b]
+        fresh = torch.where(new_ok, slot_b, m)
+        self.found[fresh] = self.clock
+        self.chosen[fresh] = 0
+        self.visits[fresh] = 1
+        self.best[fresh] = returns[env_b]
+        self.keys[m] = INT64_MAX
+        added = new_ok.sum()
+        self.count += added
+        torch.stack([added, (write & found_b).sum(), (new_b & ~fits).sum() + (self.new & ~room).sum()],
+                    out=self._vals[:3])
+        self.stats[:3] += self._vals[:3]
+        torch.sort(self.keys[:m], stable=True, out=(self.sorted, self.order))
+        self.save_mask.zero_()
+        self.save_mask[env_b] = write
+        self.save_slot[env_b] = (slot_b + self.first).to(torch.int32)
+        return self.save_mask, self.save_slot
+
+    def weights(self):
+        """int64 [capacity]: each cell's selection weight (0 for empty rows), fixed point."""
+        torch, m, t = self.torch, self.m, self._table
+        a, b, c, d = self._coef
+        used = self._rows < self.count
+        w = a * t[self.chosen[:m].clamp(max=TABLE - 1)] + b * t[self.visits[:m].clamp(max=TABLE - 1)]
+        if c:
+            recent = (self.clock - self.found[:m]) < self.cfg.recent_steps
+            w = w + (c * WEIGHT_ONE) * recent.to(torch.int64)
+        if d:  # integer division by the deepest cell's steps: the same bits on every device
+            steps = torch.where(used, self.steps[:m], 0).clamp_(max=DEPTH_CAP)
+            w = w + torch.div(d * WEIGHT_ONE * steps, steps.max().clamp(min=1), rounding_mode="floor")
+        return torch.where(used, w, 0)
+
+    def choose(self, done, u_start, u_cell):
+        """For envs whose episode ended (`done`): (from_archive bool [N], row int64 [N]). `u_start`, `u_cell`:
+        int64 [N] uniform in [0, 2**U_BITS) (hashed per env and episode). Counts the chosen cells."""
+        torch, m = self.torch, self.m
+        cdf = torch.cumsum(self.weights(), 0)
+        total = cdf[-1]
+        target = (u_cell * total) >> U_BITS
+        row = torch.searchsorted(cdf, target, right=True).clamp_(max=m - 1)
+        use = done & (u_start >= int(self.p * (1 << U_BITS))) & (total > 0)
+        row = torch.where(use, row, m)
+        self.chosen.index_add_(0, row, self._ones)
+        depth = self.steps.gather(0, row)
+        torch.stack([(depth * use).sum(), use.sum()], out=self._vals[:2])
+        self.stats[8:10] += self._vals[:2]
+        return use, row
+
+    def milestone(self, keys, steps, eligible, from_archive, u):
+        """Swarming, after `observe` of the same step: (dst bool [N], src int32 [N]). When an env reaches a new
+        area (its key's first byte; RAM cells) or a new cell at least at the next depth mark (steps from the
+        task's start), it is the source, and each env whose episode started in the archive is a destination
+        with probability `swarm` (`u`: int64 [N] uniform in [0, 2**U_BITS), hashed). One milestone a step (the
+        deepest, then the lowest env). Also kept in `swarm_dst`/`swarm_src`."""
+        torch, n = self.torch, self.n
+        if self.swarm_on == "area":
+            area = keys & 0xFF
+            hit = eligible & ~self.area_seen.gather(0, area)
+            score = torch.where(hit, n - self.env_ids, 0)
+        else:
+            hit = self.new & (steps >= self.next_depth)
+            score = torch.where(hit, (steps.clamp(0, STEP_CAP) << 24) | (n - self.env_ids), 0)
+        best, src = score.max(0, keepdim=True)
+        fire = best > 0
+        if self.swarm_on == "area":
+            a = area.index_select(0, src)
+            self.area_seen.index_put_((a,), self.area_seen.index_select(0, a) | fire)
+        else:
+            self.next_depth.copy_(torch.where(fire, steps.index_select(0, src) + self.cfg.swarm_depth,
+                                              self.next_depth).view(()))
+        take = u < int(self.cfg.swarm * (1 << U_BITS))
+        torch.logical_and(take & from_archive & eligible & (self.env_ids != src), fire, out=self.swarm_dst)
+        self.swarm_src.copy_(src.to(torch.int32).expand(n))
+        self.stats[3:4] += fire
+        return self.swarm_dst, self.swarm_src
+
+    def mark_areas(self, keys) -> None:
+        """Areas of `keys` count as seen (the start's, so reaching it is no milestone)."""
+        self.area_seen[keys & 0xFF] = True
+
+    def account(self, done, success, from_archive, start_steps) -> None:
+        """Episodes that ended this step, by where they started: the task's start or an archive cell (and its
+        depth `start_steps`)."""
+        torch = self.torch
+        d_arch = done & from_archive
+        d_start = done & ~from_archive
+        torch.stack([d_start.sum(), (d_start & success).sum(), d_arch.sum(), (d_arch & success).sum()],
+                    out=self._vals)
+        self.stats[4:8] += self._vals
+        bins = (start_steps // self.depth_width).clamp_(0, DEPTH_BINS - 1)
+        pair = torch.stack([d_arch, d_arch & success], 1).to(torch.int64)
+        self.depth_stats.index_add_(0, bins, pair)
+
+    # --- once per update ----------------------------------------------------------------------------------------
+    def read_stats(self, clear: bool = True) -> dict:
+        """The counters since the last call (one device read) as `archive/...` log entries; with `clear`, the
+        start schedule moves: `p = p_start + (1 - p_start) * EMA(success from the task's start)`."""
+        torch = self.torch
+        m = self.m
+        used = self._rows < self.count
+        extra = torch.stack([self.count, torch.where(used, self.steps[:m], 0).max(), (self.chosen[:m] > 0).sum(),
+                             self._areas(used)])
+        vals = torch.cat([self.stats, extra, self.depth_stats.reshape(-1)]).tolist()
+        s = dict(zip(STAT_NAMES, vals[:len(STAT_NAMES)], strict=True))
+        cells, max_depth, ever_chosen, areas = vals[len(STAT_NAMES):len(STAT_NAMES) + 4]
+        depth = vals[len(STAT_NAMES) + 4:]
+        eps_s, eps_a = s["start_episodes"], s["archive_episodes"]
+        from_start = s["start_successes"] / eps_s if eps_s else None
+        out = {"archive/cells": int(cells), "archive/inserted": int(s["inserted"]),
+               "archive/improved": int(s["improved"]), "archive/dropped": int(s["dropped"]),
+               "archive/swarms": int(s["swarms"]), "archive/p_start": self.p, "archive/max_depth": int(max_depth),
+               "archive/cells_chosen": int(ever_chosen), "archive/chosen_depth":
+                   s["chosen_depth_sum"] / s["chosen"] if s["chosen"] else None,
+               "archive/start_share": eps_s / (eps_s + eps_a) if eps_s + eps_a else None,
+               "success_from_start": from_start,
+               "success_from_archive": s["archive_successes"] / eps_a if eps_a else None,
+               "start_episodes": int(eps_s),
+               "archive/depth_episodes": [int(x) for x in depth[0::2]],
+               "archive/depth_successes": [int(x) for x in depth[1::2]]}
+        if self.area_keys:
+            out["archive/areas"] = int(areas)
+        if clear:
+            self.stats.zero_()
+            self.depth_stats.zero_()
+            if from_start is not None:
+                k = self.cfg.smoothing
+                self.ema = from_start if self.ema is None else k * self.ema + (1 - k) * from_start
+            if self.cfg.schedule == "success" and self.ema is not None:
+                self.p = self.cfg.p_start + (1.0 - self.cfg.p_start) * self.ema
+        return out
+
+    def _areas(self, used):
+        """Distinct first key bytes among the cells (device scalar)."""
+        torch = self.torch
+        seen = torch.zeros(256, dtype=torch.bool, device=self.device)
+        seen[torch.where(used, self.keys[:self.m] & 0xFF, 0)] = True
+        first = (self.keys[:self.m] & 0xFF) == 0
+        return seen.sum() - (seen[0] & ~(used & first).any()).to(torch.int64)
+
+    # --- state ------------------------------------------------------------------------------------------------
+    TENSORS = ("keys", "sorted", "order", "count", "clock", "visits", "steps", "ret", "best", "chosen", "found", "sums",
+               "area_seen", "next_depth", "stats", "depth_stats")
+
+    def state_dict(self) -> dict:
+        d = {name: getattr(self, name).detach().cpu().clone() for name in self.TENSORS}
+        d.update(p=self.p, ema=self.ema, config=self.cfg.to_dict())
+        return d
+
+    def load_state_dict(self, d: dict) -> None:
+        if d.get("config") != self.cfg.to_dict():
+            raise EnvConfigError("this env state holds an archive with other settings")
+        for name in self.TENSORS:
+            getattr(self, name).copy_(d[name])
+        self.p, self.ema = float(d["p"]), d["ema"]
+
+    def clear(self) -> None:
+        """Forget every cell (the counters and the schedule stay)."""
+        self.keys.fill_(INT64_MAX)
+        self.sorted.fill_(INT64_MAX)
+        self.order.copy_(self._rows)
+        self.count.zero_()
+        for t in (self.visits, self.steps, self.ret, self.chosen, self.found, self.sums):
+            t.zero_()
+        self.best.fill_(-math.inf)
+
+    def snapshot(self) -> dict[str, np.ndarray]:
+        """The used cells' records on the host (synchronises): keys, visits, steps, ret, best, chosen, found."""
+        k = int(self.count.item())
+        return {name: getattr(self, name)[:k].cpu().numpy().copy()
+                for name in ("keys", "visits", "steps", "ret", "best", "chosen", "found")}
+
+
+def cell_bytes(backend) -> int:
+    """Device bytes of one archive cell: its slot in the backend's store (machine state words, observation,
+    screen) and its records."""
+    return 4 * backend.slot_words + 72 * backend.obs.shape[2] + 144 * 160 + 8 * 8 + 3 * 4
+
+
+def check_archive_memory(capacity: int, backend, device: str) -> int:
+    """The archive's bytes; an EnvConfigError when they exceed the free memory of `device` now."""
+    per = cell_bytes(backend)
+    need = capacity * per
+    if str(device).startswith("cuda"):
+        import torch
+
+        free, where = torch.cuda.mem_get_info(torch.device(device))[0], "GPU"
+    else:
+        free, where = host_available(), "host"
+    if free is not None and need > free:
+        raise EnvConfigError(f"the state archive's {capacity:,} cells need {need / 2**30:.2f} GiB of {where} memory "
+                             f"({per:,} bytes each) but {free / 2**30:.2f} GiB is free: lower env.archive.capacity "
+                             f"(at most {free // per:,} fit)")
+    return need

@@ -1,0 +1,457 @@
+"""The state archive (rl/archive.py) against a plain Python reference, and wired into GameEnv on warp_vec_cpu:
+clone_states, starts from archive cells, swarming, spread episode clocks, checkpoints."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gbxcule.rl.archive import (  # noqa: E402
+    COEF_ONE,
+    TABLE,
+    U_BITS,
+    WEIGHT_ONE,
+    ArchiveConfig,
+    StateArchive,
+)
+from gbxcule.rl.starts import EnvConfigError  # noqa: E402
+
+
+class Reference:
+    """The archive's rules, one env and one cell at a time in plain Python."""
+
+    def __init__(self, cfg: ArchiveConfig, n: int):
+        self.cfg, self.n, self.m, self.b = cfg, n, cfg.capacity, min(cfg.inserts, n)
+        self.cells: dict[int, dict] = {}
+        self.rows: list[int] = []
+        self.clock = 0
+        self.dropped = self.inserted = self.improved = 0
+
+    def observe(self, keys, steps, rets, eligible):
+        self.clock += 1
+        cands = []
+        full = len(self.rows) >= self.m
+        for e in range(self.n):
+            c = self.cells.get(keys[e])
+            if c is not None:
+                c["visits"] += 1
+                c["best"] = max(c["best"], rets[e])
+            if eligible[e] and c is None and full:
+                self.dropped += 1  # an env-step in a cell the full archive cannot take
+            elif eligible[e] and (c is None or steps[e] < c["steps"]):
+                cands.append((c is None, -steps[e], -e))
+        cands.sort(reverse=True)
+        saved, seen = {}, set()
+        for _, _, neg_e in cands[:self.b]:
+            e = -neg_e
+            if keys[e] in seen:
+                continue
+            seen.add(keys[e])
+            c = self.cells.get(keys[e])
+            if c is not None:
+                c.update(steps=steps[e], ret=rets[e])
+                saved[e] = c["row"]
+                self.improved += 1
+            elif len(self.rows) < self.m:
+                row = len(self.rows)
+                self.rows.append(keys[e])
+                self.cells[keys[e]] = dict(row=row, steps=steps[e], ret=rets[e], best=rets[e], visits=1, chosen=0,
+                                           found=self.clock)
+                saved[e] = row
+                self.inserted += 1
+            else:
+                self.dropped += 1
+        return saved
+
+    def weight(self, c, deepest: int) -> int:
+        table = lambda k: round(WEIGHT_ONE / math.sqrt(1 + min(k, TABLE - 1)))  # noqa: E731
+        a, b, r, d = (round(w * COEF_ONE) for w in (self.cfg.w_chosen, self.cfg.w_visits, self.cfg.w_recent,
+                                                    self.cfg.w_depth))
+        return (a * table(c["chosen"]) + b * table(c["visits"])
+                + r * WEIGHT_ONE * int(self.clock - c["found"] < self.cfg.recent_steps)
+                + d * WEIGHT_ONE * c["steps"] // max(deepest, 1))
+
+    def choose(self, done, u_start, u_cell, p):
+        cdf, total = [], 0
+        deepest = max((self.cells[key]["steps"] for key in self.rows), default=0)
+        for key in self.rows:
+            total += self.weight(self.cells[key], deepest)
+            cdf.append(total)
+        out = {}
+        for e in range(self.n):
+            if not done[e] or u_start[e] < int(p * (1 << U_BITS)) or total == 0:
+                continue
+            target = (u_cell[e] * total) >> U_BITS
+            out[e] = next(i for i, x in enumerate(cdf) if x > target)
+        for row in out.values():
+            self.cells[self.rows[row]]["chosen"] += 1
+        return out
+
+
+@pytest.mark.parametrize("capacity,inserts", [(12, 4), (64, 16)])
+def test_insertion_replacement_and_sampling_match_a_python_reference(capacity, inserts):
+    n, pool = 24, 40
+    cfg = ArchiveConfig(capacity=capacity, inserts=inserts, p_start=0.3, w_chosen=1.0, w_visits=0.5, w_recent=2.0,
+                        recent_steps=3, w_depth=1.5)
+    arch = StateArchive(cfg, n, first_slot=5, device="cpu")
+    ref = Reference(cfg, n)
+    rng = np.random.default_rng(11)
+    for step in range(40):
+        keys = rng.integers(0, pool, size=n) * 7919 - 3 * pool  # negative and positive keys
+        steps = rng.integers(0, 30, size=n)
+        rets = np.round(rng.normal(size=n), 3).astype(np.float32)
+        elig = rng.random(n) < 0.85
+        mask, slot = arch.observe(torch.tensor(keys), torch.tensor(steps), torch.tensor(rets),
+                                  torch.zeros(n, dtype=torch.int32), torch.tensor(elig))
+        want = ref.observe(keys.tolist(), steps.tolist(), rets.tolist(), elig.tolist())
+        got = {e: int(slot[e]) - 5 for e in range(n) if bool(mask[e])}
+        assert got == want, step
+        assert len(set(got.values())) == len(got)  # distinct slots
+        done = rng.random(n) < 0.5
+        u_s = torch.tensor(rng.integers(0, 1 << U_BITS, size=n))
+        u_c = torch.tensor(rng.integers(0, 1 << U_BITS, size=n))
+        use, row = arch.choose(torch.tensor(done), u_s, u_c)
+        want_rows = ref.choose(done.tolist(), u_s.tolist(), u_c.tolist(), arch.p)
+        assert {e: int(row[e]) for e in range(n) if bool(use[e])} == want_rows, step
+    k = len(ref.rows)
+    assert int(arch.count) == k and k == min(capacity, k)
+    snap = arch.snapshot()
+    for row, key in enumerate(ref.rows):
+        c = ref.cells[key]
+        assert int(snap["keys"][row]) == key
+        assert (int(snap["steps"][row]), int(snap["visits"][row]), int(snap["chosen"][row]),
+                int(snap["found"][row])) == (c["steps"], c["visits"], c["chosen"], c["found"]), row
+        assert snap["ret"][row] == np.float32(c["ret"]) and snap["best"][row] == np.float32(c["best"])
+    s = arch.read_stats()
+    assert (s["archive/cells"], s["archive/inserted"], s["archive/improved"], s["archive/dropped"]) == (
+        k, ref.inserted, ref.improved, ref.dropped)
+    if capacity == 12:
+        assert ref.dropped > 0  # the full archive dropped new cells
+    assert ref.improved > 0  # and kept shorter paths to known ones
+
+
+def test_sampling_follows_the_weights():
+    """Cells are drawn in proportion to their weight: a cell chosen often is drawn less."""
+    n = 4096
+    cfg = ArchiveConfig(capacity=8, p_start=0.0, w_visits=0.0, w_recent=0.0)
+    arch = StateArchive(cfg, n, first_slot=0, device="cpu")
+    keys = torch.arange(n) % 4
+    arch.observe(keys, torch.zeros(n, dtype=torch.int64), torch.zeros(n), torch.zeros(n, dtype=torch.int32),
+                 torch.ones(n, dtype=torch.bool))
+    arch.chosen[0] = 99  # weight 1/10 of the others'
+    g = torch.Generator().manual_seed(0)
+    use, row = arch.choose(torch.ones(n, dtype=torch.bool), torch.randint(0, 1 << U_BITS, (n,), generator=g),
+                           torch.randint(0, 1 << U_BITS, (n,), generator=g))
+    assert bool(use.all())
+    share = torch.bincount(row, minlength=4).double() / n
+    w = np.array([1 / 10, 1, 1, 1])
+    assert np.allclose(share.numpy(), w / w.sum(), atol=0.02)
+
+
+def test_config_is_checked():
+    with pytest.raises(EnvConfigError, match="unknown archive setting"):
+        ArchiveConfig.from_dict({"capacty": 4})
+    with pytest.raises(EnvConfigError, match="p_start must be <= 1"):
+        ArchiveConfig.from_dict({"p_start": 2.0})
+    with pytest.raises(EnvConfigError, match="cells must be one of"):
+        ArchiveConfig.from_dict({"cells": "tiles"})
+    with pytest.raises(EnvConfigError, match="all 0"):
+        ArchiveConfig.from_dict({"w_chosen": 0, "w_visits": 0, "w_recent": 0})
+    with pytest.raises(EnvConfigError, match="needs RAM cells"):
+        StateArchive(ArchiveConfig(swarm_on="area"), 4, 1, "cpu", area_keys=False)
+
+
+# --- wired into GameEnv (warp_vec_cpu) -----------------------------------------------------------------------------
+from gbxcule.rl import GameEnv  # noqa: E402
+
+
+def _same_machine(env, a: int, b: int) -> bool:
+    sa, sb = env.backend.env_states([a, b])
+    return (np.array_equal(sa.fields, sb.fields) and np.array_equal(sa.ram, sb.ram)
+            and np.array_equal(sa.serial, sb.serial))
+
+
+def test_clone_states_continues_bit_for_bit():
+    env = GameEnv(task="leave_house", num_envs=4, stack_k=2, max_steps=40, spread_clocks=True,
+                  reward={"novelty_ram": 0.5, "novelty_pixels": 0.25})
+    env.reset(seed=3)
+    rng = np.random.default_rng(5)
+    for _ in range(4):
+        env.step(rng.integers(0, 8, size=4))
+    env.clone_states(torch.tensor([0, 0, 0, 1]), torch.tensor([False, False, True, True]))
+    assert _same_machine(env, 0, 2) and _same_machine(env, 1, 3)
+    assert torch.equal(env.obs[2], env.obs[0]) and torch.equal(env.obs[3], env.obs[1])
+    assert np.array_equal(env.frames([2, 3]), env.frames([0, 1]))
+    for _ in range(8):  # under the same actions the clones step exactly as their sources
+        a = rng.integers(0, 8, size=4)
+        a[2], a[3] = a[0], a[1]
+        obs, r, te, tr, _ = env.step(a)
+        assert torch.equal(obs[2], obs[0]) and torch.equal(obs[3], obs[1])
+        assert r[2] == r[0] and r[3] == r[1] and te[2] == te[0] and tr[2] == tr[0] and tr[3] == tr[1]
+        assert env.steps[2] == env.steps[0] and env.ep_return[3] == env.ep_return[1]
+        assert env.distance[2] == env.distance[0]
+    assert _same_machine(env, 0, 2) and _same_machine(env, 1, 3)
+
+
+def test_spread_clocks_spread_the_first_truncations():
+    n, limit = 16, 10
+    ends = {}
+    for spread in (False, True):
+        env = GameEnv(task="leave_house", num_envs=n, max_steps=limit, spread_clocks=spread,
+                      reward={"terminate_on": "none"})
+        env.reset(seed=7)
+        first = np.zeros(n, dtype=np.int64)
+        for t in range(1, 2 * limit + 1):
+            _, _, _, tr, _ = env.step(np.zeros(n, dtype=np.int64))
+            first = np.where((first == 0) & tr.numpy(), t, first)
+            if t > limit:  # after its first episode every env runs the whole limit
+                assert not (tr.numpy() & (first < t) & (t - first < limit)).any()
+        ends[spread] = first
+    assert (ends[False] == limit).all()
+    assert len(set(ends[True].tolist())) >= 5 and ends[True].min() >= 1 and ends[True].max() <= limit
+    again = GameEnv(task="leave_house", num_envs=n, max_steps=limit, spread_clocks=True)
+    again.reset(seed=7)
+    assert torch.equal(again._limit, torch.from_numpy(ends[True]).to(torch.int32))  # seeded: the same clocks
+
+
+def test_cells_hold_the_state_that_reached_them_and_starts_restore_it():
+    import warp as wp
+
+    env = GameEnv(task="talk_to_hiker", num_envs=6, max_steps=3, info_mode="full",
+                  archive={"capacity": 32, "p_start": 0.0, "inserts": 6})
+    env.reset(seed=1)
+    k = env.num_slots
+    assert k == 1 and env.backend.num_slots == k + 32 and env.cell_mode == "ram"
+    slot_obs = wp.to_torch(env.backend.slot_frames()[0])
+    rng = np.random.default_rng(2)
+    restored = 0
+    for t in range(1, 10):
+        obs, _, _, _, info = env.step(rng.integers(0, 8, size=6))
+        a, done = env.archive, info["done"].numpy()
+        states = env.backend.env_states()
+        for e in np.flatnonzero(a.save_mask.numpy() & ~done):  # a saved env's state is its cell's
+            slot = int(a.save_slot[e])
+            f, r = env.backend.slot_state(slot)
+            assert np.array_equal(states[e].fields, f) and np.array_equal(states[e].ram, r)
+            assert int(a.keys[slot - k]) == int(env.cell_keys()[e])
+            assert int(a.steps[slot - k]) == int(env._off_steps[e] + env.steps[e]) <= t
+        for e in np.flatnonzero(done & env._from_archive.numpy()):  # restored from a cell: its slot's state
+            slot = int(env._slots[e])
+            f, r = env.backend.slot_state(slot)
+            assert slot >= k and np.array_equal(states[e].fields, f) and np.array_equal(states[e].ram, r)
+            assert torch.equal(obs[e, 0], slot_obs[slot])
+            assert int(env._off_steps[e]) == int(a.steps[slot - k]) and env.steps[e] == 0
+            restored += 1
+    assert restored > 0
+    s = env.episode_stats()
+    assert s["archive/cells"] >= 2 and s["start_episodes"] + sum(s["archive/depth_episodes"]) == s["episodes"]
+    assert s["archive/start_share"] < 1.0  # p_start 0: once the archive has cells, starts come from it
+
+
+def test_episodes_from_cells_have_the_archive_step_limit():
+    env = GameEnv(task="leave_house", num_envs=8, max_steps=30, start_states=("random_actions", 3, 2),
+                  archive={"capacity": 16, "p_start": 0.5, "max_steps": 3}, spread_clocks=True)
+    env.reset(seed=0)
+    assert int(env._limit.max()) <= 30 and len(set(env._limit.tolist())) > 1  # spread first episodes
+    rng = np.random.default_rng(1)
+    lengths = {True: set(), False: set()}
+    for _ in range(60):
+        from_cell = env._from_archive.clone()
+        _, _, _, tr, info = env.step(rng.integers(0, 8, size=8))
+        for e in np.flatnonzero(tr.numpy()):
+            lengths[bool(from_cell[e])].add(int(env.final_length[e]))
+        arch = env._from_archive
+        assert torch.equal(env._limit[arch], torch.full_like(env._limit[arch], 3)) or not bool(arch.any())
+    assert lengths[True] == {3} and max(lengths[False]) <= 30
+    s = env.episode_stats()  # per start slot: only the episodes from the task's start slots
+    assert sum(s["slot_episodes"]) == s["start_episodes"] and sum(s["archive/depth_episodes"]) > 0
+
+
+def test_swarm_clones_the_milestone_state_into_archive_started_envs():
+    n = 6
+    env = GameEnv(task="talk_to_hiker", num_envs=n, max_steps=50, stack_k=2,
+                  archive={"capacity": 32, "p_start": 0.0, "swarm": 1.0})
+    env.reset(seed=4)
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        env.step(rng.integers(0, 8, size=n))
+    env.reset()  # an unseeded reset: every env now starts from an archive cell
+    assert bool(env._from_archive.all())
+    for _ in range(2):
+        env.step(rng.integers(0, 8, size=n))
+    assert not bool(env.archive.swarm_dst.any())  # no new area: no milestone
+    env.archive.area_seen.zero_()  # the town becomes new: env 0 (the lowest) reaches a milestone next step
+    env.episode_stats()
+    acts = rng.integers(0, 8, size=n)
+    before_off, before_steps = env._off_steps.clone(), env.steps.clone()
+    obs, _, te, tr, _ = env.step(acts)
+    dst = env.archive.swarm_dst.clone()
+    assert int(env.archive.swarm_src[0]) == 0 and dst.tolist() == [False] + [True] * (n - 1)
+    assert bool(tr[1:].all()) and not bool(te.any())  # cut as truncated: they bootstrap
+    src_total = int(before_off[0] + before_steps[0] + 1)
+    for e in range(1, n):
+        assert _same_machine(env, 0, e) and torch.equal(obs[e], obs[0])
+        assert int(env._off_steps[e]) == src_total and env.steps[e] == 0 and bool(env._from_archive[e])
+    s = env.episode_stats()
+    assert s["archive/swarms"] == 1 and s["trunc_rate"] > 0
+
+
+def test_step_never_synchronises_with_the_archive(monkeypatch):
+    env = GameEnv(task="leave_house", num_envs=3, stack_k=2, max_steps=2, info_mode="full", keep_final_obs=True,
+                  spread_clocks=True, archive={"capacity": 8, "p_start": 0.5, "swarm": 0.5, "swarm_on": "depth",
+                                               "swarm_depth": 1})
+    env.reset()
+    env.step(torch.tensor([1, 2, 3]))
+
+    def boom(*a, **k):
+        raise AssertionError("step() synchronised with the host")
+
+    for name in ("item", "cpu", "numpy", "tolist", "__bool__", "__int__", "__float__", "__index__"):
+        monkeypatch.setattr(torch.Tensor, name, boom)
+    for acts in ([5, 6, 7], [4, 5, 6], [7, 7, 7], [6, 6, 6]):
+        env.step(torch.tensor(acts))
+    monkeypatch.undo()
+    assert env.episode_stats()["archive/cells"] >= 1
+
+
+def _trajectory(env, actions):
+    out = []
+    for a in actions:
+        obs, r, te, tr, _ = env.step(torch.from_numpy(a))
+        out.append((obs.clone(), r.clone(), te.clone(), tr.clone(), env._off_steps.clone()))
+    return out
+
+
+def test_state_dict_round_trip_with_the_archive_is_bit_exact():
+    kw = dict(task="talk_to_hiker", num_envs=4, stack_k=2, max_steps=4, spread_clocks=True,
+              archive={"capacity": 16, "p_start": 0.3, "swarm": 0.5, "swarm_on": "depth", "swarm_depth": 2})
+    env = GameEnv(**kw)
+    env.reset(seed=2)
+    rng = np.random.default_rng(4)
+    for _ in range(6):
+        env.step(rng.integers(0, 8, size=4))
+    sd = env.state_dict()
+    acts = [rng.integers(0, 8, size=4) for _ in range(8)]
+    ref = _trajectory(env, acts)
+    stats = env.episode_stats()
+    other = GameEnv(**kw)
+    other.load_state_dict(sd)
+    got = _trajectory(other, acts)
+    assert all(all(torch.equal(x, y) for x, y in zip(s, t, strict=True)) for s, t in zip(got, ref, strict=True))
+    assert repr(other.episode_stats()) == repr(stats)  # every figure, NaN included
+    assert stats["archive/cells"] > 0
+    with pytest.raises(EnvConfigError, match="other settings"):
+        GameEnv(**(kw | {"archive": {"capacity": 16}})).load_state_dict(sd)
+    with pytest.raises(EnvConfigError, match="without a state archive"):
+        other.load_state_dict({k: v for k, v in sd.items() if k != "archive"})
+    lean = GameEnv(**kw)
+    with pytest.warns(UserWarning) as caught:
+        lean.load_state_dict(env.state_dict(emulator=False))
+    assert any("archive starts empty" in str(w.message) for w in caught)
+    assert int(lean.archive.count) == 0
+
+
+def test_archive_memory_and_cells_are_checked(monkeypatch):
+    import gbxcule.rl.archive as archive
+
+    monkeypatch.setattr(archive, "host_available", lambda: 10 * 2**20)
+    with pytest.raises(EnvConfigError, match="lower env.archive.capacity"):
+        GameEnv(task="leave_house", num_envs=2, archive={"capacity": 1024})
+    monkeypatch.undo()
+    with pytest.raises(EnvConfigError, match="names cell bytes"):
+        GameEnv("OVERWORLD", num_envs=2, archive={"cells": "ram"})
+    env = GameEnv("OVERWORLD", num_envs=2, archive={"capacity": 4, "swarm": 0.5})  # no task: pixel cells
+    assert env.cell_mode == "pixels" and env.archive.swarm_on == "depth"
+    env.step(np.zeros(2, dtype=np.int64))
+    assert int(env.archive.count) >= 1
+
+
+# --- training with the archive ---------------------------------------------------------------------------------
+ARCHIVE_TABLE = {"capacity": 64, "p_start": 0.25, "swarm": 0.25, "inserts": 8}
+
+
+def _tiny(run_dir, **run):
+    from gbxcule.rl.algos import make_config
+
+    return make_config(None, {"total_steps": 4 * 6 * 8,
+                              "env": {"num_envs": 6, "task": "talk_to_hiker", "max_steps": 12, "spread_clocks": True,
+                                      "archive": ARCHIVE_TABLE},
+                              "ppo": {"rollout_steps": 8, "epochs": 1, "minibatches": 2, "model": "small"},
+                              "run": {"run_dir": str(run_dir), "device": "cpu", "progress": False,
+                                      "tensorboard": False, "checkpoint_every": 1, "eval_episodes": 2, **run}})
+
+
+def _rows(run_dir):
+    import json
+
+    timing = {"sps", "time_env_s", "time_inference_s", "time_update_s", "wall_s", "updates_per_s"}
+    return [{k: v for k, v in json.loads(x).items() if k not in timing}
+            for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_training_with_the_archive_logs_it_and_resumes_bit_for_bit(tmp_path):
+    from gbxcule.rl.algos import train
+    from gbxcule.rl.explore import achievement, load
+    from gbxcule.rl.plot import plot_runs
+    from gbxcule.rl.shell import load_checkpoint
+
+    straight, part = tmp_path / "straight", tmp_path / "part"
+    s = train(_tiny(straight, image_every=2, tensorboard=True))
+    rows = _rows(straight)
+    assert s["updates"] == 4 and rows[-1]["archive/cells"] > 0
+    for key in ("archive/p_start", "archive/inserted", "success_from_start", "archive/depth_episodes",
+                "archive/areas", "archive/max_depth"):
+        assert key in rows[-1], key
+    assert "archive" in load_checkpoint(straight)["env"]
+    snap = load(straight / "archive.npz")
+    assert len(snap["keys"]) == rows[-1]["archive/cells"] and snap["screens"].shape == (6, 144, 160)
+    assert "cells" in achievement(rows[-1])
+    train(_tiny(part, stop_after_updates=2))
+    resumed = train(_tiny(part), resume=True)
+    assert resumed["updates"] == 4
+    assert _rows(part) == _rows(straight)
+    a, b = load_checkpoint(straight)["model"], load_checkpoint(part)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    names = {p.name for p in plot_runs([straight], tmp_path / "png")}
+    assert {"exploration.png", "archive_starts.png", "explore_screens.png", "explore_frontier.png",
+            "explore_visits.png", "explore_depth.png"} <= names
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    ev = EventAccumulator(str(straight / "tb"), size_guidance={"images": 0})
+    ev.Reload()
+    assert {"explore/screens", "explore/visits"} <= set(ev.Tags()["images"])
+
+
+def test_eval_env_and_bad_archive_settings(tmp_path):
+    from gbxcule.rl.algos import make_config
+    from gbxcule.rl.evaluate import make_eval_env
+    from gbxcule.rl.shell import ConfigError
+
+    cfg = _tiny(tmp_path)
+    ev = make_eval_env(cfg.env, 2, "cpu", 0)
+    assert ev.archive is None and ev._limit is None  # judged from the task's own start, as it is
+    with pytest.raises(ConfigError, match=r"env\.archive\.p_start must be <= 1"):
+        make_config(None, {"env": {"archive": {"p_start": 3}}})
+    with pytest.raises(ConfigError, match="unknown archive setting"):
+        make_config(None, {"env": {"archive": {"size": 3}}})
+
+
+def test_the_archive_configs_share_one_table():
+    from pathlib import Path
+
+    from gbxcule.rl.algos import make_config
+    from gbxcule.rl.shell import read_toml
+
+    root = Path(__file__).resolve().parent.parent / "configs"
+    files = sorted(root.glob("*_archive.toml"))
+    assert len(files) == 3
+    tables = [read_toml(f)["env"]["archive"] for f in files]
+    assert all(t == tables[0] for t in tables)
+    for f in files:
+        cfg = make_config(f)
+        assert cfg.env.archive == tables[0] and cfg.env.spread_clocks and not cfg.env.reward.get("novelty_pixels")
+        assert cfg.env.start_states != "solution" and cfg.env.start_states[0] != "solution"  # no demonstration
