@@ -356,9 +356,10 @@ def test_state_dict_round_trip_with_the_archive_is_bit_exact():
 
 
 def test_archive_memory_and_cells_are_checked(monkeypatch):
-    import gbxcule.rl.archive as archive
+    import gbxcule.backends as backends
+    from gbxcule.core.memory import Available
 
-    monkeypatch.setattr(archive, "host_available", lambda: 10 * 2**20)
+    monkeypatch.setattr(backends, "memory_available", lambda device: (Available(10 * 2**20, "a test's limit"), None))
     with pytest.raises(EnvConfigError, match="lower env.archive.capacity"):
         GameEnv(task="leave_house", num_envs=2, archive={"capacity": 1024})
     monkeypatch.undo()

@@ -90,13 +90,13 @@ def test_the_model_covers_what_an_env_really_allocates():
     env = GameEnv(None, 8, "cpu", task="leave_house", stack_k=4, keep_final_obs=True,
                   reward={"novelty_pixels": 0.01})
     try:
-        for holder in (env, env.backend, env.backend.slots, env._nov_px):
+        for holder in (env, env.backend, env.backend._store, env._nov_px):  # noqa: SLF001 (what a store holds)
             for v in vars(holder).values():
                 add(v)
         actual = sum(seen.values())
         need = (emulator_need("warp_vec_cpu", env.rom, True, "pixels", False, 8)
                 + Need.device("env", memory.env_bytes("pixels", 4, True, 1, 4096),
-                              memory.slot_bytes(env.num_slots, env.backend.layout.total))).on("cpu")
+                              memory.slot_bytes(env.num_slots, env.backend.layout.total, "pixels"))).on("cpu")
         model = need.host_fixed + 8 * need.host_per_env
         assert actual <= model <= 1.05 * actual + (1 << 20), (actual, model)
     finally:

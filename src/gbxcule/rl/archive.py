@@ -33,7 +33,6 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from gbxcule.core.memory import host_available
 from gbxcule.core.typed import SettingError, check_fields, knob
 from gbxcule.rl.goals import mix64
 from gbxcule.rl.starts import EnvConfigError
@@ -395,14 +394,14 @@ def check_archive_memory(capacity: int, backend, device: str) -> int:
     """The archive's bytes; an EnvConfigError when they exceed the free memory of `device` now."""
     per = cell_bytes(backend)
     need = capacity * per
-    if str(device).startswith("cuda"):
-        import torch
+    from gbxcule.backends import memory_available
 
-        free, where = torch.cuda.mem_get_info(torch.device(device))[0], "GPU"
-    else:
-        free, where = host_available(), "host"
+    host, dev = memory_available(str(device))
+    room = dev if str(device).startswith("cuda") else host
+    free, where = (None, "") if room is None else (room.bytes, ("GPU" if room is dev else "host") + " memory, "
+                                                    + room.source)
     if free is not None and need > free:
-        raise EnvConfigError(f"the state archive's {capacity:,} cells need {need / 2**30:.2f} GiB of {where} memory "
-                             f"({per:,} bytes each) but {free / 2**30:.2f} GiB is free: lower env.archive.capacity "
-                             f"(at most {free // per:,} fit)")
+        raise EnvConfigError(f"the state archive's {capacity:,} cells need {need / 2**30:.2f} GiB of memory "
+                             f"({per:,} bytes each) but {free / 2**30:.2f} GiB is free ({where}): lower "
+                             f"env.archive.capacity (at most {free // per:,} fit)")
     return need

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 import torch
 
 from gbxcule.core.errors import GbxculeError
-from gbxcule.core.memory import host_available
 from gbxcule.rl import returns
 
 ROW_BYTES = 17  # per transition beside its frame: depth 1, action 2, return 4, discount 4, k 1, final 1, slot 4
@@ -93,19 +92,20 @@ def plan(capacity: int, num_envs: int, frame_shape: tuple[int, int], stack_k: in
 def check_memory(p: ReplayPlan, device: str, reserve: int = 2**30, what: str = "buffer_size") -> None:
     """One ReplayError line if the buffer does not fit in the device's free memory (less `reserve` on CUDA for
     the env, the model and activations), before anything is allocated."""
-    if str(device).startswith("cuda"):
-        free = torch.cuda.mem_get_info(torch.device(device))[0] - reserve
-        where = "device"
-    else:
-        free, where = host_available(), "host"
-        if free is None:
-            return
+    from gbxcule.backends import memory_available
+
+    host, dev = memory_available(str(device))
+    room = dev if str(device).startswith("cuda") else host
+    if room is None:
+        return
+    free, where = room.bytes - (reserve if room is dev else 0), ("device" if room is dev else "host")
     if p.bytes <= free:
         return
     per = p.bytes / p.capacity
     most = max(0, int(free // per) // p.num_envs * p.num_envs)
     raise ReplayError(f"the replay buffer ({what} {p.capacity:,}) needs {p.bytes / 2**30:.2f} GiB of {where} memory "
-                      f"but {max(free, 0) / 2**30:.2f} GiB is free; at most about {most:,} transitions fit")
+                      f"but {max(free, 0) / 2**30:.2f} GiB is free ({room.source}); at most about {most:,} "
+                      f"transitions fit")
 
 
 class SumTree:
