@@ -40,24 +40,11 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, last_v
 def lambda_returns(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, last_value: torch.Tensor,
                    gamma: float, lam: float, truncated: torch.Tensor | None = None,
                    final_values: torch.Tensor | None = None) -> torch.Tensor:
-    """Lambda-returns over a rollout ([T, N] tensors, the conventions of `gae`): G_t = r_t + gamma * (1 - done_t)
-    * ((1 - lam) * values[t + 1] + lam * G_{t+1}), with values[T] = G_T = `last_value`; a truncated step adds
-    gamma * final_values[t]. With values = max_a Q these are PQN's Q(lambda) targets (lam=0: one-step Q-learning
-    targets; lam=1: the discounted return to the rollout's end, bootstrapped there)."""
-    t_len = rewards.shape[0]
-    out = torch.empty_like(values)
-    notdone = 1.0 - dones.to(values.dtype)
-    r = rewards.to(values.dtype)
-    if truncated is not None:
-        if final_values is None:
-            raise ValueError("truncated steps need final_values to bootstrap from")
-        r = r + gamma * truncated.to(values.dtype) * final_values
-    g = last_value.to(values.dtype)
-    for t in reversed(range(t_len)):
-        next_v = last_value if t == t_len - 1 else values[t + 1]
-        g = r[t] + gamma * notdone[t] * ((1.0 - lam) * next_v + lam * g)
-        out[t] = g
-    return out
+    """Lambda-returns over a rollout ([T, N] tensors, the conventions of `gae`, whose returns they are): G_t = r_t
+    + gamma * (1 - done_t) * ((1 - lam) * values[t + 1] + lam * G_{t+1}), with values[T] = G_T = `last_value`; a
+    truncated step adds gamma * final_values[t]. With values = max_a Q these are PQN's Q(lambda) targets (lam=0:
+    one-step Q-learning targets; lam=1: the discounted return to the rollout's end, bootstrapped there)."""
+    return gae(rewards, values, dones, last_value, gamma, lam, truncated, final_values)[1]
 
 
 def nstep_returns(rewards: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
