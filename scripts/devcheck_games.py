@@ -25,22 +25,29 @@ def main() -> int:
                    help="the CUDA backend's instruction loop (flat: the flat kernel from the first step)")
     p.add_argument("--stream-groups", type=stream_groups_arg, default="auto",
                    help="the CUDA backend's stream_groups (2: every launch in 2 groups, on 2 streams)")
+    p.add_argument("--state-frames", type=int, default=1200,
+                   help="frames from power-on to a start state made where states/<slug>.state is missing")
     args = p.parse_args()
+    from pathlib import Path
+
     import numpy as np
+    from bench_games import make_state  # (this script's folder is on sys.path)
 
     from gbxcule.backends import load_start_state
     from gbxcule.backends.warp_vec import WarpVecBackend
     from gbxcule.core.schedule import ActionSchedule
     from gbxcule.harness.actions import make_action_gen
 
+    games = Path(args.games)
     bad = 0
     for slug in [s for s in args.only.split(",") if s]:
+        state = make_state(games / f"{slug}.gb", args.state_frames, games / "states" / f"{slug}.state")
         pair = []
         for device in ("cpu", "cuda"):
             b = WarpVecBackend(f"{args.games}/{slug}.gb", args.envs, "pokemonred_puffer_v1", ActionSchedule(24, 8),
                                device=device, stage="full_step", loop=args.loop if device == "cuda" else "auto",
                                stream_groups=args.stream_groups if device == "cuda" else "auto")
-            load_start_state(b, f"{args.games}/states/{slug}.state")
+            load_start_state(b, str(state))
             pair.append(b)
         gen = make_action_gen("seeded_random", pair[0].codec, args.envs, seed=1)
         differing = 0
