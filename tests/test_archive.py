@@ -197,6 +197,28 @@ def test_clone_states_continues_bit_for_bit():
     assert _same_machine(env, 0, 2) and _same_machine(env, 1, 3)
 
 
+def test_clone_states_copies_only_the_masked_envs_own_state():
+    env = GameEnv(task="leave_house", num_envs=4, max_steps=40, spread_clocks=True,
+                  reward={"novelty_ram": 0.5, "novelty_pixels": 0.25}, archive={"capacity": 4})
+    rng = np.random.default_rng(7)
+    for _ in range(5):
+        env.step(rng.integers(0, 8, size=4))
+    env._off_steps.copy_(torch.tensor([10, 20, 30, 40]))
+    env._off_ret.copy_(torch.tensor([0.5, 1.5, 2.5, 3.5]))
+    own = ("steps", "ep_return", "ep_success", "success", "distance", "_dist_sum", "_prev_sum", "_near", "_fired",
+           "_limit", "_off_steps", "_off_ret", "_from_archive")
+    before = {name: getattr(env, name).clone() for name in own}
+    before.update(nov_ram=env._nov_ram.seen.clone(), nov_px=env._nov_px.seen.clone())
+    src, mask = torch.tensor([3, 3, 0, 1]), torch.tensor([False, True, False, True])  # envs 0, 2 name sources too
+    env.clone_states(src, mask)
+    want = torch.tensor([0, 3, 2, 1])  # where each env's state now comes from
+    after = {name: getattr(env, name) for name in own}
+    after.update(nov_ram=env._nov_ram.seen, nov_px=env._nov_px.seen)
+    for name, old in before.items():
+        assert torch.equal(after[name], old[want]), name
+    assert env._off_steps.tolist() == [10, 40, 30, 20]
+
+
 def test_spread_clocks_spread_the_first_truncations():
     n, limit = 16, 10
     ends = {}

@@ -164,6 +164,7 @@ class StateArchive:
         self.swarm_src = torch.zeros(n, dtype=torch.int32, device=dev)
         self.new = torch.zeros(n, dtype=torch.bool, device=dev)  # this step: envs in a cell the archive lacked
         self.env_ids = torch.arange(n, **i64)
+        self._low_first = n - self.env_ids  # n..1: lower envs rank first in a priority's low bits
         self._ones = torch.ones(n, **i64)
         b = min(cfg.inserts, n)
         self.b = b
@@ -186,7 +187,7 @@ class StateArchive:
         `returns` float32 [N] (return since the task's start), `sums` int32 [N] (template distance sum of its
         frame), `eligible` bool [N] (may be stored). Updates the records and returns (mask bool [N], slot
         int32 [N]) for `save_slots`: the envs whose state becomes a cell's, with distinct slots."""
-        torch, m, n = self.torch, self.m, self.n
+        torch, m = self.torch, self.m
         self.clock += 1
         keys = keys.clamp(max=INT64_MAX - 1)
         found, row = self.lookup(keys)
@@ -196,11 +197,11 @@ class StateArchive:
         torch.logical_and(eligible, ~found, out=self.new)
         room = self.count < m
         cand = (self.new & room) | (eligible & better)
-        prio = ((~found).to(torch.int64) << 60) | ((STEP_CAP - steps.clamp(0, STEP_CAP)) << 24) | (n - 1 - self.env_ids)
-        prio = torch.where(cand, prio, -1)
+        prio = torch.where(found, 0, 1 << 60) | ((STEP_CAP - steps.clamp(0, STEP_CAP)) << 24) | (self._low_first - 1)
+        prio.masked_fill_(~cand, -1)
         top, env_b = torch.topk(prio, self.b)
         valid = top >= 0
-        key_b, found_b, row_b = keys[env_b], found[env_b], row[env_b]
+        key_b, found_b, row_b, ret_b = keys[env_b], found[env_b], row[env_b], returns[env_b]
         dup = ((key_b[:, None] == key_b[None, :]) & self._earlier & valid[None, :]).any(1)
         keep = valid & ~dup
         new_b = keep & ~found_b
@@ -211,13 +212,13 @@ class StateArchive:
         slot_b = torch.where(write, torch.where(found_b, row_b, slot_new), m)
         self.keys[slot_b] = key_b
         self.steps[slot_b] = steps[env_b]
-        self.ret[slot_b] = returns[env_b]
+        self.ret[slot_b] = ret_b
         self.sums[slot_b] = sums[env_b]
         fresh = torch.where(new_ok, slot_b, m)
         self.found[fresh] = self.clock
         self.chosen[fresh] = 0
         self.visits[fresh] = 1
-        self.best[fresh] = returns[env_b]
+        self.best[fresh] = ret_b
         self.keys[m] = INT64_MAX
         added = new_ok.sum()
         self.count += added
@@ -270,10 +271,10 @@ class StateArchive:
         if self.swarm_on == "area":
             area = keys & 0xFF
             hit = eligible & ~self.area_seen.gather(0, area)
-            score = torch.where(hit, n - self.env_ids, 0)
+            score = torch.where(hit, self._low_first, 0)
         else:
             hit = self.new & (steps >= self.next_depth)
-            score = torch.where(hit, (steps.clamp(0, STEP_CAP) << 24) | (n - self.env_ids), 0)
+            score = torch.where(hit, (steps.clamp(0, STEP_CAP) << 24) | self._low_first, 0)
         best, src = score.max(0, keepdim=True)
         fire = best > 0
         if self.swarm_on == "area":

@@ -370,11 +370,11 @@ class GameEnv:
         self._slots.copy_(torch.where(use, row + self.num_slots, slots))
         self.backend.restore(self._rmask_wp, self._slots_wp, obs=self._ring_wp)
         r = self._rmask
-        first_sum = torch.where(use, a.sums.gather(0, row), self.slot_sum[slots])
-        self._prev_sum.copy_(torch.where(r, first_sum, self._prev_sum))
-        self._off_steps.copy_(torch.where(r, a.steps.gather(0, row) * use, self._off_steps))
-        self._off_ret.copy_(torch.where(r, a.ret.gather(0, row) * use, self._off_ret))
-        self._from_archive.copy_(torch.where(r, use, self._from_archive))
+        torch.where(r, torch.where(use, a.sums.gather(0, row), self.slot_sum[slots]), self._prev_sum,
+                    out=self._prev_sum)
+        torch.where(r, a.steps.gather(0, row) * use, self._off_steps, out=self._off_steps)
+        torch.where(r, a.ret.gather(0, row) * use, self._off_ret, out=self._off_ret)
+        torch.where(r, use, self._from_archive, out=self._from_archive)
         if self._limit is not None:  # an episode from a cell (or a swarm jump) has the archive's step limit
             cell_limit = a.cfg.max_steps or self.max_steps
             self._limit.copy_(torch.where(done, torch.where(use | dst, cell_limit, self.max_steps), self._limit))
@@ -394,18 +394,16 @@ class GameEnv:
         src32.copy_(torch.as_tensor(src, device=self.device).expand(n))
         mask.copy_(torch.as_tensor(dst_mask, device=self.device).expand(n))
         self.backend.clone(src_wp, mask_wp, obs=self._ring_wp)
-        idx = src32.long()
+        idx = torch.where(mask, src32.long(), self._env_ids)  # every other env gathers itself: one gather a buffer
         own = [self.steps, self.ep_return, self.ep_success, self.success, self.distance, self._dist_sum, self._prev_sum,
                self._near, self._fired]
         if self._limit is not None:
             own.append(self._limit)
         if self.archive is not None:
             own += [self._off_steps, self._off_ret, self._from_archive]
+        own += [table.seen for table in (self._nov_ram, self._nov_px) if table is not None]
         for buf in own:
-            buf.copy_(torch.where(mask, buf.index_select(0, idx), buf))
-        for table in (self._nov_ram, self._nov_px):
-            if table is not None:
-                table.seen.copy_(torch.where(mask[:, None], table.seen.index_select(0, idx), table.seen))
+            buf.copy_(buf.index_select(0, idx))
 
     @property
     def obs(self):
