@@ -130,7 +130,8 @@ def main() -> int:
              "dir": out / f"{name}_s{s}", "cmd": job_command(args, flags, s, out / f"{name}_s{s}")}
             for name, flags in args.setup for s in seeds]
     if not args.summarize_only:
-        run_jobs(args, [j for j in jobs if not (j["dir"] / "summary.json").is_file()])
+        pending = [j for j in jobs if not (j["dir"] / "summary.json").is_file()]
+        run_jobs(args, sorted(pending, key=lambda j: seeds.index(j["seed"])))  # seed by seed: a cut run loses seeds
     results = []
     for j in jobs:
         r = read_run(j["dir"], args.target)

@@ -15,7 +15,7 @@ from gbxcule.rl.algos.a2c.loss import A2CCoefs, a2c_loss, bootstrap_obs  # noqa:
 from gbxcule.rl.shell import ConfigError  # noqa: E402
 
 TIMING = {"sps", "updates_per_s", "wall_s", "time_env_s", "time_forward_s", "time_backward_s", "time_optimizer_s",
-          "time_eval_s", "eval/wall_s", "eval/elapsed_s"}
+          "time_eval_s", "eval/wall_s", "eval/elapsed_s", "eval/seconds"}
 
 
 def test_td_target_with_terminated_and_truncated_envs_in_one_batch():

@@ -198,3 +198,46 @@ def test_plot_draws_success_by_start_slot_when_the_log_has_it(tmp_path):
     assert [p.name for p in written] == ["episode_return.png", "success_rate.png", "entropy.png", "sps.png",
                                          "success_by_start_slot.png"]
     assert written[-1].stat().st_size > 1000
+
+
+def test_the_eval_beside_training_plays_the_waiting_evals_episodes_on_its_snapshot(tmp_path):
+    from gbxcule.rl.algos import get
+    from gbxcule.rl.evaluate import BackgroundEval, evaluate_model, make_eval_env
+
+    cfg = tiny(tmp_path, seed=3)
+    cfg.env.max_steps = 12
+    env = make_eval_env(cfg.env, 4, "cpu", 5)
+    torch.manual_seed(0)
+    model = get("ppo").build_model(cfg.ppo, env.num_actions, env.stack_k, env.obs_mode == "packed")
+    want = evaluate_model(model, env, modes=("greedy",))["greedy"]
+    before = [p.clone() for p in model.parameters()]
+    bg = BackgroundEval(model, env)
+    bg.start(model, 123)
+    with torch.no_grad():  # the live model goes on learning: the eval plays the weights it started with
+        for p in model.parameters():
+            p.mul_(-3.0)
+    assert bg.busy and bg.started_step == 123
+    ticks = 0
+    while (rep := bg.poll()) is None:
+        bg.tick()
+        ticks += 1
+    assert ticks == 12 and not bg.busy
+    for key in ("episodes", "starts_skipped", "success_rate", "median_steps", "mean_return", "mean_length"):
+        assert rep[key] == want[key], key
+    assert all(torch.equal(p, q) for p, q in zip(bg.model.parameters(), before, strict=True))
+    bg.start(model, 456)
+    assert all(torch.equal(p, q) for p, q in zip(bg.model.parameters(), model.parameters(), strict=True))
+    assert bg.finish()["episodes"] == 4 and bg.poll() is None and not bg.busy
+
+
+def test_periodic_eval_beside_training_logs_each_result_at_its_weights_env_steps(tmp_path):
+    cfg = tiny(tmp_path, eval_every=48, eval_episodes=2, eval_background="on", checkpoint_every=50)
+    cfg.env.max_steps = 12
+    s = train(cfg)
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    evals = [(r["update"], r["env_steps"], r["eval/env_steps"]) for r in rows if "eval/greedy_success" in r]
+    # 12 eval steps, one after each training step (8 an update): the eval of the weights at 48 env-steps (update
+    # 1) ends in update 3, which starts the next one (the one due at 96 waited for it); the last update waits
+    # for that and then evaluates the final weights, which the row keeps
+    assert s["stopped"] == "done" and evals == [(3, 144, 48), (4, 192, 192)]
+    assert "time_eval_s" in rows[-1] and "time_eval_s" not in rows[2]

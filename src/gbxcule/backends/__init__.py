@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from gbxcule.backends.base import CpuState, VecBackend
 from gbxcule.core import memory
 from gbxcule.core.errors import GbxculeError
@@ -64,6 +66,32 @@ def memory_available(device: str) -> tuple[memory.Available | None, memory.Avail
         return host, memory.Available(int(wp.get_device(device).free_memory), f"free on {device}")
     except Exception:  # no driver or no such device: the backend says so with its own line
         return host, None
+
+
+def new_stream(device: str):
+    """A CUDA stream of its own for work beside the current stream's (`on_stream`); None on a CPU device."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    return torch.cuda.Stream(torch.device(device))
+
+
+@contextmanager
+def on_stream(device: str, stream, after_current: bool = False):
+    """Launch what runs inside on `stream` (from `new_stream`): torch ops and the backends' Warp kernels alike,
+    free to run beside the work of the stream in use before; `after_current`: first wait for that work. Nothing
+    changes on a CPU device (`stream` None)."""
+    if stream is None or not device.startswith("cuda"):
+        yield
+        return
+    import torch
+    import warp as wp
+
+    if after_current:
+        stream.wait_stream(torch.cuda.current_stream(stream.device))
+    with torch.cuda.stream(stream), wp.ScopedStream(wp.stream_from_torch(stream), sync_enter=False):
+        yield
 
 
 def check_memory(num_envs: int, need: memory.Need, device: str, what: str = "envs") -> None:

@@ -16,6 +16,7 @@ step (clone what you keep), as in other GPU vector envs.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -148,6 +149,7 @@ class GameEnv:
         self._setup_goals(goal)  # what ends an episode and what it earns
         self.archive_cfg = ArchiveConfig.from_dict(archive) if archive else None
         self.archive = self._limit = self._clone_bufs = None
+        self.after_step: Callable[[], None] | None = None  # called at the end of every step (the shell's eval)
         extra = 0 if self.archive_cfg is None else self.archive_cfg.capacity
         self.archive_bytes = check_archive_memory(extra, be, self.device) if extra else 0  # refused if it won't fit
         self.num_slots = build_starts(be, spec, self.seed, t.base_dir if t else ".",
@@ -501,6 +503,8 @@ class GameEnv:
                 table.clear(self._done)
         if self._limit is not None and self.archive is None:
             self._limit.masked_fill_(self._done, self.max_steps)
+        if self.after_step is not None:
+            self.after_step()
         return self.obs, self.rewards, self.terminated, self.truncated, info
 
     def _archive_step(self) -> None:

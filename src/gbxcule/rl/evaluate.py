@@ -70,49 +70,152 @@ def random_policy(num_actions: int, seed: int = 0):
     return act
 
 
+class Episodes:
+    """Every env's first episode, played one env-step per `step` with no host read until `result`: the results
+    per env. Each run starts from the same start states (a seeded reset: the env's slot sequence starts over),
+    so evals of one env differ only by the policy. `skipped`: envs whose start state already passed the success
+    test (not counted by `summarize`)."""
+
+    def __init__(self, env, act):
+        self.env, self.act, self.steps = env, act, 0
+        self.obs, _ = env.reset(seed=env.seed)
+        self.skipped = env.goal_holds().clone()
+        self.finished = self.skipped.clone()
+        self.success = torch.zeros_like(self.finished)
+        n = env.num_envs
+        self.steps_to_goal = torch.full((n,), -1, dtype=torch.int64, device=env.device)
+        self.length = torch.zeros(n, dtype=torch.int64, device=env.device)
+        self.ret = torch.zeros(n, dtype=torch.float32, device=env.device)
+        self.fired = torch.zeros_like(self.finished)
+        self.done = None
+
+    def step(self) -> None:
+        env = self.env
+        self.steps += 1
+        a = self.act(self.obs, self.done)
+        self.obs, r, term, trunc, _ = env.step(a)
+        live = ~self.finished
+        hit = env.success & live & ~self.success
+        self.steps_to_goal = torch.where(hit, self.steps, self.steps_to_goal)
+        self.success |= env.success & live
+        self.ret += r * live
+        self.length += live
+        if env.terminate_on == "template":
+            self.fired |= term & live
+        self.done = term | trunc
+        self.finished |= self.done
+
+    def result(self) -> dict:
+        return {"success": self.success.cpu().numpy(), "steps_to_goal": self.steps_to_goal.cpu().numpy(),
+                "return": self.ret.cpu().numpy(), "length": self.length.cpu().numpy(),
+                "finished": self.finished.cpu().numpy(), "template_fired": self.fired.cpu().numpy(),
+                "skipped": self.skipped.cpu().numpy()}
+
+
 def run_episodes(env, act, max_steps: int, gif_envs: int = 0) -> dict:
-    """Step every env until each has finished its first episode (or `max_steps` steps); per-env results.
-    `skipped`: envs whose start state already passed the success test (not counted by `summarize`). With
-    `gif_envs`, also the first `gif_envs` envs' screens before each step and at the end (`frames`) and how many of
-    them had reached the goal by then (`frame_successes`)."""
-    n = env.num_envs
-    frames = []
-    obs, _ = env.reset()
-    skipped = env.goal_holds().clone()
-    finished = skipped.clone()
-    success = torch.zeros_like(finished)
-    steps_to_goal = torch.full((n,), -1, dtype=torch.int64, device=env.device)
-    length = torch.zeros(n, dtype=torch.int64, device=env.device)
-    ret = torch.zeros(n, dtype=torch.float32, device=env.device)
-    fired = torch.zeros_like(finished)
-    frame_successes = []
-    shown = min(gif_envs, n)
-    done = None
-    for step in range(1, max_steps + 1):
+    """Step every env until each has finished its first episode (or `max_steps` steps); per-env results
+    (`Episodes`). With `gif_envs`, also the first `gif_envs` envs' screens before each step and at the end
+    (`frames`) and how many of them had reached the goal by then (`frame_successes`)."""
+    run = Episodes(env, act)
+    frames, frame_successes = [], []
+    shown = min(gif_envs, env.num_envs)
+    for _ in range(max_steps):
         if gif_envs:
             frames.append(env.frames(range(shown)))
-            frame_successes.append(int(success[:shown].sum()))
-        a = act(obs, done)
-        obs, r, term, trunc, _ = env.step(a)
-        live = ~finished
-        hit = env.success & live & ~success
-        steps_to_goal = torch.where(hit, step, steps_to_goal)
-        success |= env.success & live
-        ret += r * live
-        length += live
-        if env.terminate_on == "template":
-            fired |= term & live
-        done = term | trunc
-        finished |= done
-        if bool(finished.all()):
+            frame_successes.append(int(run.success[:shown].sum()))
+        run.step()
+        if bool(run.finished.all()):
             break
     if gif_envs:
         frames.append(env.frames(range(shown)))
-        frame_successes.append(int(success[:shown].sum()))
-    return {"success": success.cpu().numpy(), "steps_to_goal": steps_to_goal.cpu().numpy(),
-            "return": ret.cpu().numpy(), "length": length.cpu().numpy(), "finished": finished.cpu().numpy(),
-            "template_fired": fired.cpu().numpy(), "skipped": skipped.cpu().numpy(), "frames": frames,
-            "frame_successes": frame_successes}
+        frame_successes.append(int(run.success[:shown].sum()))
+    return {**run.result(), "frames": frames, "frame_successes": frame_successes}
+
+
+class BackgroundEval:
+    """The periodic greedy eval beside training: `start` copies the live model's weights into a model of its
+    own and resets the eval env, each `tick` (called after every training env-step) plays one eval step, both
+    on a CUDA stream of their own, so the eval's small launches fill the GPU beside the training's instead of
+    stopping it (`backends.on_stream`); `poll` reads the report once the last step has run, `finish` plays the
+    rest at once and waits. On a CPU device each tick runs in turn, with the same results."""
+
+    def __init__(self, model, env):
+        import copy
+
+        from gbxcule.backends import new_stream
+
+        self.env = env
+        self.model = copy.deepcopy(model).requires_grad_(False).eval()
+        for p in self.model.parameters():
+            p.grad = None
+        self.stream = new_stream(env.device)
+        self.run: Episodes | None = None
+        self.left = 0
+        self.started_step, self.started_t = 0, 0.0
+        self._done = None
+
+    @property
+    def busy(self) -> bool:
+        return self.run is not None
+
+    def start(self, model, step: int) -> None:
+        """Evaluate `model` as it is now (its weights at the training's current point; `step`: its env-steps)."""
+        import time
+
+        from gbxcule.backends import on_stream
+
+        self.started_step, self.started_t = step, time.perf_counter()
+        with on_stream(self.env.device, self.stream, after_current=True):
+            with torch.no_grad():
+                for dst, src in zip(self.model.state_dict().values(), model.state_dict().values(), strict=True):
+                    dst.copy_(src)
+            self.run = Episodes(self.env, PolicyRunner(self.model, "greedy", self.env.num_envs, self.env.device))
+        self._join()  # the training changes its weights only after they were copied
+        self.left = self.env.max_steps
+
+    def tick(self) -> None:
+        if self.left <= 0:
+            return
+        from gbxcule.backends import on_stream
+
+        with on_stream(self.env.device, self.stream):
+            self.run.step()
+        self.left -= 1
+        if self.left == 0 and self.stream is not None:
+            self._done = torch.cuda.Event()
+            self._done.record(self.stream)
+
+    def poll(self) -> dict | None:
+        """The report once every eval step has run on the device, else None (never waits)."""
+        if self.run is None or self.left > 0 or (self._done is not None and not self._done.query()):
+            return None
+        return self._report()
+
+    def finish(self) -> dict | None:
+        """Play the eval's remaining steps and wait for them: its report (None when none is running)."""
+        if self.run is None:
+            return None
+        while self.left > 0:
+            self.tick()
+        return self._report()
+
+    def abandon(self) -> None:
+        """Drop the eval in flight (after its launches have run: their memory is freed then)."""
+        if self.stream is not None:
+            self.stream.synchronize()
+        self.run, self.left, self._done = None, 0, None
+
+    def _join(self) -> None:
+        if self.stream is not None:
+            torch.cuda.current_stream(self.stream.device).wait_stream(self.stream)
+
+    def _report(self) -> dict:
+        if self.stream is not None:
+            self.stream.synchronize()
+        res, self.run, self._done = self.run.result(), None, None
+        env = self.env
+        rep = summarize(res, env.success_source, env.terminate_on == "template")
+        return {**rep, "task": env.task.id if env.task else None, "start_states": env.num_slots}
 
 
 def summarize(res: dict, success_source: str | None, template: bool) -> dict:

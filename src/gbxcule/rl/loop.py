@@ -45,7 +45,7 @@ from gbxcule.core.memory import MODEL_ALLOWANCE, Need
 from gbxcule.core.outputs import write_output
 from gbxcule.rl import explore
 from gbxcule.rl.dist import RankFailure, World, quiet
-from gbxcule.rl.evaluate import evaluate_model, make_eval_env
+from gbxcule.rl.evaluate import BackgroundEval, evaluate_model, make_eval_env
 from gbxcule.rl.shell import (
     ARCHIVE_NAME,
     POLICY_NAME,
@@ -129,6 +129,7 @@ class Session:
         self.echo = (echo or (lambda s: None)) if self.lead else (lambda s: None)
         self.run: Run | None = None
         self.env = self._eval_env = None
+        self._background: BackgroundEval | None = None
         self.steps_per_update = steps_per_update  # this process's env-steps per update
         self.update_steps = steps_per_update * self.world.size
         self.num_updates = max(1, cfg.total_steps // self.update_steps)
@@ -172,6 +173,8 @@ class Session:
         self.cuda = self.device.startswith("cuda")
         if self.cuda and ":" in self.device:
             torch.cuda.set_device(self.device)
+        if self.cuda:
+            torch.backends.cudnn.benchmark = self.cfg.run.cudnn_benchmark
         if ck is not None and ck.get("world_size", 1) != self.world.size:
             n = ck.get("world_size", 1)
             raise CheckpointError(f"--resume: the run trained on {n} process(es), this start has {self.world.size}: "
@@ -249,6 +252,9 @@ class Session:
     def _close_resources(self) -> None:
         if self.run is not None:
             self.run.close()
+        if self._background is not None:  # an eval beside training still in flight: its launches run out first
+            self._background.abandon()
+            self.env.after_step = None
         if self._eval_env is not None:
             self._eval_env.close()
         if self.env is not None:
@@ -462,29 +468,56 @@ class Session:
         r = self.cfg.run
         if r.eval_episodes < 1 or (r.eval_every is None and r.eval_every_s is None):
             return
+        last = self.update >= self.num_updates
+        bg = self._background
+        if bg is not None and bg.busy:  # the eval beside training: read once it has ended (at the end: wait)
+            ending = last or (r.time_limit_s is not None and now - self.t_start >= r.time_limit_s)
+            rep = bg.finish() if ending else bg.poll()
+            if rep is not None:
+                self._log_eval(row, rep, bg.started_step, time.perf_counter() - bg.started_t)
         nxt = self._next_eval_step
         due = r.eval_every is not None and nxt is not None and self.global_step >= nxt
         due = due or (r.eval_every_s is not None and now - self._last_eval_t >= r.eval_every_s)
-        due = due or self.update >= self.num_updates
-        if not due:
+        due = due or last
+        if not due or (bg is not None and bg.busy):  # (a due eval starts once the one in flight has ended)
             return
         if r.eval_every is not None:
             while self._next_eval_step <= self.global_step:
                 self._next_eval_step += r.eval_every
+        if not last and self._background_wanted():
+            if bg is None:
+                bg = self._background = BackgroundEval(self._model, self._make_eval_env())
+                self.env.after_step = bg.tick
+            bg.start(self._model, self.global_step)
+            self._last_eval_t = now
+            return
         t0 = time.perf_counter()
         rep = self.evaluate()
         self._last_eval_t = self._t_update = time.perf_counter()  # the next update's SPS leaves the eval out
+        self._log_eval(row, rep, self.global_step, self._last_eval_t - t0)
+        row["time_eval_s"] = self._last_eval_t - t0
+
+    def _log_eval(self, row: dict, rep: dict, env_steps: int, seconds: float) -> None:
+        """An eval's figures in this update's row: `eval/env_steps` are those of the weights evaluated,
+        `eval/wall_s` the training time at which the result was known."""
         row.update({"eval/greedy_success": rep["success_rate"], "eval/greedy_return": rep["mean_return"],
                     "eval/median_steps": rep["median_steps"], "eval/starts_skipped": rep["starts_skipped"],
-                    "eval/env_steps": self.global_step,
-                    "eval/wall_s": self.train_wall(), "eval/elapsed_s": self.startup_s + self.train_wall(),
-                    "time_eval_s": self._last_eval_t - t0})
+                    "eval/env_steps": env_steps, "eval/wall_s": self.train_wall(),
+                    "eval/elapsed_s": self.startup_s + self.train_wall(), "eval/seconds": seconds})
+
+    def _background_wanted(self) -> bool:
+        mode = self.cfg.run.eval_background
+        return mode == "on" or (mode == "auto" and self.cuda)
+
+    def _make_eval_env(self):
+        if self._eval_env is None:
+            self._eval_env = make_eval_env(self.cfg.env, self.cfg.run.eval_episodes, self.device, self.cfg.run.seed + 1)
+        return self._eval_env
 
     def evaluate(self) -> dict:
         """The live model's greedy success over `run.eval_episodes` episodes from their own start states, on an
         env of its own (built once; the training envs are not touched). Rank 0 alone evaluates."""
-        if self._eval_env is None:
-            self._eval_env = make_eval_env(self.cfg.env, self.cfg.run.eval_episodes, self.device, self.cfg.run.seed + 1)
+        self._make_eval_env()
         rng = torch.get_rng_state()
         cuda_rng = torch.cuda.get_rng_state() if self.cuda else None
         try:

@@ -34,7 +34,8 @@ DEFAULT_ALGO = "ppo"
 MAY_CHANGE = ("total_steps", "run.time_limit_s", "run.eval_episodes", "run.progress", "run.device",
               "run.stop_after_updates", "run.checkpoint_every", "run.checkpoint_every_s", "run.tensorboard",
               "run.eval_every", "run.eval_every_s", "run.stop_at_success", "run.success_window", "run.run_dir",
-              "run.grad_sync", "run.dist_timeout_s", "run.check_sync", "run.image_every")
+              "run.grad_sync", "run.dist_timeout_s", "run.check_sync", "run.image_every",
+              "run.eval_background", "run.cudnn_benchmark")
 MAY_CHANGE_TABLES = ("env.backend.",)  # emulator speed knobs: the same bits whatever their values
 PER_INVOCATION = ("stop_after_updates", "time_limit_s")  # run settings of one invocation: not kept on resume
 
