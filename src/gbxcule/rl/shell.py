@@ -85,7 +85,7 @@ class RunConfig:
     # the periodic eval beside training, on a CUDA stream of its own (one eval step after each training step;
     # logged when it ends, at the env-steps of its weights); auto: on CUDA. off: training waits for each eval
     eval_background: str = knob("auto", choices=("auto", "on", "off"))
-    cudnn_benchmark: bool = False  # CUDA: cuDNN times its convolution algorithms once per batch shape, keeps the fastest
+    cudnn_benchmark: bool = False  # CUDA: cuDNN times its conv algorithms once per batch shape, keeps the fastest
     success_window: int = knob(256, min=1)  # the progress bar's success: over at least this many last episodes
     image_every: int | None = knob(None, min=1)  # TensorBoard images (screens, exploration maps) every N updates
     # several processes (torchrun; docs/training.md "Several GPUs"): env.num_envs is per process
