@@ -231,7 +231,7 @@ def test_the_eval_beside_training_plays_the_waiting_evals_episodes_on_its_snapsh
 
 
 def test_periodic_eval_beside_training_logs_each_result_at_its_weights_env_steps(tmp_path):
-    cfg = tiny(tmp_path, eval_every=48, eval_episodes=2, eval_background="on", checkpoint_every=50)
+    cfg = tiny(tmp_path, eval_every=48, eval_episodes=2, eval_background=True, checkpoint_every=50)
     cfg.env.max_steps = 12
     s = train(cfg)
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]

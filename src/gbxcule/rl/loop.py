@@ -484,7 +484,7 @@ class Session:
         if r.eval_every is not None:
             while self._next_eval_step <= self.global_step:
                 self._next_eval_step += r.eval_every
-        if not last and self._background_wanted():
+        if not last and self.cfg.run.eval_background:
             if bg is None:
                 bg = self._background = BackgroundEval(self._model, self._make_eval_env())
                 self.env.after_step = bg.tick
@@ -504,10 +504,6 @@ class Session:
                     "eval/median_steps": rep["median_steps"], "eval/starts_skipped": rep["starts_skipped"],
                     "eval/env_steps": env_steps, "eval/wall_s": self.train_wall(),
                     "eval/elapsed_s": self.startup_s + self.train_wall(), "eval/seconds": seconds})
-
-    def _background_wanted(self) -> bool:
-        mode = self.cfg.run.eval_background
-        return mode == "on" or (mode == "auto" and self.cuda)
 
     def _make_eval_env(self):
         if self._eval_env is None:

@@ -82,9 +82,9 @@ class RunConfig:
     eval_every: int | None = knob(None, min=1)  # periodic greedy eval every this many env-steps
     eval_every_s: float | None = knob(None, gt=0)  # ... or every this many seconds of training
     stop_at_success: float | None = knob(None, gt=0, max=1)  # stop once a periodic greedy eval reaches this rate
-    # the periodic eval beside training, on a CUDA stream of its own (one eval step after each training step;
-    # logged when it ends, at the env-steps of its weights); auto: on CUDA. off: training waits for each eval
-    eval_background: str = knob("auto", choices=("auto", "on", "off"))
+    # the periodic eval beside training (one eval step after each training step, on a CUDA stream of its own;
+    # logged when it ends, at the env-steps of its weights) instead of training waiting for it (docs/training.md)
+    eval_background: bool = False
     cudnn_benchmark: bool = False  # CUDA: cuDNN times its conv algorithms once per batch shape, keeps the fastest
     success_window: int = knob(256, min=1)  # the progress bar's success: over at least this many last episodes
     image_every: int | None = knob(None, min=1)  # TensorBoard images (screens, exploration maps) every N updates
