@@ -128,3 +128,19 @@ def test_huge_env_counts_are_refused_before_anything_is_allocated(tmp_path, caps
 
     with pytest.raises(GbxculeError, match="350,000 envs need"):
         GbxculeVectorEnv(num_envs=350000, task="leave_house")
+
+
+def test_a_state_archive_too_large_is_refused_before_the_emulators_exist(monkeypatch):
+    pytest.importorskip("torch")
+    import gbxcule.backends.warp_vec as warp_vec
+    from gbxcule.rl.env import GameEnv
+
+    def never(*a, **k):
+        raise AssertionError("envs were allocated")
+
+    monkeypatch.setattr(warp_vec.WarpVecBackend, "__init__", never)
+    monkeypatch.setattr(memory, "host_available", lambda: Available(4 << 30, "cgroup limit 4.00 GiB in test"))
+    with pytest.raises(GbxculeError, match="state archive") as err:
+        GameEnv(None, 8, "cpu", task="leave_house", archive={"capacity": 1_000_000})
+    assert "\n" not in str(err.value) and "does not fit alone" in str(err.value)
+    monkeypatch.setattr(warp_vec.WarpVecBackend, "__init__", warp_vec.WarpVecBackend.__init__)

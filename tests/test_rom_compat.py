@@ -246,3 +246,13 @@ def test_rom_words_hold_each_byte_and_the_three_after_it():
     assert w.dtype == np.uint32 and len(w) == len(data)
     for i in (0, 1, 0x3FFD, 0x3FFF, 0x7FFD, 0x7FFF):
         assert [(int(w[i]) >> (8 * k)) & 0xFF for k in range(4)] == [data[(i + k) % len(data)] for k in range(4)]
+
+
+def test_an_env_on_a_malformed_rom_warns_once(tmp_path):
+    from gbxcule.rl.env import GameEnv
+
+    p = write(tmp_path, next(iter(CASES)))[0]
+    with pytest.warns(UserWarning) as caught:
+        env = GameEnv(p, num_envs=1, device="cpu")
+    env.close()
+    assert len([w for w in caught if str(p) in str(w.message)]) == 1  # the env's ROM check, not its backend's too

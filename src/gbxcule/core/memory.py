@@ -61,21 +61,21 @@ def slot_bytes(num_slots: int, ram_bytes: int, obs: str = "pixels") -> int:
 @dataclass(frozen=True)
 class Need:
     """Bytes a command will allocate: `*_per_env` grow with the env count, `*_fixed` do not; `parts` names
-    the per-env pieces for the message: (name, "host" or "device", bytes per env)."""
+    the pieces for the message: (name, "host" or "device", bytes per env, fixed bytes)."""
 
     device_per_env: int = 0
     device_fixed: int = 0
     host_per_env: int = 0
     host_fixed: int = 0
-    parts: tuple[tuple[str, str, int], ...] = field(default=(), compare=False)
+    parts: tuple[tuple[str, str, int, int], ...] = field(default=(), compare=False)
 
     @classmethod
     def device(cls, name: str, per_env: int, fixed: int = 0) -> Need:
-        return cls(device_per_env=per_env, device_fixed=fixed, parts=((name, "device", per_env),))
+        return cls(device_per_env=per_env, device_fixed=fixed, parts=((name, "device", per_env, fixed),))
 
     @classmethod
     def host(cls, name: str, per_env: int, fixed: int = 0) -> Need:
-        return cls(host_per_env=per_env, host_fixed=fixed, parts=((name, "host", per_env),))
+        return cls(host_per_env=per_env, host_fixed=fixed, parts=((name, "host", per_env, fixed),))
 
     def __add__(self, other: Need) -> Need:
         return Need(self.device_per_env + other.device_per_env, self.device_fixed + other.device_fixed,
@@ -87,7 +87,7 @@ class Need:
         if device.startswith("cuda"):
             return self
         return Need(0, 0, self.host_per_env + self.device_per_env, self.host_fixed + self.device_fixed,
-                    tuple((name, "host", b) for name, _, b in self.parts))
+                    tuple((name, "host", b, f) for name, _, b, f in self.parts))
 
 
 @dataclass(frozen=True)
@@ -202,18 +202,24 @@ def check(envs: int, need: Need, host: Available | None, device: Available | Non
     limit (None) is not checked."""
     most = None
     lines = []
+    fixed_too_big = False
     for where, per, fixed, avail in (("device", need.device_per_env, need.device_fixed, device),
                                      ("host", need.host_per_env, need.host_fixed, host)):
         total = fixed + envs * per
         if avail is None or total <= avail.bytes or total == 0:
             continue
+        fixed_too_big = fixed_too_big or fixed > avail.bytes
         fit = most_envs(per, fixed, avail.bytes)
         most = fit if most is None else min(most, fit)
-        pieces = [f"{name} {gib(envs * b)}" for name, w, b in need.parts if w == where and 100 * envs * b >= total]
-        if 100 * fixed >= total:
-            pieces.append(f"fixed {gib(fixed)}")
+        pieces = [f"{name} {gib(envs * b + f)}" for name, w, b, f in need.parts
+                  if w == where and 100 * (envs * b + f) >= total]
+        named = sum(f for _, w, _, f in need.parts if w == where)
+        if 100 * (fixed - named) >= total:
+            pieces.append(f"fixed {gib(fixed - named)}")
         detail = f" ({', '.join(pieces)})" if pieces else ""
         lines.append(f"{gib(total)} of {where} memory{detail} but {gib(avail.bytes)} is available ({avail.source})")
     if lines:
-        raise MemoryLimitError(f"{envs:,} {what} need " + "; and ".join(lines) + f"; at most {most:,} {what} fit")
+        tail = (f"at most {most:,} {what} fit" if not fixed_too_big
+                else "what does not grow with the env count does not fit alone")
+        raise MemoryLimitError(f"{envs:,} {what} need " + "; and ".join(lines) + "; " + tail)
 

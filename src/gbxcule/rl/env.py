@@ -140,6 +140,7 @@ class GameEnv:
         # that they fit in memory
         rom = task_rom(t, rom)
         spec = start_spec(t, start_states)
+        self.archive_cfg = ArchiveConfig.from_dict(archive) if archive else None
         self._check_memory(rom, spec, memory_reserve)
         self.backend = be = open_backend(t, rom, n, self.wp_device, packed=obs == "packed", codec=codec,
                                          frames_per_step=frames_per_step,
@@ -147,7 +148,6 @@ class GameEnv:
                                          backend_options=backend_options)
         self.rom, self.codec, self.schedule = be.rom, be.codec, be.schedule
         self._setup_goals(goal)  # what ends an episode and what it earns
-        self.archive_cfg = ArchiveConfig.from_dict(archive) if archive else None
         self.archive = self._limit = self._clone_bufs = None
         self.after_step: Callable[[], None] | None = None  # called at the end of every step (the shell's eval)
         extra = 0 if self.archive_cfg is None else self.archive_cfg.capacity
@@ -205,7 +205,8 @@ class GameEnv:
 
     def _check_memory(self, rom: Rom, spec, reserve) -> None:
         """Refuse (one line) before anything is allocated unless the emulators, the env's buffers, its start
-        slots (the files given count one slot each) and `reserve` fit (core/memory.py)."""
+        slots (the files given count one slot each), the state archive's cells and `reserve` fit
+        (core/memory.py)."""
         from gbxcule.backends import check_memory, emulator_need
         from gbxcule.core.cartridge import cart_config
         from gbxcule.core.memory import Need, env_bytes, slot_bytes
@@ -219,6 +220,8 @@ class GameEnv:
                               self.obs_mode, False, self.num_envs)
                 + Need.device("env buffers", env_bytes(self.obs_mode, self.stack_k, self.keep_final_obs, tables,
                                                        cfg.novelty_size), slot_bytes(slots, ram, self.obs_mode)))
+        if self.archive_cfg is not None:  # its cells are slots of the backend's slot store too
+            need = need + Need.device("state archive", 0, slot_bytes(self.archive_cfg.capacity, ram, self.obs_mode))
         check_memory(self.num_envs, need if reserve is None else need + reserve, self.device)
 
     def _build_buffers(self) -> None:

@@ -64,7 +64,9 @@ def task_value(task: Task | None, what: str, given, default):
 
 def task_rom(task: Task | None, rom: str | Path | Rom | None) -> Rom:
     """The ROM: `rom` (a file, a built-in ROM's name or a `Rom`), else the task's; checked against the
-    task's SHA-1 (a built-in ROM's is computed from its build)."""
+    task's SHA-1 (a built-in ROM's is computed from its build). A malformed but runnable dump's warnings are
+    given where the file is loaded (not again for a `Rom`: the env checks its ROM before its backend does)."""
+    loaded = not isinstance(rom, Rom)
     if rom is None:
         if task is None or task.rom is None:
             raise EnvConfigError("give a ROM (a file or a built-in ROM's name)" +
@@ -82,7 +84,7 @@ def task_rom(task: Task | None, rom: str | Path | Rom | None) -> Rom:
             from gbxcule.roms import build_rom, get_spec
 
             want = hashlib.sha1(build_rom(get_spec(task.rom).name)).hexdigest()
-    for note in getattr(rom, "warnings", ()):  # malformed but runnable dumps (docs/hardware.md)
+    for note in getattr(rom, "warnings", ()) if loaded else ():  # malformed but runnable dumps (docs/hardware.md)
         warnings.warn(f"ROM {rom.path}: {note}", stacklevel=3)
     if task is not None and want and rom.info.sha1 != want:
         raise TaskError(f"task {task.id} is for the ROM with SHA-1 {want}, not {rom.info.sha1} ({rom.path})")

@@ -78,13 +78,13 @@ def make_config(path=None, overrides: dict | None = None):
     cfg = load_config(cls, path, overrides, defaults={"env": dict(spec.env_defaults)})
     if cfg.run.run_dir is None:
         cfg.run.run_dir = f"runs/{algo}"
-    check_env(cfg.env)
+    check_env_config(cfg.env)
     if spec.check is not None:
         spec.check(cfg)
     return cfg
 
 
-def check_env(e) -> None:
+def check_env_config(e) -> None:
     """The env section's tables: reward knobs and backend options by name and type."""
     from gbxcule.backends.warp_vec import TUNING_OPTIONS
     from gbxcule.rl.goals import GoalError, RewardConfig
