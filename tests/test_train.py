@@ -241,3 +241,30 @@ def test_periodic_eval_beside_training_logs_each_result_at_its_weights_env_steps
     # for that and then evaluates the final weights, which the row keeps
     assert s["stopped"] == "done" and evals == [(3, 144, 48), (4, 192, 192)]
     assert "time_eval_s" in rows[-1] and "time_eval_s" not in rows[2]
+    # best_policy.pt: the weights of the first eval with the best greedy success (ties keep the earlier)
+    from gbxcule.rl.algos import evaluate
+
+    best = load_checkpoint(tmp_path / "best_policy.pt")
+    assert rows[-1]["eval/best_greedy"] == rows[2]["eval/greedy_success"] == 0.0
+    assert best["global_step"] == 48 and best["metrics"]["eval/env_steps"] == 48
+    assert evaluate(tmp_path / "best_policy.pt", episodes=2, device="cpu")["episodes"] == 2
+
+
+def test_best_policy_keeps_the_weights_of_the_best_periodic_eval(tmp_path, monkeypatch):
+    import gbxcule.rl.loop as loop
+
+    rates = iter([0.5, 0.25, 0.75, 0.75])
+    seen = []
+
+    def fake_eval(model, env, modes, seed):  # the eval's verdicts, and the weights it was shown
+        seen.append([p.detach().clone() for p in model.parameters()])
+        return {"success_rate": next(rates), "mean_return": 0.0, "median_steps": None, "starts_skipped": 0}
+
+    monkeypatch.setattr(loop, "evaluate_model", fake_eval)
+    train(tiny(tmp_path, eval_every=48, eval_episodes=2, checkpoint_every=50))
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["eval/best_greedy"] for r in rows] == [0.5, 0.5, 0.75, 0.75]
+    best = load_checkpoint(tmp_path / "best_policy.pt")
+    assert best["global_step"] == 144 and best["metrics"]["eval/greedy_success"] == 0.75  # the third, not the tie
+    for p, q in zip(best["model"].values(), seen[2], strict=True):
+        assert torch.equal(p, q.half())

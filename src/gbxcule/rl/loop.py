@@ -48,6 +48,7 @@ from gbxcule.rl.dist import RankFailure, World, quiet
 from gbxcule.rl.evaluate import BackgroundEval, evaluate_model, make_eval_env
 from gbxcule.rl.shell import (
     ARCHIVE_NAME,
+    BEST_NAME,
     POLICY_NAME,
     CheckpointError,
     NonFiniteError,
@@ -152,6 +153,7 @@ class Session:
         self._signals: dict = {}
         self._success = SuccessWindow(cfg.run.success_window)
         self._next_eval_step = cfg.run.eval_every
+        self._best_greedy: float | None = None  # the best periodic greedy success so far (best_policy.pt)
         self._last_eval_t = 0.0
         self._last_ckpt_t = 0.0
         self._progress = None
@@ -298,6 +300,7 @@ class Session:
         extra = mine.get("extra", {"sampler": mine["sampler"]} if "sampler" in mine else {})
         loop = ck.get("loop", {})
         self._next_eval_step = loop.get("next_eval_step", self._next_eval_step)
+        self._best_greedy = loop.get("best_greedy")
         self._success.rows.extend(tuple(r) for r in loop.get("success_window", ()))
         self.last = ck.get("metrics", {})
         if self.lead:
@@ -474,7 +477,7 @@ class Session:
             ending = last or (r.time_limit_s is not None and now - self.t_start >= r.time_limit_s)
             rep = bg.finish() if ending else bg.poll()
             if rep is not None:
-                self._log_eval(row, rep, bg.started_step, time.perf_counter() - bg.started_t)
+                self._log_eval(row, rep, bg.started_step, time.perf_counter() - bg.started_t, bg.model)
         nxt = self._next_eval_step
         due = r.eval_every is not None and nxt is not None and self.global_step >= nxt
         due = due or (r.eval_every_s is not None and now - self._last_eval_t >= r.eval_every_s)
@@ -494,16 +497,26 @@ class Session:
         t0 = time.perf_counter()
         rep = self.evaluate()
         self._last_eval_t = self._t_update = time.perf_counter()  # the next update's SPS leaves the eval out
-        self._log_eval(row, rep, self.global_step, self._last_eval_t - t0)
+        self._log_eval(row, rep, self.global_step, self._last_eval_t - t0, self._model)
         row["time_eval_s"] = self._last_eval_t - t0
 
-    def _log_eval(self, row: dict, rep: dict, env_steps: int, seconds: float) -> None:
-        """An eval's figures in this update's row: `eval/env_steps` are those of the weights evaluated,
-        `eval/wall_s` the training time at which the result was known."""
+    def _log_eval(self, row: dict, rep: dict, env_steps: int, seconds: float, model) -> None:
+        """An eval's figures in this update's row: `eval/env_steps` are those of the weights evaluated (`model`),
+        `eval/wall_s` the training time at which the result was known. A greedy success above every earlier
+        one writes those weights to best_policy.pt (a policy flickers: the best is kept)."""
+        rate = rep["success_rate"]
+        if rate is not None and (self._best_greedy is None or rate > self._best_greedy):
+            self._best_greedy = rate
+            self.run.write_torch(BEST_NAME, self._policy_state(
+                {"algo": self.cfg.algo, "model": model.state_dict(), "update": self.update, "global_step": env_steps,
+                 "config": to_dict(self.cfg), "model_desc": self._model.describe(), "codec": self.env.codec.name,
+                 "obs_shape": list(self.env.single_obs_shape), "wall_s": self.train_wall(),
+                 "metrics": {"eval/greedy_success": rate, "eval/env_steps": env_steps}}))
         row.update({"eval/greedy_success": rep["success_rate"], "eval/greedy_return": rep["mean_return"],
                     "eval/median_steps": rep["median_steps"], "eval/starts_skipped": rep["starts_skipped"],
                     "eval/env_steps": env_steps, "eval/wall_s": self.train_wall(),
-                    "eval/elapsed_s": self.startup_s + self.train_wall(), "eval/seconds": seconds})
+                    "eval/elapsed_s": self.startup_s + self.train_wall(), "eval/seconds": seconds,
+                    "eval/best_greedy": self._best_greedy})
 
     def _make_eval_env(self):
         if self._eval_env is None:
@@ -535,7 +548,8 @@ class Session:
                  "optimizer": self._optimizer.state_dict(), "update": self.update, "global_step": self.global_step,
                  **mine, "config": to_dict(self.cfg), "model_desc": self._model.describe(), "codec": env.codec.name,
                  "obs_shape": list(env.single_obs_shape), "wall_s": self.train_wall(), "metrics": self.last,
-                 "loop": {"next_eval_step": self._next_eval_step, "success_window": list(self._success.rows)},
+                 "loop": {"next_eval_step": self._next_eval_step, "success_window": list(self._success.rows),
+                          "best_greedy": self._best_greedy},
                  "world_size": self.world.size}
         if others:
             state["ranks"] = others  # ranks 1..size-1: their rng, extra and env

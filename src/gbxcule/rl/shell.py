@@ -31,10 +31,11 @@ from gbxcule.core.typed import SettingError, check_fields, knob
 
 CHECKPOINT_NAME = "checkpoint.pt"
 POLICY_NAME = "policy.pt"
+BEST_NAME = "best_policy.pt"  # the weights of the best periodic greedy eval so far (policy.pt's format)
 CHECKPOINT_FORMAT = 1
 ARCHIVE_NAME = "archive.npz"  # the state archive's cells and screens, written with each checkpoint
 RUN_FILES = ("config.json", "facts.json", "metrics.jsonl", "summary.json", "eval.json", "nonfinite.json",
-             CHECKPOINT_NAME, POLICY_NAME, ARCHIVE_NAME, "tb")
+             CHECKPOINT_NAME, POLICY_NAME, BEST_NAME, ARCHIVE_NAME, "tb")
 
 
 class ConfigError(SettingError):
