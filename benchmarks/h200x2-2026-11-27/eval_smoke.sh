@@ -1,6 +1,6 @@
 # the eval beside training on CUDA: a short PPO run with it on and one with it off; /tmp/visit/bg_ok when it works
 set -u
-for mode in on off; do
+for mode in true false; do  # (the 2026-11-27 run, tree cc6ee6a, named them on and off)
   python3 -m gbxcule train --config configs/leave_house.toml --time-limit 40 --eval-every 262144 --no-progress \
     --run-dir $JOB_OUT/smoke_$mode --set run.eval_background=$mode > $JOB_OUT/smoke_$mode.log 2>&1
   echo "eval_background=$mode rc $?"
@@ -13,7 +13,7 @@ for r in rows:
           + (f" waited {r['time_eval_s']:.1f}s" if "time_eval_s" in r else ""))
 PY
 done
-grep -q "eval@" <(python3 - $JOB_OUT/smoke_on/metrics.jsonl <<'PY'
+grep -q "eval@" <(python3 - $JOB_OUT/smoke_true/metrics.jsonl <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 print("eval@" if any("eval/seconds" in r and "time_eval_s" not in r for r in rows) else "none")
