@@ -140,7 +140,24 @@ def test_a_state_archive_too_large_is_refused_before_the_emulators_exist(monkeyp
 
     monkeypatch.setattr(warp_vec.WarpVecBackend, "__init__", never)
     monkeypatch.setattr(memory, "host_available", lambda: Available(4 << 30, "cgroup limit 4.00 GiB in test"))
-    with pytest.raises(GbxculeError, match="state archive") as err:
+    with pytest.raises(GbxculeError, match="lower env.archive.capacity") as err:
         GameEnv(None, 8, "cpu", task="leave_house", archive={"capacity": 1_000_000})
-    assert "\n" not in str(err.value) and "does not fit alone" in str(err.value)
-    monkeypatch.setattr(warp_vec.WarpVecBackend, "__init__", warp_vec.WarpVecBackend.__init__)
+    assert "\n" not in str(err.value) and "state archive's 1,000,000 cells" in str(err.value)
+    # an archive that fits alone but not beside the envs: the env's whole need, the archive named in it
+    from gbxcule.core.cartridge import cart_config
+    from gbxcule.core.schema import ram_layout
+    from gbxcule.rl.archive import CELL_RECORD_BYTES
+    from gbxcule.rl.starts import task_rom
+    from gbxcule.rl.tasks import load_task
+
+    ram = ram_layout(cart_config(task_rom(load_task("leave_house"), None)).ram_banks * 0x2000).total
+    fits_alone = (4 << 30) // (memory.slot_bytes(1, ram, "pixels") + CELL_RECORD_BYTES)
+    with pytest.raises(GbxculeError, match=r"8 envs need .*\(state archive 4\.00 GiB\)") as err:
+        GameEnv(None, 8, "cpu", task="leave_house", archive={"capacity": fits_alone})
+    assert "\n" not in str(err.value)
+
+
+def test_a_fixed_part_too_large_alone_is_said_so():
+    need = memory.Need.device("buffers", 1 << 20) + memory.Need.device("table", 0, 8 << 30)
+    with pytest.raises(GbxculeError, match=r"table 8\.00 GiB.*does not fit alone"):
+        memory.check(10, need, None, Available(4 << 30, "a test's card"))

@@ -385,16 +385,19 @@ class StateArchive:
                 for name in ("keys", "visits", "steps", "ret", "best", "chosen", "found")}
 
 
+CELL_RECORD_BYTES = 8 * 8 + 3 * 4  # a cell's records beside its slot: keys, steps, returns, counts
+
+
 def cell_bytes(backend) -> int:
     """Device bytes of one archive cell: its slot in the backend's store (machine state words, observation,
     screen) and its records."""
-    return 4 * backend.slot_words + 72 * backend.obs.shape[2] + 144 * 160 + 8 * 8 + 3 * 4
+    return 4 * backend.slot_words + 72 * backend.obs.shape[2] + 144 * 160 + CELL_RECORD_BYTES
 
 
-def check_archive_memory(capacity: int, backend, device: str) -> int:
-    """The archive's bytes; an EnvConfigError when they exceed the free memory of `device` now."""
-    per = cell_bytes(backend)
-    need = capacity * per
+def check_archive_memory(capacity: int, per_cell: int, device: str) -> int:
+    """The archive's bytes (`per_cell` each); an EnvConfigError when they exceed the free memory of `device`
+    now (checked before the emulators exist; the env's whole need is checked next)."""
+    need = capacity * per_cell
     from gbxcule.backends import memory_available
 
     host, dev = memory_available(str(device))
@@ -403,6 +406,6 @@ def check_archive_memory(capacity: int, backend, device: str) -> int:
                                                     + room.source)
     if free is not None and need > free:
         raise EnvConfigError(f"the state archive's {capacity:,} cells need {need / 2**30:.2f} GiB of memory "
-                             f"({per:,} bytes each) but {free / 2**30:.2f} GiB is free ({where}): lower "
-                             f"env.archive.capacity (at most {free // per:,} fit)")
+                             f"({per_cell:,} bytes each) but {free / 2**30:.2f} GiB is free ({where}): lower "
+                             f"env.archive.capacity (at most {free // per_cell:,} fit)")
     return need

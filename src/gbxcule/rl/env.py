@@ -25,6 +25,7 @@ from gbxcule.core.cartridge import Rom
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.schema import NUM_FIELDS
 from gbxcule.rl.archive import (
+    CELL_RECORD_BYTES,
     SALT_CLOCK,
     SALT_START,
     SALT_SWARM,
@@ -151,7 +152,7 @@ class GameEnv:
         self.archive = self._limit = self._clone_bufs = None
         self.after_step: Callable[[], None] | None = None  # called at the end of every step (the shell's eval)
         extra = 0 if self.archive_cfg is None else self.archive_cfg.capacity
-        self.archive_bytes = check_archive_memory(extra, be, self.device) if extra else 0  # refused if it won't fit
+        self.archive_bytes = extra * cell_bytes(be)
         self.num_slots = build_starts(be, spec, self.seed, t.base_dir if t else ".",
                                       extra_slots=extra)
         self._build_buffers()  # the device buffers
@@ -221,7 +222,9 @@ class GameEnv:
                 + Need.device("env buffers", env_bytes(self.obs_mode, self.stack_k, self.keep_final_obs, tables,
                                                        cfg.novelty_size), slot_bytes(slots, ram, self.obs_mode)))
         if self.archive_cfg is not None:  # its cells are slots of the backend's slot store too
-            need = need + Need.device("state archive", 0, slot_bytes(self.archive_cfg.capacity, ram, self.obs_mode))
+            cap = self.archive_cfg.capacity
+            per_cell = slot_bytes(1, ram, self.obs_mode) + CELL_RECORD_BYTES
+            need = need + Need.device("state archive", 0, check_archive_memory(cap, per_cell, self.device))
         check_memory(self.num_envs, need if reserve is None else need + reserve, self.device)
 
     def _build_buffers(self) -> None:
