@@ -312,9 +312,10 @@ class Session:
     def running(self) -> bool:
         return self.update < self.num_updates and self.summary == {}
 
-    def autocast(self, amp: bool):
+    def autocast(self, amp: str):
+        """bf16 autocast for an algorithm's `amp` setting: "bf16", "auto" (on CUDA) or "off"; none on the CPU."""
         if self.cuda:
-            return torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp)
+            return torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp in ("bf16", "auto"))
         return torch.autocast("cpu", enabled=False)
 
     def wrap(self, model):

@@ -39,7 +39,6 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         n, dev, obs_shape = env.num_envs, env.device, env.single_obs_shape
         model = build_model(a, env.num_actions, env.stack_k, env.obs_mode == "packed").to(s.device)
         optimizer = torch.optim.Adam(model.parameters(), lr=a.lr, eps=1e-5)
-        amp = a.amp == "bf16" or (a.amp == "auto" and s.cuda)
         step_fn = torch.compile(model.forward_step) if a.compile else model.forward_step
         state = model.initial_state(n, dev)
         extra = s.start(model, optimizer, state=lambda: {"state": None if state is None else state.cpu().clone()},
@@ -79,7 +78,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             for k in range(a.steps_per_update // a.n_step):
                 if a.n_step == 1:
                     mark = timer.start("forward")
-                    with s.autocast(amp):
+                    with s.autocast(a.amp):
                         logits, value, new_state = step_fn(env.obs, state)
                     dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
                     action = dist.sample()
@@ -89,7 +88,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                     _, reward, term, trunc, _ = env.step(action)
                     timer.stop(mark)
                     mark = timer.start("backward")
-                    with torch.no_grad(), s.autocast(amp):
+                    with torch.no_grad(), s.autocast(a.amp):
                         bootstrap_obs(env.obs, env.final_obs, trunc, out=boot)
                         v_next = model.value(boot, None if new_state is None else new_state.detach()).float()
                     target = returns.td_target(reward, term, v_next, a.gamma)
@@ -102,7 +101,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                         for t in range(t_len):
                             mark = timer.start("forward")
                             obs_buf[t].copy_(env.obs)
-                            with s.autocast(amp):
+                            with s.autocast(a.amp):
                                 logits, value = model(obs_buf[t])
                             action = torch.distributions.Categorical(logits=logits.float(),
                                                                      validate_args=False).sample()
@@ -115,7 +114,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                             final_buf[t].copy_(env.final_obs)
                             timer.stop(mark)
                     mark = timer.start("backward")
-                    with torch.no_grad(), s.autocast(amp):
+                    with torch.no_grad(), s.autocast(a.amp):
                         last_value = model.value(env.obs).float()
                         final_values = torch.zeros_like(val_buf)
                         idx = trunc_buf.nonzero()  # one sync per window: the truncated steps, usually few
@@ -124,7 +123,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                                 final_buf[chunk[:, 0], chunk[:, 1]]).float()
                         _, ret = returns.gae(rew_buf, val_buf, term_buf | trunc_buf, last_value, a.gamma,
                                              a.gae_lambda, trunc_buf, final_values)
-                    with s.autocast(amp):
+                    with s.autocast(a.amp):
                         logits, value = model(obs_buf.reshape(t_len * n, *obs_shape))
                     dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
                     action = act_buf.reshape(-1)

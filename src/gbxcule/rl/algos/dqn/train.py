@@ -36,7 +36,6 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         model = build_model(d, num_actions, env.stack_k, env.obs_mode == "packed").to(s.device)
         target = copy.deepcopy(model).requires_grad_(False)
         optimizer = torch.optim.Adam(model.parameters(), lr=d.lr, eps=d.adam_eps)
-        amp = d.amp == "bf16" or (d.amp == "auto" and s.cuda)
         buf = ReplayBuffer(plan, d.gamma, s.device, d.priority_alpha)
         grad_steps = 0
 
@@ -59,7 +58,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             buf.begin(env.obs)
 
         def losses(obs, action, ret, discount, next_obs, weights):
-            with s.autocast(amp):
+            with s.autocast(d.amp):
                 q_all = model(obs)
                 with torch.no_grad():
                     next_target = target(next_obs).float()
@@ -88,7 +87,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                 env_steps = s.global_step + i * n
                 eps = returns.linear_decay(d.epsilon_start, d.epsilon_end, env_steps, decay_steps)
                 mark = timer.start("inference")
-                with torch.no_grad(), s.autocast(amp):
+                with torch.no_grad(), s.autocast(d.amp):
                     q = act(env.obs)
                 action = epsilon_greedy(q.float(), eps)
                 actions.scatter_add_(0, action, ones)  # bincount would read the device (its size)

@@ -31,7 +31,6 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         env = s.env
         model = build_model(p, env.num_actions, env.stack_k, env.obs_mode == "packed").to(s.device)
         optimizer = torch.optim.Adam(model.parameters(), lr=p.lr, eps=1e-5)
-        amp = p.amp == "bf16" or (p.amp == "auto" and s.cuda)
         fwd = torch.compile(model) if p.compile else model
         learner = s.wrap(model)  # DDP over the model with run.grad_sync = "ddp" on several processes
         train_fwd = fwd if learner is model else (torch.compile(learner) if p.compile else learner)
@@ -62,7 +61,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             for t in range(t_len):
                 mark = timer.start("inference")
                 obs_buf[t].copy_(env.obs)
-                with torch.no_grad(), s.autocast(amp):
+                with torch.no_grad(), s.autocast(p.amp):
                     logits, value = fwd(obs_buf[t])
                 dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
                 action = dist.sample()
@@ -78,7 +77,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                 final_buf[t].copy_(env.final_obs)
                 timer.stop(mark)
             mark = timer.start("update")
-            with torch.no_grad(), s.autocast(amp):
+            with torch.no_grad(), s.autocast(p.amp):
                 last_value = model.value(env.obs).float()
                 final_values = torch.zeros_like(val_buf)
                 idx = trunc_buf.nonzero()  # one sync per update: the truncated steps, usually few
@@ -93,7 +92,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             stats = []
             for _epoch in range(p.epochs):
                 for mb in ppo.minibatches(steps_per_update(cfg), p.minibatches, sampler, dev):
-                    with s.autocast(amp):
+                    with s.autocast(p.amp):
                         logits, new_v = train_fwd(b_obs[mb])
                     dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
                     a = b_adv[mb]

@@ -32,7 +32,6 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         env = s.env
         model = build_model(p, env.num_actions, env.stack_k, env.obs_mode == "packed").to(s.device)
         optimizer = torch.optim.Adam(model.parameters(), lr=p.lr)
-        amp = p.amp == "bf16" or (p.amp == "auto" and s.cuda)
         fwd = torch.compile(model) if p.compile else model
         sampler = torch.Generator().manual_seed(cfg.run.seed)
         extra = s.start(model, optimizer, state=lambda: {"sampler": sampler.get_state()},
@@ -64,7 +63,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                 eps = returns.linear_decay(p.epsilon_start, p.epsilon_end, s.global_step + t * n, decay_steps)
                 mark = timer.start("inference")
                 obs_buf[t].copy_(env.obs)
-                with torch.no_grad(), s.autocast(amp):
+                with torch.no_grad(), s.autocast(p.amp):
                     q = fwd(obs_buf[t]).float()
                 action = epsilon_greedy(q, eps)
                 act_buf[t] = action
@@ -79,7 +78,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                 final_buf[t].copy_(env.final_obs)
                 timer.stop(mark)
             mark = timer.start("update")
-            with torch.no_grad(), s.autocast(amp):
+            with torch.no_grad(), s.autocast(p.amp):
                 last = fwd(env.obs).float().max(-1).values
                 final_values = torch.zeros_like(qmax_buf)
                 idx = trunc_buf.nonzero()  # one sync per update: the truncated steps, usually few
@@ -94,7 +93,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             for _epoch in range(p.epochs):
                 perm = torch.randperm(batch, generator=sampler).to(dev)
                 for mb in perm.tensor_split(p.minibatches):
-                    with s.autocast(amp):
+                    with s.autocast(p.amp):
                         q_all = fwd(b_obs[mb])
                     q = q_all.float().gather(1, b_act[mb][:, None]).squeeze(1)
                     loss = pqn.q_loss(q, b_tgt[mb])
