@@ -68,6 +68,9 @@ def memory_available(device: str) -> tuple[memory.Available | None, memory.Avail
         return host, None
 
 
+_WP_STREAMS: dict = {}  # Warp streams of the torch streams `on_stream` has run on, by CUDA handle
+
+
 def new_stream(device: str):
     """A CUDA stream of its own for work beside the current stream's (`on_stream`); None on a CPU device."""
     if not device.startswith("cuda"):
@@ -90,7 +93,10 @@ def on_stream(device: str, stream, after_current: bool = False):
 
     if after_current:
         stream.wait_stream(torch.cuda.current_stream(stream.device))
-    with torch.cuda.stream(stream), wp.ScopedStream(wp.stream_from_torch(stream), sync_enter=False):
+    wp_stream = _WP_STREAMS.get(stream.cuda_stream)
+    if wp_stream is None:  # Warp's handle on the stream, made once (on_stream runs every env-step)
+        wp_stream = _WP_STREAMS[stream.cuda_stream] = wp.stream_from_torch(stream)
+    with torch.cuda.stream(stream), wp.ScopedStream(wp_stream, sync_enter=False):
         yield
 
 

@@ -96,7 +96,7 @@ class Episodes:
         self.obs, r, term, trunc, _ = env.step(a)
         live = ~self.finished
         hit = env.success & live & ~self.success
-        self.steps_to_goal = torch.where(hit, self.steps, self.steps_to_goal)
+        self.steps_to_goal.masked_fill_(hit, self.steps)
         self.success |= env.success & live
         self.ret += r * live
         self.length += live
