@@ -2,13 +2,14 @@
 # Several GPUs (docs/training.md "Several GPUs"): emulation and PPO training on 1, 2 and 4 GPUs of one host, run
 # from the repository root of a 4-GPU machine after the setup calls. Results: $OUT/multigpu.json (every figure),
 # $OUT/multigpu_runs.tgz (the run folders without checkpoints) and a table printed last.
-#   bash scripts/bench_multigpu.sh [all|emu|train|gradsync|table]      (default all: emu, train, table; ~8-9 min)
+#   bash scripts/bench_multigpu.sh [all|emu|train|g1|g2|g4|gradsync|table]   (default all: emu, train, table; ~8-9 min)
 #   emu       gbxcule bench --gpus G, G = 1, 2, 4: aggregate OVERWORLD full_step env-steps/s at 16,384 and 65,536
 #             envs per GPU, and each GPU's own (EMU_STEPS, EMU_WARMUP)
 #   train     PPO on reach_lab (configs/reach_lab_novelty.toml), 16,384 envs per GPU, seed 0: a greedy eval of 64
 #             episodes every EVAL_S s of training, stopped at 90% greedy or after T1/T2/T4 s; 1 GPU (GPU 0) and
 #             2 GPUs (GPUs 1-2) at once, then 4 GPUs (SERIAL=1: one after another). Training SPS = the median of
 #             the logged SPS from the third update on (periodic evals are not in it)
+#   g1|g2|g4  one of those runs alone on the GPUs CUDA_VISIBLE_DEVICES names (for a job runner that places it)
 #   gradsync  60 s of the same training on 4 GPUs with run.grad_sync = allreduce, then ddp (no eval): which is faster
 #   table     the table again from what $OUT holds
 # A smoke of the script on the CPU device (2-core box: tiny sizes, no result to keep):
@@ -60,6 +61,13 @@ train() {
     wait
   fi
   train_one ttt_g4 4 0,1,2,3 "$T4" "${goal[@]}"
+}
+
+one() {  # g1|g2|g4 on the inherited CUDA_VISIBLE_DEVICES
+  local g=${1#g} t
+  case $g in 1) t=$T1 ;; 2) t=$T2 ;; *) t=$T4 ;; esac
+  train_one "ttt_g$g" "$g" "${CUDA_VISIBLE_DEVICES:-$(seq -s, 0 $((g - 1)))}" "$t" --eval-episodes 64 \
+    --set "run.eval_every_s=$EVAL_S" --stop-at-success 0.9
 }
 
 gradsync() {
@@ -138,7 +146,8 @@ case ${1:-all} in
   all) emu; train; table ;;
   emu) emu; table ;;
   train) train; table ;;
+  g1|g2|g4) one "$1"; table ;;
   gradsync) gradsync; table ;;
   table) table ;;
-  *) sed -n '2,16p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,17p' "$0" >&2; exit 2 ;;
 esac

@@ -90,7 +90,9 @@ def metrics(run_dir):
     return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
 
 
-@pytest.mark.parametrize("knobs", [{}, {"n_step": 4, "gae_lambda": 0.9}, {"gru": 8}], ids=["td0", "window", "gru"])
+@pytest.mark.parametrize("knobs", [{}, {"n_step": 4, "gae_lambda": 0.9}, {"gru": 8},
+                                   {"n_step": 4, "update_every": 4, "gae_lambda": 0.9, "minibatches": 3}],
+                         ids=["td0", "window", "gru", "minibatches"])
 def test_tiny_run_trains_checkpoints_and_resumes_bit_for_bit(tmp_path, knobs):
     straight = tmp_path / "straight"
     s = train(tiny(straight, knobs))
@@ -110,6 +112,9 @@ def test_tiny_run_trains_checkpoints_and_resumes_bit_for_bit(tmp_path, knobs):
     a = torch.load(straight / "checkpoint.pt", weights_only=False)
     b = torch.load(part / "checkpoint.pt", weights_only=False)
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    # Adam's step count: one optimizer step per update_every env-steps, times the minibatches of a window
+    steps = 3 * 8 // knobs.get("update_every", 4) * knobs.get("minibatches", 1)
+    assert all(st["step"].item() == steps for st in a["optimizer"]["state"].values())
     if knobs.get("gru"):
         assert a["extra"]["state"].shape == (6, 8) and torch.equal(a["extra"]["state"], b["extra"]["state"])
 
@@ -124,7 +129,10 @@ def test_eval_of_an_a2c_run_through_the_registry(tmp_path, capsys):
 
 @pytest.mark.parametrize("bad, word", [({"update_every": 0}, "update_every"), ({"n_step": 8}, "n_step"),
                                        ({"gru": 0}, "gru"), ({"steps_per_update": 6}, "multiple"),
-                                       ({"ent_coef": "x"}, "ent_coef"), ({"norm_adv": "false"}, "norm_adv")])
+                                       ({"ent_coef": "x"}, "ent_coef"), ({"norm_adv": "false"}, "norm_adv"),
+                                       ({"minibatches": 2}, "minibatches"), ({"minibatches": 0}, "minibatches"),
+                                       ({"n_step": 2, "update_every": 4, "minibatches": 2}, "update_every"),
+                                       ({"n_step": 4, "update_every": 4, "minibatches": 25}, "exceeds")])
 def test_bad_knobs_are_one_line(tmp_path, bad, word):
     with pytest.raises(ConfigError, match=word):
         tiny(tmp_path, bad)

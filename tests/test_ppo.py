@@ -107,15 +107,6 @@ def test_golden_loss_on_a_fixed_batch():
 GOLDEN_LOSS = 0.9273722767829895  # ppo_loss on the batch above, 2026-11-23
 
 
-def test_minibatches_partition_the_batch():
-    g = torch.Generator().manual_seed(0)
-    mbs = ppo.minibatches(10, 3, g, "cpu")
-    assert [len(m) for m in mbs] == [4, 3, 3]
-    assert sorted(torch.cat(mbs).tolist()) == list(range(10))
-    with pytest.raises(ValueError):
-        ppo.minibatches(4, 5, g, "cpu")
-
-
 def test_explained_variance_and_lr():
     ret = torch.tensor([1.0, 2.0, 3.0])
     assert returns.explained_variance(ret, ret).item() == 1.0

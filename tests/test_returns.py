@@ -102,3 +102,12 @@ def test_linear_decay():
     assert returns.linear_decay(1.0, 0.1, 50, 100) == pytest.approx(0.55)
     assert returns.linear_decay(1.0, 0.1, 100, 100) == pytest.approx(0.1)
     assert returns.linear_decay(1.0, 0.1, 10**6, 100) == pytest.approx(0.1)
+
+
+def test_minibatches_partition_the_batch():
+    g = torch.Generator().manual_seed(0)
+    mbs = returns.minibatches(10, 3, g, "cpu")
+    assert [len(m) for m in mbs] == [4, 3, 3]
+    assert sorted(torch.cat(mbs).tolist()) == list(range(10))
+    with pytest.raises(ValueError):
+        returns.minibatches(4, 5, g, "cpu")

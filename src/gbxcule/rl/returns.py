@@ -1,6 +1,6 @@
 """Returns, advantages and targets every algorithm shares, as pure torch functions over [T, N] tensors (no env,
 no I/O): GAE and lambda-returns (PQN's Q(lambda) targets) with bootstrap on truncation, n-step returns (the
-replay buffer's writer), one-step TD targets, explained variance, schedules.
+replay buffer's writer), one-step TD targets, explained variance, schedules, the minibatch split.
 
 Conventions: step t's action was chosen from obs_t; `dones[t]` (terminated or truncated) says obs_{t+1} is the
 next episode's first; a truncated episode is not a terminal one and bootstraps from the value of its last
@@ -97,3 +97,12 @@ def linear_schedule(start: float, end: float | None, update: int, num_updates: i
 def linear_decay(start: float, end: float, step: int, steps: int) -> float:
     """`start` moved linearly to `end` over the first `steps` steps, then `end` (an epsilon schedule)."""
     return end + (start - end) * max(0.0, 1.0 - step / steps) if steps > 0 else end
+
+
+def minibatches(batch_size: int, num_minibatches: int, generator: torch.Generator, device) -> list[torch.Tensor]:
+    """A random permutation of the batch split into `num_minibatches` index tensors (the last ones one
+    shorter when the batch does not divide)."""
+    if not 1 <= num_minibatches <= batch_size:
+        raise ValueError(f"minibatches must be in [1, batch size {batch_size}], got {num_minibatches}")
+    perm = torch.randperm(batch_size, generator=generator).to(device)
+    return list(perm.tensor_split(num_minibatches))

@@ -16,6 +16,7 @@ class A2CConfig:
     update_every: int = knob(4, min=1)  # env-steps whose gradients are accumulated into one optimizer step
     n_step: int = knob(1, min=1)  # 1: TD(0) every env-step; n: lambda-returns over windows of n env-steps
     gae_lambda: float = knob(1.0, min=0, max=1)  # lambda within a window (1: n-step returns)
+    minibatches: int = knob(1, min=1)  # optimizer steps per window (n_step > 1), each on a random share of it
     steps_per_update: int = knob(32, min=1)  # env-steps per logged update (a multiple of update_every)
     lr: float = knob(5e-4, gt=0)
     anneal_lr: bool = False
@@ -47,6 +48,12 @@ def check(cfg) -> None:
     if a.n_step > a.update_every or a.update_every % a.n_step:
         raise ConfigError(f"a2c.n_step ({a.n_step}) must divide the window of a2c.update_every ({a.update_every}) "
                           f"env-steps")
+    if a.minibatches > 1 and (a.n_step == 1 or a.update_every != a.n_step):
+        raise ConfigError(f"a2c.minibatches ({a.minibatches}) splits a window of lambda-returns: it needs "
+                          f"a2c.n_step > 1 and a2c.update_every = a2c.n_step (now {a.n_step} and {a.update_every})")
+    if a.minibatches > a.n_step * cfg.env.num_envs:
+        raise ConfigError(f"a2c.minibatches ({a.minibatches}) exceeds the window's "
+                          f"{a.n_step * cfg.env.num_envs} samples")
     if a.n_step > 1 and a.gru is not None:
         raise ConfigError("a2c.gru needs a2c.n_step = 1 (the recurrent state is carried step by step)")
 

@@ -3,8 +3,9 @@ sample, step the env, bootstrap from the next observation's value under no_grad 
 observation where the step was truncated: truncation is not terminal), policy, value and entropy losses,
 backward; the optimizer steps every `update_every` env-steps (gradient accumulation). With `n_step` > 1 the
 targets are lambda-returns over windows of n env-steps instead (acting without gradients, one forward with
-gradients over the window). One file, CleanRL-style; the math is in `loss.py` and `rl/returns.py`, the shell in
-`rl/loop.py` (docs/training.md "A2C").
+gradients over the window); with `minibatches` > 1 the window's samples are split at random into that many
+optimizer steps (each sample used once: more steps, no reuse). One file, CleanRL-style; the math is in `loss.py`
+and `rl/returns.py`, the shell in `rl/loop.py` (docs/training.md "A2C").
 
     gbxcule train --algo a2c --task leave_house --num-envs 16384 --total-steps 20000000
 """
@@ -41,13 +42,17 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         optimizer = torch.optim.Adam(model.parameters(), lr=a.lr, eps=1e-5)
         step_fn = torch.compile(model.forward_step) if a.compile else model.forward_step
         state = model.initial_state(n, dev)
-        extra = s.start(model, optimizer, state=lambda: {"state": None if state is None else state.cpu().clone()},
+        sampler = torch.Generator().manual_seed(cfg.run.seed)  # the minibatch split (minibatches > 1)
+        extra = s.start(model, optimizer, state=lambda: {"state": None if state is None else state.cpu().clone(),
+                                                         "sampler": sampler.get_state()},
                         describe=f"a2c: {s.storage_bytes / 2**20:,.0f} MiB of step storage on {s.device}; "
                                  f"{s.num_updates} updates of {s.update_steps:,} env-steps, an optimizer "
                                  f"step every {a.update_every} env-steps ({a.update_every * n:,} samples); model "
                                  f"{model.describe()['params']:,} parameters")
         if extra and extra.get("state") is not None:
             state.copy_(extra["state"])
+        if extra and extra.get("sampler") is not None:
+            sampler.set_state(extra["sampler"])
 
         timer = s.timer
         hist = torch.zeros(env.num_actions, dtype=torch.int64, device=dev)
@@ -123,16 +128,34 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                                 final_buf[chunk[:, 0], chunk[:, 1]]).float()
                         _, ret = returns.gae(rew_buf, val_buf, term_buf | trunc_buf, last_value, a.gamma,
                                              a.gae_lambda, trunc_buf, final_values)
-                    with s.autocast(a.amp):
-                        logits, value = model(obs_buf.reshape(t_len * n, *obs_shape))
-                    dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
-                    action = act_buf.reshape(-1)
-                    loss, m = a2c_loss(dist.log_prob(action), dist.entropy(), value.float(), ret.reshape(-1), coefs)
-                    (loss / windows_per_step).backward()
+                    b_obs, action, b_ret = obs_buf.reshape(t_len * n, *obs_shape), act_buf.reshape(-1), ret.reshape(-1)
+                    if a.minibatches == 1:
+                        with s.autocast(a.amp):
+                            logits, value = model(b_obs)
+                        dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
+                        loss, m = a2c_loss(dist.log_prob(action), dist.entropy(), value.float(), b_ret, coefs)
+                        (loss / windows_per_step).backward()
+                    else:  # an optimizer step on each random share of the window
+                        mb_sums = torch.zeros_like(sums)
+                        for mb in returns.minibatches(t_len * n, a.minibatches, sampler, dev):
+                            with s.autocast(a.amp):
+                                logits, value = model(b_obs[mb])
+                            dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
+                            loss, m = a2c_loss(dist.log_prob(action[mb]), dist.entropy(), value.float(), b_ret[mb],
+                                               coefs)
+                            loss.backward()
+                            mb_sums.add_(torch.stack([m[name].float() for name in STAT_NAMES]))
+                            timer.stop(mark)
+                            mark = timer.start("optimizer")
+                            gn_sum.add_(s.apply_gradients(model, optimizer, a.max_grad_norm))
+                            optimizer.zero_grad(set_to_none=True)
+                            timer.stop(mark)
+                            mark = timer.start("backward")
+                        m = dict(zip(STAT_NAMES, (mb_sums / a.minibatches).unbind(0), strict=True))
                 sums.add_(torch.stack([m[name].float() for name in STAT_NAMES]))
                 hist.index_add_(0, action, ones)
                 timer.stop(mark)
-                if (k + 1) % windows_per_step == 0:
+                if a.minibatches == 1 and (k + 1) % windows_per_step == 0:
                     mark = timer.start("optimizer")
                     gn_sum.add_(s.apply_gradients(model, optimizer, a.max_grad_norm))
                     optimizer.zero_grad(set_to_none=True)
@@ -140,6 +163,6 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             windows = a.steps_per_update // a.n_step
             mean = sums / windows
             metrics = {"lr": lr, "ent_coef": ent_coef, **dict(zip(STAT_NAMES, mean.unbind(0), strict=True)),
-                       "grad_norm": gn_sum / (a.steps_per_update // a.update_every), "actions": hist}
+                       "grad_norm": gn_sum / (a.steps_per_update // a.update_every * a.minibatches), "actions": hist}
             s.end_update(a.steps_per_update * n, metrics, guard=("pg_loss", "v_loss", "grad_norm"))
     return s.summary

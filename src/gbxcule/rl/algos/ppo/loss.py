@@ -1,5 +1,5 @@
-"""PPO's own math as pure torch functions (no I/O, no env): the clipped objective, minibatches, advantage
-normalisation. Advantages, returns and schedules that other algorithms share are in `gbxcule.rl.returns`.
+"""PPO's own math as pure torch functions (no I/O, no env): the clipped objective, advantage normalisation.
+Advantages, returns, schedules and minibatches that other algorithms share are in `gbxcule.rl.returns`.
 Tests: tests/test_ppo.py.
 """
 
@@ -42,12 +42,3 @@ def ppo_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, 
         clipfrac = ((ratio - 1).abs() > c.clip).float().mean()
     return loss, {"pg_loss": pg.detach(), "v_loss": v_loss.detach(), "entropy": ent.detach(),
                   "approx_kl": approx_kl, "clipfrac": clipfrac}
-
-
-def minibatches(batch_size: int, num_minibatches: int, generator: torch.Generator, device) -> list[torch.Tensor]:
-    """A random permutation of the batch split into `num_minibatches` index tensors (the last ones one
-    shorter when the batch does not divide)."""
-    if not 1 <= num_minibatches <= batch_size:
-        raise ValueError(f"minibatches must be in [1, batch size {batch_size}], got {num_minibatches}")
-    perm = torch.randperm(batch_size, generator=generator).to(device)
-    return list(perm.tensor_split(num_minibatches))

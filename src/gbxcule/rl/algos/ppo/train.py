@@ -91,7 +91,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             b_adv, b_ret, b_val = adv.reshape(-1), ret.reshape(-1), val_buf.reshape(-1)
             stats = []
             for _epoch in range(p.epochs):
-                for mb in ppo.minibatches(steps_per_update(cfg), p.minibatches, sampler, dev):
+                for mb in returns.minibatches(steps_per_update(cfg), p.minibatches, sampler, dev):
                     with s.autocast(p.amp):
                         logits, new_v = train_fwd(b_obs[mb])
                     dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)

@@ -91,8 +91,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             b_act, b_tgt = act_buf.reshape(-1), targets.reshape(-1)
             stats = []
             for _epoch in range(p.epochs):
-                perm = torch.randperm(batch, generator=sampler).to(dev)
-                for mb in perm.tensor_split(p.minibatches):
+                for mb in returns.minibatches(batch, p.minibatches, sampler, dev):
                     with s.autocast(p.amp):
                         q_all = fwd(b_obs[mb])
                     q = q_all.float().gather(1, b_act[mb][:, None]).squeeze(1)
