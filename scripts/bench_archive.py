@@ -1,12 +1,23 @@
 """The state archive's cost and its exploration (docs/training.md "State archive"; BENCHMARKS.md).
 
-    python scripts/bench_archive.py cost --config configs/talk_to_hiker_archive.toml --envs 16384 --device cuda
+    python scripts/bench_archive.py cost --config configs/reach_lab_archive.toml --envs 16384 --device cuda \\
+        --steps 100 --repeat 2
+    python scripts/bench_archive.py cost --config configs/reach_lab_archive.toml --envs 128 --device cpu \\
+        --steps 30 --warmup 5 --repeat 1
     python scripts/bench_archive.py explore --config configs/talk_to_hiker_archive.toml --envs 16384 --device cuda \\
         --steps 1500 --runs bench_out/learning/hiker_archive_s0 bench_out/learning/hiker_novelty_s0
 
 `cost`: env-steps/s of the env as its task defines it (goals, step limit, episodes ending and restarting; random
-actions drawn on the device), with the config's `[env.archive]` table and spread clocks, and without them, in
-turn, `--repeat` times each (rl/bench_env.py kind `env_task`); prints a table and the slowdown, writes JSON.
+actions drawn on the device) in four variants, in turn, `--repeat` times each (rl/bench_env.py kind `env_task`),
+each adding one thing to the one before: `off` (no archive, no spread clocks), `spread` (spread clocks only),
+`counting` (the config's `[env.archive]` table with p_start = 1: all of its per-step machinery runs, but every
+episode starts from the task's start, so the envs emulate bit for bit what `spread`'s do) and `archive` (the
+table as it is: starts from cells, shorter episodes, swarming). So `counting` against `spread` is the archive's
+own cost and `archive` against `counting` is the emulated work of where the envs play (other rooms and maps,
+other game code). Each row also counts that work: emulated instructions per env-step (`instr/step`, and
+`exec/step` less the skipped wait-loop rounds, as scripts/bench_games.py), the same on every device. Prints the
+variants against `off`, the steps between them (time per env-step added, in % of off's, and the instruction
+ratio), the slowdown and its split; writes JSON (`median`, `slowdown_vs_off`, `steps`, `machinery`, `workload`).
 
 `explore`: distinct cells reached against env-steps under random actions, from the task's start only
 ("random": the archive counts cells but never starts an episode) and with starts from the archive ("archive");
@@ -17,6 +28,7 @@ can count cells with `--set env.archive.p_start=1.0`, e.g. a novelty run). Print
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -37,6 +49,25 @@ def env_section(args) -> dict:
     return env
 
 
+# `cost`'s variants, in order: each adds one thing to the one before, so each step's difference has one cause
+COST_VARIANTS = ("off", "spread", "counting", "archive")
+# what each variant's difference from the one before it is, for the table and the JSON
+COST_STEPS = {"spread": "spread clocks (earlier first episode ends, so more restores)",
+              "counting": "the archive's machinery (same emulation as spread, bit for bit)",
+              "archive": "where envs play (starts from cells, their shorter episodes, swarming): emulated work"}
+
+
+def cost_variants(e: dict) -> dict[str, dict]:
+    """GameEnv options of each `cost` variant. `counting` is the config's archive with every episode from the
+    task's start (p_start 1: no env ever starts from a cell, so none is ever a swarm destination either): every
+    per-step part of the archive runs (cell keys, lookup, insertion and its masked save, the start draw, the
+    milestone test, the masked clone and the restore path) while the envs emulate exactly what `spread`'s do."""
+    table = e["archive"]
+    return {"off": {}, "spread": {"spread_clocks": True},
+            "counting": {"archive": {**table, "p_start": 1.0}, "spread_clocks": True},
+            "archive": {"archive": table, "spread_clocks": True}}
+
+
 def cost(args) -> dict:
     from gbxcule.core.action_codec import get_codec
     from gbxcule.core.cartridge import load_rom
@@ -49,22 +80,63 @@ def cost(args) -> dict:
     task = load_task(e["task"])
     rom = load_rom(resolve_rom(task.rom))
     codec, schedule = get_codec(task.codec), ActionSchedule(task.frames_per_step, task.release_after_frames)
-    variants = {"off": {}, "archive": {"archive": e["archive"], "spread_clocks": True}}
+    variants = cost_variants(e)
     rows = []
     for rep in range(args.repeat):
         for name, opts in variants.items():
             r = measure_env("env_task", args.envs, args.steps, args.warmup, rom, codec, schedule, device=args.device,
-                            task=task, info_mode="none", seed=args.seed + rep, env_options=opts)
+                            task=task, info_mode="none", seed=args.seed + rep, env_options=opts, count_work=True)
+            r["resets_per_env_step"] = r["resets_per_step"] / args.envs  # (measure_env's is per step of all envs)
             rows.append({"variant": name, "repeat": rep, **r})
-            print(f"{name:8s} repeat {rep}: {r['env_steps_per_s']:12,.0f} env-steps/s "
-                  f"({r.get('archive_cells', '-')} cells)", flush=True)
-    med = {name: statistics.median(r["env_steps_per_s"] for r in rows if r["variant"] == name) for name in variants}
-    slowdown = 1.0 - med["archive"] / med["off"]
-    print(f"\n{'variant':10s} {'env-steps/s (median)':>22s}\n{'off':10s} {med['off']:22,.0f}\n"
-          f"{'archive':10s} {med['archive']:22,.0f}\narchive cost: {100 * slowdown:.1f}% slower "
-          f"({args.envs:,} envs, {task.id}, {args.device})")
-    return {"mode": "cost", "task": task.id, "envs": args.envs, "archive": e["archive"], "rows": rows,
-            "median_sps": med, "slowdown": slowdown}
+            print(f"{name:9s} repeat {rep}: {r['env_steps_per_s']:12,.0f} env-steps/s, "
+                  f"{r['instructions_per_step']:9,.0f} instr/env-step, {r['resets_per_env_step']:.4f} resets/env-step"
+                  f" ({r.get('archive_cells', '-')} cells)", flush=True)
+    med = {name: {key: statistics.median(r[key] for r in rows if r["variant"] == name)
+                  for key in ("env_steps_per_s", "instructions_per_step", "executed_per_step", "resets_per_env_step")}
+           for name in variants}
+    data = {"mode": "cost", "task": task.id, "envs": args.envs, "archive": e["archive"], "rows": rows,
+            "median": med, **cost_breakdown(med)}
+    print_cost(data, args.device)
+    return data
+
+
+def cost_breakdown(med: dict) -> dict:
+    """Each variant against `off` (`slowdown`: 1 - its env-steps/s over off's), and the steps between variants
+    (`steps`: what each adds, as seconds per env-step added in % of off's and its instructions per env-step over
+    the one before's). Time per env-step adds up where slowdowns do not: the steps sum to archive's total."""
+    sec = {name: 1.0 / m["env_steps_per_s"] for name, m in med.items()}
+    slowdown = {name: 1.0 - med[name]["env_steps_per_s"] / med["off"]["env_steps_per_s"] for name in med}
+    steps = {}
+    for prev, name in itertools.pairwise(COST_VARIANTS):
+        steps[name] = {"vs": prev, "cause": COST_STEPS[name], "time_added": (sec[name] - sec[prev]) / sec["off"],
+                       "instr_ratio": med[name]["instructions_per_step"] / med[prev]["instructions_per_step"],
+                       "executed_ratio": med[name]["executed_per_step"] / med[prev]["executed_per_step"]}
+    same = med["counting"]["instructions_per_step"] == med["spread"]["instructions_per_step"]
+    return {"slowdown": slowdown["archive"], "slowdown_vs_off": slowdown, "steps": steps,
+            "machinery": steps["counting"]["time_added"], "workload": steps["archive"]["time_added"],
+            "counting_same_emulation": same}
+
+
+def print_cost(data: dict, device: str) -> None:
+    med, steps = data["median"], data["steps"]
+    off = med["off"]["env_steps_per_s"]
+    print(f"\n{'variant':9s} {'env-steps/s':>12s} {'vs off':>7s} {'instr/step':>10s} {'exec/step':>10s} "
+          f"{'resets':>7s}  (medians, per env-step)")
+    for name, m in med.items():
+        print(f"{name:9s} {m['env_steps_per_s']:12,.0f} {100 * (m['env_steps_per_s'] / off - 1):+6.1f}% "
+              f"{m['instructions_per_step']:10,.0f} {m['executed_per_step']:10,.0f} {m['resets_per_env_step']:7.4f}")
+    print(f"\n{'step':20s} {'time/env-step':>13s} {'instr':>7s}  cause")
+    for name, st in steps.items():
+        print(f"{st['vs'] + ' -> ' + name:20s} {100 * st['time_added']:+12.1f}% {st['instr_ratio']:6.2f}x  "
+              f"{st['cause']}")
+    print(f"(time/env-step: seconds per env-step added, in % of off's; the steps add up to archive's "
+          f"{100 * sum(st['time_added'] for st in steps.values()):+.1f}%. instr: emulated instructions per env-step "
+          f"over the variant before's)")
+    if not data["counting_same_emulation"]:
+        print("warning: counting and spread emulated different work (they should match bit for bit)")
+    print(f"\narchive cost: {100 * data['slowdown']:.1f}% slower than off ({data['envs']:,} envs, {data['task']}, "
+          f"{device}); of its time added per env-step, the archive's machinery {100 * data['machinery']:+.1f}% "
+          f"of off's, the emulated work of where envs play {100 * data['workload']:+.1f}%")
 
 
 def explore_curves(args) -> dict:

@@ -478,3 +478,39 @@ def test_the_archive_configs_share_one_table():
         cfg = make_config(f)
         assert cfg.env.archive == tables[0] and cfg.env.spread_clocks and not cfg.env.reward.get("novelty_pixels")
         assert cfg.env.start_states != "solution" and cfg.env.start_states[0] != "solution"  # no demonstration
+
+
+def test_a_counting_archive_emulates_what_spread_clocks_alone_do():
+    """scripts/bench_archive.py `cost` splits the archive's cost on this: with p_start 1 the archive's machinery
+    (swarming included) runs every step, but the envs emulate bit for bit what they do without it, so a time
+    difference between the two is the machinery's. StepWork counts the instructions of the steps only: restores
+    (here every few steps) move the counter but are not counted."""
+    from gbxcule.rl.bench_env import StepWork
+
+    kw = dict(task="leave_house", num_envs=4, max_steps=3, spread_clocks=True, seed=2)
+    envs = [GameEnv(**kw), GameEnv(**kw, archive={"capacity": 8, "p_start": 1.0, "swarm": 1.0, "max_steps": 2})]
+    rng = np.random.default_rng(7)
+    acts = [torch.from_numpy(rng.integers(0, 8, size=4)) for _ in range(7)]
+    counts = []
+    for env in envs:
+        env.reset(seed=2)
+        with StepWork(env.backend) as work:
+            work.start()
+            for a in acts:
+                env.step(a)
+            work.stop()
+        counts.append(work.instructions)
+    assert envs[1].episode_stats()["archive/cells"] >= 1
+    assert torch.equal(envs[0].obs, envs[1].obs)
+    assert np.array_equal(envs[0].backend.fields.numpy(), envs[1].backend.fields.numpy())
+    assert counts[0] == counts[1] > 0
+    assert "step" not in vars(envs[0].backend)  # the class's step again
+    plain = GameEnv(task="leave_house", num_envs=4, max_steps=100, seed=2)  # no restores: the field's own difference
+    plain.reset(seed=2)
+    start = plain.backend.field_values("instructions").astype(np.int64)
+    with StepWork(plain.backend) as work:
+        work.start()
+        for a in acts:
+            plain.step(a)
+        work.stop()
+    assert work.instructions == int((plain.backend.field_values("instructions") - start).sum())

@@ -12,6 +12,11 @@ clock starts (as a sampler would hand them over), synchronising only at the end.
 
 On CUDA, torch's allocator is read before and after the timed steps: `alloc_delta` (bytes still allocated),
 `peak_delta` (the peak above the start) and `reserved_delta` (new memory torch took from the driver).
+
+With `count_work`, the emulated work of the timed steps is counted too (`StepWork`): `instructions_per_step`
+(emulated instructions per env-step, skipped wait-loop rounds included, as scripts/bench_games.py's
+`instr/step`) and `executed_per_step` (those executed one by one, its `exec/step`). The same on every device,
+so two variants' work compares where their timings may not. It adds four small device ops a step to the clock.
 """
 
 from __future__ import annotations
@@ -39,12 +44,65 @@ def _mem(device: str) -> dict | None:
     return {"allocated": torch.cuda.memory_allocated(device), "reserved": torch.cuda.memory_reserved(device)}
 
 
+class StepWork:
+    """The emulated instructions that a warp backend's `step` calls run, counted on the device with no host
+    synchronisation: every env's `instructions` field just before and just after each call. Restores, saves and
+    clones between steps move that field (it is machine state, restored from a slot) but run nothing, so they
+    are left out; a count over the field alone would take a restore for work. The instructions of wait-loop
+    rounds skipped at once (kernels/idle.py; counted as emulated) come from the backend's own counter, which
+    no restore touches, read at `start` and `stop` (host reads: keep them off the clock).
+
+    `with StepWork(backend) as work:` wraps this backend instance's `step` for the block; `work.start()` after
+    the warm-up, `work.stop()` after the timed steps, then `work.instructions` and `work.skipped`."""
+
+    def __init__(self, backend):
+        import torch
+        import warp as wp
+
+        from gbxcule.core.schema import FIELD_INDEX, NUM_FIELDS
+
+        self.backend = backend
+        n = backend.num_envs
+        self._instr = wp.to_torch(backend.fields).view(n, NUM_FIELDS)[:, FIELD_INDEX["instructions"]]
+        self._before = torch.zeros(n, dtype=torch.int32, device=self._instr.device)
+        self._total = torch.zeros((), dtype=torch.int64, device=self._instr.device)
+        self._skipped0 = None
+        self.instructions = self.skipped = None
+
+    def __enter__(self) -> StepWork:
+        step = type(self.backend).step
+
+        def counted(*args, **kwargs):
+            self._before.copy_(self._instr)
+            step(self.backend, *args, **kwargs)
+            self._total.add_((self._instr - self._before).sum(dtype=self._total.dtype))  # int32 wraps: a step's
+            # count per env is far below 2**31, so the difference is right across a wrap
+
+        self.backend.step = counted
+        return self
+
+    def __exit__(self, *exc) -> None:
+        del self.backend.step  # the class's method again
+
+    def start(self) -> None:
+        self._total.zero_()
+        self._skipped0 = self.backend.skipped_instructions()
+
+    def stop(self) -> None:
+        import numpy as np
+
+        skipped = (self.backend.skipped_instructions() - self._skipped0).astype(np.uint32)  # wrap-safe
+        self.instructions, self.skipped = int(self._total.item()), int(skipped.astype(np.int64).sum())
+
+
 def measure_env(kind: str, n: int, steps: int, warmup: int, rom, codec, schedule, device: str = "cpu", task=None,
                 stack_k: int = 1, obs: str = "pixels", info_mode: str = "stats", seed: int = 0,
-                env_options: dict | None = None) -> dict:
+                env_options: dict | None = None, count_work: bool = False) -> dict:
     """One measurement (see the module docstring): env-steps/s and, on CUDA, the allocation deltas. `rom`: a
     `Rom`; `codec`/`schedule`: the task's (the backend runs under the same); `env_options`: more GameEnv
-    arguments for `env_task`."""
+    arguments for `env_task`; `count_work`: also the emulated instructions per env-step (`StepWork`)."""
+    from contextlib import nullcontext
+
     import torch
 
     from gbxcule.rl.env import GameEnv
@@ -78,18 +136,23 @@ def measure_env(kind: str, n: int, steps: int, warmup: int, rom, codec, schedule
                 env.step(acts[i])
         else:
             raise ValueError(f"unknown kind {kind!r}; known: {', '.join(KINDS)}")
-        for i in range(warmup):
-            step(i)
-        _sync(tdev)
-        if tdev.startswith("cuda"):
-            torch.cuda.reset_peak_memory_stats(tdev)
-        before = _mem(tdev)
-        t0 = time.perf_counter()
-        for i in range(warmup, warmup + steps):
-            step(i)
-        _sync(tdev)
-        seconds = time.perf_counter() - t0
-        after = _mem(tdev)
+        with StepWork(backend if env is None else env.backend) if count_work else nullcontext() as work:
+            for i in range(warmup):
+                step(i)
+            _sync(tdev)
+            if work is not None:
+                work.start()
+            if tdev.startswith("cuda"):
+                torch.cuda.reset_peak_memory_stats(tdev)
+            before = _mem(tdev)
+            t0 = time.perf_counter()
+            for i in range(warmup, warmup + steps):
+                step(i)
+            _sync(tdev)
+            seconds = time.perf_counter() - t0
+            after = _mem(tdev)
+            if work is not None:
+                work.stop()
         out = {"kind": kind, "envs": n, "stack_k": stack_k if kind != "backend" else None,
                "obs": obs if kind != "backend" else None, "steps": steps, "seconds": seconds,
                "env_steps_per_s": n * steps / seconds if seconds > 0 else 0.0,
@@ -99,6 +162,9 @@ def measure_env(kind: str, n: int, steps: int, warmup: int, rom, codec, schedule
             out.update(alloc_delta=after["allocated"] - before["allocated"],
                        peak_delta=torch.cuda.max_memory_allocated(tdev) - before["allocated"],
                        reserved_delta=after["reserved"] - before["reserved"])
+        if work is not None:
+            out.update(instructions_per_step=work.instructions / (n * steps),
+                       executed_per_step=(work.instructions - work.skipped) / (n * steps))
         if env is not None and kind in ("env_reset", "env_task"):
             s = env.episode_stats()
             out["resets_per_step"] = s["episodes"] / max(steps + warmup, 1)
