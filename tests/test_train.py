@@ -268,3 +268,14 @@ def test_best_policy_keeps_the_weights_of_the_best_periodic_eval(tmp_path, monke
     assert best["global_step"] == 144 and best["metrics"]["eval/greedy_success"] == 0.75  # the third, not the tie
     for p, q in zip(best["model"].values(), seen[2], strict=True):
         assert torch.equal(p, q.half())
+
+
+def test_a_run_that_ends_at_its_total_before_the_time_limit_says_so(tmp_path, capsys):
+    base = ["train", "--device", "cpu", "--num-envs", "2", "--rollout-steps", "4", "--epochs", "1", "--minibatches",
+            "1", "--model", "small", "--total-steps", "8", "--eval-episodes", "0", "--no-progress",
+            "--set", "run.tensorboard=false"]
+    assert main([*base, "--time-limit", "3600", "--run-dir", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "(done)" in out and "before the time limit of 3600 s; --total-steps trains longer" in out
+    assert main([*base, "--run-dir", str(tmp_path / "b")]) == 0  # no time limit: nothing to say
+    assert "--total-steps trains longer" not in capsys.readouterr().out

@@ -37,7 +37,8 @@ def register(sub) -> None:
     p.add_argument("--stack-k", type=int, help="frames stacked per observation (default 1)")
     p.add_argument("--obs", choices=("pixels", "packed"), help="observation storage (default pixels)")
     p.add_argument("--max-steps", type=int, help="episode step limit (default: the task's)")
-    p.add_argument("--total-steps", type=int, help="env-steps to train (default 1,000,000)")
+    p.add_argument("--total-steps", type=int, help="env-steps to train (default 1,000,000; it ends a run even "
+                   "before --time-limit)")
     for name, typ in ALGO_KNOBS:
         p.add_argument("--" + name.replace("_", "-"), type=typ, help=f"the algorithm's {name} (where it has one)")
     p.add_argument("--anneal-lr", dest="anneal_lr", action="store_true", default=None, help="anneal lr to 0")
@@ -178,6 +179,10 @@ def run(args) -> int:
         said = achievement(last, s.get("eval"))
         if said:
             lines.append(said)
+        limit = cfg.run.time_limit_s
+        if s["stopped"] == "done" and limit is not None and s["wall_s"] < 0.9 * limit:
+            lines.append(f"note: the run reached its total of {cfg.total_steps:,} env-steps before the time limit of "
+                         f"{limit:g} s; --total-steps trains longer")
         return "\n".join(lines)
 
     emit(args, summary, text)
