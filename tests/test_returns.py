@@ -111,3 +111,21 @@ def test_minibatches_partition_the_batch():
     assert sorted(torch.cat(mbs).tolist()) == list(range(10))
     with pytest.raises(ValueError):
         returns.minibatches(4, 5, g, "cpu")
+
+
+def test_truncated_values_evaluate_only_truncated_steps_in_chunks():
+    g = torch.Generator().manual_seed(3)
+    final_obs = torch.randn(5, 7, 2, generator=g)
+    truncated = torch.rand(5, 7, generator=g) < 0.3
+    seen = []
+
+    def value(o):
+        seen.append(len(o))
+        return o.sum(-1).double()  # any dtype comes back float32
+
+    out = returns.truncated_values(value, final_obs, truncated, chunk=3)
+    want = torch.where(truncated, final_obs.sum(-1), torch.zeros(()))
+    assert out.dtype == torch.float32 and torch.equal(out, want.float())
+    count = int(truncated.sum())
+    assert sum(seen) == count and max(seen) <= 3  # only the truncated steps, at most a chunk at a time
+    assert not returns.truncated_values(value, final_obs, torch.zeros(5, 7, dtype=torch.bool)).any()

@@ -106,3 +106,14 @@ def minibatches(batch_size: int, num_minibatches: int, generator: torch.Generato
         raise ValueError(f"minibatches must be in [1, batch size {batch_size}], got {num_minibatches}")
     perm = torch.randperm(batch_size, generator=generator).to(device)
     return list(perm.tensor_split(num_minibatches))
+
+
+def truncated_values(value_fn, final_obs: torch.Tensor, truncated: torch.Tensor, chunk: int = 8192) -> torch.Tensor:
+    """float32 [T, N]: `value_fn` of the finished episode's last observation (`final_obs[t, n]`) where step t of
+    env n was truncated, 0 elsewhere: the `final_values` of `gae` and `lambda_returns`. Only the truncated steps
+    are evaluated, at most `chunk` at a time (finding them is one host sync: call it once per rollout)."""
+    out = torch.zeros(truncated.shape, dtype=torch.float32, device=truncated.device)
+    for part in truncated.nonzero().split(chunk):
+        at = part[:, 0], part[:, 1]
+        out[at] = value_fn(final_obs[at]).float()
+    return out

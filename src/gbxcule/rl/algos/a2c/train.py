@@ -121,11 +121,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                     mark = timer.start("backward")
                     with torch.no_grad(), s.autocast(a.amp):
                         last_value = model.value(env.obs).float()
-                        final_values = torch.zeros_like(val_buf)
-                        idx = trunc_buf.nonzero()  # one sync per window: the truncated steps, usually few
-                        for chunk in idx.split(8192):
-                            final_values[chunk[:, 0], chunk[:, 1]] = model.value(
-                                final_buf[chunk[:, 0], chunk[:, 1]]).float()
+                        final_values = returns.truncated_values(model.value, final_buf, trunc_buf)  # one sync
                         _, ret = returns.gae(rew_buf, val_buf, term_buf | trunc_buf, last_value, a.gamma,
                                              a.gae_lambda, trunc_buf, final_values)
                     b_obs, action, b_ret = obs_buf.reshape(t_len * n, *obs_shape), act_buf.reshape(-1), ret.reshape(-1)

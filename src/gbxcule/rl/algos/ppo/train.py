@@ -79,10 +79,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             mark = timer.start("update")
             with torch.no_grad(), s.autocast(p.amp):
                 last_value = model.value(env.obs).float()
-                final_values = torch.zeros_like(val_buf)
-                idx = trunc_buf.nonzero()  # one sync per update: the truncated steps, usually few
-                for chunk in idx.split(8192):
-                    final_values[chunk[:, 0], chunk[:, 1]] = model.value(final_buf[chunk[:, 0], chunk[:, 1]]).float()
+                final_values = returns.truncated_values(model.value, final_buf, trunc_buf)  # one sync an update
                 dones = term_buf | trunc_buf
                 adv, ret = returns.gae(rew_buf, val_buf, dones, last_value, p.gamma, p.gae_lambda, trunc_buf,
                                        final_values)

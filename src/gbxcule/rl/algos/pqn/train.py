@@ -80,11 +80,9 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             mark = timer.start("update")
             with torch.no_grad(), s.autocast(p.amp):
                 last = fwd(env.obs).float().max(-1).values
-                final_values = torch.zeros_like(qmax_buf)
-                idx = trunc_buf.nonzero()  # one sync per update: the truncated steps, usually few
-                for chunk in idx.split(8192):  # sizes vary: the plain model, not the compiled one
-                    at = chunk[:, 0], chunk[:, 1]
-                    final_values[at] = model(final_buf[at]).float().max(-1).values
+                # one sync an update; the sizes vary: the plain model, not the compiled one
+                final_values = returns.truncated_values(lambda o: model(o).float().max(-1).values, final_buf,
+                                                        trunc_buf)
                 targets = returns.lambda_returns(rew_buf, qmax_buf, term_buf | trunc_buf, last, p.gamma, p.q_lambda,
                                                  trunc_buf, final_values)
             b_obs = obs_buf.reshape(batch, *obs_shape)
