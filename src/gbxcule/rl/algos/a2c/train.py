@@ -125,29 +125,25 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                         _, ret = returns.gae(rew_buf, val_buf, term_buf | trunc_buf, last_value, a.gamma,
                                              a.gae_lambda, trunc_buf, final_values)
                     b_obs, action, b_ret = obs_buf.reshape(t_len * n, *obs_shape), act_buf.reshape(-1), ret.reshape(-1)
-                    if a.minibatches == 1:
+                    # the whole window (its gradient accumulated), or an optimizer step on each random share of it
+                    parts = [slice(None)] if a.minibatches == 1 else returns.minibatches(t_len * n, a.minibatches,
+                                                                                         sampler, dev)
+                    part_stats = []
+                    for mb in parts:
                         with s.autocast(a.amp):
-                            logits, value = model(b_obs)
+                            logits, value = model(b_obs[mb])
                         dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
-                        loss, m = a2c_loss(dist.log_prob(action), dist.entropy(), value.float(), b_ret, coefs)
+                        loss, m = a2c_loss(dist.log_prob(action[mb]), dist.entropy(), value.float(), b_ret[mb], coefs)
                         (loss / windows_per_step).backward()
-                    else:  # an optimizer step on each random share of the window
-                        mb_sums = torch.zeros_like(sums)
-                        for mb in returns.minibatches(t_len * n, a.minibatches, sampler, dev):
-                            with s.autocast(a.amp):
-                                logits, value = model(b_obs[mb])
-                            dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
-                            loss, m = a2c_loss(dist.log_prob(action[mb]), dist.entropy(), value.float(), b_ret[mb],
-                                               coefs)
-                            loss.backward()
-                            mb_sums.add_(torch.stack([m[name].float() for name in STAT_NAMES]))
+                        part_stats.append(torch.stack([m[name].float() for name in STAT_NAMES]))
+                        if a.minibatches > 1:
                             timer.stop(mark)
                             mark = timer.start("optimizer")
                             gn_sum.add_(s.apply_gradients(model, optimizer, a.max_grad_norm))
                             optimizer.zero_grad(set_to_none=True)
                             timer.stop(mark)
                             mark = timer.start("backward")
-                        m = dict(zip(STAT_NAMES, (mb_sums / a.minibatches).unbind(0), strict=True))
+                    m = dict(zip(STAT_NAMES, (sum(part_stats) / len(parts)).unbind(0), strict=True))
                 sums.add_(torch.stack([m[name].float() for name in STAT_NAMES]))
                 hist.index_add_(0, action, ones)
                 timer.stop(mark)
