@@ -52,7 +52,7 @@ def env_section(args) -> dict:
 # `cost`'s variants, in order: each adds one thing to the one before, so each step's difference has one cause
 COST_VARIANTS = ("off", "spread", "counting", "archive")
 # what each variant's difference from the one before it is, for the table and the JSON
-COST_STEPS = {"spread": "spread clocks (earlier first episode ends, so more restores)",
+COST_STEPS = {"spread": "spread clocks (episodes end at different steps)",
               "counting": "the archive's machinery (same emulation as spread, bit for bit)",
               "archive": "where envs play (starts from cells, their shorter episodes, swarming): emulated work"}
 

@@ -10,7 +10,8 @@
 #             2 GPUs (GPUs 1-2) at once, then 4 GPUs (SERIAL=1: one after another). Training SPS = the median of
 #             the logged SPS from the third update on (periodic evals are not in it)
 #   g1|g2|g4  one of those runs alone on the GPUs CUDA_VISIBLE_DEVICES names (for a job runner that places it)
-#   gradsync  60 s of the same training on 4 GPUs with run.grad_sync = allreduce, then ddp (no eval): which is faster
+#   gradsync  SYNC_S (60) s of the same training on SYNC_GPUS (4) GPUs with run.grad_sync = allreduce, then ddp
+#             (no eval): which is faster
 #   table     the table again from what $OUT holds
 # A smoke of the script on the CPU device (2-core box: tiny sizes, no result to keep):
 #   BACKEND=warp_vec_cpu DEVICE=cpu EMU_PER=2 ENVS=2 T1=30 T2=30 T4=30 EVAL_S=5 \
@@ -71,8 +72,9 @@ one() {  # g1|g2|g4 on the inherited CUDA_VISIBLE_DEVICES
 }
 
 gradsync() {
+  local g=${SYNC_GPUS:-4}
   for mode in allreduce ddp; do
-    train_one sync_$mode 4 0,1,2,3 60 --eval-episodes 0 --set "run.grad_sync=$mode"
+    train_one sync_$mode "$g" "$(seq -s, 0 $((g - 1)))" "${SYNC_S:-60}" --eval-episodes 0 --set "run.grad_sync=$mode"
   done
 }
 
@@ -149,5 +151,5 @@ case ${1:-all} in
   g1|g2|g4) one "$1"; table ;;
   gradsync) gradsync; table ;;
   table) table ;;
-  *) sed -n '2,17p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,18p' "$0" >&2; exit 2 ;;
 esac
