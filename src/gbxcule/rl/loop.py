@@ -508,11 +508,8 @@ class Session:
         rate = rep["success_rate"]
         if rate is not None and (self._best_greedy is None or rate > self._best_greedy):
             self._best_greedy = rate
-            self.run.write_torch(BEST_NAME, self._policy_state(
-                {"algo": self.cfg.algo, "model": model.state_dict(), "update": self.update, "global_step": env_steps,
-                 "config": to_dict(self.cfg), "model_desc": self._model.describe(), "codec": self.env.codec.name,
-                 "obs_shape": list(self.env.single_obs_shape), "wall_s": self.train_wall(),
-                 "metrics": {"eval/greedy_success": rate, "eval/env_steps": env_steps}}))
+            self.run.write_torch(BEST_NAME, self._policy_state(self._policy_fields(
+                model, env_steps, {"eval/greedy_success": rate, "eval/env_steps": env_steps})))
         row.update({"eval/greedy_success": rep["success_rate"], "eval/greedy_return": rep["mean_return"],
                     "eval/median_steps": rep["median_steps"], "eval/starts_skipped": rep["starts_skipped"],
                     "eval/env_steps": env_steps, "eval/wall_s": self.train_wall(),
@@ -543,12 +540,17 @@ class Session:
         return {"rng": rng_state(), "extra": self._state() if self._state else {},
                 "env": self.env.state_dict(emulator=self.emu_state)}
 
-    def _checkpoint_state(self, mine: dict, others: list) -> dict:
+    def _policy_fields(self, model, global_step: int, metrics: dict) -> dict:
+        """What a checkpoint and a policy file share: `model`'s weights at `global_step`, and what `gbxcule eval`
+        needs to rebuild its env and model."""
         env = self.env
-        state = {"algo": self.cfg.algo, "model": self._model.state_dict(),
-                 "optimizer": self._optimizer.state_dict(), "update": self.update, "global_step": self.global_step,
-                 **mine, "config": to_dict(self.cfg), "model_desc": self._model.describe(), "codec": env.codec.name,
-                 "obs_shape": list(env.single_obs_shape), "wall_s": self.train_wall(), "metrics": self.last,
+        return {"algo": self.cfg.algo, "model": model.state_dict(), "update": self.update, "global_step": global_step,
+                "config": to_dict(self.cfg), "model_desc": self._model.describe(), "codec": env.codec.name,
+                "obs_shape": list(env.single_obs_shape), "wall_s": self.train_wall(), "metrics": metrics}
+
+    def _checkpoint_state(self, mine: dict, others: list) -> dict:
+        state = {**self._policy_fields(self._model, self.global_step, self.last),
+                 "optimizer": self._optimizer.state_dict(), **mine,
                  "loop": {"next_eval_step": self._next_eval_step, "success_window": list(self._success.rows),
                           "best_greedy": self._best_greedy},
                  "world_size": self.world.size}
