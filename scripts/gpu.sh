@@ -374,10 +374,11 @@ cmd_kernel_report() {
   pack kernel_report
 }
 
-## resume_check: does a stopped and resumed CUDA training run match a straight one bit for bit (gpu_resume_check.py)
+## resume_check: do stopped and resumed CUDA training runs match straight ones bit for bit (gpu_resume_check.py)
+#    SETUPS (default all: ppo,a2c,pqn,dqn,archive)
 cmd_resume_check() {
   use_src; local d; d=$(work resume_check)
-  "$PY" scripts/gpu_resume_check.py --device cuda --out "$d/resume_check.json" 2>&1 | quiet | tail -24
+  "$PY" scripts/gpu_resume_check.py --device cuda ${SETUPS:+--setups "$SETUPS"} --out "$d/resume_check.json" 2>&1 | quiet | tail -9
   pack resume_check
 }
 
