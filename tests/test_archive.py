@@ -340,6 +340,29 @@ def test_step_never_synchronises_with_the_archive(monkeypatch):
     assert env.episode_stats()["archive/cells"] >= 1
 
 
+def test_episode_stats_read_the_device_once(monkeypatch):
+    env = GameEnv(task="leave_house", num_envs=4, max_steps=3, start_states=("random_actions", 3, 2),
+                  archive={"capacity": 8, "p_start": 0.5})
+    env.reset(seed=1)
+    for acts in ([1, 2, 3, 4], [5, 6, 7, 0], [2, 2, 2, 2], [3, 3, 3, 3]):
+        env.step(torch.tensor(acts))
+    reads = []
+    real = {name: getattr(torch.Tensor, name) for name in ("item", "tolist", "cpu", "numpy")}
+    def counted(name, fn):
+        def read(self, *a, **k):
+            reads.append(name)
+            return fn(self, *a, **k)
+        return read
+
+    for name, fn in real.items():
+        monkeypatch.setattr(torch.Tensor, name, counted(name, fn))
+    s = env.episode_stats()
+    monkeypatch.undo()
+    assert reads == ["tolist"]  # env totals, per-slot counts and the archive's counters in one transfer
+    assert s["episodes"] == sum(s["slot_episodes"]) + sum(s["archive/depth_episodes"]) > 0
+    assert s["archive/cells"] >= 1 and len(s["slot_episodes"]) == 3
+
+
 def _trajectory(env, actions):
     out = []
     for a in actions:

@@ -307,15 +307,21 @@ class StateArchive:
         self.depth_stats.index_add_(0, bins, pair)
 
     # --- once per update ----------------------------------------------------------------------------------------
-    def read_stats(self, clear: bool = True) -> dict:
-        """The counters since the last call (one device read) as `archive/...` log entries; with `clear`, the
-        start schedule moves: `p = p_start + (1 - p_start) * EMA(success from the task's start)`."""
+    def stat_vector(self):
+        """int64 device tensor of the counters since the last read (for `read_stats`, or to read together with
+        other device totals in one transfer)."""
         torch = self.torch
         m = self.m
         used = self._rows < self.count
         extra = torch.stack([self.count, torch.where(used, self.steps[:m], 0).max(), (self.chosen[:m] > 0).sum(),
                              self._areas(used)])
-        vals = torch.cat([self.stats, extra, self.depth_stats.reshape(-1)]).tolist()
+        return torch.cat([self.stats, extra, self.depth_stats.reshape(-1)])
+
+    def read_stats(self, clear: bool = True, vals: list | None = None) -> dict:
+        """The counters since the last call as `archive/...` log entries: `vals`, the host values of
+        `stat_vector()` when the caller read it, else one device read here. With `clear`, the counters restart and
+        the start schedule moves: `p = p_start + (1 - p_start) * EMA(success from the task's start)`."""
+        vals = self.stat_vector().tolist() if vals is None else [int(v) for v in vals]
         s = dict(zip(STAT_NAMES, vals[:len(STAT_NAMES)], strict=True))
         cells, max_depth, ever_chosen, areas = vals[len(STAT_NAMES):len(STAT_NAMES) + 4]
         depth = vals[len(STAT_NAMES) + 4:]

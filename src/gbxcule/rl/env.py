@@ -445,8 +445,10 @@ class GameEnv:
             self._act32.copy_(torch.from_numpy(self.codec.check_array(arr)))
         return self._act_wp
 
-    def _raise_bad_actions(self) -> None:
-        bad = int(self._stats[self._bad_idx].item())
+    def _raise_bad_actions(self, bad: int | None = None) -> None:
+        """ValueError if out-of-range actions were seen since the last check (`bad`: their count, when the
+        caller has read it; else read here)."""
+        bad = int(self._stats[self._bad_idx].item()) if bad is None else bad
         if bad:
             self._stats[self._bad_idx] = 0
             raise ValueError(f"{bad} out-of-range action(s) since the last check (codec {self.codec.name} has "
@@ -601,18 +603,23 @@ class GameEnv:
         rates per env-step; with several start slots also `slot_episodes` and `slot_successes` (lists, one
         entry per slot, by the slot each episode started from); with a state archive its `archive/...` figures and
         `success_from_start` (`StateArchive.read_stats`, which moves the start schedule when `clear`). Reads the
-        device once (and once more for the archive). Raises ValueError if out-of-range actions were seen."""
-        self._raise_bad_actions()
-        s = dict(zip(_STAT_NAMES, self._stats.tolist(), strict=True))
+        device once. Raises ValueError if out-of-range actions were seen."""
+        torch, n, k = self.torch, len(_STAT_NAMES), self.num_slots
+        parts = [self._stats] + ([self._slot_stats.reshape(-1)] if k > 1 else [])
+        if self.archive is not None:
+            parts.append(self.archive.stat_vector().to(torch.float64))  # counts: exact in float64
+        vals = torch.cat(parts).tolist()
+        s = dict(zip(_STAT_NAMES, vals[:n], strict=True))
+        self._raise_bad_actions(int(s["bad_actions"]))
         per_slot = {}
-        if self.num_slots > 1:
-            eps_k, ok_k = self._slot_stats.T.tolist()
-            per_slot = {"slot_episodes": [int(x) for x in eps_k], "slot_successes": [int(x) for x in ok_k]}
+        if k > 1:
+            pairs = vals[n:n + 2 * k]
+            per_slot = {"slot_episodes": [int(x) for x in pairs[0::2]], "slot_successes": [int(x) for x in pairs[1::2]]}
         if clear:
             self._stats.zero_()
             self._slot_stats.zero_()
         if self.archive is not None:
-            per_slot.update(self.archive.read_stats(clear))
+            per_slot.update(self.archive.read_stats(clear, vals[n + (2 * k if k > 1 else 0):]))
         eps, steps = s["episodes"], max(s["steps"], 1.0)
         return {**per_slot, "episodes": int(eps), "env_steps": int(s["steps"]),
                 "episode_return": s["return_sum"] / eps if eps else float("nan"),
