@@ -197,7 +197,7 @@ def test_sorting_envs_by_pc_changes_no_result():
 def test_step_block_dim_spreads_warps_over_the_sms():
     """The default block size: 256 once 256-thread blocks make four waves over the SMs, 128 from one wave to
     four; below that, no SM gets more warps than it must, the largest block that achieves it; the H100 choices
-    measured (BENCHMARKS.md, "What each speed mechanism bought")."""
+    measured (docs/kernel_style.md, "What each mechanism bought")."""
     from gbxcule.backends.warp_vec import BLOCK_DIMS, step_block_dim
     from gbxcule.roms import resolve_rom
 

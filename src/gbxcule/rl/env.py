@@ -611,15 +611,15 @@ class GameEnv:
         vals = torch.cat(parts).tolist()
         s = dict(zip(_STAT_NAMES, vals[:n], strict=True))
         self._raise_bad_actions(int(s["bad_actions"]))
-        per_slot = {}
+        per_slot, rest = {}, vals[n:]
         if k > 1:
-            pairs = vals[n:n + 2 * k]
+            pairs, rest = rest[:2 * k], rest[2 * k:]
             per_slot = {"slot_episodes": [int(x) for x in pairs[0::2]], "slot_successes": [int(x) for x in pairs[1::2]]}
         if clear:
             self._stats.zero_()
             self._slot_stats.zero_()
         if self.archive is not None:
-            per_slot.update(self.archive.read_stats(clear, vals[n + (2 * k if k > 1 else 0):]))
+            per_slot.update(self.archive.read_stats(clear, rest))
         eps, steps = s["episodes"], max(s["steps"], 1.0)
         return {**per_slot, "episodes": int(eps), "env_steps": int(s["steps"]),
                 "episode_return": s["return_sum"] / eps if eps else float("nan"),
