@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from gbxcule.harness.bench import child_gpus
+
 
 def gpu_count() -> int:
     try:
@@ -56,7 +58,7 @@ def run_jobs(args, jobs: list[dict]) -> None:
                 ids, free[:] = free[:need], free[need:]
                 env = dict(os.environ)
                 if args.gpus:
-                    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in ids)
+                    env["CUDA_VISIBLE_DEVICES"] = child_gpus(ids)  # nested in a job runner: its GPUs
                 log = open(job["dir"].with_suffix(".log"), "w")  # noqa: SIM115 (closed when the job ends)
                 job["t0"] = time.time()
                 proc = subprocess.Popen(job["cmd"], stdout=log, stderr=subprocess.STDOUT, env=env)

@@ -3,7 +3,8 @@
     python scripts/gpu_jobs.py JOBS --out DIR [--gpus N]
 
 JOBS is a text file, one job a line: `[G] NAME: COMMAND` (G GPUs, default 1; the job sees them as
-CUDA_VISIBLE_DEVICES and `$JOB_OUT` is DIR/NAME, made for it); `---` waits until every running job has ended;
+CUDA_VISIBLE_DEVICES, taken from this runner's own CUDA_VISIBLE_DEVICES where it has one, so runners nest, and
+`$JOB_OUT` is DIR/NAME, made for it); `---` waits until every running job has ended;
 `#` starts a comment. Jobs start in file order as soon as enough GPUs are free; a failing job does not stop the
 others. Each job's output goes to DIR/NAME.log; at the end one table (job, GPUs, exit status, seconds) is
 printed and DIR/jobs.json written. Exit status: 0 when every job exited 0.
@@ -19,6 +20,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from gbxcule.harness.bench import child_gpus
 
 LINE = re.compile(r"^(?:\[(\d+)\]\s*)?([A-Za-z0-9_.-]+):\s*(.+)$")
 
@@ -45,6 +48,9 @@ def parse(text: str) -> list[dict | None]:
 
 
 def gpu_count() -> int:
+    """The GPUs this runner may use: those CUDA_VISIBLE_DEVICES names where it is set, else the host's."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+        return len([x for x in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if x.strip()])
     try:
         r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
         return sum(1 for x in r.stdout.splitlines() if x.startswith("GPU "))
@@ -87,7 +93,7 @@ def run(jobs: list[dict | None], out: Path, gpus: int) -> list[dict]:
         job_out.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, JOB_OUT=str(job_out))
         if gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, ids))
+            env["CUDA_VISIBLE_DEVICES"] = child_gpus(ids)
         log = open(out / f"{job['name']}.log", "w")  # noqa: SIM115 (closed when the job ends)
         job["t0"] = time.time()
         job["gpu_ids"] = ids if gpus else []

@@ -91,8 +91,10 @@ def metrics(run_dir):
 
 
 @pytest.mark.parametrize("knobs", [{}, {"n_step": 4, "gae_lambda": 0.9}, {"gru": 8},
-                                   {"n_step": 4, "update_every": 4, "gae_lambda": 0.9, "minibatches": 3}],
-                         ids=["td0", "window", "gru", "minibatches"])
+                                   {"n_step": 4, "update_every": 4, "gae_lambda": 0.9, "minibatches": 3},
+                                   {"n_step": 4, "update_every": 4, "minibatches": 2, "learn_share": 0.4,
+                                    "channels_last": True}],
+                         ids=["td0", "window", "gru", "minibatches", "share"])
 def test_tiny_run_trains_checkpoints_and_resumes_bit_for_bit(tmp_path, knobs):
     straight = tmp_path / "straight"
     s = train(tiny(straight, knobs))
@@ -102,7 +104,7 @@ def test_tiny_run_trains_checkpoints_and_resumes_bit_for_bit(tmp_path, knobs):
     for key in ("pg_loss", "v_loss", "entropy", "grad_norm", "adv_mean", "adv_std", "value_mean", "ent_coef",
                 "return_p50", "length_p90", "dist_p10", "done_rate", "trunc_rate"):
         assert key in rows[-1], key
-    assert sum(rows[-1]["actions"]) == 48
+    assert sum(rows[-1]["actions"]) == 8 * (3 if knobs.get("learn_share") else 6)  # the trained samples' actions
     assert rows[0]["entropy"] > 2.0
     part = tmp_path / "part"
     assert train(tiny(part, knobs, stop_after_updates=1))["stopped"] == "stop_after_updates"
@@ -132,7 +134,11 @@ def test_eval_of_an_a2c_run_through_the_registry(tmp_path, capsys):
                                        ({"ent_coef": "x"}, "ent_coef"), ({"norm_adv": "false"}, "norm_adv"),
                                        ({"minibatches": 2}, "minibatches"), ({"minibatches": 0}, "minibatches"),
                                        ({"n_step": 2, "update_every": 4, "minibatches": 2}, "update_every"),
-                                       ({"n_step": 4, "update_every": 4, "minibatches": 25}, "exceeds")])
+                                       ({"n_step": 4, "update_every": 4, "minibatches": 25}, "exceeds"),
+                                       ({"learn_share": 0.5}, "learn_share"), ({"learn_share": 0}, "learn_share"),
+                                       ({"n_step": 4, "update_every": 4, "learn_share": 1.5}, "learn_share"),
+                                       ({"n_step": 4, "update_every": 4, "learn_share": 0.2, "minibatches": 9},
+                                        "exceeds")])
 def test_bad_knobs_are_one_line(tmp_path, bad, word):
     with pytest.raises(ConfigError, match=word):
         tiny(tmp_path, bad)

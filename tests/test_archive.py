@@ -537,3 +537,28 @@ def test_a_counting_archive_emulates_what_spread_clocks_alone_do():
             plain.step(a)
         work.stop()
     assert work.instructions == int((plain.backend.field_values("instructions") - start).sum())
+
+
+@pytest.mark.parametrize("task", ["bed_to_lab", "reach_route"])
+def test_the_untuned_benchmark_tasks_are_solved_by_their_solutions(task):
+    """benchmarks/tasks/overworld_untuned.toml (the archive's "one config, unchanged" aim): each task's solution
+    ends its episode with the RAM goal on the solution's last step, and the archive config takes the task."""
+    from pathlib import Path
+
+    from gbxcule.rl.algos import make_config
+    from gbxcule.rl.tasks import load_task
+
+    root = Path(__file__).resolve().parent.parent
+    spec = f"{root / 'benchmarks/tasks/overworld_untuned.toml'}:{task}"
+    t = load_task(spec)
+    cfg = make_config(root / "configs/talk_to_hiker_archive.toml", {"env": {"task": spec}})
+    assert cfg.env.task == spec and len(t.solution) > 15
+    env = GameEnv(task=spec, num_envs=1, info_mode="full")
+    assert env.success_source == "ram"
+    env.reset(seed=0)
+    ended = []
+    for a in t.solution:
+        _, _, term, trunc, info = env.step(np.array([a]))
+        assert not bool(trunc[0])
+        ended.append(bool(term[0]) and bool(info["success"][0]))
+    assert ended == [False] * (len(t.solution) - 1) + [True]

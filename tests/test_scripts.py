@@ -4,12 +4,15 @@ subcommands. Nothing here compiles a kernel: a removed function or a broken impo
 
 import ast
 import importlib
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from gbxcule.core.errors import GbxculeError
 
 ROOT = Path(__file__).resolve().parent.parent
 PY_SCRIPTS = sorted(p.relative_to(ROOT).as_posix() for p in [*ROOT.glob("scripts/*.py"), *ROOT.glob("examples/*.py")])
@@ -117,3 +120,23 @@ def test_gpu_jobs_packs_jobs_onto_gpus_with_barriers(tmp_path):
     jobs.write_text("oops no colon here\n")
     r = run([sys.executable, "scripts/gpu_jobs.py", str(jobs), "--out", str(tmp_path / "o2"), "--gpus", "1"])
     assert r.returncode == 2 and "line 1" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_gpu_jobs_nested_in_another_runner_use_its_gpus(tmp_path, monkeypatch):
+    """A runner started on GPUs 5 and 7 (say by gpu_jobs.py, or bench_learning.py inside it) hands its jobs
+    those GPUs, not the host's first ones."""
+    jobs = tmp_path / "jobs.txt"
+    echo = "echo $CUDA_VISIBLE_DEVICES > $JOB_OUT/ids"
+    jobs.write_text(f"a: {echo}\n---\n[2] b: {echo}\n")
+    r = subprocess.run([sys.executable, "scripts/gpu_jobs.py", str(jobs), "--out", str(tmp_path / "out")], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "CUDA_VISIBLE_DEVICES": "5,7"})
+    assert r.returncode == 0, r.stderr
+    assert [(tmp_path / "out" / n / "ids").read_text().strip() for n in "ab"] == ["5", "5,7"]
+    from gbxcule.harness.bench import child_gpus
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    assert child_gpus([0]) == "3"
+    with pytest.raises(GbxculeError, match="names 1"):
+        child_gpus([1])
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert child_gpus([1, 2]) == "1,2"

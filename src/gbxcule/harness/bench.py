@@ -158,6 +158,16 @@ def _split_worker(rank: int, args: tuple, kwargs: dict, barrier, out) -> None:
         out.put((rank, None, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"))
 
 
+def child_gpus(indices) -> str:
+    """CUDA_VISIBLE_DEVICES for a child process given these of this process's GPUs (0-based): entries of the
+    inherited CUDA_VISIBLE_DEVICES where one is set (so job runners nest), else the host's GPU numbers."""
+    inherited = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [x.strip() for x in inherited.split(",") if x.strip()] if inherited else None
+    if ids is not None and any(i >= len(ids) for i in indices):
+        raise GbxculeError(f"GPU(s) {list(indices)} asked for, but CUDA_VISIBLE_DEVICES names {len(ids)}")
+    return ",".join(ids[i] if ids is not None else str(i) for i in indices)
+
+
 def measure_split(backend_name: str, rom: Rom, envs: int, processes: int, steps: int, schedule: ActionSchedule,
                   codec: str, timeout_s: float = 3600.0, **kwargs) -> tuple[BenchResult, list[BenchResult]]:
     """`measure` on `processes` processes at once, `envs` split evenly (module docstring): process r sees only
@@ -168,13 +178,10 @@ def measure_split(backend_name: str, rom: Rom, envs: int, processes: int, steps:
     ctx = multiprocessing.get_context("spawn")
     barrier, out = ctx.Barrier(processes), ctx.Queue()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    ids = visible.split(",") if visible else [str(r) for r in range(processes)]
-    if len(ids) < processes:
-        raise GbxculeError(f"{processes} processes, but CUDA_VISIBLE_DEVICES names {len(ids)} GPU(s)")
     procs = []
     try:
         for r in range(processes):
-            os.environ["CUDA_VISIBLE_DEVICES"] = ids[r]  # a spawned process takes the environment of its start
+            os.environ["CUDA_VISIBLE_DEVICES"] = child_gpus([r])  # a spawned process takes the environment of its start
             p = ctx.Process(target=_split_worker, args=(r, (backend_name, rom, envs // processes, steps, schedule,
                                                               codec), kwargs, barrier, out), daemon=True)
             p.start()

@@ -4,6 +4,7 @@ share (docs/training.md "A2C"). Its config and model for the registry; the math 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from gbxcule.core.typed import knob
@@ -17,6 +18,9 @@ class A2CConfig:
     n_step: int = knob(1, min=1)  # 1: TD(0) every env-step; n: lambda-returns over windows of n env-steps
     gae_lambda: float = knob(1.0, min=0, max=1)  # lambda within a window (1: n-step returns)
     minibatches: int = knob(1, min=1)  # optimizer steps per window (n_step > 1), each on a random share of it
+    # share of the envs whose window is trained on (n_step > 1): every env acts, a block of ceil(share * num_envs)
+    # envs that moves on each window feeds the learner (at 65,536 envs the learner is the bottleneck, not the env)
+    learn_share: float = knob(1.0, gt=0, max=1)
     steps_per_update: int = knob(32, min=1)  # env-steps per logged update (a multiple of update_every)
     lr: float = knob(5e-4, gt=0)
     anneal_lr: bool = False
@@ -29,11 +33,18 @@ class A2CConfig:
     model: str = knob("nature", choices=MODELS)
     gru: int | None = knob(None, min=1)  # a GRU of this size over the CNN features (its state reset at episode ends)
     compile: bool = False
+    channels_last: bool = False  # the CNN's weights and activations channels-last (NHWC): fewer cuDNN layout copies
     amp: str = knob("auto", choices=("auto", "bf16", "off"))  # auto: bf16 autocast on CUDA
 
 
 def build_model(a: A2CConfig, num_actions: int, stack_k: int, packed: bool) -> ActorCritic:
     return ActorCritic(num_actions, stack_k, packed, a.model, gru=a.gru)
+
+
+def learn_envs(cfg) -> int:
+    """How many envs feed each window's training (all of them unless `a2c.learn_share` < 1)."""
+    n = cfg.env.num_envs
+    return n if cfg.a2c.learn_share >= 1 else max(1, math.ceil(cfg.a2c.learn_share * n))
 
 
 def steps_per_update(cfg) -> int:
@@ -51,9 +62,12 @@ def check(cfg) -> None:
     if a.minibatches > 1 and (a.n_step == 1 or a.update_every != a.n_step):
         raise ConfigError(f"a2c.minibatches ({a.minibatches}) splits a window of lambda-returns: it needs "
                           f"a2c.n_step > 1 and a2c.update_every = a2c.n_step (now {a.n_step} and {a.update_every})")
-    if a.minibatches > a.n_step * cfg.env.num_envs:
+    if a.learn_share < 1 and a.n_step == 1:
+        raise ConfigError(f"a2c.learn_share ({a.learn_share}) trains on a share of a window's envs: it needs "
+                          f"a2c.n_step > 1")
+    if a.minibatches > a.n_step * learn_envs(cfg):
         raise ConfigError(f"a2c.minibatches ({a.minibatches}) exceeds the window's "
-                          f"{a.n_step * cfg.env.num_envs} samples")
+                          f"{a.n_step * learn_envs(cfg)} samples")
     if a.n_step > 1 and a.gru is not None:
         raise ConfigError("a2c.gru needs a2c.n_step = 1 (the recurrent state is carried step by step)")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from gbxcule.rl import returns
-from gbxcule.rl.algos.a2c import build_model, steps_per_update
+from gbxcule.rl.algos.a2c import build_model, learn_envs, steps_per_update
 from gbxcule.rl.algos.a2c.loss import A2CCoefs, a2c_loss, bootstrap_obs
 from gbxcule.rl.loop import Session
 
@@ -24,11 +24,11 @@ STAT_NAMES = ("pg_loss", "v_loss", "entropy", "adv_mean", "adv_std", "value_mean
 
 def storage_bytes(cfg, obs_bytes: int) -> int:
     """Device bytes besides the env and the model: the bootstrap observations (streaming), or the window's
-    observations, final observations and per-step scalars (n_step > 1)."""
+    observations, final observations and per-step scalars of the envs that feed the learner (n_step > 1)."""
     a, n = cfg.a2c, cfg.env.num_envs
     if a.n_step == 1:
         return n * (obs_bytes + 64 + 4 * (a.gru or 0))
-    return a.n_step * n * (2 * obs_bytes + 8 + 4 * 4 + 2)
+    return a.n_step * learn_envs(cfg) * (2 * obs_bytes + 8 + 4 * 4 + 2)
 
 
 def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
@@ -39,6 +39,8 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         env = s.env
         n, dev, obs_shape = env.num_envs, env.device, env.single_obs_shape
         model = build_model(a, env.num_actions, env.stack_k, env.obs_mode == "packed").to(s.device)
+        if a.channels_last:
+            model = model.to(memory_format=torch.channels_last)
         optimizer = torch.optim.Adam(model.parameters(), lr=a.lr, eps=1e-5)
         step_fn = torch.compile(model.forward_step) if a.compile else model.forward_step
         state = model.initial_state(n, dev)
@@ -56,20 +58,28 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
 
         timer = s.timer
         hist = torch.zeros(env.num_actions, dtype=torch.int64, device=dev)
-        ones = torch.ones(n * a.n_step, dtype=torch.int64, device=dev)
+        ones = torch.ones(a.n_step * learn_envs(cfg), dtype=torch.int64, device=dev)  # the trained samples' actions
         sums = torch.zeros(len(STAT_NAMES), dtype=torch.float32, device=dev)
         gn_sum = torch.zeros((), dtype=torch.float32, device=dev)
         boot = torch.zeros((n, *obs_shape), dtype=torch.uint8, device=dev) if a.n_step == 1 else None
         if a.n_step > 1:
-            t_len = a.n_step
-            obs_buf = torch.zeros((t_len, n, *obs_shape), dtype=torch.uint8, device=dev)
+            t_len, n_learn = a.n_step, learn_envs(cfg)
+            # the envs that feed the learner: all, or a block of n_learn that moves on by n_learn envs each window
+            block = None if n_learn == n else torch.arange(n_learn, device=dev)
+            ids = None if n_learn == n else torch.empty(n_learn, dtype=torch.int64, device=dev)
+            pick = (lambda x: x) if n_learn == n else (lambda x: x.index_select(0, ids))
+
+            def put(dst, x):  # dst <- x's rows of the learning envs
+                return dst.copy_(x) if n_learn == n else torch.index_select(x, 0, ids, out=dst)
+            obs_buf = torch.zeros((t_len, n_learn, *obs_shape), dtype=torch.uint8, device=dev)
             final_buf = torch.zeros_like(obs_buf)
-            act_buf = torch.zeros((t_len, n), dtype=torch.int64, device=dev)
-            val_buf = torch.zeros((t_len, n), dtype=torch.float32, device=dev)
-            rew_buf = torch.zeros((t_len, n), dtype=torch.float32, device=dev)
-            term_buf = torch.zeros((t_len, n), dtype=torch.bool, device=dev)
-            trunc_buf = torch.zeros((t_len, n), dtype=torch.bool, device=dev)
+            act_buf = torch.zeros((t_len, n_learn), dtype=torch.int64, device=dev)
+            val_buf = torch.zeros((t_len, n_learn), dtype=torch.float32, device=dev)
+            rew_buf = torch.zeros((t_len, n_learn), dtype=torch.float32, device=dev)
+            term_buf = torch.zeros((t_len, n_learn), dtype=torch.bool, device=dev)
+            trunc_buf = torch.zeros((t_len, n_learn), dtype=torch.bool, device=dev)
         windows_per_step = a.update_every // a.n_step
+        windows_per_update = a.steps_per_update // a.n_step
 
         while s.running:
             lr = returns.linear_lr(a.lr, s.update, s.num_updates, a.anneal_lr)
@@ -80,7 +90,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             sums.zero_()
             gn_sum.zero_()
             hist.zero_()
-            for k in range(a.steps_per_update // a.n_step):
+            for k in range(windows_per_update):
                 if a.n_step == 1:
                     mark = timer.start("forward")
                     with s.autocast(a.amp):
@@ -102,32 +112,35 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                     if state is not None:  # carried on, reset where the episode ended
                         state = new_state.detach().float() * (~(term | trunc)).unsqueeze(-1).float()
                 else:
+                    if ids is not None:  # this window's block of learning envs (its start known on the host)
+                        torch.add(block, (s.update * windows_per_update + k) * n_learn % n, out=ids).remainder_(n)
                     with torch.no_grad():
                         for t in range(t_len):
                             mark = timer.start("forward")
-                            obs_buf[t].copy_(env.obs)
                             with s.autocast(a.amp):
-                                logits, value = model(obs_buf[t])
+                                logits, value = model(env.obs)
                             action = torch.distributions.Categorical(logits=logits.float(),
                                                                      validate_args=False).sample()
-                            act_buf[t] = action
-                            val_buf[t] = value.float()
+                            put(obs_buf[t], env.obs)
+                            put(act_buf[t], action)
+                            put(val_buf[t], value.float())
                             timer.stop(mark)
                             mark = timer.start("env")
                             _, reward, term, trunc, _ = env.step(action)
-                            rew_buf[t], term_buf[t], trunc_buf[t] = reward, term, trunc
-                            final_buf[t].copy_(env.final_obs)
+                            put(rew_buf[t], reward), put(term_buf[t], term), put(trunc_buf[t], trunc)
+                            put(final_buf[t], env.final_obs)
                             timer.stop(mark)
                     mark = timer.start("backward")
                     with torch.no_grad(), s.autocast(a.amp):
-                        last_value = model.value(env.obs).float()
+                        last_value = model.value(pick(env.obs)).float()
                         final_values = returns.truncated_values(model.value, final_buf, trunc_buf)  # one sync
                         _, ret = returns.gae(rew_buf, val_buf, term_buf | trunc_buf, last_value, a.gamma,
                                              a.gae_lambda, trunc_buf, final_values)
-                    b_obs, action, b_ret = obs_buf.reshape(t_len * n, *obs_shape), act_buf.reshape(-1), ret.reshape(-1)
+                    size = t_len * n_learn
+                    b_obs, action, b_ret = obs_buf.reshape(size, *obs_shape), act_buf.reshape(-1), ret.reshape(-1)
                     # the whole window (its gradient accumulated), or an optimizer step on each random share of it
-                    parts = [slice(None)] if a.minibatches == 1 else returns.minibatches(t_len * n, a.minibatches,
-                                                                                         sampler, dev)
+                    parts = [slice(None)] if a.minibatches == 1 else returns.minibatches(size, a.minibatches, sampler,
+                                                                                         dev)
                     part_stats = []
                     for mb in parts:
                         with s.autocast(a.amp):
@@ -152,8 +165,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                     gn_sum.add_(s.apply_gradients(model, optimizer, a.max_grad_norm))
                     optimizer.zero_grad(set_to_none=True)
                     timer.stop(mark)
-            windows = a.steps_per_update // a.n_step
-            mean = sums / windows
+            mean = sums / windows_per_update
             metrics = {"lr": lr, "ent_coef": ent_coef, **dict(zip(STAT_NAMES, mean.unbind(0), strict=True)),
                        "grad_norm": gn_sum / (a.steps_per_update // a.update_every * a.minibatches), "actions": hist}
             s.end_update(a.steps_per_update * n, metrics, guard=("pg_loss", "v_loss", "grad_norm"))
