@@ -178,10 +178,11 @@ def measure_split(backend_name: str, rom: Rom, envs: int, processes: int, steps:
     ctx = multiprocessing.get_context("spawn")
     barrier, out = ctx.Barrier(processes), ctx.Queue()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    gpus = [child_gpus([r]) for r in range(processes)]  # before the loop below changes the variable
     procs = []
     try:
         for r in range(processes):
-            os.environ["CUDA_VISIBLE_DEVICES"] = child_gpus([r])  # a spawned process takes the environment of its start
+            os.environ["CUDA_VISIBLE_DEVICES"] = gpus[r]  # a spawned process takes the environment of its start
             p = ctx.Process(target=_split_worker, args=(r, (backend_name, rom, envs // processes, steps, schedule,
                                                               codec), kwargs, barrier, out), daemon=True)
             p.start()
