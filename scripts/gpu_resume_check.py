@@ -2,7 +2,8 @@
 determinism"), for each trainer and for PPO with the state archive. Per setup, three tiny runs: A straight
 through, B straight through again (is training on this device itself repeatable?), C stopped after 2 updates and
 resumed. Prints, per setup, how many logged metrics B and C match A in bit for bit (and which do not), and the
-largest weight difference; writes the tables as JSON.
+largest weight difference; writes the tables as JSON. The runs set `run.deterministic` (cuDNN's deterministic
+algorithms only) unless `--default-cudnn` asks for what training does by default.
 
     python scripts/gpu_resume_check.py --device cuda --out resume_check.json
     python scripts/gpu_resume_check.py --device cpu --envs 8 --setups a2c,archive
@@ -57,14 +58,15 @@ def rows(run_dir: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if not timing(k)} for r in out]
 
 
-def check(setup: str, device: str, n: int, root: Path) -> dict:
+def check(setup: str, device: str, n: int, root: Path, deterministic: bool = True) -> dict:
     from gbxcule.rl.algos import make_config, train
     from gbxcule.rl.shell import load_checkpoint
 
     def cfg(run_dir: Path, **run):
         return make_config(None, {**sections(setup, n), "run": {
             "run_dir": str(run_dir), "device": device, "progress": False, "tensorboard": False,
-            "checkpoint_every": 1, "eval_episodes": 0, "checkpoint_env_state": "always", **run}})
+            "checkpoint_every": 1, "eval_episodes": 0, "checkpoint_env_state": "always",
+            "deterministic": deterministic, **run}})
 
     a, b, c = root / setup / "a", root / setup / "b", root / setup / "c"
     train(cfg(a))
@@ -87,6 +89,8 @@ def main() -> int:
     ap.add_argument("--envs", type=int, default=256)
     ap.add_argument("--setups", default=",".join(SETUPS), help=f"comma-separated, of: {', '.join(SETUPS)}")
     ap.add_argument("--out", default="resume_check.json")
+    ap.add_argument("--default-cudnn", action="store_true",
+                    help="leave run.deterministic off (cuDNN may pick non-deterministic algorithms)")
     args = ap.parse_args()
     setups = [s for s in args.setups.split(",") if s]
     unknown = [s for s in setups if s not in SETUPS]
@@ -96,9 +100,9 @@ def main() -> int:
     import torch
 
     root = Path(tempfile.mkdtemp(prefix="resume_check_"))
-    results = {s: check(s, args.device, args.envs, root) for s in setups}
+    results = {s: check(s, args.device, args.envs, root, not args.default_cudnn) for s in setups}
     out = {"device": args.device, "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-           "envs": args.envs, "setups": results}
+           "envs": args.envs, "deterministic": not args.default_cudnn, "setups": results}
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print(f"\n{'setup':8s} {'updates':>7s} {'repeat':>9s} {'resume':>9s} {'weights: repeat':>16s} {'resume':>8s}  "
           "metrics that differ from the straight run (resume)")
@@ -108,7 +112,8 @@ def main() -> int:
         differ = [k for k, v in m.items() if not v["resume"]]
         print(f"{s:8s} {r['updates']:7d} {same['repeat']:4d}/{len(m):<4d} {same['resume']:4d}/{len(m):<4d} "
               f"{w['repeat']:16.2g} {w['resume']:8.2g}  {', '.join(differ) or '-'}")
-    print(f"(metrics equal bit for bit to the straight run's, of those logged; {args.device}, {args.envs} envs)")
+    print(f"(metrics equal bit for bit to the straight run's, of those logged; {args.device}, {args.envs} envs, "
+          f"run.deterministic {'off' if args.default_cudnn else 'on'})")
     return 0
 
 

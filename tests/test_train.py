@@ -164,6 +164,9 @@ def test_set_overrides_merge_tables_and_reject_bad_items(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc != 0 and len(err) == 1 and "sort_key" in err[0]
     assert not (tmp_path / "r" / "checkpoint.pt").exists()
+    assert make_config(None, {"run": {"deterministic": True}}).run.deterministic
+    with pytest.raises(ConfigError, match="exclude each other"):
+        make_config(None, {"run": {"deterministic": True, "cudnn_benchmark": True}})
 
 
 def test_plot_draws_percentile_bands_eval_against_time_and_runs_overlaid(tmp_path):

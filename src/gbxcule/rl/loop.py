@@ -177,6 +177,7 @@ class Session:
             torch.cuda.set_device(self.device)
         if self.cuda:
             torch.backends.cudnn.benchmark = self.cfg.run.cudnn_benchmark
+            torch.backends.cudnn.deterministic = self.cfg.run.deterministic
         if ck is not None and ck.get("world_size", 1) != self.world.size:
             n = ck.get("world_size", 1)
             raise CheckpointError(f"--resume: the run trained on {n} process(es), this start has {self.world.size}: "

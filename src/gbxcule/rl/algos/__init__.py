@@ -35,7 +35,7 @@ MAY_CHANGE = ("total_steps", "run.time_limit_s", "run.eval_episodes", "run.progr
               "run.stop_after_updates", "run.checkpoint_every", "run.checkpoint_every_s", "run.tensorboard",
               "run.eval_every", "run.eval_every_s", "run.stop_at_success", "run.success_window", "run.run_dir",
               "run.grad_sync", "run.dist_timeout_s", "run.check_sync", "run.image_every",
-              "run.eval_background", "run.cudnn_benchmark")
+              "run.eval_background", "run.cudnn_benchmark", "run.deterministic")
 MAY_CHANGE_TABLES = ("env.backend.",)  # emulator speed knobs: the same bits whatever their values
 PER_INVOCATION = ("stop_after_updates", "time_limit_s")  # run settings of one invocation: not kept on resume
 
@@ -79,6 +79,9 @@ def make_config(path=None, overrides: dict | None = None):
     if cfg.run.run_dir is None:
         cfg.run.run_dir = f"runs/{algo}"
     check_env_config(cfg.env)
+    if cfg.run.deterministic and cfg.run.cudnn_benchmark:  # timing may pick another deterministic algorithm
+        raise ConfigError("run.deterministic and run.cudnn_benchmark exclude each other: cuDNN's timing can pick "
+                          "a different convolution algorithm, with other bits, on each run")
     if spec.check is not None:
         spec.check(cfg)
     return cfg
