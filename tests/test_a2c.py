@@ -3,6 +3,7 @@ gradient accumulation), and the trainer on the CPU device with tiny configs (tra
 for bit, evaluates; bad knobs are one line)."""
 
 import json
+import math
 
 import pytest
 
@@ -11,7 +12,7 @@ torch = pytest.importorskip("torch")
 from gbxcule.cli.main import main  # noqa: E402
 from gbxcule.rl import returns  # noqa: E402
 from gbxcule.rl.algos import make_config, train  # noqa: E402
-from gbxcule.rl.algos.a2c.loss import A2CCoefs, a2c_loss, bootstrap_obs  # noqa: E402
+from gbxcule.rl.algos.a2c.loss import A2CCoefs, a2c_loss, adapt_ent_coef, bootstrap_obs  # noqa: E402
 from gbxcule.rl.shell import ConfigError  # noqa: E402
 
 TIMING = {"sps", "updates_per_s", "wall_s", "time_env_s", "time_forward_s", "time_backward_s", "time_optimizer_s",
@@ -69,6 +70,20 @@ def test_k_accumulated_steps_equal_one_step_on_the_concatenated_batch():
         assert torch.allclose(x, y, atol=1e-6)
 
 
+def test_the_adaptive_entropy_weight_moves_toward_its_target_and_stays_in_bounds():
+    log_c = torch.tensor(math.log(0.01))
+    adapt_ent_coef(log_c, torch.tensor(0.5), target=1.5, lr=0.1)  # entropy 1 nat below the target: up by 0.1
+    assert math.isclose(float(log_c), math.log(0.01) + 0.1, rel_tol=1e-6)
+    adapt_ent_coef(log_c, torch.tensor(2.0), target=1.5, lr=0.1)  # 0.5 above: down by 0.05
+    assert math.isclose(float(log_c), math.log(0.01) + 0.05, rel_tol=1e-6)
+    for _ in range(200):
+        adapt_ent_coef(log_c, torch.tensor(0.0), target=2.0, lr=0.1)
+    assert math.isclose(float(log_c.exp()), 1.0, rel_tol=1e-6)  # the upper bound
+    for _ in range(400):
+        adapt_ent_coef(log_c, torch.tensor(2.0), target=0.0, lr=0.1)
+    assert math.isclose(float(log_c.exp()), 1e-4, rel_tol=1e-5)  # the lower bound
+
+
 def test_loss_has_no_gradient_through_the_target():
     v = torch.tensor([0.5, -0.5], requires_grad=True)
     tgt = v.detach() * 0 + torch.tensor([1.0, 0.0])
@@ -93,7 +108,7 @@ def metrics(run_dir):
 @pytest.mark.parametrize("knobs", [{}, {"n_step": 4, "gae_lambda": 0.9}, {"gru": 8},
                                    {"n_step": 4, "update_every": 4, "gae_lambda": 0.9, "minibatches": 3},
                                    {"n_step": 4, "update_every": 4, "minibatches": 2, "learn_share": 0.4,
-                                    "channels_last": True}],
+                                    "channels_last": True, "target_entropy": 0.99, "ent_lr": 0.5}],
                          ids=["td0", "window", "gru", "minibatches", "share"])
 def test_tiny_run_trains_checkpoints_and_resumes_bit_for_bit(tmp_path, knobs):
     straight = tmp_path / "straight"
@@ -119,6 +134,8 @@ def test_tiny_run_trains_checkpoints_and_resumes_bit_for_bit(tmp_path, knobs):
     assert all(st["step"].item() == steps for st in a["optimizer"]["state"].values())
     if knobs.get("gru"):
         assert a["extra"]["state"].shape == (6, 8) and torch.equal(a["extra"]["state"], b["extra"]["state"])
+    if knobs.get("target_entropy"):  # the adaptive weight moved, was checkpointed and resumed with the rest
+        assert len({r["ent_coef"] for r in rows}) == 3 and torch.equal(a["extra"]["log_coef"], b["extra"]["log_coef"])
 
 
 def test_eval_of_an_a2c_run_through_the_registry(tmp_path, capsys):
@@ -136,6 +153,8 @@ def test_eval_of_an_a2c_run_through_the_registry(tmp_path, capsys):
                                        ({"n_step": 2, "update_every": 4, "minibatches": 2}, "update_every"),
                                        ({"n_step": 4, "update_every": 4, "minibatches": 25}, "exceeds"),
                                        ({"learn_share": 0.5}, "learn_share"), ({"learn_share": 0}, "learn_share"),
+                                       ({"target_entropy": 0.5, "ent_coef_end": 0.0}, "exclude"),
+                                       ({"target_entropy": 1.5}, "target_entropy"), ({"ent_lr": 0}, "ent_lr"),
                                        ({"n_step": 4, "update_every": 4, "learn_share": 1.5}, "learn_share"),
                                        ({"n_step": 4, "update_every": 4, "learn_share": 0.2, "minibatches": 9},
                                         "exceeds")])

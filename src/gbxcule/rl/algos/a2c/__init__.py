@@ -27,6 +27,10 @@ class A2CConfig:
     gamma: float = knob(0.99, min=0, max=1)
     ent_coef: float = knob(0.01, min=0)
     ent_coef_end: float | None = knob(None, min=0)  # linear schedule from ent_coef to this over the run
+    # adaptive entropy weight (starts at ent_coef): after each update log(ent_coef) moves by ent_lr per nat that
+    # the mean entropy lies below (up) or above (down) this share of the uniform policy's log(num_actions)
+    target_entropy: float | None = knob(None, gt=0, max=1)
+    ent_lr: float = knob(0.05, gt=0)
     vf_coef: float = knob(0.5, min=0)
     max_grad_norm: float = knob(0.5, gt=0)
     norm_adv: bool = True  # advantages normalised over each optimizer step's batch
@@ -68,6 +72,9 @@ def check(cfg) -> None:
     if a.minibatches > a.n_step * learn_envs(cfg):
         raise ConfigError(f"a2c.minibatches ({a.minibatches}) exceeds the window's "
                           f"{a.n_step * learn_envs(cfg)} samples")
+    if a.target_entropy is not None and a.ent_coef_end is not None:
+        raise ConfigError("a2c.target_entropy (an adaptive entropy weight) and a2c.ent_coef_end (a schedule) "
+                          "exclude each other")
     if a.n_step > 1 and a.gru is not None:
         raise ConfigError("a2c.gru needs a2c.n_step = 1 (the recurrent state is carried step by step)")
 

@@ -1,8 +1,10 @@
 """A2C's math as pure torch functions (no env, no I/O): the one-step bootstrap observation, the loss of a
-batch of (log-prob, entropy, value, target), and advantage normalisation. Tests: tests/test_a2c.py."""
+batch of (log-prob, entropy, value, target), advantage normalisation, and the adaptive entropy weight.
+Tests: tests/test_a2c.py."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -39,3 +41,11 @@ def a2c_loss(logp: torch.Tensor, entropy: torch.Tensor, value: torch.Tensor, tar
     return loss, {"pg_loss": pg.detach(), "v_loss": v_loss.detach(), "entropy": ent.detach(),
                   "adv_mean": raw_adv.mean(), "adv_std": raw_adv.std() if raw_adv.numel() > 1 else raw_adv.sum() * 0,
                   "value_mean": value.detach().mean()}
+
+
+def adapt_ent_coef(log_coef: torch.Tensor, entropy: torch.Tensor, target: float, lr: float,
+                   lo: float = 1e-4, hi: float = 1.0) -> torch.Tensor:
+    """One step of the adaptive entropy weight, in place on the device (no host sync): log(coef) rises by `lr`
+    per nat that the policy's mean entropy lies below `target`, falls as much above it, and stays within
+    [lo, hi]. Returns `log_coef`."""
+    return log_coef.add_(lr * (target - entropy.detach().float())).clamp_(math.log(lo), math.log(hi))

@@ -12,11 +12,13 @@ and `rl/returns.py`, the shell in `rl/loop.py` (docs/training.md "A2C").
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from gbxcule.rl import returns
 from gbxcule.rl.algos.a2c import build_model, learn_envs, steps_per_update
-from gbxcule.rl.algos.a2c.loss import A2CCoefs, a2c_loss, bootstrap_obs
+from gbxcule.rl.algos.a2c.loss import A2CCoefs, a2c_loss, adapt_ent_coef, bootstrap_obs
 from gbxcule.rl.loop import Session
 
 STAT_NAMES = ("pg_loss", "v_loss", "entropy", "adv_mean", "adv_std", "value_mean")
@@ -45,8 +47,13 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         step_fn = torch.compile(model.forward_step) if a.compile else model.forward_step
         state = model.initial_state(n, dev)
         sampler = torch.Generator().manual_seed(cfg.run.seed)  # the minibatch split (minibatches > 1)
+        # the adaptive entropy weight's log, on the device (target_entropy), and the entropy it aims at
+        log_coef = (torch.tensor(math.log(max(a.ent_coef, 1e-4)), device=dev)
+                    if a.target_entropy is not None else None)
+        ent_target = None if a.target_entropy is None else a.target_entropy * math.log(env.num_actions)
         extra = s.start(model, optimizer, state=lambda: {"state": None if state is None else state.cpu().clone(),
-                                                         "sampler": sampler.get_state()},
+                                                         "sampler": sampler.get_state(),
+                                                         "log_coef": None if log_coef is None else log_coef.cpu()},
                         describe=f"a2c: {s.storage_bytes / 2**20:,.0f} MiB of step storage on {s.device}; "
                                  f"{s.num_updates} updates of {s.update_steps:,} env-steps, an optimizer "
                                  f"step every {a.update_every} env-steps ({a.update_every * n:,} samples); model "
@@ -55,6 +62,8 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             state.copy_(extra["state"])
         if extra and extra.get("sampler") is not None:
             sampler.set_state(extra["sampler"])
+        if extra and extra.get("log_coef") is not None and log_coef is not None:
+            log_coef.copy_(extra["log_coef"])
 
         timer = s.timer
         hist = torch.zeros(env.num_actions, dtype=torch.int64, device=dev)
@@ -85,7 +94,8 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             lr = returns.linear_lr(a.lr, s.update, s.num_updates, a.anneal_lr)
             for g in optimizer.param_groups:
                 g["lr"] = lr
-            ent_coef = returns.linear_schedule(a.ent_coef, a.ent_coef_end, s.update, s.num_updates)
+            ent_coef = (returns.linear_schedule(a.ent_coef, a.ent_coef_end, s.update, s.num_updates)
+                        if log_coef is None else log_coef.exp())
             coefs = A2CCoefs(a.vf_coef, ent_coef, a.norm_adv)
             sums.zero_()
             gn_sum.zero_()
@@ -166,6 +176,8 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                     optimizer.zero_grad(set_to_none=True)
                     timer.stop(mark)
             mean = sums / windows_per_update
+            if log_coef is not None:  # next update's weight, from this one's mean entropy
+                adapt_ent_coef(log_coef, mean[STAT_NAMES.index("entropy")], ent_target, a.ent_lr)
             metrics = {"lr": lr, "ent_coef": ent_coef, **dict(zip(STAT_NAMES, mean.unbind(0), strict=True)),
                        "grad_norm": gn_sum / (a.steps_per_update // a.update_every * a.minibatches), "actions": hist}
             s.end_update(a.steps_per_update * n, metrics, guard=("pg_loss", "v_loss", "grad_norm"))
