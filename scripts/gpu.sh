@@ -16,6 +16,8 @@
 # (<slug>.gb and states/<slug>.state, from scripts/fetch_games.py); SRC [$PWD/src] the gbxcule sources to run;
 # GBXCULE_CACHE_DIR [/tmp/gbxc] the kernel cache; PY [python3]. Each subcommand's own variables: its help line.
 #
+# Work longer than one call (10 minutes): `jobs_start FILE` in one call, then `jobs_wait SECONDS` in each call after
+# it, each made within the machine's idle release; bench_learning.py lines in FILE take the GPUs their job got.
 # To add a subcommand: a function `cmd_NAME` with a `## NAME ARGS: what it does` line right above it.
 set -uo pipefail
 GPU_ROOT=${GPU_ROOT:-/root/gpu}
@@ -245,6 +247,32 @@ cmd_jobs() {
   local rc=$?
   pack jobs checkpoint.pt
   return $rc
+}
+
+## jobs_start FILE: the same job list started in a process session of its own, which outlives this call: jobs
+#    longer than one call run on while calls keep coming within the machine's idle release (run jobs_wait next)
+cmd_jobs_start() {
+  [[ $# -eq 1 ]] || die "usage: bash $SELF jobs_start FILE"
+  [[ -f $1 ]] || die "no job file $1"
+  use_src
+  [[ -e $RUNS/jobs/.started && ! -e $RUNS/jobs/.ended ]] && die "jobs already running in $RUNS/jobs (jobs_wait)"
+  local d; d=$(work jobs)
+  touch "$d/.started"
+  setsid nohup bash -c "\"$PY\" scripts/gpu_jobs.py \"$1\" --out \"$d\" > \"$d/runner.log\" 2>&1; touch \"$d/.ended\"" \
+    > /dev/null 2>&1 < /dev/null &
+  echo "started $1 in $d (its own session); bash $SELF jobs_wait SECONDS to wait and pack"
+}
+
+## jobs_wait SECONDS: wait until the jobs of jobs_start end or SECONDS pass, then pack what is there (checkpoints,
+#    policies and archives left out) into $OUT/jobs.tgz and print the runner's log; exit status 0 once all ended
+cmd_jobs_wait() {
+  [[ $# -eq 1 && $1 =~ ^[0-9]+$ ]] || die "usage: bash $SELF jobs_wait SECONDS"
+  local d=$RUNS/jobs t0; t0=$(date +%s)
+  [[ -e $d/.started ]] || die "no jobs started in $d (jobs_start FILE first)"
+  while [[ ! -e $d/.ended ]] && (( $(date +%s) - t0 < $1 )); do sleep 5; done
+  pack jobs checkpoint.pt policy.pt best_policy.pt archive.npz 'events.out.*'
+  cat "$d/runner.log"
+  [[ -e $d/.ended ]] || { echo "still running after $1 s: call jobs_wait again within the idle release"; return 3; }
 }
 
 ## learning ARGS: time to a greedy success rate per training setup over seeds, jobs packed onto the GPUs

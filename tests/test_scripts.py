@@ -84,6 +84,34 @@ def test_gpu_sh_refuses_what_it_cannot_do(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_gpu_sh_jobs_outlive_the_call_and_wait_packs_them(tmp_path):
+    """jobs_start returns at once with the job list running in a session of its own; jobs_wait waits for it and
+    packs every job's output, leaving checkpoints out."""
+    import tarfile
+
+    (tmp_path / "gpu").mkdir()
+    (tmp_path / "gpu" / ".ready").touch()
+    env = {**os.environ, "GPU_ROOT": str(tmp_path / "gpu"), "OUT": str(tmp_path / "out"),
+           "RUNS": str(tmp_path / "runs"), "PY": sys.executable}
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("a: sleep 2; echo done > $JOB_OUT/result.txt; echo x > $JOB_OUT/checkpoint.pt\n")
+
+    def gpu(*args):
+        return subprocess.run(["bash", "scripts/gpu.sh", *args], cwd=ROOT, capture_output=True, text=True, env=env,
+                              timeout=120)
+
+    assert gpu("jobs_wait", "5").returncode == 1  # nothing started: one line
+    r = gpu("jobs_start", str(jobs))
+    assert r.returncode == 0 and "started" in r.stdout, r.stderr
+    assert not (tmp_path / "runs" / "jobs" / "a" / "result.txt").exists()  # still running when the call returned
+    assert gpu("jobs_start", str(jobs)).returncode == 1  # one list at a time
+    r = gpu("jobs_wait", "60")
+    assert r.returncode == 0 and "done  a rc 0" in r.stdout, r.stdout + r.stderr
+    with tarfile.open(tmp_path / "out" / "jobs.tgz") as t:
+        names = t.getnames()
+    assert "./a/result.txt" in names and not any(n.endswith("checkpoint.pt") for n in names)
+
+
 def test_dev_sh_without_a_command_prints_its_usage():
     r = run(["bash", "scripts/dev.sh"])
     assert r.returncode == 2 and "dev.sh demo" in r.stderr and "dev.sh test" in r.stderr
