@@ -270,6 +270,7 @@ cmd_jobs_wait() {
   local d=$RUNS/jobs t0; t0=$(date +%s)
   [[ -e $d/.started ]] || die "no jobs started in $d (jobs_start FILE first)"
   while [[ ! -e $d/.ended ]] && (( $(date +%s) - t0 < $1 )); do sleep 5; done
+  mkdir -p "$OUT"
   pack jobs checkpoint.pt policy.pt best_policy.pt archive.npz 'events.out.*'
   cat "$d/runner.log"
   [[ -e $d/.ended ]] || { echo "still running after $1 s: call jobs_wait again within the idle release"; return 3; }
