@@ -40,6 +40,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                  steps_per_update=steps_per_update(cfg)) as s:
         env = s.env
         n, dev, obs_shape = env.num_envs, env.device, env.single_obs_shape
+        n_learn = learn_envs(cfg)  # the envs whose samples train (all unless learn_share < 1)
         model = build_model(a, env.num_actions, env.stack_k, env.obs_mode == "packed").to(s.device)
         if a.channels_last:
             model = model.to(memory_format=torch.channels_last)
@@ -67,12 +68,12 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
 
         timer = s.timer
         hist = torch.zeros(env.num_actions, dtype=torch.int64, device=dev)
-        ones = torch.ones(a.n_step * learn_envs(cfg), dtype=torch.int64, device=dev)  # the trained samples' actions
+        ones = torch.ones(a.n_step * n_learn, dtype=torch.int64, device=dev)  # the trained samples' actions
         sums = torch.zeros(len(STAT_NAMES), dtype=torch.float32, device=dev)
         gn_sum = torch.zeros((), dtype=torch.float32, device=dev)
         boot = torch.zeros((n, *obs_shape), dtype=torch.uint8, device=dev) if a.n_step == 1 else None
         if a.n_step > 1:
-            t_len, n_learn = a.n_step, learn_envs(cfg)
+            t_len = a.n_step
             # the envs that feed the learner: all, or a block of n_learn that moves on by n_learn envs each window
             block = None if n_learn == n else torch.arange(n_learn, device=dev)
             ids = None if n_learn == n else torch.empty(n_learn, dtype=torch.int64, device=dev)
@@ -80,6 +81,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
 
             def put(dst, x):  # dst <- x's rows of the learning envs
                 return dst.copy_(x) if n_learn == n else torch.index_select(x, 0, ids, out=dst)
+
             obs_buf = torch.zeros((t_len, n_learn, *obs_shape), dtype=torch.uint8, device=dev)
             final_buf = torch.zeros_like(obs_buf)
             act_buf = torch.zeros((t_len, n_learn), dtype=torch.int64, device=dev)
