@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from gbxcule.harness.bench import child_gpus
+from gbxcule.harness.bench import child_gpus, inherited_gpus
 
 LINE = re.compile(r"^(?:\[(\d+)\]\s*)?([A-Za-z0-9_.-]+):\s*(.+)$")
 
@@ -49,8 +49,8 @@ def parse(text: str) -> list[dict | None]:
 
 def gpu_count() -> int:
     """The GPUs this runner may use: those CUDA_VISIBLE_DEVICES names where it is set, else the host's."""
-    if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
-        return len([x for x in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if x.strip()])
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:  # set, even empty (no GPU)
+        return len(inherited_gpus() or [])
     try:
         r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
         return sum(1 for x in r.stdout.splitlines() if x.startswith("GPU "))

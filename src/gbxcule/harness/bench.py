@@ -158,11 +158,16 @@ def _split_worker(rank: int, args: tuple, kwargs: dict, barrier, out) -> None:
         out.put((rank, None, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"))
 
 
+def inherited_gpus() -> list[str] | None:
+    """The GPUs this process's CUDA_VISIBLE_DEVICES names (None where it is unset or empty)."""
+    inherited = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return [x.strip() for x in inherited.split(",") if x.strip()] if inherited else None
+
+
 def child_gpus(indices) -> str:
     """CUDA_VISIBLE_DEVICES for a child process given these of this process's GPUs (0-based): entries of the
     inherited CUDA_VISIBLE_DEVICES where one is set (so job runners nest), else the host's GPU numbers."""
-    inherited = os.environ.get("CUDA_VISIBLE_DEVICES")
-    ids = [x.strip() for x in inherited.split(",") if x.strip()] if inherited else None
+    ids = inherited_gpus()
     if ids is not None and any(i >= len(ids) for i in indices):
         raise GbxculeError(f"GPU(s) {list(indices)} asked for, but CUDA_VISIBLE_DEVICES names {len(ids)}")
     return ",".join(ids[i] if ids is not None else str(i) for i in indices)
