@@ -2,7 +2,8 @@
 its environment, as torchrun starts one): the PPO loss gradient of this rank's share of a fixed batch, averaged
 over the processes by `World.average_gradients` (the flat all-reduce of `Session.apply_gradients`) and by
 DistributedDataParallel (`run.grad_sync = "ddp"`); both saved to OUT.rank.pt, with what `World.differing_ranks`
-(`run.check_sync`) says before and after rank 1 changes one weight.
+(`run.check_sync`) says before and after rank 1 changes one weight, and which of the group's threads outlive
+`World.close` once an optimizer has been built (none may: the group must really be freed).
 
     python tests/dist_worker.py OUT
 """
@@ -10,6 +11,7 @@ DistributedDataParallel (`run.grad_sync = "ddp"`); both saved to OUT.rank.pt, wi
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import torch
 
@@ -46,6 +48,15 @@ def grads(net) -> list[torch.Tensor]:
     return [p.grad.detach().clone() for p in net.parameters()]
 
 
+def group_threads() -> list[str] | None:
+    """The names of this process's threads that belong to a process group (gloo's), None where /proc is not."""
+    tasks = Path("/proc/self/task")
+    if not tasks.is_dir():
+        return None
+    names = [(t / "comm").read_text().strip() for t in tasks.iterdir()]
+    return sorted(n for n in names if "gloo" in n)
+
+
 def main(out: str) -> None:
     from gbxcule.rl.dist import World
 
@@ -64,9 +75,13 @@ def main(out: str) -> None:
         w = next(net.parameters()).view(-1)
         if world.rank == 1:
             w[0] = torch.nextafter(w[0], torch.tensor(1.0))
-    torch.save({"allreduce": flat, "ddp": grads(net), "same": same, "differing": world.differing_ranks(net),
-                "rank": world.rank, "size": world.size}, f"{out}.{world.rank}.pt")
+    result = {"allreduce": flat, "ddp": grads(net), "same": same, "differing": world.differing_ranks(net),
+              "rank": world.rank, "size": world.size}
+    torch.optim.Adam(net.parameters())  # as a trainer does once the group exists
+    del ddp
     world.close()
+    result["threads_after_close"] = group_threads()
+    torch.save(result, f"{out}.{world.rank}.pt")
 
 
 if __name__ == "__main__":

@@ -157,6 +157,8 @@ def test_averaged_gradient_is_the_gradient_of_the_whole_batch(tmp_path):
                 torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
         assert all(torch.equal(a, b) for a, b in zip(got[0][mode], got[1][mode], strict=True))  # every bit alike
     assert got[0]["same"] == [] and got[0]["differing"] == [1] == got[1]["differing"]  # the sync check
+    for r in range(2):  # the group is freed when the world closes: no gloo thread is left for the exit to tear down
+        assert got[r]["threads_after_close"] in ([], None), got[r]["threads_after_close"]
 
 
 def test_a_dead_process_ends_the_run_and_the_run_resumes_bit_for_bit(reference, tmp_path, capsys):

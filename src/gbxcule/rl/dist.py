@@ -14,6 +14,7 @@ theirs `quiet` (the CLI prints nothing for those).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Callable
@@ -51,6 +52,15 @@ def backend_reason(exc: BaseException) -> str:
     """The gist of a torch.distributed error: its first sentence, without the source location gloo prefixes."""
     text = re.sub(r"^\[[^\]]*\.(cc|cpp|h|hpp):\d+\]\s*", "", first_line(exc))
     return text.split(". ")[0].rstrip(".")
+
+
+def dynamo_first() -> None:
+    """Import torch._dynamo before a process group exists. Its first import (the first optimizer a trainer builds
+    does it) keeps references to every live process group, so imported later it stops destroy_process_group from
+    freeing the group: gloo's (or NCCL's) threads then outlive `World.close` and are torn down with the
+    interpreter, which can abort the process (SIGABRT) after a run that finished well."""
+    with contextlib.suppress(ImportError):  # a torch without dynamo keeps no such references
+        import torch._dynamo  # noqa: F401
 
 
 class World:
@@ -91,6 +101,8 @@ class World:
         backend = "nccl" if cuda else "gloo"
         timeout = timedelta(seconds=timeout_s)
         owns = not dist.is_initialized()
+        if owns:
+            dynamo_first()
         try:
             if owns:
                 dist.init_process_group(backend, timeout=timeout,
