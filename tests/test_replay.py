@@ -161,6 +161,9 @@ def test_sum_tree_samples_in_proportion_and_never_a_zero():
     tree.set(torch.arange(10), pri)
     tree.set(torch.tensor([3, 3]), torch.tensor([3.0, 3.0]))  # repeated indices with equal values
     assert float(tree.total) == pytest.approx(20.0)
+    for order in ([1.0, 3.0], [3.0, 1.0]):  # different values: the largest, whatever the order of the writes
+        tree.set(torch.tensor([3, 3]), torch.tensor(order))
+        assert float(tree.get(torch.tensor([3]))) == 3.0 and float(tree.total) == pytest.approx(20.0)
     torch.manual_seed(1)
     leaves = tree.sample(200_000)
     freq = torch.bincount(leaves, minlength=10).double() / 200_000

@@ -130,10 +130,12 @@ class SumTree:
             t[a:b + 1] = t[2 * a:2 * b + 2:2] + t[2 * a + 1:2 * b + 2:2]
 
     def set(self, index: torch.Tensor, values: torch.Tensor) -> None:
-        """Leaves `index` = `values` (repeated indices must carry equal values)."""
+        """Leaves `index` = `values`; a leaf named more than once takes the largest of its values, so the result does
+        not hang on the order of the writes (which CUDA leaves open: a batch that samples one transition twice can
+        give it two TD errors a rounding apart)."""
         t = self.tree
         i = index + self.leaves
-        t[i] = values.to(t.dtype)
+        t.scatter_reduce_(0, i, values.to(t.dtype), reduce="amax", include_self=False)
         for _ in range(self.depth):
             i = i // 2
             t[i] = t[2 * i] + t[2 * i + 1]
