@@ -2,8 +2,8 @@
 determinism"), for each trainer and for PPO with the state archive. Per setup, three tiny runs: A straight
 through, B straight through again (is training on this device itself repeatable?), C stopped after 2 updates and
 resumed. Prints, per setup, how many logged metrics B and C match A in bit for bit (and which do not), and the
-largest weight difference; writes the tables as JSON. The runs set `run.deterministic` (cuDNN's deterministic
-algorithms only) unless `--default-cudnn` asks for what training does by default.
+largest weight difference; writes the tables as JSON. The runs set `run.deterministic` (torch's deterministic
+algorithms; an op without one warns with its name) unless `--default-cudnn` asks for what training does by default.
 
     python scripts/gpu_resume_check.py --device cuda --out resume_check.json
     python scripts/gpu_resume_check.py --device cpu --envs 8 --setups a2c,archive

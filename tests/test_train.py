@@ -3,6 +3,7 @@ evaluates; bad input gives one line and never clobbers a good checkpoint."""
 
 import json
 import math
+import os
 
 import pytest
 
@@ -167,6 +168,28 @@ def test_set_overrides_merge_tables_and_reject_bad_items(tmp_path, capsys):
     assert make_config(None, {"run": {"deterministic": True}}).run.deterministic
     with pytest.raises(ConfigError, match="exclude each other"):
         make_config(None, {"run": {"deterministic": True, "cudnn_benchmark": True}})
+
+
+def test_run_deterministic_sets_torchs_deterministic_algorithms(monkeypatch):
+    """run.deterministic on CUDA: cuDNN's deterministic convolutions and torch's deterministic algorithms (ops without
+    one warn), cuBLAS's fixed workspace; off leaves torch's choice. Torch's global flags are restored after."""
+    from gbxcule.rl.loop import cuda_algorithms
+
+    cudnn = torch.backends.cudnn
+    saved = (cudnn.benchmark, cudnn.deterministic, torch.are_deterministic_algorithms_enabled(),
+             torch.is_deterministic_algorithms_warn_only_enabled())
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    try:
+        cuda_algorithms(benchmark=True, deterministic=False)
+        assert cudnn.benchmark and not cudnn.deterministic and not torch.are_deterministic_algorithms_enabled()
+        assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+        cuda_algorithms(benchmark=False, deterministic=True)
+        assert not cudnn.benchmark and cudnn.deterministic
+        assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    finally:
+        cudnn.benchmark, cudnn.deterministic = saved[0], saved[1]
+        torch.use_deterministic_algorithms(saved[2], warn_only=saved[3])
 
 
 def test_plot_draws_percentile_bands_eval_against_time_and_runs_overlaid(tmp_path):

@@ -30,6 +30,7 @@ stop on approx_kl) must go through `all_mean`, so that every process takes it.
 from __future__ import annotations
 
 import math
+import os
 import signal
 import sys
 import threading
@@ -69,6 +70,18 @@ from gbxcule.rl.shell import (
 
 ENV_STATE_AUTO_LIMIT = 512 * 2**20
 QUANTILES = (0.1, 0.5, 0.9)
+
+
+def cuda_algorithms(benchmark: bool, deterministic: bool) -> None:
+    """How torch picks its CUDA algorithms for a run (`run.cudnn_benchmark`, `run.deterministic`). Deterministic:
+    cuDNN's deterministic convolutions, and torch's deterministic algorithms for every op that has one, the others
+    warning with their name instead of silently differing between runs; cuBLAS gets the fixed workspace its own
+    determinism needs (read when its first handle is made, so set before the model's first step)."""
+    torch.backends.cudnn.benchmark = benchmark
+    torch.backends.cudnn.deterministic = deterministic
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
 
 
 def episode_quantiles(env, world: World | None = None) -> torch.Tensor:
@@ -176,8 +189,7 @@ class Session:
         if self.cuda and ":" in self.device:
             torch.cuda.set_device(self.device)
         if self.cuda:
-            torch.backends.cudnn.benchmark = self.cfg.run.cudnn_benchmark
-            torch.backends.cudnn.deterministic = self.cfg.run.deterministic
+            cuda_algorithms(self.cfg.run.cudnn_benchmark, self.cfg.run.deterministic)
         if ck is not None and ck.get("world_size", 1) != self.world.size:
             n = ck.get("world_size", 1)
             raise CheckpointError(f"--resume: the run trained on {n} process(es), this start has {self.world.size}: "

@@ -87,7 +87,7 @@ class RunConfig:
     # logged when it ends, at the env-steps of its weights) instead of training waiting for it (docs/training.md)
     eval_background: bool = False
     cudnn_benchmark: bool = False  # CUDA: cuDNN times its conv algorithms once per batch shape, keeps the fastest
-    deterministic: bool = False  # CUDA: deterministic cuDNN convolutions only (reruns and resumes bit for bit)
+    deterministic: bool = False  # CUDA: torch's and cuDNN's deterministic algorithms (ops without one warn)
     success_window: int = knob(256, min=1)  # the progress bar's success: over at least this many last episodes
     image_every: int | None = knob(None, min=1)  # TensorBoard images (screens, exploration maps) every N updates
     # several processes (torchrun; docs/training.md "Several GPUs"): env.num_envs is per process
