@@ -455,7 +455,10 @@ def test_training_with_the_archive_logs_it_and_resumes_bit_for_bit(tmp_path):
     assert "archive" in load_checkpoint(straight)["env"]
     snap = load(straight / "archive.npz")
     assert len(snap["keys"]) == rows[-1]["archive/cells"] and snap["screens"].shape == (6, 144, 160)
-    assert "cells" in achievement(rows[-1])
+    assert f"holds {rows[-1]['archive/cells']:,} cell" in achievement(rows[-1])
+    one = achievement({"archive/cells": 1, "archive/areas": 1, "archive/max_depth": 3, "archive/p_start": 0.5})
+    assert "holds 1 cell over 1 area, the deepest 3 steps" in one and "50% of episodes" in one
+    assert "holds 7 cells over 2 areas," in achievement({"archive/cells": 7, "archive/areas": 2})
     train(_tiny(part, stop_after_updates=2))
     resumed = train(_tiny(part), resume=True)
     assert resumed["updates"] == 4

@@ -126,8 +126,10 @@ def achievement(last: dict, final: dict | None = None) -> str:
     if last.get("success_from_start") is not None:
         parts.append(f"in training, episodes from the task's start succeeded {100 * last['success_from_start']:.0f}% "
                      f"of the time (sampled policy)")
-    where = f" over {last['archive/areas']} areas" if last.get("archive/areas") is not None else ""
-    parts.append(f"the archive holds {cells:,} cells{where}, the deepest {last.get('archive/max_depth', 0)} steps from "
-                 f"the start; {100 * last.get('archive/p_start', 1.0):.0f}% of episodes now start at the task's start")
+    areas = last.get("archive/areas")
+    where = "" if areas is None else f" over {areas} area{'' if areas == 1 else 's'}"
+    held = f"{cells:,} cell{'' if cells == 1 else 's'}{where}"
+    parts.append(f"the archive holds {held}, the deepest {last.get('archive/max_depth', 0)} steps from the start; "
+                 f"{100 * last.get('archive/p_start', 1.0):.0f}% of episodes now start at the task's start")
     text = "; ".join(parts)
     return text[0].upper() + text[1:] + "."
