@@ -84,6 +84,27 @@ def test_the_adaptive_entropy_weight_moves_toward_its_target_and_stays_in_bounds
     assert math.isclose(float(log_c.exp()), 1e-4, rel_tol=1e-5)  # the lower bound
 
 
+def test_the_kl_adaptive_lr_slows_a_fast_policy_and_speeds_a_slow_one_within_bounds():
+    assert returns.adapt_lr(1e-3, 0.05, target=0.01, lo=1e-5, hi=1e-2) == pytest.approx(1e-3 / 1.5)  # > 2x target
+    assert returns.adapt_lr(1e-3, 0.001, target=0.01, lo=1e-5, hi=1e-2) == pytest.approx(1.5e-3)  # < target / 2
+    assert returns.adapt_lr(1e-3, 0.01, target=0.01, lo=1e-5, hi=1e-2) == 1e-3  # within the band: kept
+    assert returns.adapt_lr(1e-3, float("nan"), target=0.01, lo=1e-5, hi=1e-2) == 1e-3
+    assert returns.adapt_lr(1e-3, None, target=0.01, lo=1e-5, hi=1e-2) == 1e-3
+    assert returns.adapt_lr(9e-3, 0.0, target=0.01, lo=1e-5, hi=1e-2) == 1e-2  # the upper bound
+    assert returns.adapt_lr(1.2e-5, 1.0, target=0.01, lo=1e-5, hi=1e-2) == 1e-5  # the lower bound
+
+
+def test_approx_kl_is_the_kl_of_the_acting_policy_from_the_trained_one():
+    torch.manual_seed(0)
+    old = torch.distributions.Categorical(logits=torch.tensor([0.0, 1.0, -1.0]))
+    new = torch.distributions.Categorical(logits=torch.tensor([0.5, 0.2, -0.3]))
+    a = old.sample((400_000,))
+    est = returns.approx_kl(new.log_prob(a) - old.log_prob(a))
+    exact = torch.distributions.kl_divergence(old, new)
+    assert float(est) == pytest.approx(float(exact), rel=0.03)
+    assert float(returns.approx_kl(torch.zeros(5))) == 0.0  # the same policy: no distance
+
+
 def test_loss_has_no_gradient_through_the_target():
     v = torch.tensor([0.5, -0.5], requires_grad=True)
     tgt = v.detach() * 0 + torch.tensor([1.0, 0.0])
@@ -108,8 +129,9 @@ def metrics(run_dir):
 @pytest.mark.parametrize("knobs", [{}, {"n_step": 4, "gae_lambda": 0.9}, {"gru": 8},
                                    {"n_step": 4, "update_every": 4, "gae_lambda": 0.9, "minibatches": 3},
                                    {"n_step": 4, "update_every": 4, "minibatches": 2, "learn_share": 0.4,
-                                    "channels_last": True, "target_entropy": 0.99, "ent_lr": 0.5}],
-                         ids=["td0", "window", "gru", "minibatches", "share"])
+                                    "channels_last": True, "target_entropy": 0.99, "ent_lr": 0.5},
+                                   {"n_step": 4, "update_every": 4, "minibatches": 4, "target_kl": 1e-6}],
+                         ids=["td0", "window", "gru", "minibatches", "share", "target_kl"])
 def test_tiny_run_trains_checkpoints_and_resumes_bit_for_bit(tmp_path, knobs):
     straight = tmp_path / "straight"
     s = train(tiny(straight, knobs))
@@ -134,6 +156,11 @@ def test_tiny_run_trains_checkpoints_and_resumes_bit_for_bit(tmp_path, knobs):
     assert all(st["step"].item() == steps for st in a["optimizer"]["state"].values())
     if knobs.get("gru"):
         assert a["extra"]["state"].shape == (6, 8) and torch.equal(a["extra"]["state"], b["extra"]["state"])
+    if knobs.get("minibatches", 1) > 1:  # the KL of the trained policy from the acting one: positive, finite
+        assert all(0 < r["approx_kl"] < 10 for r in rows)
+    if knobs.get("target_kl"):  # a tiny target: each update's lr is the last one's / 1.5, resumed with the rest
+        assert [r["lr"] for r in rows] == pytest.approx([5e-4, 5e-4 / 1.5, 5e-4 / 1.5**2])
+        assert a["extra"]["lr_kl"] == b["extra"]["lr_kl"]
     if knobs.get("target_entropy"):  # the adaptive weight moved, was checkpointed and resumed with the rest
         assert len({r["ent_coef"] for r in rows}) == 3 and torch.equal(a["extra"]["log_coef"], b["extra"]["log_coef"])
 
@@ -155,6 +182,11 @@ def test_eval_of_an_a2c_run_through_the_registry(tmp_path, capsys):
                                        ({"learn_share": 0.5}, "learn_share"), ({"learn_share": 0}, "learn_share"),
                                        ({"target_entropy": 0.5, "ent_coef_end": 0.0}, "exclude"),
                                        ({"target_entropy": 1.5}, "target_entropy"), ({"ent_lr": 0}, "ent_lr"),
+                                       ({"n_step": 4, "update_every": 4, "target_kl": 0.01}, "minibatches"),
+                                       ({"n_step": 4, "update_every": 4, "minibatches": 2, "target_kl": 0},
+                                        "target_kl"),
+                                       ({"n_step": 4, "update_every": 4, "minibatches": 2, "target_kl": 0.01,
+                                         "anneal_lr": True}, "exclude"),
                                        ({"n_step": 4, "update_every": 4, "learn_share": 1.5}, "learn_share"),
                                        ({"n_step": 4, "update_every": 4, "learn_share": 0.2, "minibatches": 9},
                                         "exceeds")])

@@ -78,7 +78,7 @@ def test_eval_and_plot_from_the_cli(straight, tmp_path, capsys):
     names = {p.split("/")[-1] for p in written}
     # no episode ends in 4 x 8 steps of a 100-step task: no return or success panel, the rest drawn
     assert names == {"entropy.png", "sps.png", "losses.png", "values.png", "actions.png", "rates.png",
-                     "goal_distance.png", "updates_per_s.png"}
+                     "goal_distance.png", "updates_per_s.png", "policy_change.png"}
     assert all((tmp_path / p.split("/")[-1]).stat().st_size > 1000 for p in written)
 
 

@@ -159,6 +159,7 @@ class Session:
         self.wall_before = 0.0
         self.stopped = "done"
         self.last: dict = {}
+        self.read: dict = {}  # the last update's metrics as read to the host (every process; see end_update)
         self.summary: dict = {}
         self._model = self._optimizer = self._state = None
         self._ddp: set[int] = set()
@@ -362,12 +363,13 @@ class Session:
         return self.wall_before + time.perf_counter() - self.t_start
 
     # --- the end of an update --------------------------------------------------------------------------------
-    def end_update(self, env_steps: int, metrics: dict, guard=()) -> None:
+    def end_update(self, env_steps: int, metrics: dict, guard=()) -> dict:
         """Count, read, check, log, evaluate, checkpoint and apply the stop rules (see the module docstring).
         `env_steps`: this process's env-steps in the update. `metrics`: numbers (the same on every process), or
         device tensors (scalars, or vectors logged as lists) read in one transfer; over several processes float
         tensors are averaged and integer ones summed; the ones named in `guard` must be finite (else
-        NonFiniteError: nonfinite.json, the run stops)."""
+        NonFiniteError: nonfinite.json, the run stops). Returns `metrics` as read to the host (the same on every
+        process), also kept as `read` while the checkpoint of this update is written."""
         if self.cfg.run.check_sync:
             self._check_sync()
         keys = [k for k, v in metrics.items() if isinstance(v, torch.Tensor)]
@@ -391,6 +393,7 @@ class Session:
             host[k] = chunk[0] if metrics[k].dim() == 0 else chunk
             at += f.numel()
         q = values[at:]
+        self.read = host
         bad = {k: host[k] for k in guard if isinstance(host.get(k), float) and not math.isfinite(host[k])}
         if bad:
             raise NonFiniteError(host)
@@ -438,6 +441,7 @@ class Session:
         if self.stopped != "done" or self.update >= self.num_updates:
             self._finish()
         self._ended = self.update
+        return host
 
     def _reduce(self, keys: list, metrics: dict, env_steps: int, signalled: bool):
         """One all-reduce (float64, on the device) of: the metric tensors (floats divided by the process count

@@ -22,6 +22,8 @@ PANELS = (
     ("values", "value and advantage statistics", ("value_mean", "adv_mean", "adv_std", "explained_variance",
                                                    "q_mean"), None),
     ("losses", "losses", ("pg_loss", "v_loss", "q_loss", "loss"), None),
+    ("policy_change", "how far each update moved the policy from the one that acted (KL; PPO's clipped share)",
+     ("approx_kl", "clipfrac"), None),
     ("updates_per_s", "updates per second", ("updates_per_s",), None),
     ("exploration", "distinct cells reached (the state archive)", ("archive/cells",), None),
     ("archive_starts", "the task's start: its share p, the share of ended episodes from it, their success",

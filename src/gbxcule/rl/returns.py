@@ -82,6 +82,25 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> torch.Ten
     return torch.where(var > 0, 1 - (returns - values).var() / var, torch.full_like(var, float("nan")))
 
 
+def approx_kl(logratio: torch.Tensor) -> torch.Tensor:
+    """KL(old || new) from samples of the old policy, `logratio` = log new(a|s) - log old(a|s): the mean of
+    (r - 1) - log r, r = exp(logratio) (non-negative per sample, unbiased). A device scalar."""
+    return (logratio.exp() - 1 - logratio).mean()
+
+
+def adapt_lr(lr: float, kl: float | None, target: float, lo: float, hi: float, factor: float = 1.5) -> float:
+    """The next learning rate of a KL-adaptive schedule: divided by `factor` when the policy moved more than
+    twice `target` (in KL) since it acted, multiplied by it when it moved less than half, kept within [lo, hi];
+    unchanged when `kl` is None or not a number."""
+    if kl is None or kl != kl:
+        return lr
+    if kl > 2 * target:
+        lr /= factor
+    elif kl < target / 2:
+        lr *= factor
+    return min(hi, max(lo, lr))
+
+
 def linear_lr(lr: float, update: int, num_updates: int, anneal: bool) -> float:
     """The learning rate of update `update` (0-based): annealed linearly to 0 over the run, or constant."""
     return lr * (1.0 - update / num_updates) if anneal else lr

@@ -24,6 +24,10 @@ class A2CConfig:
     steps_per_update: int = knob(32, min=1)  # env-steps per logged update (a multiple of update_every)
     lr: float = knob(5e-4, gt=0)
     anneal_lr: bool = False
+    # KL-adaptive learning rate (minibatches > 1), starting at lr: after each update it is divided by 1.5 where
+    # the trained policy's mean KL from the policy that acted (approx_kl) exceeded twice this, multiplied by 1.5
+    # where it stayed below half of it, within [lr / 100, lr * 10]
+    target_kl: float | None = knob(None, gt=0)
     gamma: float = knob(0.99, min=0, max=1)
     ent_coef: float = knob(0.01, min=0)
     ent_coef_end: float | None = knob(None, min=0)  # linear schedule from ent_coef to this over the run
@@ -75,6 +79,11 @@ def check(cfg) -> None:
     if a.target_entropy is not None and a.ent_coef_end is not None:
         raise ConfigError("a2c.target_entropy (an adaptive entropy weight) and a2c.ent_coef_end (a schedule) "
                           "exclude each other")
+    if a.target_kl is not None and a.minibatches == 1:
+        raise ConfigError("a2c.target_kl adapts lr to the KL the window's first optimizer steps put between the "
+                          "policy that acted and the one trained: it needs a2c.minibatches > 1")
+    if a.target_kl is not None and a.anneal_lr:
+        raise ConfigError("a2c.target_kl (a KL-adaptive lr) and a2c.anneal_lr (a schedule) exclude each other")
     if a.n_step > 1 and a.gru is not None:
         raise ConfigError("a2c.gru needs a2c.n_step = 1 (the recurrent state is carried step by step)")
 

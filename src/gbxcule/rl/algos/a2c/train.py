@@ -52,9 +52,11 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         log_coef = (torch.tensor(math.log(max(a.ent_coef, 1e-4)), device=dev)
                     if a.target_entropy is not None else None)
         ent_target = None if a.target_entropy is None else a.target_entropy * math.log(env.num_actions)
+        lr_kl = a.lr  # the KL-adaptive lr of this update (target_kl), adapted on the host after each update's read
         extra = s.start(model, optimizer, state=lambda: {"state": None if state is None else state.cpu().clone(),
                                                          "sampler": sampler.get_state(),
-                                                         "log_coef": None if log_coef is None else log_coef.cpu()},
+                                                         "log_coef": None if log_coef is None else log_coef.cpu(),
+                                                         "lr_kl": (lr_kl, s.read.get("approx_kl"))},
                         describe=f"a2c: {s.storage_bytes / 2**20:,.0f} MiB of step storage on {s.device}; "
                                  f"{s.num_updates} updates of {s.update_steps:,} env-steps, an optimizer "
                                  f"step every {a.update_every} env-steps ({a.update_every * n:,} samples); model "
@@ -65,12 +67,15 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             sampler.set_state(extra["sampler"])
         if extra and extra.get("log_coef") is not None and log_coef is not None:
             log_coef.copy_(extra["log_coef"])
+        if extra and extra.get("lr_kl") is not None and a.target_kl is not None:  # the saved update's lr and KL
+            lr_kl = returns.adapt_lr(*extra["lr_kl"], a.target_kl, a.lr / 100, a.lr * 10)
 
         timer = s.timer
         hist = torch.zeros(env.num_actions, dtype=torch.int64, device=dev)
         ones = torch.ones(a.n_step * n_learn, dtype=torch.int64, device=dev)  # the trained samples' actions
         sums = torch.zeros(len(STAT_NAMES), dtype=torch.float32, device=dev)
         gn_sum = torch.zeros((), dtype=torch.float32, device=dev)
+        kl_sum = torch.zeros((), dtype=torch.float32, device=dev)  # minibatches > 1: the trained policy's KL
         boot = torch.zeros((n, *obs_shape), dtype=torch.uint8, device=dev) if a.n_step == 1 else None
         if a.n_step > 1:
             t_len = a.n_step
@@ -85,6 +90,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             obs_buf = torch.zeros((t_len, n_learn, *obs_shape), dtype=torch.uint8, device=dev)
             final_buf = torch.zeros_like(obs_buf)
             act_buf = torch.zeros((t_len, n_learn), dtype=torch.int64, device=dev)
+            logp_buf = torch.zeros((t_len, n_learn), dtype=torch.float32, device=dev)  # the acting policy's
             val_buf = torch.zeros((t_len, n_learn), dtype=torch.float32, device=dev)
             rew_buf = torch.zeros((t_len, n_learn), dtype=torch.float32, device=dev)
             term_buf = torch.zeros((t_len, n_learn), dtype=torch.bool, device=dev)
@@ -93,7 +99,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         windows_per_update = a.steps_per_update // a.n_step
 
         while s.running:
-            lr = returns.linear_lr(a.lr, s.update, s.num_updates, a.anneal_lr)
+            lr = returns.linear_lr(a.lr, s.update, s.num_updates, a.anneal_lr) if a.target_kl is None else lr_kl
             for g in optimizer.param_groups:
                 g["lr"] = lr
             ent_coef = (returns.linear_schedule(a.ent_coef, a.ent_coef_end, s.update, s.num_updates)
@@ -101,6 +107,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             coefs = A2CCoefs(a.vf_coef, ent_coef, a.norm_adv)
             sums.zero_()
             gn_sum.zero_()
+            kl_sum.zero_()
             hist.zero_()
             for k in range(windows_per_update):
                 if a.n_step == 1:
@@ -131,10 +138,11 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                             mark = timer.start("forward")
                             with s.autocast(a.amp):
                                 logits, value = model(env.obs)
-                            action = torch.distributions.Categorical(logits=logits.float(),
-                                                                     validate_args=False).sample()
+                            dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
+                            action = dist.sample()
                             put(obs_buf[t], env.obs)
                             put(act_buf[t], action)
+                            put(logp_buf[t], dist.log_prob(action))
                             put(val_buf[t], value.float())
                             timer.stop(mark)
                             mark = timer.start("env")
@@ -150,6 +158,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                                              a.gae_lambda, trunc_buf, final_values)
                     size = t_len * n_learn
                     b_obs, action, b_ret = obs_buf.reshape(size, *obs_shape), act_buf.reshape(-1), ret.reshape(-1)
+                    b_logp = logp_buf.reshape(-1)
                     # the whole window (its gradient accumulated), or an optimizer step on each random share of it
                     parts = [slice(None)] if a.minibatches == 1 else returns.minibatches(size, a.minibatches, sampler,
                                                                                          dev)
@@ -158,7 +167,10 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                         with s.autocast(a.amp):
                             logits, value = model(b_obs[mb])
                         dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
-                        loss, m = a2c_loss(dist.log_prob(action[mb]), dist.entropy(), value.float(), b_ret[mb], coefs)
+                        logp = dist.log_prob(action[mb])
+                        loss, m = a2c_loss(logp, dist.entropy(), value.float(), b_ret[mb], coefs)
+                        if a.minibatches > 1:  # how far the steps before this one moved the policy from the actor
+                            kl_sum.add_(returns.approx_kl(logp.detach() - b_logp[mb]))
                         (loss / windows_per_step).backward()
                         part_stats.append(torch.stack([m[name].float() for name in STAT_NAMES]))
                         if a.minibatches > 1:
@@ -182,5 +194,9 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                 adapt_ent_coef(log_coef, mean[STAT_NAMES.index("entropy")], ent_target, a.ent_lr)
             metrics = {"lr": lr, "ent_coef": ent_coef, **dict(zip(STAT_NAMES, mean.unbind(0), strict=True)),
                        "grad_norm": gn_sum / (a.steps_per_update // a.update_every * a.minibatches), "actions": hist}
-            s.end_update(a.steps_per_update * n, metrics, guard=("pg_loss", "v_loss", "grad_norm"))
+            if a.minibatches > 1:
+                metrics["approx_kl"] = kl_sum / (windows_per_update * a.minibatches)
+            read = s.end_update(a.steps_per_update * n, metrics, guard=("pg_loss", "v_loss", "grad_norm"))
+            if a.target_kl is not None:  # the next update's lr, from this one's KL (on every process alike)
+                lr_kl = returns.adapt_lr(lr_kl, read["approx_kl"], a.target_kl, a.lr / 100, a.lr * 10)
     return s.summary

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
+from gbxcule.rl.returns import approx_kl as kl_estimate
+
 
 def normalize(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     return (x - x.mean()) / (x.std() + eps)
@@ -38,7 +40,7 @@ def ppo_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, 
     ent = entropy.mean()
     loss = pg - c.ent_coef * ent + c.vf_coef * v_loss
     with torch.no_grad():
-        approx_kl = ((ratio - 1) - logratio).mean()
+        approx_kl = kl_estimate(logratio)
         clipfrac = ((ratio - 1).abs() > c.clip).float().mean()
     return loss, {"pg_loss": pg.detach(), "v_loss": v_loss.detach(), "entropy": ent.detach(),
                   "approx_kl": approx_kl, "clipfrac": clipfrac}
