@@ -1,16 +1,17 @@
 """The state archive's cost and its exploration (docs/training.md "State archive"; BENCHMARKS.md).
 
     python scripts/bench_archive.py cost --config configs/reach_lab_archive.toml --envs 16384 --device cuda \\
-        --steps 100 --repeat 2
+        --repeat 2
     python scripts/bench_archive.py cost --config configs/reach_lab_archive.toml --envs 128 --device cpu \\
-        --steps 30 --warmup 5 --repeat 1
+        --warmup 5 --repeat 1
     python scripts/bench_archive.py explore --config configs/talk_to_hiker_archive.toml --envs 16384 --device cuda \\
         --steps 1500 --runs bench_out/learning/hiker_archive_s0 bench_out/learning/hiker_novelty_s0
 
 `cost`: env-steps/s of the env as its task defines it (goals, step limit, episodes ending and restarting; random
-actions drawn on the device) in four variants, in turn, `--repeat` times each (rl/bench_env.py kind `env_task`),
-each adding one thing to the one before: `off` (no archive, no spread clocks), `spread` (spread clocks only),
-`counting` (the config's `[env.archive]` table with p_start = 1: all of its per-step machinery runs, but every
+actions drawn on the device), timed over whole step limits (so that `off`, whose episodes all end on one step,
+pays its resets in the window), in four variants, in turn, `--repeat` times each (rl/bench_env.py kind
+`env_task`), each adding one thing to the one before: `off` (no archive, no spread clocks), `spread` (spread
+clocks only), `counting` (the config's `[env.archive]` table with p_start = 1: all of its per-step machinery runs, but every
 episode starts from the task's start, so the envs emulate bit for bit what `spread`'s do) and `archive` (the
 table as it is: starts from cells, shorter episodes, swarming). So `counting` against `spread` is the archive's
 own cost and `archive` against `counting` is the emulated work of where the envs play (other rooms and maps,
@@ -68,6 +69,14 @@ def cost_variants(e: dict) -> dict[str, dict]:
             "archive": {"archive": table, "spread_clocks": True}}
 
 
+def whole_limits(steps: int | None, step_limit: int) -> int:
+    """`cost`'s timed steps: `steps` (default one step limit) rounded up to whole step limits. In `off` every
+    episode ends on the same step, once a step limit; a window of whole limits holds those resets, as the spread
+    variants' windows hold theirs (a shorter window could miss them all and time `off` without any reset)."""
+    steps = steps or step_limit
+    return -(-steps // step_limit) * step_limit
+
+
 def cost(args) -> dict:
     from gbxcule.core.action_codec import get_codec
     from gbxcule.core.cartridge import load_rom
@@ -81,10 +90,13 @@ def cost(args) -> dict:
     rom = load_rom(resolve_rom(task.rom))
     codec, schedule = get_codec(task.codec), ActionSchedule(task.frames_per_step, task.release_after_frames)
     variants = cost_variants(e)
+    steps = whole_limits(args.steps, task.step_limit)
+    if steps != args.steps:
+        print(f"timing {steps} steps a variant: whole step limits of {task.id} ({task.step_limit})", flush=True)
     rows = []
     for rep in range(args.repeat):
         for name, opts in variants.items():
-            r = measure_env("env_task", args.envs, args.steps, args.warmup, rom, codec, schedule, device=args.device,
+            r = measure_env("env_task", args.envs, steps, args.warmup, rom, codec, schedule, device=args.device,
                             task=task, info_mode="none", seed=args.seed + rep, env_options=opts, count_work=True)
             r["resets_per_env_step"] = r["resets_per_step"] / args.envs  # (measure_env's is per step of all envs)
             rows.append({"variant": name, "repeat": rep, **r})
@@ -94,7 +106,7 @@ def cost(args) -> dict:
     med = {name: {key: statistics.median(r[key] for r in rows if r["variant"] == name)
                   for key in ("env_steps_per_s", "instructions_per_step", "executed_per_step", "resets_per_env_step")}
            for name in variants}
-    data = {"mode": "cost", "task": task.id, "envs": args.envs, "archive": e["archive"], "rows": rows,
+    data = {"mode": "cost", "task": task.id, "envs": args.envs, "steps": steps, "archive": e["archive"], "rows": rows,
             "median": med, **cost_breakdown(med)}
     print_cost(data, args.device)
     return data
@@ -196,8 +208,8 @@ def main() -> int:
     ap.add_argument("--task", help="over the config's task (default talk_to_hiker)")
     ap.add_argument("--envs", type=int, default=16384)
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--steps", type=int, default=None, help="timed steps (cost, default 200) or steps (explore, "
-                    "default 1500)")
+    ap.add_argument("--steps", type=int, default=None, help="timed steps (cost: rounded up to whole step limits "
+                    "of the task, default one) or steps (explore, default 1500)")
     ap.add_argument("--warmup", type=int, default=20, help="cost: untimed steps first")
     ap.add_argument("--repeat", type=int, default=3, help="cost: measurements of each variant, alternating")
     ap.add_argument("--every", type=int, default=25, help="explore: steps between points")
@@ -205,7 +217,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="bench_out/archive", help="folder for the JSON (and the PNG)")
     args = ap.parse_args()
-    args.steps = args.steps or (200 if args.mode == "cost" else 1500)
+    if args.mode == "explore":
+        args.steps = args.steps or 1500
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     data = cost(args) if args.mode == "cost" else explore_curves(args)

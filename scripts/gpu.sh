@@ -291,7 +291,7 @@ cmd_learning() {
 #    [configs/talk_to_hiker_archive.toml]; ARGS go to the cost run
 cmd_archive() {
   use_src; local d cfg=${CONFIG:-configs/talk_to_hiker_archive.toml}; d=$(work archive)
-  "$PY" scripts/bench_archive.py cost --config "$cfg" --envs "${ENVS:-16384}" --device cuda --steps 150 --repeat 2 \
+  "$PY" scripts/bench_archive.py cost --config "$cfg" --envs "${ENVS:-16384}" --device cuda --repeat 2 \
     --out "$d" "$@" 2>&1 | quiet
   # shellcheck disable=SC2086  # RUN_DIRS: several folders
   "$PY" scripts/bench_archive.py explore --config "$cfg" --envs "${EXPLORE_ENVS:-4096}" --device cuda \

@@ -168,3 +168,15 @@ def test_gpu_jobs_nested_in_another_runner_use_its_gpus(tmp_path, monkeypatch):
         child_gpus([1])
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert child_gpus([1, 2]) == "1,2"
+
+
+def test_bench_archive_cost_times_whole_step_limits():
+    """`bench_archive.py cost` rounds its window up to whole step limits: the `off` variant's episodes all end on
+    one step, and a shorter window could time it without any of its resets."""
+    spec = importlib.util.spec_from_file_location("bench_archive", ROOT / "scripts/bench_archive.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.whole_limits(None, 200) == 200
+    assert mod.whole_limits(100, 200) == 200
+    assert mod.whole_limits(201, 200) == 400
+    assert mod.whole_limits(400, 200) == 400
