@@ -8,17 +8,17 @@
         --steps 1500 --runs bench_out/learning/hiker_archive_s0 bench_out/learning/hiker_novelty_s0
 
 `cost`: env-steps/s of the env as its task defines it (goals, step limit, episodes ending and restarting; random
-actions drawn on the device), timed over whole step limits (so that `off`, whose episodes all end on one step,
-pays its resets in the window), in four variants, in turn, `--repeat` times each (rl/bench_env.py kind
-`env_task`), each adding one thing to the one before: `off` (no archive, no spread clocks), `spread` (spread
-clocks only), `counting` (the config's `[env.archive]` table with p_start = 1: all of its per-step machinery runs, but every
-episode starts from the task's start, so the envs emulate bit for bit what `spread`'s do) and `archive` (the
-table as it is: starts from cells, shorter episodes, swarming). So `counting` against `spread` is the archive's
-own cost and `archive` against `counting` is the emulated work of where the envs play (other rooms and maps,
-other game code). Each row also counts that work: emulated instructions per env-step (`instr/step`, and
-`exec/step` less the skipped wait-loop rounds, as scripts/bench_games.py), the same on every device. Prints the
-variants against `off`, the steps between them (time per env-step added, in % of off's, and the instruction
-ratio), the slowdown and its split; writes JSON (`median`, `slowdown_vs_off`, `steps`, `machinery`, `workload`).
+actions drawn on the device), timed over whole step limits (so that `off`, whose episodes all end on one step, pays
+its resets in the window), in four variants, in turn, `--repeat` times each (rl/bench_env.py kind `env_task`), each
+adding one thing to the one before: `off` (no archive, no spread clocks), `spread` (spread clocks only), `counting`
+(the config's `[env.archive]` table with p_start = 1: all of its per-step machinery runs, but every episode starts
+from the task's start, so the envs emulate bit for bit what `spread`'s do) and `archive` (the table as it is: starts
+from cells, shorter episodes, swarming). So `counting` against `spread` is the archive's own cost and `archive`
+against `counting` is the emulated work of where the envs play (other rooms and maps, other game code). Each row
+also counts that work: emulated instructions per env-step (`instr/step`, and `exec/step` less the skipped wait-loop
+rounds, as scripts/bench_games.py), the same on every device. Prints the variants against `off`, the steps between
+them (time per env-step added, in % of off's, and the instruction ratio), the slowdown and its split; writes JSON
+(`median`, `slowdown_vs_off`, `steps`, `machinery`, `workload`).
 
 `explore`: distinct cells reached against env-steps under random actions, from the task's start only
 ("random": the archive counts cells but never starts an episode) and with starts from the archive ("archive");
