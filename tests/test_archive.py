@@ -60,7 +60,7 @@ class Reference:
                 row = len(self.rows)
                 self.rows.append(keys[e])
                 self.cells[keys[e]] = dict(row=row, steps=steps[e], ret=rets[e], best=rets[e], visits=1, chosen=0,
-                                           found=self.clock)
+                                           found=self.clock, tries=0, wins=0)
                 saved[e] = row
                 self.inserted += 1
             else:
@@ -69,11 +69,21 @@ class Reference:
 
     def weight(self, c, deepest: int) -> int:
         table = lambda k: round(WEIGHT_ONE / math.sqrt(1 + min(k, TABLE - 1)))  # noqa: E731
-        a, b, r, d = (round(w * COEF_ONE) for w in (self.cfg.w_chosen, self.cfg.w_visits, self.cfg.w_recent,
-                                                    self.cfg.w_depth))
+        a, b, r, d, f = (round(w * COEF_ONE) for w in (self.cfg.w_chosen, self.cfg.w_visits, self.cfg.w_recent,
+                                                       self.cfg.w_depth, self.cfg.w_fail))
         return (a * table(c["chosen"]) + b * table(c["visits"])
                 + r * WEIGHT_ONE * int(self.clock - c["found"] < self.cfg.recent_steps)
-                + d * WEIGHT_ONE * c["steps"] // max(deepest, 1))
+                + d * WEIGHT_ONE * c["steps"] // max(deepest, 1)
+                + f * WEIGHT_ONE * (c["tries"] - c["wins"] + 1) // (c["tries"] + 2))
+
+    def account(self, ended, success, start_rows):
+        """Episodes that ended: those that started from a cell (`start_rows[e]`, None for the task's start)
+        count for it."""
+        for e in range(self.n):
+            if ended[e] and start_rows[e] is not None:
+                c = self.cells[self.rows[start_rows[e]]]
+                c["tries"] += 1
+                c["wins"] += int(success[e])
 
     def choose(self, done, u_start, u_cell, p):
         cdf, total = [], 0
@@ -96,10 +106,12 @@ class Reference:
 def test_insertion_replacement_and_sampling_match_a_python_reference(capacity, inserts):
     n, pool = 24, 40
     cfg = ArchiveConfig(capacity=capacity, inserts=inserts, p_start=0.3, w_chosen=1.0, w_visits=0.5, w_recent=2.0,
-                        recent_steps=3, w_depth=1.5)
+                        recent_steps=3, w_depth=1.5, w_fail=1.25)
     arch = StateArchive(cfg, n, first_slot=5, device="cpu")
     ref = Reference(cfg, n)
     rng = np.random.default_rng(11)
+    start_row = torch.full((n,), capacity, dtype=torch.int64)  # each env's episode's start cell (none: capacity)
+    ref_rows: list[int | None] = [None] * n
     for step in range(40):
         keys = rng.integers(0, pool, size=n) * 7919 - 3 * pool  # negative and positive keys
         steps = rng.integers(0, 30, size=n)
@@ -112,19 +124,26 @@ def test_insertion_replacement_and_sampling_match_a_python_reference(capacity, i
         assert got == want, step
         assert len(set(got.values())) == len(got)  # distinct slots
         done = rng.random(n) < 0.5
+        won = rng.random(n) < 0.4
+        arch.account(torch.tensor(done), torch.tensor(won), start_row < capacity, torch.zeros(n, dtype=torch.int64),
+                     start_row)
+        ref.account(done.tolist(), won.tolist(), ref_rows)
         u_s = torch.tensor(rng.integers(0, 1 << U_BITS, size=n))
         u_c = torch.tensor(rng.integers(0, 1 << U_BITS, size=n))
         use, row = arch.choose(torch.tensor(done), u_s, u_c)
         want_rows = ref.choose(done.tolist(), u_s.tolist(), u_c.tolist(), arch.p)
         assert {e: int(row[e]) for e in range(n) if bool(use[e])} == want_rows, step
+        start_row = torch.where(torch.tensor(done), row, start_row)
+        ref_rows = [want_rows.get(e) if done[e] else ref_rows[e] for e in range(n)]
     k = len(ref.rows)
     assert int(arch.count) == k and k == min(capacity, k)
     snap = arch.snapshot()
     for row, key in enumerate(ref.rows):
         c = ref.cells[key]
         assert int(snap["keys"][row]) == key
-        assert (int(snap["steps"][row]), int(snap["visits"][row]), int(snap["chosen"][row]),
-                int(snap["found"][row])) == (c["steps"], c["visits"], c["chosen"], c["found"]), row
+        assert (int(snap["steps"][row]), int(snap["visits"][row]), int(snap["chosen"][row]), int(snap["found"][row]),
+                int(snap["tries"][row]), int(snap["wins"][row])) == (c["steps"], c["visits"], c["chosen"], c["found"],
+                                                                     c["tries"], c["wins"]), row
         assert snap["ret"][row] == np.float32(c["ret"]) and snap["best"][row] == np.float32(c["best"])
     s = arch.read_stats()
     assert (s["archive/cells"], s["archive/inserted"], s["archive/improved"], s["archive/dropped"]) == (
@@ -132,6 +151,7 @@ def test_insertion_replacement_and_sampling_match_a_python_reference(capacity, i
     if capacity == 12:
         assert ref.dropped > 0  # the full archive dropped new cells
     assert ref.improved > 0  # and kept shorter paths to known ones
+    assert sum(c["tries"] for c in ref.cells.values()) > sum(c["wins"] for c in ref.cells.values()) > 0
 
 
 def test_sampling_follows_the_weights():
@@ -161,6 +181,10 @@ def test_config_is_checked():
         ArchiveConfig.from_dict({"cells": "tiles"})
     with pytest.raises(EnvConfigError, match="all 0"):
         ArchiveConfig.from_dict({"w_chosen": 0, "w_visits": 0, "w_recent": 0})
+    with pytest.raises(EnvConfigError, match="w_fail must be <= 16"):
+        ArchiveConfig.from_dict({"w_fail": 17})
+    assert ArchiveConfig().same({k: v for k, v in ArchiveConfig().to_dict().items() if k != "w_fail"})
+    assert not ArchiveConfig(w_fail=1.0).same(ArchiveConfig().to_dict()) and not ArchiveConfig().same(None)
     with pytest.raises(EnvConfigError, match="needs RAM cells"):
         StateArchive(ArchiveConfig(swarm_on="area"), 4, 1, "cpu", area_keys=False)
 
@@ -291,6 +315,9 @@ def test_episodes_from_cells_have_the_archive_step_limit():
     assert lengths[True] == {3} and max(lengths[False]) <= 30
     s = env.episode_stats()  # per start slot: only the episodes from the task's start slots
     assert sum(s["slot_episodes"]) == s["start_episodes"] and sum(s["archive/depth_episodes"]) > 0
+    snap = env.archive.snapshot()  # every episode from a cell counted for its cell (w_fail's tries and wins)
+    assert snap["tries"].sum() == sum(s["archive/depth_episodes"]) and (snap["tries"] > 0).sum() > 1
+    assert snap["wins"].sum() == sum(s["archive/depth_successes"]) and (snap["wins"] <= snap["tries"]).all()
 
 
 def test_swarm_clones_the_milestone_state_into_archive_started_envs():
@@ -393,6 +420,14 @@ def test_state_dict_round_trip_with_the_archive_is_bit_exact():
         GameEnv(**(kw | {"archive": {"capacity": 16}})).load_state_dict(sd)
     with pytest.raises(EnvConfigError, match="without a state archive"):
         other.load_state_dict({k: v for k, v in sd.items() if k != "archive"})
+    old = env.state_dict()  # a checkpoint from before the cells' tries and wins (and w_fail) still loads
+    for key in ("tries", "wins"):
+        del old["archive"][key]
+    del old["archive"]["start_row"], old["archive"]["config"]["w_fail"]
+    past = GameEnv(**kw)
+    past.load_state_dict(old)
+    assert int(past.archive.tries.sum()) == 0 and int(past._start_row.min()) == past.archive.m
+    assert int(past.archive.count) == int(env.archive.count)
     lean = GameEnv(**kw)
     with pytest.warns(UserWarning) as caught:
         lean.load_state_dict(env.state_dict(emulator=False))

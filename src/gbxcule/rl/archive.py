@@ -5,7 +5,8 @@ A *cell* is a place in the game: a RAM key (the task's `cells` bytes, area first
 one int64) or, for any ROM, a coarse hash of the frame (`goals.frame_key`). The archive holds up to
 `capacity` cells, each with the emulator state that first reached it by the shortest known path (in the env's
 slot store, slots `first_slot + cell`), and per cell: visits, the best return on reaching it, the steps from
-the task's start of the stored path and its return, times chosen as a start, and the archive step it was found.
+the task's start of the stored path and its return, times chosen as a start, the archive step it was found, and
+the episodes started from it that ended and how many of them succeeded.
 
 Everything per step is torch on the env's device with fixed shapes and no host synchronisation:
 
@@ -18,7 +19,9 @@ Everything per step is torch on the env's device with fixed shapes and no host s
 - `choose(done, u_start, u_cell)`: for envs whose episode ended, the task's start with probability `p`
   (`p_start` raised by the success schedule), else a cell drawn with weight `w_chosen / sqrt(1 + chosen) +
   w_visits / sqrt(1 + visits) + w_recent * [found in the last recent_steps steps] + w_depth * steps /
-  deepest steps` by inverse CDF over fixed-point integer weights (the same bits on every device).
+  deepest steps + w_fail * (fails + 1) / (tries + 2)` (the last: how often the episodes started from the cell
+  failed, so starts go where the policy does not yet reach the goal) by inverse CDF over fixed-point integer
+  weights (the same bits on every device).
 - `milestone(keys, steps, eligible, u)`: a new area (the first cell byte) or a new depth reached: the source
   env, and a hash-chosen share `swarm` of the envs that started from the archive to clone from it.
 
@@ -71,6 +74,7 @@ class ArchiveConfig:
     w_recent: float = knob(1.0, min=0, max=16)  # bonus of a cell found in the last `recent_steps` steps
     recent_steps: int = knob(64, min=0)
     w_depth: float = knob(0.0, min=0, max=16)  # weight of the cell's steps from the start / the deepest cell's
+    w_fail: float = knob(0.0, min=0, max=16)  # weight of (fails + 1) / (tries + 2) of the episodes started there
     swarm: float = knob(0.0, min=0, max=1)  # share of the archive-started envs cloned at a milestone (0: off)
     swarm_on: str = knob("auto", choices=("auto", "area", "depth"))  # auto: area for RAM cells, else depth
     swarm_depth: int = knob(32, min=1)  # depth milestones: each time the deepest new cell passes another this many
@@ -80,7 +84,7 @@ class ArchiveConfig:
             check_fields(self, "archive")
         except SettingError as exc:
             raise EnvConfigError(str(exc)) from None
-        for name in ("w_chosen", "w_visits", "w_recent", "w_depth"):
+        for name in ("w_chosen", "w_visits", "w_recent", "w_depth", "w_fail"):
             setattr(self, name, float(getattr(self, name)))
         if self.w_chosen + self.w_visits + self.w_recent == 0:
             raise EnvConfigError("archive: w_chosen, w_visits and w_recent are all 0 (a new cell could weigh 0)")
@@ -99,6 +103,15 @@ class ArchiveConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def same(self, saved: dict | None) -> bool:
+        """Whether a checkpoint's archive settings are these (a knob the checkpoint predates counts as its
+        default)."""
+        if not isinstance(saved, dict):
+            return False
+        mine = self.to_dict()
+        defaults = ArchiveConfig().to_dict()
+        return {**{k: defaults[k] for k in mine.keys() - saved.keys()}, **saved} == mine
 
 
 def weight_table(device):
@@ -150,6 +163,8 @@ class StateArchive:
         self.best = torch.full((m + 1,), -math.inf, dtype=torch.float32, device=dev)  # best return on reaching it
         self.chosen = torch.zeros(m + 1, **i64)
         self.found = torch.zeros(m + 1, **i64)  # the clock when found
+        self.tries = torch.zeros(m + 1, **i64)  # episodes started from the cell that ended
+        self.wins = torch.zeros(m + 1, **i64)  # and succeeded
         self.sums = torch.zeros(m + 1, dtype=torch.int32, device=dev)  # template distance sum of its first frame
         self.area_seen = torch.zeros(256, dtype=torch.bool, device=dev)
         self.next_depth = torch.full((), cfg.swarm_depth, **i64)
@@ -171,7 +186,8 @@ class StateArchive:
         self._earlier = torch.ones((b, b), dtype=torch.bool, device=dev).tril(-1)  # [i, j]: j ranks before i
         self._rows = torch.arange(m, **i64)
         self._table = weight_table(dev)
-        self._coef = tuple(int(round(w * COEF_ONE)) for w in (cfg.w_chosen, cfg.w_visits, cfg.w_recent, cfg.w_depth))
+        self._coef = tuple(int(round(w * COEF_ONE)) for w in (cfg.w_chosen, cfg.w_visits, cfg.w_recent, cfg.w_depth,
+                                                              cfg.w_fail))
         self._vals = torch.zeros(4, **i64)
 
     # --- per step ---------------------------------------------------------------------------------------------
@@ -217,6 +233,8 @@ class StateArchive:
         fresh = torch.where(new_ok, slot_b, m)
         self.found[fresh] = self.clock
         self.chosen[fresh] = 0
+        self.tries[fresh] = 0
+        self.wins[fresh] = 0
         self.visits[fresh] = 1
         self.best[fresh] = ret_b
         self.keys[m] = INT64_MAX
@@ -234,7 +252,7 @@ class StateArchive:
     def weights(self):
         """int64 [capacity]: each cell's selection weight (0 for empty rows), fixed point."""
         torch, m, t = self.torch, self.m, self._table
-        a, b, c, d = self._coef
+        a, b, c, d, e = self._coef
         used = self._rows < self.count
         w = a * t[self.chosen[:m].clamp(max=TABLE - 1)] + b * t[self.visits[:m].clamp(max=TABLE - 1)]
         if c:
@@ -243,6 +261,10 @@ class StateArchive:
         if d:  # integer division by the deepest cell's steps: the same bits on every device
             steps = torch.where(used, self.steps[:m], 0).clamp_(max=DEPTH_CAP)
             w = w + torch.div(d * WEIGHT_ONE * steps, steps.max().clamp(min=1), rounding_mode="floor")
+        if e:  # the smoothed failure rate of the episodes started from the cell (1/2 before any ended)
+            tries = self.tries[:m].clamp(max=DEPTH_CAP)
+            fails = tries - self.wins[:m].clamp(max=DEPTH_CAP)
+            w = w + torch.div(e * WEIGHT_ONE * (fails + 1), tries + 2, rounding_mode="floor")
         return torch.where(used, w, 0)
 
     def choose(self, done, u_start, u_cell):
@@ -293,10 +315,11 @@ class StateArchive:
         """Areas of `keys` count as seen (the start's, so reaching it is no milestone)."""
         self.area_seen[keys & 0xFF] = True
 
-    def account(self, done, success, from_archive, start_steps) -> None:
-        """Episodes that ended this step, by where they started: the task's start or an archive cell (and its
-        depth `start_steps`)."""
-        torch = self.torch
+    def account(self, done, success, from_archive, start_steps, start_row=None) -> None:
+        """Episodes that ended this step, by where they started: the task's start or an archive cell (its depth
+        `start_steps`, and its row `start_row`, int64 [N], the scratch row `capacity` for none: the cell's tries
+        and wins)."""
+        torch, m = self.torch, self.m
         d_arch = done & from_archive
         d_start = done & ~from_archive
         torch.stack([d_start.sum(), (d_start & success).sum(), d_arch.sum(), (d_arch & success).sum()],
@@ -305,6 +328,11 @@ class StateArchive:
         bins = (start_steps // self.depth_width).clamp_(0, DEPTH_BINS - 1)
         pair = torch.stack([d_arch, d_arch & success], 1).to(torch.int64)
         self.depth_stats.index_add_(0, bins, pair)
+        if start_row is not None:
+            self.tries.index_add_(0, torch.where(d_arch, start_row, m), self._ones)
+            self.wins.index_add_(0, torch.where(d_arch & success, start_row, m), self._ones)
+            self.tries[m] = 0
+            self.wins[m] = 0
 
     # --- once per update ----------------------------------------------------------------------------------------
     def stat_vector(self):
@@ -360,7 +388,8 @@ class StateArchive:
 
     # --- state ------------------------------------------------------------------------------------------------
     TENSORS = ("keys", "sorted", "order", "count", "clock", "visits", "steps", "ret", "best", "chosen", "found", "sums",
-               "area_seen", "next_depth", "stats", "depth_stats")
+               "area_seen", "next_depth", "stats", "depth_stats", "tries", "wins")
+    SINCE = {"tries", "wins"}  # added later: a checkpoint without them starts them at 0
 
     def state_dict(self) -> dict:
         d = {name: getattr(self, name).detach().cpu().clone() for name in self.TENSORS}
@@ -368,10 +397,13 @@ class StateArchive:
         return d
 
     def load_state_dict(self, d: dict) -> None:
-        if d.get("config") != self.cfg.to_dict():
+        if not self.cfg.same(d.get("config")):
             raise EnvConfigError("this env state holds an archive with other settings")
         for name in self.TENSORS:
-            getattr(self, name).copy_(d[name])
+            if name in d or name not in self.SINCE:
+                getattr(self, name).copy_(d[name])
+            else:
+                getattr(self, name).zero_()
         self.p, self.ema = float(d["p"]), d["ema"]
 
     def clear(self) -> None:
@@ -380,18 +412,19 @@ class StateArchive:
         self.sorted.fill_(INT64_MAX)
         self.order.copy_(self._rows)
         self.count.zero_()
-        for t in (self.visits, self.steps, self.ret, self.chosen, self.found, self.sums):
+        for t in (self.visits, self.steps, self.ret, self.chosen, self.found, self.sums, self.tries, self.wins):
             t.zero_()
         self.best.fill_(-math.inf)
 
     def snapshot(self) -> dict[str, np.ndarray]:
-        """The used cells' records on the host (synchronises): keys, visits, steps, ret, best, chosen, found."""
+        """The used cells' records on the host (synchronises): keys, visits, steps, ret, best, chosen, found,
+        tries, wins."""
         k = int(self.count.item())
         return {name: getattr(self, name)[:k].cpu().numpy().copy()
-                for name in ("keys", "visits", "steps", "ret", "best", "chosen", "found")}
+                for name in ("keys", "visits", "steps", "ret", "best", "chosen", "found", "tries", "wins")}
 
 
-CELL_RECORD_BYTES = 8 * 8 + 3 * 4  # a cell's records beside its slot: keys, steps, returns, counts
+CELL_RECORD_BYTES = 10 * 8 + 3 * 4  # a cell's records beside its slot: keys, steps, returns, counts
 
 
 def cell_bytes(backend) -> int:

@@ -303,6 +303,7 @@ class GameEnv:
         self._off_steps = torch.zeros(n, dtype=torch.int64, device=dev)  # steps from the task's start at the start
         self._off_ret = torch.zeros(n, dtype=torch.float32, device=dev)  # and the return
         self._from_archive = torch.zeros(n, dtype=torch.bool, device=dev)  # the episode started from a cell
+        self._start_row = torch.full((n,), self.archive.m, dtype=torch.int64, device=dev)  # which (none: capacity)
         self._rmask = torch.zeros(n, dtype=torch.bool, device=dev)
         self._rmask_wp = self._wp.from_torch(self._rmask)
 
@@ -383,6 +384,7 @@ class GameEnv:
         torch.where(r, a.steps.gather(0, row) * use, self._off_steps, out=self._off_steps)
         torch.where(r, a.ret.gather(0, row) * use, self._off_ret, out=self._off_ret)
         torch.where(r, use, self._from_archive, out=self._from_archive)
+        torch.where(r, row, self._start_row, out=self._start_row)  # `row` is the scratch row where not `use`
         if self._limit is not None:  # an episode from a cell (or a swarm jump) has the archive's step limit
             cell_limit = a.cfg.max_steps or self.max_steps
             self._limit.copy_(torch.where(done, torch.where(use | dst, cell_limit, self.max_steps), self._limit))
@@ -408,7 +410,7 @@ class GameEnv:
         if self._limit is not None:
             own.append(self._limit)
         if self.archive is not None:
-            own += [self._off_steps, self._off_ret, self._from_archive]
+            own += [self._off_steps, self._off_ret, self._from_archive, self._start_row]
         own += [table.seen for table in (self._nov_ram, self._nov_px) if table is not None]
         for buf in own:
             buf.copy_(buf.index_select(0, idx))
@@ -530,7 +532,7 @@ class GameEnv:
                                  hashed_bits(self.seed, self._env_ids, a.clock, SALT_SWARM))
             self.truncated |= dst
             self._done |= dst
-        a.account(self._done, self.ep_success, self._from_archive, self._off_steps)
+        a.account(self._done, self.ep_success, self._from_archive, self._off_steps, self._start_row)
 
     def _accumulate(self) -> None:
         """Add this step's totals to the device stats (one stack, one add; `_STAT_NAMES` order)."""
@@ -656,7 +658,8 @@ class GameEnv:
             d["limit"] = self._limit.cpu().clone()
         if self.archive is not None:
             d["archive"] = {**self.archive.state_dict(), "off_steps": self._off_steps.cpu().clone(),
-                            "off_ret": self._off_ret.cpu().clone(), "from_archive": self._from_archive.cpu().clone()}
+                            "off_ret": self._off_ret.cpu().clone(), "from_archive": self._from_archive.cpu().clone(),
+                            "start_row": self._start_row.cpu().clone()}
             if emulator:  # the cells' emulator states, observations and screens
                 d["archive"]["slots"] = [x.cpu().clone() for x in self._cell_slots()]
         return d
@@ -712,6 +715,10 @@ class GameEnv:
         arch.swarm_dst.zero_()
         for name in ("off_steps", "off_ret", "from_archive"):
             getattr(self, f"_{name}").copy_(a[name])
+        if "start_row" in a:
+            self._start_row.copy_(a["start_row"])
+        else:  # a checkpoint from before the cells' tries: the running episodes count for none
+            self._start_row.fill_(arch.m)
         if "slots" in a:
             for view, saved in zip(self._cell_slots(), a["slots"], strict=True):
                 view.copy_(saved)
