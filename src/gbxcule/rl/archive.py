@@ -233,8 +233,6 @@ class StateArchive:
         fresh = torch.where(new_ok, slot_b, m)
         self.found[fresh] = self.clock
         self.chosen[fresh] = 0
-        self.tries[fresh] = 0
-        self.wins[fresh] = 0
         self.visits[fresh] = 1
         self.best[fresh] = ret_b
         self.keys[m] = INT64_MAX
@@ -315,10 +313,10 @@ class StateArchive:
         """Areas of `keys` count as seen (the start's, so reaching it is no milestone)."""
         self.area_seen[keys & 0xFF] = True
 
-    def account(self, done, success, from_archive, start_steps, start_row=None) -> None:
+    def account(self, done, success, from_archive, start_steps, start_row) -> None:
         """Episodes that ended this step, by where they started: the task's start or an archive cell (its depth
-        `start_steps`, and its row `start_row`, int64 [N], the scratch row `capacity` for none: the cell's tries
-        and wins)."""
+        `start_steps` and its row `start_row`, int64 [N]: the cell's tries and wins; the scratch row `capacity`,
+        never weighed, takes the rest)."""
         torch, m = self.torch, self.m
         d_arch = done & from_archive
         d_start = done & ~from_archive
@@ -328,11 +326,8 @@ class StateArchive:
         bins = (start_steps // self.depth_width).clamp_(0, DEPTH_BINS - 1)
         pair = torch.stack([d_arch, d_arch & success], 1).to(torch.int64)
         self.depth_stats.index_add_(0, bins, pair)
-        if start_row is not None:
-            self.tries.index_add_(0, torch.where(d_arch, start_row, m), self._ones)
-            self.wins.index_add_(0, torch.where(d_arch & success, start_row, m), self._ones)
-            self.tries[m] = 0
-            self.wins[m] = 0
+        self.tries.index_add_(0, torch.where(d_arch, start_row, m), self._ones)
+        self.wins.index_add_(0, torch.where(d_arch & success, start_row, m), self._ones)
 
     # --- once per update ----------------------------------------------------------------------------------------
     def stat_vector(self):

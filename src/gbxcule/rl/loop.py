@@ -363,13 +363,13 @@ class Session:
         return self.wall_before + time.perf_counter() - self.t_start
 
     # --- the end of an update --------------------------------------------------------------------------------
-    def end_update(self, env_steps: int, metrics: dict, guard=()) -> dict:
+    def end_update(self, env_steps: int, metrics: dict, guard=()) -> None:
         """Count, read, check, log, evaluate, checkpoint and apply the stop rules (see the module docstring).
         `env_steps`: this process's env-steps in the update. `metrics`: numbers (the same on every process), or
         device tensors (scalars, or vectors logged as lists) read in one transfer; over several processes float
         tensors are averaged and integer ones summed; the ones named in `guard` must be finite (else
-        NonFiniteError: nonfinite.json, the run stops). Returns `metrics` as read to the host (the same on every
-        process), also kept as `read` while the checkpoint of this update is written."""
+        NonFiniteError: nonfinite.json, the run stops). `read` then holds `metrics` as read to the host (the same on
+        every process), set before this update's checkpoint is written."""
         if self.cfg.run.check_sync:
             self._check_sync()
         keys = [k for k, v in metrics.items() if isinstance(v, torch.Tensor)]
@@ -441,7 +441,6 @@ class Session:
         if self.stopped != "done" or self.update >= self.num_updates:
             self._finish()
         self._ended = self.update
-        return host
 
     def _reduce(self, keys: list, metrics: dict, env_steps: int, signalled: bool):
         """One all-reduce (float64, on the device) of: the metric tensors (floats divided by the process count

@@ -196,7 +196,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                        "grad_norm": gn_sum / (a.steps_per_update // a.update_every * a.minibatches), "actions": hist}
             if a.minibatches > 1:
                 metrics["approx_kl"] = kl_sum / (windows_per_update * a.minibatches)
-            read = s.end_update(a.steps_per_update * n, metrics, guard=("pg_loss", "v_loss", "grad_norm"))
+            s.end_update(a.steps_per_update * n, metrics, guard=("pg_loss", "v_loss", "grad_norm"))
             if a.target_kl is not None:  # the next update's lr, from this one's KL (on every process alike)
-                lr_kl = returns.adapt_lr(lr_kl, read["approx_kl"], a.target_kl, a.lr / 100, a.lr * 10)
+                lr_kl = returns.adapt_lr(lr_kl, s.read["approx_kl"], a.target_kl, a.lr / 100, a.lr * 10)
     return s.summary
