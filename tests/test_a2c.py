@@ -114,6 +114,34 @@ def test_loss_has_no_gradient_through_the_target():
     assert m["adv_mean"].item() == pytest.approx(0.5)
 
 
+def test_the_clipped_loss_is_the_plain_one_at_the_acting_policy_and_stops_past_the_clip():
+    logits = torch.tensor([[0.3, -0.2, 0.1], [0.0, 0.5, -0.4]], requires_grad=True)
+    act, tgt, v = torch.tensor([0, 1]), torch.tensor([1.0, -1.0]), torch.zeros(2)
+
+    def grad(c, old_logp, old_v=None):
+        logits.grad = None
+        dist = torch.distributions.Categorical(logits=logits)
+        loss, m = a2c_loss(dist.log_prob(act), dist.entropy(), v, tgt, c, old_logp, old_v)
+        loss.backward()
+        return logits.grad.clone(), m
+
+    logp = torch.distributions.Categorical(logits=logits).log_prob(act).detach()
+    plain, m0 = grad(A2CCoefs(ent_coef=0.0, norm_adv=False), logp)
+    clipped, m1 = grad(A2CCoefs(ent_coef=0.0, norm_adv=False, clip=0.1), logp)
+    assert torch.allclose(plain, clipped) and "clipfrac" not in m0 and m1["clipfrac"].item() == 0.0
+    # sample 0 (advantage +1) already 20% likelier than when it acted: past the clip, no gradient; sample 1
+    # (advantage -1) 20% likelier too: its ratio is clipped only on the other side, so it still pushes down
+    _, m2 = grad(A2CCoefs(ent_coef=0.0, norm_adv=False, clip=0.1), logp - math.log(1.2))
+    g = logits.grad
+    assert torch.count_nonzero(g[0]) == 0 and torch.count_nonzero(g[1]) == 3
+    assert m2["clipfrac"].item() == 1.0
+    # the value clip: the acting value 0, the target 1, the value 1: the clipped 0.1 counts (0.5 * 0.81 / 2)
+    c = A2CCoefs(vf_coef=1.0, ent_coef=0.0, norm_adv=False, clip=0.1, clip_vloss=True)
+    _, mv = a2c_loss(logp, torch.zeros(2), torch.tensor([1.0, 0.0]), torch.tensor([1.0, 0.0]), c, logp,
+                     torch.zeros(2))
+    assert mv["v_loss"].item() == pytest.approx(0.5 * 0.81 / 2)
+
+
 def tiny(run_dir, a2c=None, **run):
     return make_config(None, {"algo": "a2c", "total_steps": 3 * 6 * 8, "env": {"num_envs": 6},
                               "a2c": {"steps_per_update": 8, "model": "small", **(a2c or {})},
@@ -130,8 +158,10 @@ def metrics(run_dir):
                                    {"n_step": 4, "update_every": 4, "gae_lambda": 0.9, "minibatches": 3},
                                    {"n_step": 4, "update_every": 4, "minibatches": 2, "learn_share": 0.4,
                                     "channels_last": True, "target_entropy": 0.99, "ent_lr": 0.5},
-                                   {"n_step": 4, "update_every": 4, "minibatches": 4, "target_kl": 1e-6}],
-                         ids=["td0", "window", "gru", "minibatches", "share", "target_kl"])
+                                   {"n_step": 4, "update_every": 4, "minibatches": 4, "target_kl": 1e-6},
+                                   {"n_step": 4, "update_every": 4, "minibatches": 4, "clip": 0.01,
+                                    "clip_vloss": True}],
+                         ids=["td0", "window", "gru", "minibatches", "share", "target_kl", "clip"])
 def test_tiny_run_trains_checkpoints_and_resumes_bit_for_bit(tmp_path, knobs):
     straight = tmp_path / "straight"
     s = train(tiny(straight, knobs))
@@ -161,6 +191,10 @@ def test_tiny_run_trains_checkpoints_and_resumes_bit_for_bit(tmp_path, knobs):
     if knobs.get("target_kl"):  # a tiny target: each update's lr is the last one's / 1.5, resumed with the rest
         assert [r["lr"] for r in rows] == pytest.approx([5e-4, 5e-4 / 1.5, 5e-4 / 1.5**2])
         assert a["extra"]["lr_kl"] == b["extra"]["lr_kl"]
+    if knobs.get("clip"):  # a tight clip: the window's later steps find samples past it
+        assert all(0 < r["clipfrac"] < 1 for r in rows)
+    else:
+        assert "clipfrac" not in rows[-1]
     if knobs.get("target_entropy"):  # the adaptive weight moved, was checkpointed and resumed with the rest
         assert len({r["ent_coef"] for r in rows}) == 3 and torch.equal(a["extra"]["log_coef"], b["extra"]["log_coef"])
 
@@ -188,6 +222,10 @@ def test_eval_of_an_a2c_run_through_the_registry(tmp_path, capsys):
                                        ({"n_step": 4, "update_every": 4, "minibatches": 2, "target_kl": 0.01,
                                          "anneal_lr": True}, "exclude"),
                                        ({"n_step": 4, "update_every": 4, "learn_share": 1.5}, "learn_share"),
+                                       ({"n_step": 4, "update_every": 4, "clip": 0.1}, "minibatches"),
+                                       ({"n_step": 4, "update_every": 4, "minibatches": 2, "clip": 0}, "clip"),
+                                       ({"n_step": 4, "update_every": 4, "minibatches": 2, "clip_vloss": True},
+                                        "set a2c.clip"),
                                        ({"n_step": 4, "update_every": 4, "learn_share": 0.2, "minibatches": 9},
                                         "exceeds")])
 def test_bad_knobs_are_one_line(tmp_path, bad, word):

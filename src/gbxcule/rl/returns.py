@@ -1,6 +1,7 @@
 """Returns, advantages and targets every algorithm shares, as pure torch functions over [T, N] tensors (no env,
 no I/O): GAE and lambda-returns (PQN's Q(lambda) targets) with bootstrap on truncation, n-step returns (the
-replay buffer's writer), one-step TD targets, explained variance, schedules, the minibatch split.
+replay buffer's writer), one-step TD targets, PPO's clipped policy and value losses (PPO's and A2C's), explained variance, schedules,
+the minibatch split.
 
 Conventions: step t's action was chosen from obs_t; `dones[t]` (terminated or truncated) says obs_{t+1} is the
 next episode's first; a truncated episode is not a terminal one and bootstraps from the value of its last
@@ -86,6 +87,27 @@ def approx_kl(logratio: torch.Tensor) -> torch.Tensor:
     """KL(old || new) from samples of the old policy, `logratio` = log new(a|s) - log old(a|s): the mean of
     (r - 1) - log r, r = exp(logratio) (non-negative per sample, unbiased). A device scalar."""
     return (logratio.exp() - 1 - logratio).mean()
+
+
+def clipped_surrogate(logratio: torch.Tensor, adv: torch.Tensor, clip: float) -> torch.Tensor:
+    """PPO's clipped policy loss, mean over the batch: max(-A r, -A clip(r, 1 - clip, 1 + clip)), r =
+    exp(logratio). At r = 1 its gradient is the plain policy gradient -A grad log p; a sample whose ratio has
+    left the range in the direction its advantage pushes gives none."""
+    ratio = logratio.exp()
+    return torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip)).mean()
+
+
+def clip_fraction(logratio: torch.Tensor, clip: float) -> torch.Tensor:
+    """The share of samples whose ratio exp(logratio) lies more than `clip` from 1 (a device scalar)."""
+    return ((logratio.exp() - 1).abs() > clip).float().mean()
+
+
+def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
+                       clip: float) -> torch.Tensor:
+    """0.5 max((V - R)^2, (V_clipped - R)^2), mean over the batch, V_clipped = old V + clip(V - old V, +-clip):
+    the value moves at most `clip` from the one that acted before its loss stops counting the move."""
+    v_clipped = old_values + (values - old_values).clamp(-clip, clip)
+    return 0.5 * torch.max((values - returns) ** 2, (v_clipped - returns) ** 2).mean()
 
 
 def adapt_lr(lr: float, kl: float | None, target: float, lo: float, hi: float, factor: float = 1.5) -> float:

@@ -28,6 +28,10 @@ class A2CConfig:
     # the trained policy's mean KL from the policy that acted (approx_kl) exceeded twice this, multiplied by 1.5
     # where it stayed below half of it, within [lr / 100, lr * 10]
     target_kl: float | None = knob(None, gt=0)
+    # PPO's ratio clip inside a window (minibatches > 1): the window's later optimizer steps stop pushing a sample
+    # once its probability has moved more than this from the acting policy's (at the first step the ratio is 1)
+    clip: float | None = knob(None, gt=0)
+    clip_vloss: bool = False  # the value clipped alike, within clip of the acting value
     gamma: float = knob(0.99, min=0, max=1)
     ent_coef: float = knob(0.01, min=0)
     ent_coef_end: float | None = knob(None, min=0)  # linear schedule from ent_coef to this over the run
@@ -84,6 +88,11 @@ def check(cfg) -> None:
                           "policy that acted and the one trained: it needs a2c.minibatches > 1")
     if a.target_kl is not None and a.anneal_lr:
         raise ConfigError("a2c.target_kl (a KL-adaptive lr) and a2c.anneal_lr (a schedule) exclude each other")
+    if a.clip is not None and a.minibatches == 1:
+        raise ConfigError("a2c.clip bounds how far a window's later optimizer steps move the policy from the one "
+                          "that acted: it needs a2c.minibatches > 1")
+    if a.clip_vloss and a.clip is None:
+        raise ConfigError("a2c.clip_vloss clips the value within a2c.clip of the acting value: set a2c.clip")
     if a.n_step > 1 and a.gru is not None:
         raise ConfigError("a2c.gru needs a2c.n_step = 1 (the recurrent state is carried step by step)")
 

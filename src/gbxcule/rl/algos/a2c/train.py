@@ -76,6 +76,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         sums = torch.zeros(len(STAT_NAMES), dtype=torch.float32, device=dev)
         gn_sum = torch.zeros((), dtype=torch.float32, device=dev)
         kl_sum = torch.zeros((), dtype=torch.float32, device=dev)  # minibatches > 1: the trained policy's KL
+        clip_sum = torch.zeros((), dtype=torch.float32, device=dev)  # clip: the share of samples clipped
         boot = torch.zeros((n, *obs_shape), dtype=torch.uint8, device=dev) if a.n_step == 1 else None
         if a.n_step > 1:
             t_len = a.n_step
@@ -104,10 +105,11 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                 g["lr"] = lr
             ent_coef = (returns.linear_schedule(a.ent_coef, a.ent_coef_end, s.update, s.num_updates)
                         if log_coef is None else log_coef.exp())
-            coefs = A2CCoefs(a.vf_coef, ent_coef, a.norm_adv)
+            coefs = A2CCoefs(a.vf_coef, ent_coef, a.norm_adv, a.clip, a.clip_vloss)
             sums.zero_()
             gn_sum.zero_()
             kl_sum.zero_()
+            clip_sum.zero_()
             hist.zero_()
             for k in range(windows_per_update):
                 if a.n_step == 1:
@@ -158,7 +160,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                                              a.gae_lambda, trunc_buf, final_values)
                     size = t_len * n_learn
                     b_obs, action, b_ret = obs_buf.reshape(size, *obs_shape), act_buf.reshape(-1), ret.reshape(-1)
-                    b_logp = logp_buf.reshape(-1)
+                    b_logp, b_val = logp_buf.reshape(-1), val_buf.reshape(-1)
                     # the whole window (its gradient accumulated), or an optimizer step on each random share of it
                     parts = [slice(None)] if a.minibatches == 1 else returns.minibatches(size, a.minibatches, sampler,
                                                                                          dev)
@@ -168,11 +170,14 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                             logits, value = model(b_obs[mb])
                         dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
                         logp = dist.log_prob(action[mb])
-                        loss, m = a2c_loss(logp, dist.entropy(), value.float(), b_ret[mb], coefs)
+                        loss, m = a2c_loss(logp, dist.entropy(), value.float(), b_ret[mb], coefs, b_logp[mb],
+                                           b_val[mb])
                         if a.minibatches > 1:  # how far the steps before this one moved the policy from the actor
                             kl_sum.add_(returns.approx_kl(logp.detach() - b_logp[mb]))
                         (loss / windows_per_step).backward()
                         part_stats.append(torch.stack([m[name].float() for name in STAT_NAMES]))
+                        if a.clip is not None:
+                            clip_sum.add_(m["clipfrac"])
                         if a.minibatches > 1:
                             timer.stop(mark)
                             mark = timer.start("optimizer")
@@ -196,6 +201,8 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                        "grad_norm": gn_sum / (a.steps_per_update // a.update_every * a.minibatches), "actions": hist}
             if a.minibatches > 1:
                 metrics["approx_kl"] = kl_sum / (windows_per_update * a.minibatches)
+            if a.clip is not None:
+                metrics["clipfrac"] = clip_sum / (windows_per_update * a.minibatches)
             s.end_update(a.steps_per_update * n, metrics, guard=("pg_loss", "v_loss", "grad_norm"))
             if a.target_kl is not None:  # the next update's lr, from this one's KL (on every process alike)
                 lr_kl = returns.adapt_lr(lr_kl, s.read["approx_kl"], a.target_kl, a.lr / 100, a.lr * 10)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from gbxcule.rl.returns import approx_kl as kl_estimate
+from gbxcule.rl.returns import clip_fraction, clipped_surrogate, clipped_value_loss
 
 
 def normalize(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -30,17 +31,15 @@ def ppo_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, 
     """The clipped PPO objective for one minibatch. Returns (loss, device scalars: pg_loss, v_loss,
     entropy, approx_kl (the (r - 1) - log r estimator), clipfrac)."""
     logratio = new_logp - old_logp
-    ratio = logratio.exp()
-    pg = torch.max(-adv * ratio, -adv * ratio.clamp(1 - c.clip, 1 + c.clip)).mean()
+    pg = clipped_surrogate(logratio, adv, c.clip)
     if c.clip_vloss:
-        v_clipped = old_values + (new_values - old_values).clamp(-c.clip, c.clip)
-        v_loss = 0.5 * torch.max((new_values - returns) ** 2, (v_clipped - returns) ** 2).mean()
+        v_loss = clipped_value_loss(new_values, old_values, returns, c.clip)
     else:
         v_loss = 0.5 * ((new_values - returns) ** 2).mean()
     ent = entropy.mean()
     loss = pg - c.ent_coef * ent + c.vf_coef * v_loss
     with torch.no_grad():
         approx_kl = kl_estimate(logratio)
-        clipfrac = ((ratio - 1).abs() > c.clip).float().mean()
+        clipfrac = clip_fraction(logratio, c.clip)
     return loss, {"pg_loss": pg.detach(), "v_loss": v_loss.detach(), "entropy": ent.detach(),
                   "approx_kl": approx_kl, "clipfrac": clipfrac}
