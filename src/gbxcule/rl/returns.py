@@ -1,7 +1,7 @@
 """Returns, advantages and targets every algorithm shares, as pure torch functions over [T, N] tensors (no env,
 no I/O): GAE and lambda-returns (PQN's Q(lambda) targets) with bootstrap on truncation, n-step returns (the
-replay buffer's writer), one-step TD targets, PPO's clipped policy and value losses (PPO's and A2C's), explained variance, schedules,
-the minibatch split.
+replay buffer's writer), one-step TD targets, the clipped policy and value losses (PPO's, and A2C's with a2c.clip),
+explained variance, schedules, the minibatch split.
 
 Conventions: step t's action was chosen from obs_t; `dones[t]` (terminated or truncated) says obs_{t+1} is the
 next episode's first; a truncated episode is not a terminal one and bootstraps from the value of its last
