@@ -4,6 +4,7 @@ evaluates; bad input gives one line and never clobbers a good checkpoint."""
 import json
 import math
 import os
+from pathlib import Path
 
 import pytest
 
@@ -166,6 +167,14 @@ def test_set_overrides_merge_tables_and_reject_bad_items(tmp_path, capsys):
     assert rc != 0 and len(err) == 1 and "sort_key" in err[0]
     assert not (tmp_path / "r" / "checkpoint.pt").exists()
     assert make_config(None, {"run": {"deterministic": True}}).run.deterministic
+    # `none` unsets a setting that may be unset (TOML has no null); a string setting keeps the word
+    root = Path(__file__).resolve().parent.parent
+    td0 = make_config(root / "configs/leave_house_a2c.toml",
+                      parse_sets(["a2c.n_step=1", "a2c.update_every=4", "a2c.minibatches=1", "a2c.clip=none",
+                                  "a2c.clip_vloss=false", "env.reward.terminate_on=none"]))
+    assert td0.a2c.clip is None and td0.env.reward["terminate_on"] == "none"
+    with pytest.raises(ConfigError, match="a2c.lr"):
+        make_config(None, parse_sets(["algo=a2c", "a2c.lr=none"]))
     with pytest.raises(ConfigError, match="exclude each other"):
         make_config(None, {"run": {"deterministic": True, "cudnn_benchmark": True}})
 

@@ -52,6 +52,12 @@ def _allowed(hint: Any) -> tuple[set, bool]:
     return {hint}, False
 
 
+def unsettable(hint: Any) -> bool:
+    """Whether the word `none` unsets a setting of this annotation: it admits None and no string."""
+    kinds, optional = _allowed(hint)
+    return optional and not kinds & {str, Any, object}
+
+
 def check_value(value: Any, hint: Any, meta: dict, name: str) -> None:
     """Raise SettingError unless `value` fits the annotation `hint` and the limits in `meta`."""
     kinds, optional = _allowed(hint)

@@ -17,6 +17,7 @@ import random
 import subprocess
 import time
 import tomllib
+import typing
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,7 @@ import numpy as np
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.fmt import json_safe, num, pct
 from gbxcule.core.outputs import write_output
-from gbxcule.core.typed import SettingError, check_fields, knob
+from gbxcule.core.typed import SettingError, check_fields, knob, unsettable
 
 CHECKPOINT_NAME = "checkpoint.pt"
 POLICY_NAME = "policy.pt"
@@ -117,6 +118,7 @@ def train_config_class(algo: str, section: type) -> type:
 
 def _merge(obj, values: dict, where: str):
     fields = {f.name: f for f in dataclasses.fields(obj)}
+    hints = typing.get_type_hints(type(obj))
     for key, value in values.items():
         if key not in fields:
             raise ConfigError(f"{where}: unknown setting {key!r}; known: {', '.join(fields)}")
@@ -127,6 +129,8 @@ def _merge(obj, values: dict, where: str):
             _merge(current, value, f"{where}.{key}")
         elif isinstance(current, dict) and isinstance(value, dict):  # a table (reward, backend): key by key
             setattr(obj, key, {**current, **value})
+        elif value == "none" and unsettable(hints.get(key, Any)):  # TOML has no null: `none` unsets
+            setattr(obj, key, None)
         else:
             setattr(obj, key, value)
     return obj
@@ -134,7 +138,8 @@ def _merge(obj, values: dict, where: str):
 
 def parse_sets(items: list[str] | None) -> dict:
     """`--set SECTION.KEY=VALUE` items as nested overrides: `env.reward.tau=0.2` gives {"env": {"reward":
-    {"tau": 0.2}}}. A value is read as TOML (numbers, true/false, "strings", [arrays]), else as a bare string."""
+    {"tau": 0.2}}}. A value is read as TOML (numbers, true/false, "strings", [arrays]), else as a bare string
+    (`none` unsets a setting that may be unset, such as `a2c.clip=none`)."""
     out: dict = {}
     for item in items or ():
         path, sep, text = item.partition("=")
