@@ -4,10 +4,12 @@ observation where the step was truncated: truncation is not terminal), policy, v
 backward; the optimizer steps every `update_every` env-steps (gradient accumulation). With `n_step` > 1 the
 targets are lambda-returns over windows of n env-steps instead (acting without gradients, one forward with
 gradients over the window); with `minibatches` > 1 the window's samples are split at random into that many
-optimizer steps (each sample used once: more steps, no reuse). One file, CleanRL-style; the math is in `loss.py`
-and `rl/returns.py`, the shell in `rl/loop.py` (docs/training.md "A2C").
+optimizer steps (each sample used once: more steps, no reuse), with `clip` under PPO's clip against the acting
+policy. One file, CleanRL-style; the math is in `loss.py` and `rl/returns.py`, the shell in `rl/loop.py`
+(docs/training.md "A2C").
 
-    gbxcule train --algo a2c --task leave_house --num-envs 16384 --total-steps 20000000
+    gbxcule train --config configs/leave_house_a2c.toml          # the windowed setting that learns leave_house
+    gbxcule train --algo a2c --task leave_house --num-envs 16384  # streaming TD(0), the algorithm's defaults
 """
 
 from __future__ import annotations
