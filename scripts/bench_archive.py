@@ -44,6 +44,8 @@ def env_section(args) -> dict:
     env = dict(read_toml(args.config).get("env", {})) if args.config else {}
     if args.task:
         env["task"] = args.task
+    if args.backend:
+        env["backend"] = {**env.get("backend", {}), **args.backend}
     env.setdefault("task", "talk_to_hiker")
     if not env.get("archive"):
         env["archive"] = {"capacity": 4096}
@@ -62,11 +64,12 @@ def cost_variants(e: dict) -> dict[str, dict]:
     """GameEnv options of each `cost` variant. `counting` is the config's archive with every episode from the
     task's start (p_start 1: no env ever starts from a cell, so none is ever a swarm destination either): every
     per-step part of the archive runs (cell keys, lookup, insertion and its masked save, the start draw, the
-    milestone test, the masked clone and the restore path) while the envs emulate exactly what `spread`'s do."""
-    table = e["archive"]
-    return {"off": {}, "spread": {"spread_clocks": True},
-            "counting": {"archive": {**table, "p_start": 1.0}, "spread_clocks": True},
-            "archive": {"archive": table, "spread_clocks": True}}
+    milestone test, the masked clone and the restore path) while the envs emulate exactly what `spread`'s do.
+    Every variant takes the config's [env.backend] options (with --backend's over them)."""
+    table, common = e["archive"], ({"backend_options": e["backend"]} if e.get("backend") else {})
+    return {"off": {**common}, "spread": {"spread_clocks": True, **common},
+            "counting": {"archive": {**table, "p_start": 1.0}, "spread_clocks": True, **common},
+            "archive": {"archive": table, "spread_clocks": True, **common}}
 
 
 def whole_limits(steps: int | None, step_limit: int) -> int:
@@ -89,7 +92,7 @@ def cost(args) -> dict:
     task = load_task(e["task"])
     rom = load_rom(resolve_rom(task.rom))
     codec, schedule = get_codec(task.codec), ActionSchedule(task.frames_per_step, task.release_after_frames)
-    variants = cost_variants(e)
+    variants = {name: opts for name, opts in cost_variants(e).items() if name in args.variants}
     steps = whole_limits(args.steps, task.step_limit)
     if steps != args.steps:
         print(f"timing {steps} steps a variant: whole step limits of {task.id} ({task.step_limit})", flush=True)
@@ -107,7 +110,7 @@ def cost(args) -> dict:
                   for key in ("env_steps_per_s", "instructions_per_step", "executed_per_step", "resets_per_env_step")}
            for name in variants}
     data = {"mode": "cost", "task": task.id, "envs": args.envs, "steps": steps, "archive": e["archive"], "rows": rows,
-            "median": med, **cost_breakdown(med)}
+            "median": med, **(cost_breakdown(med) if len(med) == len(COST_VARIANTS) else {})}
     print_cost(data, args.device)
     return data
 
@@ -130,13 +133,18 @@ def cost_breakdown(med: dict) -> dict:
 
 
 def print_cost(data: dict, device: str) -> None:
-    med, steps = data["median"], data["steps"]
-    off = med["off"]["env_steps_per_s"]
-    print(f"\n{'variant':9s} {'env-steps/s':>12s} {'vs off':>7s} {'instr/step':>10s} {'exec/step':>10s} "
+    """The variants' table; with all of them, the steps between them and the archive's cost."""
+    med = data["median"]
+    ref = next(iter(med))  # `off` unless --variants leaves it out
+    print(f"\n{'variant':9s} {'env-steps/s':>12s} {'vs ' + ref:>12s} {'instr/step':>10s} {'exec/step':>10s} "
           f"{'resets':>7s}  (medians, per env-step)")
     for name, m in med.items():
-        print(f"{name:9s} {m['env_steps_per_s']:12,.0f} {100 * (m['env_steps_per_s'] / off - 1):+6.1f}% "
+        print(f"{name:9s} {m['env_steps_per_s']:12,.0f} "
+              f"{100 * (m['env_steps_per_s'] / med[ref]['env_steps_per_s'] - 1):+11.1f}% "
               f"{m['instructions_per_step']:10,.0f} {m['executed_per_step']:10,.0f} {m['resets_per_env_step']:7.4f}")
+    if "slowdown" not in data:  # not all variants: no steps between them
+        return
+    steps = data["steps"]
     print(f"\n{'step':20s} {'time/env-step':>13s} {'instr':>7s}  cause")
     for name, st in steps.items():
         print(f"{st['vs'] + ' -> ' + name:20s} {100 * st['time_added']:+12.1f}% {st['instr_ratio']:6.2f}x  "
@@ -201,6 +209,17 @@ def plot_curves(data: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def backend_options(text: str) -> dict:
+    """`--backend`'s KEY=VALUE,... (integers where a value is one)."""
+    out = {}
+    for item in filter(None, text.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {item!r}")
+        out[key.strip()] = int(value) if value.strip().lstrip("-").isdigit() else value.strip()
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("mode", choices=("cost", "explore"))
@@ -214,9 +233,26 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="cost: measurements of each variant, alternating")
     ap.add_argument("--every", type=int, default=25, help="explore: steps between points")
     ap.add_argument("--runs", nargs="*", help="explore: training run folders whose archive/cells to add")
+    ap.add_argument("--variants", type=lambda v: v.split(","), default=list(COST_VARIANTS),
+                    help=f"cost: the variants to time, comma-separated (default all: {','.join(COST_VARIANTS)}); "
+                    "the split of the archive's cost needs all")
+    ap.add_argument("--backend", type=backend_options, default={}, metavar="KEY=VALUE,...",
+                    help="cost: backend options over the config's [env.backend], e.g. sort_parts=1,stream_groups=1 "
+                    "(the sort tuner off: every variant launches alike)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="bench_out/archive", help="folder for the JSON (and the PNG)")
     args = ap.parse_args()
+    bad = sorted(set(args.variants) - set(COST_VARIANTS))
+    if bad or not args.variants:
+        print(f"error: --variants takes {', '.join(COST_VARIANTS)}, got {','.join(args.variants)}", file=sys.stderr)
+        return 2
+    args.variants = [v for v in COST_VARIANTS if v in args.variants]
+    if args.backend:
+        from gbxcule.backends.warp_vec import TUNING_OPTIONS
+
+        if unknown := sorted(set(args.backend) - set(TUNING_OPTIONS)):
+            print(f"error: --backend takes {', '.join(TUNING_OPTIONS)}, got {', '.join(unknown)}", file=sys.stderr)
+            return 2
     if args.mode == "explore":
         args.steps = args.steps or 1500
     out = Path(args.out)

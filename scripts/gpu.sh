@@ -386,6 +386,67 @@ cmd_ncu() {
   pack ncu
 }
 
+## ncu_cost: Nsight Compute counters of the step kernel in bench_archive.py cost's variants, over COUNT launches
+#    after WARMUP steps (past a step limit: spread clocks in their steady state): time, warp and thread
+#    instructions (threads a warp instruction: 32 when no lane diverges), divergent branches, memory
+#    CONFIG [configs/reach_lab_archive.toml], ENVS [16384], VARIANTS ["off spread"], WARMUP [300], COUNT [240],
+#    BACKEND [""] (bench_archive.py --backend, e.g. sort_parts=1,stream_groups=1: the sort tuner off, so both
+#    variants launch alike; with it on each may settle on other launches)
+cmd_ncu_cost() {
+  use_src; local d; d=$(work ncu_cost)
+  command -v ncu > /dev/null || die "ncu (Nsight Compute) is not on PATH"
+  local m=gpu__time_duration.sum,smsp__inst_executed.sum,smsp__thread_inst_executed.sum,launch__grid_size
+  m+=,launch__block_size
+  m+=,smsp__sass_branch_targets.sum,smsp__sass_branch_targets_threads_divergent.sum,dram__bytes_read.sum
+  m+=,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,l1tex__t_sector_hit_rate.pct
+  m+=,sm__warps_active.avg.pct_of_peak_sustained_active
+  for v in ${VARIANTS:-off spread}; do
+    ncu --clock-control none --nvtx --nvtx-include "gbxcule_timed/" -k regex:step_kernel --launch-count "${COUNT:-240}" \
+      --metrics "$m" -f -o "$d/ncu_$v" "$PY" scripts/bench_archive.py cost --config "${CONFIG:-configs/reach_lab_archive.toml}" \
+      --envs "${ENVS:-16384}" --device cuda --variants "$v" --repeat 1 --warmup "${WARMUP:-300}" ${BACKEND:+--backend "$BACKEND"} --out "$d/$v" 2>&1 | quiet | tail -4
+    ncu --import "$d/ncu_$v.ncu-rep" --page raw --csv > "$d/ncu_$v.csv" && rm -f "$d/ncu_$v.ncu-rep"
+  done
+  "$PY" - "$d" ${VARIANTS:-off spread} <<'PY' | tee "$d/ncu_cost.txt"
+import csv, json, pathlib, sys
+d, names = pathlib.Path(sys.argv[1]), sys.argv[2:]
+SCALE = {"ns": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0, "s": 1e3, "second": 1e3,  # to ms
+         "byte": 1e-9, "Kbyte": 1e-6, "Mbyte": 1e-3, "Gbyte": 1.0, "Tbyte": 1e3}  # to GB
+out = {}
+for v in names:
+    head, units, *rows = csv.reader((d / f"ncu_{v}.csv").open())
+    col = {name: i for i, name in enumerate(head)}
+    def vals(k):
+        i = col[k]
+        return [float(r[i].replace(",", "") or 0) * SCALE.get(units[i], 1.0) for r in rows]
+    s = lambda k: sum(vals(k))
+    mean = lambda k: s(k) / max(len(rows), 1)
+    threads = sum(g * b for g, b in zip(vals("launch__grid_size"), vals("launch__block_size")))
+    out[v] = {"launches": len(rows), "ms": s("gpu__time_duration.sum"), "threads": threads,
+              "warp_inst": s("smsp__inst_executed.sum"), "thread_inst": s("smsp__thread_inst_executed.sum"),
+              "divergent_branch_share": s("smsp__sass_branch_targets_threads_divergent.sum")
+              / max(s("smsp__sass_branch_targets.sum"), 1),
+              "dram_gb": s("dram__bytes_read.sum") + s("dram__bytes_write.sum"),
+              "l2_hit_pct": mean("lts__t_sector_hit_rate.pct"), "l1_hit_pct": mean("l1tex__t_sector_hit_rate.pct"),
+              "warps_active_pct": mean("sm__warps_active.avg.pct_of_peak_sustained_active")}
+    r = out[v]
+    r["threads_per_warp_inst"] = r["thread_inst"] / max(r["warp_inst"], 1)
+    r["ns_per_thread"] = 1e6 * r["ms"] / max(threads, 1)  # a launch's time per env it ran (one launch: 1 frame or a part)
+    r["thread_inst_per_thread"] = r["thread_inst"] / max(threads, 1)
+(d / "ncu_cost.json").write_text(json.dumps(out, indent=1) + "\n")
+print(f"{'variant':9s} {'launches':>8s} {'envs/launch':>11s} {'ms':>8s} {'ns/env':>7s} {'inst/env':>9s} "
+      f"{'thr/inst':>8s} {'div br':>7s} {'DRAM GB':>8s} {'L2 hit':>7s} {'L1 hit':>7s} {'warps':>6s}")
+for v, r in out.items():
+    print(f"{v:9s} {r['launches']:8d} {r['threads'] / max(r['launches'], 1):11,.0f} {r['ms']:8.1f} "
+          f"{r['ns_per_thread']:7.1f} {r['thread_inst_per_thread']:9,.0f} {r['threads_per_warp_inst']:8.2f} "
+          f"{100 * r['divergent_branch_share']:6.1f}% {r['dram_gb']:8.2f} {r['l2_hit_pct']:6.1f}% "
+          f"{r['l1_hit_pct']:6.1f}% {r['warps_active_pct']:5.1f}%")
+print("(ncu runs launches one at a time: stream groups do not overlap here; thr/inst: threads a warp instruction, "
+      "32 at most; ns/env and inst/env: per env a launch ran)")
+PY
+  xz -9 "$d"/*.csv 2>/dev/null
+  pack ncu_cost
+}
+
 ## kernel_report: registers, stack, spills and SASS size of each step-kernel variant for sm_90 (kernel_report.py)
 #    stage full_step, lean and drawn, nested and flat loop; Triton's ptxas and nvdisasm
 cmd_kernel_report() {

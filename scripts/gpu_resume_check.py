@@ -29,7 +29,7 @@ def sections(setup: str, n: int) -> dict:
     if setup == "a2c":  # configs/leave_house_a2c.toml's path: lambda-returns in clipped minibatches
         return {"algo": "a2c", "total_steps": 4 * n * 8, "env": {"num_envs": n},
                 "a2c": {"steps_per_update": 8, "n_step": 4, "update_every": 4, "minibatches": 2, "gae_lambda": 0.95,
-                        "clip": 0.1, "clip_vloss": True}}
+                        "clip": 0.1, "clip_vloss": True, "learn_share": 0.5, "channels_last": True}}
     if setup == "pqn":
         return {"algo": "pqn", "total_steps": 4 * n * 6, "env": {"num_envs": n, "max_steps": 10},
                 "pqn": {"rollout_steps": 6, "epochs": 2, "minibatches": 2, "exploration_fraction": 0.5}}

@@ -160,7 +160,7 @@ def metrics(run_dir):
                                     "channels_last": True, "target_entropy": 0.99, "ent_lr": 0.5},
                                    {"n_step": 4, "update_every": 4, "minibatches": 4, "target_kl": 1e-6},
                                    {"n_step": 4, "update_every": 4, "minibatches": 4, "clip": 0.01,
-                                    "clip_vloss": True}],
+                                    "clip_vloss": True, "learn_share": 0.5, "channels_last": True}],
                          ids=["td0", "window", "gru", "minibatches", "share", "target_kl", "clip"])
 def test_tiny_run_trains_checkpoints_and_resumes_bit_for_bit(tmp_path, knobs):
     straight = tmp_path / "straight"

@@ -2,6 +2,7 @@
 in them names something that exists, the scripts README.md lists exist, and scripts/gpu.sh lists its
 subcommands. Nothing here compiles a kernel: a removed function or a broken import fails in seconds."""
 
+import argparse
 import ast
 import importlib
 import os
@@ -9,6 +10,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -180,3 +182,22 @@ def test_bench_archive_cost_times_whole_step_limits():
     assert mod.whole_limits(100, 200) == 200
     assert mod.whole_limits(201, 200) == 400
     assert mod.whole_limits(400, 200) == 400
+
+
+def test_bench_archive_cost_variants_and_backend_options(capsys):
+    """`bench_archive.py cost --variants` times a subset (in the fixed order) and `--backend` puts tuning options
+    into every variant (gpu.sh ncu_cost: the sort tuner off so `off` and `spread` launch alike); bad values exit 2."""
+    spec = importlib.util.spec_from_file_location("bench_archive", ROOT / "scripts/bench_archive.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.backend_options("sort_parts=1,stream_groups=1,loop=nested") == {
+        "sort_parts": 1, "stream_groups": 1, "loop": "nested"}
+    with pytest.raises(argparse.ArgumentTypeError):
+        mod.backend_options("sort_parts")
+    opts = mod.cost_variants({"archive": {"capacity": 8}, "backend": {"sort_parts": 1}})
+    assert all(v["backend_options"] == {"sort_parts": 1} for v in opts.values())
+    assert "backend_options" not in mod.cost_variants({"archive": {"capacity": 8}})["spread"]
+    for argv in (["cost", "--variants", "off,nope"], ["cost", "--backend", "sort_part=1"]):
+        with mock.patch.object(sys, "argv", ["bench_archive.py", *argv, "--device", "cpu"]):
+            assert mod.main() == 2
+        assert capsys.readouterr().err.startswith("error: ")

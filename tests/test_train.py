@@ -171,7 +171,7 @@ def test_set_overrides_merge_tables_and_reject_bad_items(tmp_path, capsys):
     root = Path(__file__).resolve().parent.parent
     td0 = make_config(root / "configs/leave_house_a2c.toml",
                       parse_sets(["a2c.n_step=1", "a2c.update_every=4", "a2c.minibatches=1", "a2c.clip=none",
-                                  "a2c.clip_vloss=false", "env.reward.terminate_on=none"]))
+                                  "a2c.clip_vloss=false", "a2c.learn_share=1.0", "env.reward.terminate_on=none"]))
     assert td0.a2c.clip is None and td0.env.reward["terminate_on"] == "none"
     with pytest.raises(ConfigError, match="a2c.lr"):
         make_config(None, parse_sets(["algo=a2c", "a2c.lr=none"]))

@@ -25,6 +25,8 @@ import gc
 import time
 
 KINDS = ("backend", "env", "env_reset", "env_task")
+# the NVTX range (CUDA only) around measure_env's timed steps: `ncu --nvtx --nvtx-include "gbxcule_timed/"`
+NVTX_TIMED = "gbxcule_timed"
 
 
 def _sync(device: str) -> None:
@@ -145,10 +147,13 @@ def measure_env(kind: str, n: int, steps: int, warmup: int, rom, codec, schedule
             if tdev.startswith("cuda"):
                 torch.cuda.reset_peak_memory_stats(tdev)
             before = _mem(tdev)
+            # an NVTX range around the timed steps, so a profiler can take its launches only (gpu.sh ncu_cost)
+            timed = torch.cuda.nvtx.range(NVTX_TIMED) if tdev.startswith("cuda") else nullcontext()
             t0 = time.perf_counter()
-            for i in range(warmup, warmup + steps):
-                step(i)
-            _sync(tdev)
+            with timed:
+                for i in range(warmup, warmup + steps):
+                    step(i)
+                _sync(tdev)
             seconds = time.perf_counter() - t0
             after = _mem(tdev)
             if work is not None:
