@@ -69,12 +69,15 @@ class Reference:
 
     def weight(self, c, deepest: int) -> int:
         table = lambda k: round(WEIGHT_ONE / math.sqrt(1 + min(k, TABLE - 1)))  # noqa: E731
-        a, b, r, d, f = (round(w * COEF_ONE) for w in (self.cfg.w_chosen, self.cfg.w_visits, self.cfg.w_recent,
-                                                       self.cfg.w_depth, self.cfg.w_fail))
+        a, b, r, d, f, g = (round(w * COEF_ONE) for w in (self.cfg.w_chosen, self.cfg.w_visits, self.cfg.w_recent,
+                                                          self.cfg.w_depth, self.cfg.w_fail, self.cfg.w_mid))
+        win = WEIGHT_ONE * (c["wins"] + 1) // (c["tries"] + 2)
+        fail = WEIGHT_ONE * (c["tries"] - c["wins"] + 1) // (c["tries"] + 2)
         return (a * table(c["chosen"]) + b * table(c["visits"])
                 + r * WEIGHT_ONE * int(self.clock - c["found"] < self.cfg.recent_steps)
                 + d * WEIGHT_ONE * c["steps"] // max(deepest, 1)
-                + f * WEIGHT_ONE * (c["tries"] - c["wins"] + 1) // (c["tries"] + 2))
+                + f * WEIGHT_ONE * (c["tries"] - c["wins"] + 1) // (c["tries"] + 2)
+                + 4 * g * win * fail // WEIGHT_ONE)
 
     def account(self, ended, success, start_rows):
         """Episodes that ended: those that started from a cell (`start_rows[e]`, None for the task's start)
@@ -106,7 +109,7 @@ class Reference:
 def test_insertion_replacement_and_sampling_match_a_python_reference(capacity, inserts):
     n, pool = 24, 40
     cfg = ArchiveConfig(capacity=capacity, inserts=inserts, p_start=0.3, w_chosen=1.0, w_visits=0.5, w_recent=2.0,
-                        recent_steps=3, w_depth=1.5, w_fail=1.25)
+                        recent_steps=3, w_depth=1.5, w_fail=1.25, w_mid=0.75)
     arch = StateArchive(cfg, n, first_slot=5, device="cpu")
     ref = Reference(cfg, n)
     rng = np.random.default_rng(11)
@@ -170,6 +173,22 @@ def test_sampling_follows_the_weights():
     share = torch.bincount(row, minlength=4).double() / n
     w = np.array([1 / 10, 1, 1, 1])
     assert np.allclose(share.numpy(), w / w.sum(), atol=0.02)
+
+
+def test_w_mid_weighs_cells_where_starts_succeed_about_half_the_time():
+    """w_mid: 4 p (1 - p) of a cell's smoothed start success, so cells it never or always succeeds from fall
+    back to the other terms, and a cell not yet tried weighs as one at one half."""
+    cfg = ArchiveConfig(capacity=8, w_chosen=1.0, w_visits=0.0, w_recent=0.0, w_mid=2.0)
+    arch = StateArchive(cfg, 5, first_slot=0, device="cpu")
+    arch.observe(torch.arange(5), torch.zeros(5, dtype=torch.int64), torch.zeros(5), torch.zeros(5, dtype=torch.int32),
+                 torch.ones(5, dtype=torch.bool))
+    arch.tries[:5] = torch.tensor([0, 98, 98, 98, 8])
+    arch.wins[:5] = torch.tensor([0, 0, 49, 98, 2])
+    mid = (arch.weights()[:5] - WEIGHT_ONE * COEF_ONE).tolist()  # less the w_chosen term (never chosen)
+    unit = 2 * COEF_ONE * WEIGHT_ONE  # w_mid * 1.0
+    assert mid[0] == unit and abs(mid[2] - unit) <= 2 * COEF_ONE  # untried, and at one half
+    assert mid[1] == mid[3] and mid[1] < unit // 20  # never and always: 4 * 99 / 100**2 of it
+    assert unit // 2 < mid[4] < unit  # 3 of 10 (smoothed)
 
 
 def test_config_is_checked():

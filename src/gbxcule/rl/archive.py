@@ -19,8 +19,10 @@ Everything per step is torch on the env's device with fixed shapes and no host s
 - `choose(done, u_start, u_cell)`: for envs whose episode ended, the task's start with probability `p`
   (`p_start` raised by the success schedule), else a cell drawn with weight `w_chosen / sqrt(1 + chosen) +
   w_visits / sqrt(1 + visits) + w_recent * [found in the last recent_steps steps] + w_depth * steps /
-  deepest steps + w_fail * (fails + 1) / (tries + 2)` (the last: how often the episodes started from the cell
-  failed, so starts go where the policy does not yet reach the goal) by inverse CDF over fixed-point integer
+  deepest steps + w_fail * (fails + 1) / (tries + 2) + w_mid * 4 (wins + 1)(fails + 1) / (tries + 2)^2` (the
+  last two: how often the episodes started from the cell failed, so starts go where the policy does not yet reach
+  the goal; and how near their success is to one half, so starts go where the goal is within reach but not yet
+  sure, and not to cells it is never reached from) by inverse CDF over fixed-point integer
   weights (the same bits on every device).
 - `milestone(keys, steps, eligible, u)`: a new area (the first cell byte) or a new depth reached: the source
   env, and a hash-chosen share `swarm` of the envs that started from the archive to clone from it.
@@ -75,6 +77,7 @@ class ArchiveConfig:
     recent_steps: int = knob(64, min=0)
     w_depth: float = knob(0.0, min=0, max=16)  # weight of the cell's steps from the start / the deepest cell's
     w_fail: float = knob(0.0, min=0, max=16)  # weight of (fails + 1) / (tries + 2) of the episodes started there
+    w_mid: float = knob(0.0, min=0, max=16)  # weight of 4 (wins + 1)(fails + 1) / (tries + 2)^2 of them
     swarm: float = knob(0.0, min=0, max=1)  # share of the archive-started envs cloned at a milestone (0: off)
     swarm_on: str = knob("auto", choices=("auto", "area", "depth"))  # auto: area for RAM cells, else depth
     swarm_depth: int = knob(32, min=1)  # depth milestones: each time the deepest new cell passes another this many
@@ -84,7 +87,7 @@ class ArchiveConfig:
             check_fields(self, "archive")
         except SettingError as exc:
             raise EnvConfigError(str(exc)) from None
-        for name in ("w_chosen", "w_visits", "w_recent", "w_depth", "w_fail"):
+        for name in ("w_chosen", "w_visits", "w_recent", "w_depth", "w_fail", "w_mid"):
             setattr(self, name, float(getattr(self, name)))
         if self.w_chosen + self.w_visits + self.w_recent == 0:
             raise EnvConfigError("archive: w_chosen, w_visits and w_recent are all 0 (a new cell could weigh 0)")
@@ -187,7 +190,7 @@ class StateArchive:
         self._rows = torch.arange(m, **i64)
         self._table = weight_table(dev)
         self._coef = tuple(int(round(w * COEF_ONE)) for w in (cfg.w_chosen, cfg.w_visits, cfg.w_recent, cfg.w_depth,
-                                                              cfg.w_fail))
+                                                              cfg.w_fail, cfg.w_mid))
         self._vals = torch.zeros(4, **i64)
 
     # --- per step ---------------------------------------------------------------------------------------------
@@ -250,7 +253,7 @@ class StateArchive:
     def weights(self):
         """int64 [capacity]: each cell's selection weight (0 for empty rows), fixed point."""
         torch, m, t = self.torch, self.m, self._table
-        a, b, c, d, e = self._coef
+        a, b, c, d, e, f = self._coef
         used = self._rows < self.count
         w = a * t[self.chosen[:m].clamp(max=TABLE - 1)] + b * t[self.visits[:m].clamp(max=TABLE - 1)]
         if c:
@@ -259,10 +262,15 @@ class StateArchive:
         if d:  # integer division by the deepest cell's steps: the same bits on every device
             steps = torch.where(used, self.steps[:m], 0).clamp_(max=DEPTH_CAP)
             w = w + torch.div(d * WEIGHT_ONE * steps, steps.max().clamp(min=1), rounding_mode="floor")
-        if e:  # the smoothed failure rate of the episodes started from the cell (1/2 before any ended)
+        if e or f:
             tries = self.tries[:m].clamp(max=DEPTH_CAP)
             fails = tries - self.wins[:m].clamp(max=DEPTH_CAP)
-            w = w + torch.div(e * WEIGHT_ONE * (fails + 1), tries + 2, rounding_mode="floor")
+            if e:  # the smoothed failure rate of the episodes started from the cell (1/2 before any ended)
+                w = w + torch.div(e * WEIGHT_ONE * (fails + 1), tries + 2, rounding_mode="floor")
+            if f:  # 4 p (1 - p) of the smoothed success rate p: 1 before any ended and at one half, near 0 at 0 or 1
+                win = torch.div(WEIGHT_ONE * (tries - fails + 1), tries + 2, rounding_mode="floor")
+                fail = torch.div(WEIGHT_ONE * (fails + 1), tries + 2, rounding_mode="floor")
+                w = w + torch.div(4 * f * win * fail, WEIGHT_ONE, rounding_mode="floor")
         return torch.where(used, w, 0)
 
     def choose(self, done, u_start, u_cell):
