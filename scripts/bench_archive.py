@@ -210,14 +210,13 @@ def plot_curves(data: dict, path: Path) -> None:
 
 
 def backend_options(text: str) -> dict:
-    """`--backend`'s KEY=VALUE,... (integers where a value is one)."""
-    out = {}
-    for item in filter(None, text.split(",")):
-        key, eq, value = item.partition("=")
-        if not eq or not key:
-            raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {item!r}")
-        out[key.strip()] = int(value) if value.strip().lstrip("-").isdigit() else value.strip()
-    return out
+    """`--backend`'s KEY=VALUE,... (values read as `--set`'s are: integers where a value is one)."""
+    from gbxcule.rl.shell import ConfigError, parse_sets
+
+    try:
+        return parse_sets(list(filter(None, text.split(","))))
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main() -> int:
