@@ -93,6 +93,7 @@ def signal_after(monkeypatch, update: int, *signums):
 
 def test_ctrl_c_stops_at_the_update_end_with_a_checkpoint_and_resume_goes_on(straight, tmp_path, monkeypatch):
     d = tmp_path / "run"
+    before = signal.getsignal(signal.SIGINT)  # Python's default_int_handler, or SIG_IGN when started in background
     signal_after(monkeypatch, 2, signal.SIGINT)
     rc, out, err = train_cli(*TINY, "--run-dir", d)  # checkpoints every 50 updates by count: none is due
     monkeypatch.undo()
@@ -102,7 +103,7 @@ def test_ctrl_c_stops_at_the_update_end_with_a_checkpoint_and_resume_goes_on(str
     assert "(interrupted)" in out
     assert torch.load(d / "checkpoint.pt", weights_only=False)["update"] == 3
     assert json.loads((d / "summary.json").read_text())["stopped"] == "interrupted"
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers given back
+    assert signal.getsignal(signal.SIGINT) is before  # handlers given back
     rc, out, err = train_cli("--resume", d, "--no-progress")
     assert rc == 0, err
     assert rows(d) == rows(straight[0])
@@ -111,13 +112,14 @@ def test_ctrl_c_stops_at_the_update_end_with_a_checkpoint_and_resume_goes_on(str
 
 def test_sigterm_then_a_second_ctrl_c_quits_at_once(tmp_path, monkeypatch):
     d = tmp_path / "run"
+    before = signal.getsignal(signal.SIGTERM)
     signal_after(monkeypatch, 1, signal.SIGTERM, signal.SIGINT)
     rc, _, err = train_cli(*TINY, "--run-dir", d)
     monkeypatch.undo()
     assert rc == 130
     assert "SIGTERM: stopping at the end of this update" in err and err.strip().endswith("gbxcule: interrupted")
     assert not (d / "checkpoint.pt").exists()  # quit at once: no checkpoint was due
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 def test_checkpoints_also_by_the_clock(tmp_path):
