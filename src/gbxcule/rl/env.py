@@ -27,9 +27,6 @@ from gbxcule.core.schema import NUM_FIELDS
 from gbxcule.rl.archive import (
     CELL_RECORD_BYTES,
     SALT_CLOCK,
-    SALT_START,
-    SALT_SWARM,
-    U_BITS,
     ArchiveConfig,
     StateArchive,
     cell_bytes,
@@ -289,29 +286,15 @@ class GameEnv:
         self._slot_pair = torch.zeros((n, 2), dtype=torch.float64, device=dev)
 
     def _setup_archive(self) -> None:
-        """The state archive and the per-env records it needs (where each episode started, its offsets)."""
-        torch, t, cfg, n, dev = self.torch, self.task, self.archive_cfg, self.num_envs, self.device
-        addrs = (t.cells or t.novelty_ram) if t is not None else ()
-        mode = cfg.cells if cfg.cells != "auto" else ("ram" if addrs else "pixels")
-        if mode == "ram" and not addrs:
-            raise EnvConfigError("archive cells = 'ram' needs a task that names cell bytes (cells = [...] in its pack)")
-        self.cell_mode = mode
-        self._cell_rows = (torch.tensor(ram_rows(addrs, self.backend.layout), dtype=torch.int64, device=dev)
-                           if mode == "ram" else None)
-        self.archive = StateArchive(cfg, n, self.num_slots, dev, self.seed, area_keys=mode == "ram",
-                                    max_steps=self.max_steps)
-        self._off_steps = torch.zeros(n, dtype=torch.int64, device=dev)  # steps from the task's start at the start
-        self._off_ret = torch.zeros(n, dtype=torch.float32, device=dev)  # and the return
-        self._from_archive = torch.zeros(n, dtype=torch.bool, device=dev)  # the episode started from a cell
-        self._start_row = torch.full((n,), self.archive.m, dtype=torch.int64, device=dev)  # which (none: capacity)
-        self._rmask = torch.zeros(n, dtype=torch.bool, device=dev)
-        self._rmask_wp = self._wp.from_torch(self._rmask)
+        """The state archive: the env's start-state provider (rl/archive.py)."""
+        self.archive = StateArchive.for_env(self.archive_cfg, self.task, self.backend.layout, self.num_envs,
+                                            self.num_slots, self.device, self.seed, self.max_steps)
+        self.cell_mode = self.archive.cell_mode
+        self._rmask_wp = self._wp.from_torch(self.archive.restore_mask)
 
     def cell_keys(self):
         """int64 [N]: each env's archive cell now (its RAM cell bytes packed, or a coarse hash of its frame)."""
-        if self._cell_rows is not None:
-            return ram_key(self._ram, self._cell_rows)
-        return frame_key(self._latest, self.archive_cfg.pixel_cell, self.archive_cfg.pixel_levels)
+        return self.archive.cell_keys(self._ram, self._latest)
 
     # --- reset and step -----------------------------------------------------------------------------------
     def reset(self, seed: int | None = None):
@@ -365,26 +348,16 @@ class GameEnv:
     def _restore_with_archive(self, seed: int, slots) -> None:
         """`_restore_done` with the archive: swarm destinations are cloned from their source first (before any
         restore touches it), then the other ended envs restore from the task's start slot `slots` or from a
-        cell (one masked restore over start and cell slots); each records its offsets from the task's start."""
+        cell the archive picks (one masked restore over start and cell slots)."""
         torch, a, done = self.torch, self.archive, self._done
         dst = a.swarm_dst
-        torch.logical_and(done, ~dst, out=self._rmask)
-        u = hashed_bits(seed, self._env_ids, self.episodes, SALT_START, 2 * U_BITS)  # two uniforms in one hash
-        use, row = a.choose(self._rmask, u & ((1 << U_BITS) - 1), u >> U_BITS)
         if a.cfg.swarm > 0:
-            self.clone_states(a.swarm_src, dst)  # counters too: the offsets below add the source's progress
-            self._off_steps.add_(self.steps * dst)
-            self._off_ret.add_(self.ep_return * dst)
-            self._from_archive |= dst
-        self._slots.copy_(torch.where(use, row + self.num_slots, slots))
+            self.clone_states(a.swarm_src, dst)  # counters too: the offsets add the source's progress
+            a.jumped(dst, self.steps, self.ep_return)
+        r, slot, sums, use = a.starts(done, slots, seed, self.episodes, self.slot_sum)
+        self._slots.copy_(slot)
         self.backend.restore(self._rmask_wp, self._slots_wp, obs=self._ring_wp)
-        r = self._rmask
-        torch.where(r, torch.where(use, a.sums.gather(0, row), self.slot_sum[slots]), self._prev_sum,
-                    out=self._prev_sum)
-        torch.where(r, a.steps.gather(0, row) * use, self._off_steps, out=self._off_steps)
-        torch.where(r, a.ret.gather(0, row) * use, self._off_ret, out=self._off_ret)
-        torch.where(r, use, self._from_archive, out=self._from_archive)
-        torch.where(r, row, self._start_row, out=self._start_row)  # `row` is the scratch row where not `use`
+        torch.where(r, sums, self._prev_sum, out=self._prev_sum)
         if self._limit is not None:  # an episode from a cell (or a swarm jump) has the archive's step limit
             cell_limit = a.cfg.max_steps or self.max_steps
             self._limit.copy_(torch.where(done, torch.where(use | dst, cell_limit, self.max_steps), self._limit))
@@ -410,7 +383,7 @@ class GameEnv:
         if self._limit is not None:
             own.append(self._limit)
         if self.archive is not None:
-            own += [self._off_steps, self._off_ret, self._from_archive, self._start_row]
+            own += self.archive.env_records()
         own += [table.seen for table in (self._nov_ram, self._nov_px) if table is not None]
         for buf in own:
             buf.copy_(buf.index_select(0, idx))
@@ -518,21 +491,17 @@ class GameEnv:
         return self.obs, self.rewards, self.terminated, self.truncated, info
 
     def _archive_step(self) -> None:
-        """The archive's share of a step, before the episode ends are counted: offer every env's state as its
-        cell's (one masked save into the cells' slots), and with swarming end the episodes of the envs to
-        clone (truncated: they bootstrap) when a milestone is reached."""
+        """The archive's share of a step, before the episode ends are counted: every env's state is offered as
+        its cell's (one masked save into the cells' slots); swarm destinations end their episodes (truncated:
+        they bootstrap) to jump."""
         a = self.archive
-        keys = self.cell_keys()
-        steps = self._off_steps + self.steps
-        eligible = ~self.terminated  # a goal state is never a start
-        mask, slot = a.observe(keys, steps, self._off_ret + self.ep_return, self._dist_sum, eligible)
+        mask, slot, dst = a.step(self.cell_keys(), self.steps, self.ep_return, self._dist_sum, self.terminated,
+                                 self.seed)
         self.backend.save_slots(mask, slot)
         if a.cfg.swarm > 0:
-            dst, _ = a.milestone(keys, steps, eligible, self._from_archive,
-                                 hashed_bits(self.seed, self._env_ids, a.clock, SALT_SWARM))
             self.truncated |= dst
             self._done |= dst
-        a.account(self._done, self.ep_success, self._from_archive, self._off_steps, self._start_row)
+        a.ended(self._done, self.ep_success)
 
     def _accumulate(self) -> None:
         """Add this step's totals to the device stats (one stack, one add; `_STAT_NAMES` order)."""
@@ -547,7 +516,7 @@ class GameEnv:
             pair = self._slot_pair
             slots = self._slots
             if self.archive is not None:  # only episodes from the task's start slots; a cell's slot is >= K
-                d = d & ~self._from_archive
+                d = d & ~self.archive.from_archive
                 slots = slots.clamp(max=self.num_slots - 1)
             pair[:, 0].copy_(d)
             pair[:, 1].copy_(d).mul_(self.ep_success)  # in place: no temporary per step
@@ -657,9 +626,7 @@ class GameEnv:
         if self._limit is not None:
             d["limit"] = self._limit.cpu().clone()
         if self.archive is not None:
-            d["archive"] = {**self.archive.state_dict(), "off_steps": self._off_steps.cpu().clone(),
-                            "off_ret": self._off_ret.cpu().clone(), "from_archive": self._from_archive.cpu().clone(),
-                            "start_row": self._start_row.cpu().clone()}
+            d["archive"] = self.archive.state_dict()
             if emulator:  # the cells' emulator states, observations and screens
                 d["archive"]["slots"] = [x.cpu().clone() for x in self._cell_slots()]
         return d
@@ -712,13 +679,6 @@ class GameEnv:
             raise EnvConfigError("this env state was saved without a state archive")
         arch = self.archive
         arch.load_state_dict(a)
-        arch.swarm_dst.zero_()
-        for name in ("off_steps", "off_ret", "from_archive"):
-            getattr(self, f"_{name}").copy_(a[name])
-        if "start_row" in a:
-            self._start_row.copy_(a["start_row"])
-        else:  # a checkpoint from before the cells' tries: the running episodes count for none
-            self._start_row.fill_(arch.m)
         if "slots" in a:
             for view, saved in zip(self._cell_slots(), a["slots"], strict=True):
                 view.copy_(saved)

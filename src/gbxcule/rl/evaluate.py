@@ -28,7 +28,7 @@ def make_eval_env(env_cfg, episodes: int, device: str, seed: int, task: str | No
     ROM, goal, observations and reward."""
     import dataclasses
 
-    from gbxcule.rl.shell import make_env
+    from gbxcule.rl.config import make_env
 
     if episodes < 1:
         raise GbxculeError(f"episodes must be >= 1, got {episodes}")
