@@ -327,3 +327,24 @@ def test_rl_inner_checker_names_an_algorithm_importing_another(tmp_path):
     assert [b.split(" imports ")[0] for b in bad] == ["pkg/rl/adapters/g.py:1", "pkg/rl/algos/b.py:1",
                                                      "pkg/rl/evaluate.py:1"]
     assert "adapters import the env" in bad[0] and "no other algorithm" in bad[1] and "only the registry" in bad[2]
+
+
+def private_reads(src: Path, package: str = "gbxcule", allowed: tuple[str, ...] = ("self.pyboy._",)) -> list[str]:
+    """`x._name` where x is not `self` or `cls`: a module reading another object's private attribute (an object of
+    another module, or another instance of its own class). `allowed`: third-party internals with no public way
+    (PyBoy's serial buffer)."""
+    bad = []
+    for path in sorted((src / package).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                    and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
+                text = ast.unparse(node)
+                if not text.startswith(allowed):
+                    bad.append(f"{path.relative_to(src)}:{node.lineno} reads {text}")
+    return bad
+
+
+def test_no_module_reads_another_objects_private_attributes(tmp_path):
+    assert private_reads(SRC) == []
+    src = _write(tmp_path, {"__init__.py": "", "rl/__init__.py": "", "rl/t.py": "def f(env):\n    return env._ram\n"})
+    assert private_reads(src, "pkg") == ["pkg/rl/t.py:2 reads env._ram"]

@@ -65,8 +65,9 @@ _STAT_NAMES = ("episodes", "return_sum", "length_sum", "success_sum", "truncated
 
 _STATE_TENSORS = ("steps", "episodes", "ep_return", "ep_success", "success", "distance", "_dist_sum", "_prev_sum",
                   "_near", "final_return", "final_length", "final_success", "_stats", "rewards", "terminated",
-                  "truncated", "_slot_stats")
-_NEWER_STATE = ("_slot_stats",)  # absent from env states saved before it existed: zero then
+                  "truncated", "_slot_stats", "_ms_stats", "milestones", "final_milestones", "failed")
+# absent from env states saved before they existed: zero then
+_NEWER_STATE = ("_slot_stats", "_ms_stats", "milestones", "final_milestones", "failed")
 
 
 def _slot_hash(torch, seed: int, env_ids, episodes, k: int):
@@ -181,6 +182,11 @@ class GameEnv:
             self._tau_sum = self.scorer.threshold(self.tau)
             self._shaping = float(cfg.alpha) * self.scorer.scale
         self.ram_goal = RamGoal(t.goal_ram, self.backend.layout, self.device) if t and t.goal_ram else None
+        # milestones (progress events, each rewarded once per episode) and the dead end (the task unwinnable)
+        ms = t.milestones if t is not None else ()
+        self.milestone_names = tuple(m.name for m in ms)
+        self._milestones = RamGoal([m.condition for m in ms], self.backend.layout, self.device) if ms else None
+        self._dead_end = RamGoal(t.fail_ram, self.backend.layout, self.device) if t and t.fail_ram else None
         # what `success` means: the RAM goal where the task has one, else the template's own verdict
         self.success_source = "ram" if self.ram_goal is not None else ("template" if self.scorer is not None else None)
         mode = cfg.terminate_on
@@ -258,6 +264,12 @@ class GameEnv:
         self.final_return = torch.zeros(n, dtype=torch.float32, device=dev)
         self.final_length = torch.zeros(n, dtype=torch.int32, device=dev)
         self.final_success = torch.zeros(n, dtype=torch.bool, device=dev)
+        k_ms = len(self.milestone_names)
+        self.milestones = torch.zeros((k_ms, n), dtype=torch.bool, device=dev)  # held at some step of the episode
+        self.final_milestones = torch.zeros_like(self.milestones)  # of the last episode that ended
+        self.failed = torch.zeros(n, dtype=torch.bool, device=dev)  # the task became unwinnable this step
+        # per milestone: ended episodes that held it, then ended episodes that hit the dead end (float64 sums)
+        self._ms_stats = torch.zeros(k_ms + 1, dtype=torch.float64, device=dev)
         self._near = torch.zeros(n, dtype=torch.int32, device=dev)
         self._fired = torch.zeros(n, dtype=torch.bool, device=dev)  # the template's test (k steps under tau)
         self._stats = torch.zeros(len(_STAT_NAMES), dtype=torch.float64, device=dev)
@@ -288,7 +300,8 @@ class GameEnv:
     def _setup_archive(self) -> None:
         """The state archive: the env's start-state provider (rl/archive.py)."""
         self.archive = StateArchive.for_env(self.archive_cfg, self.task, self.backend.layout, self.num_envs,
-                                            self.num_slots, self.device, self.seed, self.max_steps)
+                                            self.num_slots, self.device, self.seed, self.max_steps,
+                                            milestones=self._milestones)
         self.cell_mode = self.archive.cell_mode
         self._rmask_wp = self._wp.from_torch(self.archive.restore_mask)
 
@@ -322,8 +335,10 @@ class GameEnv:
             spread = hashed_bits(seed, self._env_ids, self.episodes, SALT_CLOCK, 31) % self.max_steps
             torch.minimum(self._limit, (self.max_steps - spread).to(torch.int32), out=self._limit)
         for buf in (self.steps, self.ep_return, self.ep_success, self.success, self._near, self.rewards,
-                    self.terminated, self.truncated, self._stats, self._slot_stats):
+                    self.terminated, self.truncated, self._stats, self._slot_stats, self._ms_stats, self.failed):
             buf.zero_()
+        if self._milestones is not None:  # what the start already holds is no milestone of the episode
+            self.milestones.copy_(self._milestones.each(self._ram))
         self._dist_sum.copy_(self._prev_sum)
         if self.scorer is not None:
             self.distance.copy_(self._dist_sum.to(torch.float32) * self.scorer.scale)
@@ -387,6 +402,14 @@ class GameEnv:
         own += [table.seen for table in (self._nov_ram, self._nov_px) if table is not None]
         for buf in own:
             buf.copy_(buf.index_select(0, idx))
+        if self.milestone_names:
+            self.milestones.copy_(self.milestones.index_select(1, idx))
+
+    @property
+    def ram(self):
+        """Every env's RAM as a uint8 [bytes, N] device tensor (a view of the backend's env-major store; rows in
+        `core.schema.ram_layout` order, `goals.ram_rows` finds an address's row): for goals and tools, not agents."""
+        return self._ram
 
     @property
     def obs(self):
@@ -451,9 +474,17 @@ class GameEnv:
             self.terminated.copy_(self._fired)
         elif self.terminate_on == "ram":
             self.terminated.copy_(self.success)
+        reward.add_(self.terminated, alpha=cfg.goal_bonus)
+        if self._dead_end is not None:  # the task can no longer be won: the episode ends, unsuccessful
+            torch.logical_and(self._dead_end.evaluate(self._ram), ~self.terminated, out=self.failed)
+            self.terminated |= self.failed
+            reward.add_(self.failed, alpha=cfg.dead_end)
         limit = self.max_steps if self._limit is None else self._limit
         torch.logical_and(self.steps >= limit, ~self.terminated, out=self.truncated)
-        reward.add_(self.terminated, alpha=cfg.goal_bonus)
+        if self._milestones is not None:  # each milestone's bonus the first time it holds in the episode
+            held = self._milestones.each(self._ram)
+            reward.add_((held & ~self.milestones).sum(0), alpha=cfg.milestone)
+            self.milestones |= held
         if self._nov_ram is not None:
             reward.add_(self._nov_ram.visit(ram_key(self._ram, self._nov_rows)), alpha=cfg.novelty_ram)
         if self._nov_px is not None:
@@ -473,9 +504,13 @@ class GameEnv:
         torch.where(self._done, self.ep_return, self.final_return, out=self.final_return)
         torch.where(self._done, self.steps, self.final_length, out=self.final_length)
         torch.where(self._done, self.ep_success, self.final_success, out=self.final_success)
+        if self._milestones is not None:
+            torch.where(self._done, self.milestones, self.final_milestones, out=self.final_milestones)
         info = self._info()
         self.episodes += self._done
         self._restore_done(self.seed)
+        if self._milestones is not None:  # a new episode holds what its start holds
+            torch.where(self._done, self._milestones.each(self._ram), self.milestones, out=self.milestones)
         keep = ~self._done
         self.steps *= keep
         self._near *= keep
@@ -512,6 +547,10 @@ class GameEnv:
                 self.success.sum())
         torch.stack([x.to(torch.float64) for x in vals], out=v)
         self._stats[:len(vals)] += v
+        if self._milestones is not None:
+            self._ms_stats[:-1] += (self.milestones & d).sum(1)
+        if self._dead_end is not None:
+            self._ms_stats[-1:] += self.failed.sum()
         if self.num_slots > 1:  # `_slots` still holds the slot each ending episode started from
             pair = self._slot_pair
             slots = self._slots
@@ -567,7 +606,7 @@ class GameEnv:
     def stat_tensors(self) -> list:
         """The device totals `episode_stats` reads (float64 sums since its last call): the training session of
         several processes sums every process's into them before reading."""
-        return [self._stats, self._slot_stats]
+        return [self._stats, self._slot_stats, self._ms_stats]
 
     def episode_stats(self, clear: bool = True) -> dict[str, float]:
         """Totals since the last call: finished episodes, their mean return, length and success rate, and
@@ -576,7 +615,7 @@ class GameEnv:
         `success_from_start` (`StateArchive.read_stats`, which moves the start schedule when `clear`). Reads the
         device once. Raises ValueError if out-of-range actions were seen."""
         torch, n, k = self.torch, len(_STAT_NAMES), self.num_slots
-        parts = [self._stats] + ([self._slot_stats.reshape(-1)] if k > 1 else [])
+        parts = [self._stats] + ([self._slot_stats.reshape(-1)] if k > 1 else []) + [self._ms_stats]
         if self.archive is not None:
             parts.append(self.archive.stat_vector().to(torch.float64))  # counts: exact in float64
         vals = torch.cat(parts).tolist()
@@ -586,9 +625,19 @@ class GameEnv:
         if k > 1:
             pairs, rest = rest[:2 * k], rest[2 * k:]
             per_slot = {"slot_episodes": [int(x) for x in pairs[0::2]], "slot_successes": [int(x) for x in pairs[1::2]]}
+        k_ms = len(self.milestone_names)
+        ms, rest = rest[:k_ms + 1], rest[k_ms + 1:]
+        eps = s["episodes"]
+        if k_ms:  # the share of ended episodes that held each milestone, and the deepest any of them held
+            held = [int(x) for x in ms[:k_ms]]
+            per_slot.update({"milestone_episodes": held, "milestone_rates": [h / eps if eps else None for h in held],
+                             "milestone_deepest": max((i + 1 for i, h in enumerate(held) if h), default=0)})
+        if self._dead_end is not None:
+            per_slot["dead_ends"] = int(ms[k_ms])
         if clear:
             self._stats.zero_()
             self._slot_stats.zero_()
+            self._ms_stats.zero_()
         if self.archive is not None:
             per_slot.update(self.archive.read_stats(clear, rest))
         eps, steps = s["episodes"], max(s["steps"], 1.0)

@@ -427,7 +427,9 @@ class Session:
                    "updates_per_s": 1.0 / dt if dt > 0 else None,
                    **{f"time_{k}_s": v for k, v in times.items()}, "wall_s": self.train_wall(),
                    "running_success": running, "running_return": self._success.mean_return(),
-                   "running_episodes": window, **quant, **{k: v for k, v in ep.items() if k != "env_steps"}}
+                   "running_episodes": window, **quant, **{k: v for k, v in ep.items() if k != "env_steps"},
+                   **{f"milestone/{name}": rate for name, rate in zip(self.env.milestone_names,
+                                                                      ep.get("milestone_rates") or (), strict=False)}}
             self._maybe_eval(row, now)
             self.last = row
             self.run.log(self.update, row)
@@ -537,6 +539,9 @@ class Session:
             self._best_greedy, self._best_step = rate, env_steps
             self.run.write_torch(BEST_NAME, self._policy_state(self._policy_fields(
                 model, env_steps, {"eval/greedy_success": rate, "eval/env_steps": env_steps})))
+        if rep.get("milestone_rates") is not None:  # how far the greedy policy gets from the task's start
+            row.update({"eval/mean_deepest": rep["mean_deepest"],
+                        **{f"eval/milestone/{k}": v for k, v in rep["milestone_rates"].items()}})
         row.update({"eval/greedy_success": rep["success_rate"], "eval/greedy_return": rep["mean_return"],
                     "eval/median_steps": rep["median_steps"], "eval/starts_skipped": rep["starts_skipped"],
                     "eval/env_steps": env_steps, "eval/wall_s": self.train_wall(),
