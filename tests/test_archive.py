@@ -293,7 +293,7 @@ def test_cells_hold_the_state_that_reached_them_and_starts_restore_it():
                   archive={"capacity": 32, "p_start": 0.0, "inserts": 6})
     env.reset(seed=1)
     k = env.num_slots
-    assert k == 1 and env.backend.num_slots == k + 32 and env.cell_mode == "ram"
+    assert k == 1 and env.backend.num_slots == k + 32 + 1 and env.cell_mode == "ram"  # the cells and a scratch slot
     slot_obs = wp.to_torch(env.backend.slot_frames()[0])
     rng = np.random.default_rng(2)
     restored = 0

@@ -218,3 +218,47 @@ def test_bench_splits_the_envs_over_processes(tmp_path, capsys):
     assert main(["bench", "--gpus", "2", "--backends", "warp_vec_cpu", "--envs", "3", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "not a multiple of --gpus 2" in err
+
+
+def test_a_shared_archive_holds_every_processs_cells_on_each_process(tmp_path):
+    # each update every process offers its new cells to the other (env.archive.share): at each checkpoint both
+    # archives hold the same cells, though each process's envs went their own ways (seed + rank)
+    d = tmp_path / "shared"
+    argv = tiny(d, 3, "--task", "talk_to_hiker", "--gpus", "2", "--set", "env.archive.capacity=256",
+                "--set", "env.archive.share=64", "--set", "env.archive.p_start=0.5", "--set", "env.archive.inserts=8")
+    argv[argv.index("--max-steps") + 1] = "6"
+    with in_process_launcher():
+        assert main(argv) == 0
+    ck = load_checkpoint(d, need_training=True)
+    mine, other = ck["env"]["archive"], ck["ranks"][0]["env"]["archive"]
+    keys = [set(a["keys"][:int(a["count"])].tolist()) for a in (mine, other)]
+    assert keys[0] == keys[1] and len(keys[0]) > 3
+
+
+def test_a_cell_of_another_process_starts_an_env_here_in_its_state():
+    from gbxcule.rl.env import GameEnv
+
+    kw = dict(task="talk_to_hiker", num_envs=2, max_steps=8, archive={"capacity": 64, "share": 64, "p_start": 0.0})
+    one, two = GameEnv(seed=1, **kw), GameEnv(seed=2, **kw)
+    rng = torch.Generator().manual_seed(0)
+    for _ in range(7):  # "rank 1" explores; "rank 0" stands still
+        one.step(torch.randint(0, 8, (2,), generator=rng))
+    two.step(torch.zeros(2, dtype=torch.int64))
+    theirs = set(one.archive.keys[:int(one.archive.count)].tolist()) - set(two.archive.keys[:int(two.archive.count)]
+                                                                             .tolist())
+    assert theirs
+    two.archive_inbox(one.archive_outbox())
+    merged = two.archive.keys[:int(two.archive.count)].tolist()
+    assert theirs <= set(merged)
+    key = sorted(theirs)[0]
+    row_two, row_one = merged.index(key), one.archive.keys[:int(one.archive.count)].tolist().index(key)
+    for a, b in zip(two._cell_slots(), one._cell_slots(), strict=True):  # the same state, observation, screen
+        assert torch.equal(a[row_two], b[row_one])
+    assert int(two.archive.steps[row_two]) == int(one.archive.steps[row_one])
+    # an episode of "rank 0" that starts in that cell starts in its state
+    w = torch.zeros_like(two.archive.chosen)
+    two.archive.weights = lambda: w.index_fill(0, torch.tensor([row_two]), 1)[:two.archive.m]
+    two._done.fill_(True)
+    two._restore_done(two.seed)
+    assert bool(two.archive.from_archive.all()) and two.archive.start_row.tolist() == [row_two, row_two]
+    assert two.cell_keys().tolist() == [key, key]

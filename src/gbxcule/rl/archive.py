@@ -82,6 +82,9 @@ class ArchiveConfig:
     # before a gate and one after it on the same tile are two cells; "none": the place alone
     progress: str = knob("auto", choices=("auto", "none"))
     w_progress: float = knob(0.0, min=0, max=16)  # weight of the milestones the cell holds / the most any holds
+    # several processes: each update every process offers up to this many of its new or improved cells (emulator
+    # states included) to the others, so a cell found on one GPU starts envs on all (0: each keeps its own)
+    share: int = knob(0, min=0, max=65536)
     swarm: float = knob(0.0, min=0, max=1)  # share of the archive-started envs cloned at a milestone (0: off)
     swarm_on: str = knob("auto", choices=("auto", "area", "depth"))  # auto: area for RAM cells, else depth
     swarm_depth: int = knob(32, min=1)  # depth milestones: each time the deepest new cell passes another this many
@@ -179,6 +182,7 @@ class StateArchive:
         self.wins = torch.zeros(m + 1, **i64)  # and succeeded
         self.sums = torch.zeros(m + 1, dtype=torch.int32, device=dev)  # template distance sum of its first frame
         self.progress = torch.zeros(m + 1, **i64)  # milestones its state holds
+        self.fresh = torch.zeros(m + 1, dtype=torch.bool, device=dev)  # inserted or improved since the last outbox
         self.area_seen = torch.zeros(256, dtype=torch.bool, device=dev)
         self.next_depth = torch.full((), cfg.swarm_depth, **i64)
         self.stats = torch.zeros(len(STAT_NAMES), **i64)
@@ -316,9 +320,21 @@ class StateArchive:
         prio.masked_fill_(~cand, -1)
         top, env_b = torch.topk(prio, self.b)
         valid = top >= 0
-        key_b, found_b, row_b, ret_b = keys[env_b], found[env_b], row[env_b], returns[env_b]
+        key_b, found_b, row_b = keys[env_b], found[env_b], row[env_b]
         dup = ((key_b[:, None] == key_b[None, :]) & self._earlier & valid[None, :]).any(1)
-        keep = valid & ~dup
+        held = self._held[env_b] if self.milestones is not None else None
+        slot_b, write = self._admit(valid & ~dup, found_b, row_b, key_b, steps[env_b], returns[env_b], sums[env_b],
+                                    held, (self.new & ~room).sum())
+        self.save_mask.zero_()
+        self.save_mask[env_b] = write
+        self.save_slot[env_b] = (slot_b + self.first).to(torch.int32)
+        return self.save_mask, self.save_slot
+
+    def _admit(self, keep, found_b, row_b, key_b, steps_b, ret_b, sums_b, held_b, dropped):
+        """Write the candidates `keep` (distinct keys; found ones at their row `row_b`, new ones into the next free
+        rows while there is room) with their records; count them. Returns (row of each candidate, the scratch row
+        where not written; written bool). Rows written are `fresh` (offered to other processes: `outbox`)."""
+        torch, m = self.torch, self.m
         new_b = keep & ~found_b
         slot_new = self.count + torch.cumsum(new_b.to(torch.int64), 0) - 1
         fits = slot_new < m
@@ -326,27 +342,59 @@ class StateArchive:
         write = (keep & found_b) | new_ok
         slot_b = torch.where(write, torch.where(found_b, row_b, slot_new), m)
         self.keys[slot_b] = key_b
-        self.steps[slot_b] = steps[env_b]
+        self.steps[slot_b] = steps_b
         self.ret[slot_b] = ret_b
-        self.sums[slot_b] = sums[env_b]
-        if self.milestones is not None:
-            self.progress[slot_b] = self._held[env_b]
+        self.sums[slot_b] = sums_b
+        if held_b is not None:
+            self.progress[slot_b] = held_b
+        self.fresh[slot_b] = write
         fresh = torch.where(new_ok, slot_b, m)
         self.found[fresh] = self.clock
         self.chosen[fresh] = 0
         self.visits[fresh] = 1
         self.best[fresh] = ret_b
+        self.tries[fresh] = 0
+        self.wins[fresh] = 0
         self.keys[m] = INT64_MAX
         added = new_ok.sum()
         self.count += added
-        torch.stack([added, (write & found_b).sum(), (new_b & ~fits).sum() + (self.new & ~room).sum()],
-                    out=self._vals[:3])
+        torch.stack([added, (write & found_b).sum(), (new_b & ~fits).sum() + dropped], out=self._vals[:3])
         self.stats[:3] += self._vals[:3]
         torch.sort(self.keys[:m], stable=True, out=(self.sorted, self.order))
-        self.save_mask.zero_()
-        self.save_mask[env_b] = write
-        self.save_slot[env_b] = (slot_b + self.first).to(torch.int32)
-        return self.save_mask, self.save_slot
+        return slot_b, write
+
+    # --- sharing across processes (once per update; docs/training.md "Several GPUs") ------------------------------
+    def outbox(self, limit: int):
+        """Up to `limit` rows inserted or improved since the last `outbox` (new cells first, then by steps from the
+        start): (rows int64 [limit], valid bool [limit], records int64 [limit, 5]: key, steps, return's float32 bits,
+        template sum, milestones held). Fixed shapes, no host read; the rows stop being fresh."""
+        torch, m = self.torch, self.m
+        prio = torch.where(self.fresh[:m], (1 << 40) - self.steps[:m].clamp(0, STEP_CAP), -1)
+        top, rows = torch.topk(prio, min(limit, m))
+        valid = top >= 0
+        self.fresh.zero_()
+        rec = torch.stack([self.keys[rows], self.steps[rows], self.ret[rows].view(torch.int32).to(torch.int64),
+                           self.sums[rows].to(torch.int64), self.progress[rows]], 1)
+        return rows, valid, rec
+
+    def merge(self, valid, rec):
+        """Cells of other processes (`outbox`'s valid and records, concatenated): each becomes a cell here where
+        its key is new (while there is room) or it reaches the cell in fewer steps; among repeats of one key the
+        fewest steps win. Returns (row of each, written bool): the caller copies their states into those rows."""
+        torch = self.torch
+        keys, steps = rec[:, 0], rec[:, 1]
+        found, row = self.lookup(keys)
+        cand = valid & (~found | (steps < self.steps.gather(0, row)))
+        # one per key, the fewest steps: sort by (key, steps), keep each key's first
+        order = torch.argsort(torch.where(cand, steps, STEP_CAP + 1), stable=True)
+        order = order[torch.argsort(keys[order], stable=True)]
+        k_sorted = keys[order]
+        first = torch.ones_like(cand)
+        first[order[1:]] = k_sorted[1:] != k_sorted[:-1]
+        keep = cand & first
+        ret = rec[:, 2].to(torch.int32).view(torch.float32)
+        held = rec[:, 4] if self.milestones is not None else None
+        return self._admit(keep, found, row, keys, steps, ret, rec[:, 3].to(torch.int32), held, 0)
 
     def weights(self):
         """int64 [capacity]: each cell's selection weight (0 for empty rows), fixed point."""

@@ -149,7 +149,7 @@ class GameEnv:
         self._setup_goals(goal)  # what ends an episode and what it earns
         self.archive = self._limit = self._clone_bufs = None
         self.after_step: Callable[[], None] | None = None  # called at the end of every step (the shell's eval)
-        extra = 0 if self.archive_cfg is None else self.archive_cfg.capacity
+        extra = 0 if self.archive_cfg is None else self.archive_cfg.capacity + 1  # the cells, and a scratch slot
         self.archive_bytes = extra * cell_bytes(be)
         self.num_slots = build_starts(be, spec, self.seed, t.base_dir if t else ".",
                                       extra_slots=extra)
@@ -680,12 +680,30 @@ class GameEnv:
                 d["archive"]["slots"] = [x.cpu().clone() for x in self._cell_slots()]
         return d
 
-    def _cell_slots(self) -> list:
-        """Torch views of the used archive cells' slots: fields, RAM words (as int32), observations, screens."""
-        k, used = self.num_slots, int(self.archive.count.item())
+    def _cell_slots(self, rows: int | None = None) -> list:
+        """Torch views of the archive cells' slots (the used ones, or the first `rows`): fields, RAM words (as
+        int32), observations, screens."""
+        k = self.num_slots
+        used = int(self.archive.count.item()) if rows is None else rows
         views = [self._wp.to_torch(x) for x in self.backend.slot_arrays() if x is not None]
         return [v[k:k + used].view(self.torch.int32) if v.dtype == self.torch.uint32 else v[k:k + used]
                 for v in views]
+
+    def archive_outbox(self) -> list:
+        """The archive's cells new or improved since the last call, for other processes (`env.archive.share`
+        of them at most): [valid (int32), records (int64), fields, RAM words, observations, screens], fixed shapes,
+        device work only."""
+        rows, valid, rec = self.archive.outbox(self.archive_cfg.share)
+        return [valid.to(self.torch.int32), rec] + [v.index_select(0, rows) for v in self._cell_slots(self.archive.m)]
+
+    def archive_inbox(self, parts: list) -> None:
+        """Other processes' `archive_outbox` parts (concatenated along their first dimension): their cells join this
+        archive where new or shorter (`StateArchive.merge`), with their emulator states, observations and screens."""
+        valid, rec, *states = parts
+        rows, write = self.archive.merge(valid.bool(), rec)
+        target = self.torch.where(write, rows, self.archive.m)  # the rest into the scratch slot
+        for view, data in zip(self._cell_slots(self.archive.m + 1), states, strict=True):
+            view.index_copy_(0, target, data)
 
     def load_state_dict(self, d: dict) -> None:
         if d.get("slots_sha1") != self._slots_sha1:

@@ -447,6 +447,8 @@ class Session:
             due = (self.update % self.cfg.run.checkpoint_every == 0 or self.update >= self.num_updates
                    or stopped in ("interrupted", "stop_at_success", "time_limit")
                    or (every_s is not None and now - self._last_ckpt_t >= every_s))
+        if self.world.size > 1 and self.env.archive is not None and self.env.archive_cfg.share:
+            self._share_cells()
         code, save = self.world.decide([STOPS.index(stopped), int(due)])  # rank 0 decides for all
         self.stopped = STOPS[code]
         if save:  # stop_after_updates ends as a kill would: only a checkpoint that was due anyway
@@ -474,6 +476,14 @@ class Session:
             s.copy_(buf[at:at + s.numel()].view_as(s))
             at += s.numel()
         return out, buf[at:]
+
+    def _share_cells(self) -> None:
+        """One archive over the processes: each offers its new or improved cells (states included) and takes the
+        others' (`env.archive.share` each per update; one all-gather per part, on the device)."""
+        mine = self.env.archive_outbox()
+        rank, size = self.world.rank, self.world.size
+        every = [self.world.all_gather(part) for part in mine]  # [size, share, ...] each
+        self.env.archive_inbox([torch.cat([g[r] for r in range(size) if r != rank]) for g in every])
 
     def _check_sync(self) -> None:
         """`run.check_sync`: every process's parameters must equal rank 0's to the bit after every update."""
