@@ -57,7 +57,7 @@ def run(args) -> int:
 
     checks.positive(frames=args.frames)
     inputs = (checks.rom_path(args.rom),)
-    out = checks.check_not_input(args.out, inputs)
+    out = checks.check_output(args.out, inputs)
     rom = checks.rom_file(args.rom, "screenshot")
     checks.env_memory(args.backend, 1, rom)
     shades = screen_after(rom, args.backend, args.frames)

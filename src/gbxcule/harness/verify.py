@@ -182,8 +182,16 @@ def _disasm_around(snap, pc: int) -> str:
 
 def write_bundle(cfg, rom: Rom, trace, step, env, ref_state: bytes, prev_state: bytes, rv, dv, snap, problems,
                  shots=None):
-    out = Path(cfg.bundle_dir) / f"{Path(rom.path).stem}-step{step}-env{env}-{time.strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True, exist_ok=True)
+    name = f"{Path(rom.path).stem}-step{step}-env{env}-{time.strftime('%Y%m%d-%H%M%S')}"
+    Path(cfg.bundle_dir).mkdir(parents=True, exist_ok=True)
+    out, k = Path(cfg.bundle_dir) / name, 1
+    while True:  # a folder of its own: a bundle never writes into another one (two in the same second)
+        try:
+            out.mkdir()
+            break
+        except FileExistsError:
+            k += 1
+            out = Path(cfg.bundle_dir) / f"{name}-{k}"
     (out / "rom.gb").write_bytes(rom.file_bytes)  # the file as given: same SHA-1, same padding
     (out / "actions.json").write_text(json.dumps({"codec": cfg.codec, "actions": trace}) + "\n")
     (out / "ref_before.state").write_bytes(prev_state)
