@@ -38,7 +38,7 @@ def screen_after(rom: Rom, backend: str, frames: int) -> np.ndarray:
 
         game = PyBoyGame(rom, codec, schedule)
         try:
-            game.step(0, render=True)
+            game.step(0, render=True, name="pyboy_single")
             return game.screen_shades()
         finally:
             game.close()

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from gbxcule.asm.disasm import disassemble
-from gbxcule.backends.pyboy_single import PyBoyGame
+from gbxcule.backends.pyboy_single import PyBoyGame, step_games
 from gbxcule.core.action_codec import get_codec
 from gbxcule.core.cartridge import Rom
 from gbxcule.core.pyboy_state import parse_pyboy_state
@@ -139,8 +139,7 @@ def run_verify(cfg: VerifyConfig, rom: Rom) -> VerifyResult:
         for k in range(cfg.steps):
             acts = gen(k)
             trace.append([int(a) for a in acts])
-            for r, a in zip(refs, acts, strict=True):
-                r.step(int(a), render=cfg.screens)
+            step_games(refs, acts, render=cfg.screens, name="pyboy_single (the reference)")
             dut.step(acts, render="all" if cfg.screens else False)
             screens = dut.frames_host() if cfg.screens else None
             for e in range(cfg.envs):
