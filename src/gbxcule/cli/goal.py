@@ -174,10 +174,10 @@ def capture_cmd(args) -> int:
     after = replay(task, tpl, actions, rom=rom, start_states=start)
     written = write_output(out, tpl.to_bytes(), inputs)
     png_written = write_output(png, lambda p: write_png(report["full_frame"], p), inputs)
-    data = {"template": str(written), "png": str(png_written), "steps": report["steps"],
+    data = {"template": str(written), "png": str(png_written), "steps": report["steps"], "start": report["start"],
             "ram_goal_holds": report["ram_goal_holds"], "mid_transition": after["mid_transition"],
             "settled_distance": after["settled_distance"], "settle_spread": after["spread"], "meta": _meta(tpl)}
-    emit(args, data, lambda d: f"captured {d['template']} after {d['steps']} steps"
+    emit(args, data, lambda d: f"captured {d['template']} after {d['steps']} steps from {d['start']}"
          + ("" if d["ram_goal_holds"] is None else f" (RAM goal {'holds' if d['ram_goal_holds'] else 'does NOT hold'})")
          + f"\nscreen: {d['png']}" + (f"\n{transition_hint(d)}" if d["mid_transition"] else ""))
     return 0
