@@ -67,8 +67,8 @@ def _gym_names_from_gymnasium():
             del sys.modules["gym"]
 
 
-def import_pufferlib_vector():
-    """Import `pufferlib.vector`, or raise one clear GbxculeError.
+def import_pufferlib_vector(hint: str = INSTALL_HINT):
+    """Import `pufferlib.vector`, or raise one clear GbxculeError (`hint`: what needs it, and how to install it).
 
     From a scratch directory: importing pufferlib symlinks `resources` into the working directory. With no gym
     installed, pufferlib's `import gym` gets a stand-in (`_gym_names_from_gymnasium`); a real gym's
@@ -80,7 +80,7 @@ def import_pufferlib_vector():
     except ImportError as exc:
         missing = (exc.name or "").split(".")[0] == "pufferlib"
         detail = "" if missing else f" (importing it failed: {exc})"
-        raise GbxculeError(INSTALL_HINT + detail) from exc
+        raise GbxculeError(hint + detail) from exc
     return pufferlib.vector
 
 
