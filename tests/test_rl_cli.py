@@ -80,7 +80,8 @@ def test_goal_capture_from_a_task_whose_start_is_a_generator(tmp_path, capsys):
     assert got["gen"]["ram_goal_holds"] is True and got["gen"]["mid_transition"] is False
     assert got["gen"]["start"] == "p:gen's start (its random_actions generator's extra steps left out)"
     assert got["plain"]["start"] == "p:plain's start"
-    assert np.array_equal(GoalTemplate.load(tmp_path / "gen.npz").frames, GoalTemplate.load(tmp_path / "plain.npz").frames)
+    frames = {name: GoalTemplate.load(tmp_path / f"{name}.npz").frames for name in got}
+    assert np.array_equal(frames["gen"], frames["plain"])
     # a start of several state files names none to capture from: the error says how to give one
     states = tmp_path / "states"
     rc, _, _ = cli(capsys, "play", "OVERWORLD", "--backend", "warp_vec_cpu", "--envs", "2", "--steps", "5",
