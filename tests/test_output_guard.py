@@ -117,7 +117,7 @@ def world(tmp_path_factory):
                                      "eval_episodes": 0}}))
     fake_run(run)
     data = bytearray(assemble(SRC, header=CartridgeHeader(title="T", cartridge_type=0, rom_size=0, ram_size=0)).rom)
-    data[0x14D] = header_checksum(data)
+    data[0x14D] = header_checksum(bytes(data))
     f = {"run": run, "rom": d / "t.gb", "state": d / "start.gbxs", "template": d / "goal.npz",
          "trace": d / "trace.txt", "pack": d / "pack.toml", "config": d / "train.toml", "merge": d / "part.json",
          "manifest": d / "games.toml", "jobs": d / "jobs.txt", "csv": d / "s.csv", "lines": d / "l.txt",

@@ -5,6 +5,7 @@ subcommands. Nothing here compiles a kernel: a removed function or a broken impo
 import argparse
 import ast
 import importlib
+import importlib.util
 import os
 import re
 import subprocess

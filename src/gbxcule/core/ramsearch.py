@@ -160,7 +160,7 @@ class Rank:
         return f"{self.stray} stray change{'s' if self.stray != 1 else ''}"
 
 
-def rank(recordings: Sequence[np.ndarray], traces: Sequence[Trace], columns: Sequence[int]) -> list[Rank]:
+def rank(recordings: Sequence[np.ndarray], traces: Sequence[Trace], columns: Sequence[int] | np.ndarray) -> list[Rank]:
     """The candidates (`columns` of the recordings) ordered as the module docstring says: fewest stray changes,
     then fewest changes, then address."""
     cols = np.asarray(columns, dtype=np.int64)
