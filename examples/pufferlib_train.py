@@ -22,9 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-# gbxcule.rl.adapters.puffer raises with the install route if pufferlib is missing, and imports pufferlib.vector from a
-# scratch directory (importing pufferlib links `resources` into the working directory).
-from gbxcule.rl.adapters.puffer import GbxculePufferEnv, pufferlib
+from gbxcule.core.errors import GbxculeError
 
 
 class Agent(nn.Module):
@@ -50,6 +48,13 @@ def main(argv=None) -> float:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--smoke", action="store_true", help="a seconds-long run")
     a = p.parse_args(argv)
+    # gbxcule.rl.adapters.puffer raises with the install route if pufferlib is missing (one line here, not a
+    # traceback), and imports pufferlib.vector from a scratch directory (importing pufferlib links `resources`
+    # into the working directory).
+    try:
+        from gbxcule.rl.adapters.puffer import GbxculePufferEnv, pufferlib
+    except GbxculeError as exc:
+        raise SystemExit(f"pufferlib_train.py: {exc}") from None
     cuda = a.device.startswith("cuda")
     if a.smoke:
         a.num_envs, a.num_steps, a.total_steps, a.max_steps = a.num_envs or 4, 8, 64, a.max_steps or 8

@@ -8,7 +8,8 @@ on 2 cores (enough to see it train, not to learn the task; give --total-steps fo
 
 Swapping PyBoy for gbxcule is the `GbxculeVecEnv(...)` line (instead of SubprocVecEnv over PyBoy envs).
 Observations are scaled to 0..255 (scale=True, the default) because CnnPolicy divides images by 255.
-Prints the success rate (the task's RAM goal reached) of the episodes finished during training.
+Prints the success rate (the task's RAM goal reached) of the episodes finished during training. Needs the sb3 extra
+(`pip install -e '.[rl,sb3]'`); without it, one line says so.
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ from __future__ import annotations
 import argparse
 
 import torch
-from stable_baselines3 import PPO
 
-from gbxcule.rl.adapters.sb3 import GbxculeVecEnv
+from gbxcule.core.errors import GbxculeError
 
 
 def main(argv=None) -> float:
@@ -31,6 +31,13 @@ def main(argv=None) -> float:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--smoke", action="store_true", help="a seconds-long run")
     a = p.parse_args(argv)
+    try:  # the optional extra: one line that names it, not a traceback
+        from stable_baselines3 import PPO
+
+        from gbxcule.rl.adapters.sb3 import GbxculeVecEnv
+    except (GbxculeError, ImportError) as exc:
+        hint = exc if isinstance(exc, GbxculeError) else "needs stable-baselines3: pip install -e '.[rl,sb3]'"
+        raise SystemExit(f"sb3_ppo.py: {hint}") from None
     cuda = a.device.startswith("cuda")
     n_steps = 8 if a.smoke else 64
     if a.smoke:

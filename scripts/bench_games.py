@@ -43,7 +43,7 @@ from gbxcule.backends.warp_vec import DEFAULT_SORT_KEY, MAX_ENVS, MAX_SORT_PARTS
 from gbxcule.core.action_codec import CODECS, get_codec
 from gbxcule.core.cartridge import load_rom
 from gbxcule.core.errors import GbxculeError
-from gbxcule.core.outputs import write_output
+from gbxcule.core.outputs import check_output, write_output
 from gbxcule.core.schedule import ActionSchedule
 from gbxcule.harness.bench import environment, measure
 
@@ -122,6 +122,11 @@ def main() -> int:
                          "set), which must share their settings and source tree")
     ap.add_argument("--out", default="bench_out/games.json")
     args = ap.parse_args()
+    try:  # never over an input: the manifest, the artifacts merged, the ROMs and states folders' files
+        check_output(args.out, [args.manifest, *(args.merge or [])])
+    except GbxculeError as exc:
+        sys.stderr.write(f"bench_games: {exc}\n")
+        return 2
     if args.merge:
         try:
             rows, failed, meta = merge_parts([Path(p) for p in args.merge])

@@ -17,6 +17,9 @@ import sys
 import time
 from pathlib import Path
 
+from gbxcule.core.errors import GbxculeError
+from gbxcule.core.outputs import check_output, write_output
+
 # name: (model, cuDNN benchmark, channels-last)
 VARIANTS = {"nature": ("nature", False, False), "nature_cudnn_benchmark": ("nature", True, False),
             "nature_channels_last": ("nature", True, True), "small": ("small", False, False)}
@@ -35,6 +38,11 @@ def main() -> int:
     ap.add_argument("--no-profile", action="store_true", help="skip the kernel profile")
     ap.add_argument("--out", default="bench_out/learner.json")
     args = ap.parse_args()
+    try:
+        check_output(args.out)
+    except GbxculeError as exc:
+        sys.stderr.write(f"bench_learner: {exc}\n")
+        return 2
 
     import torch
 
@@ -130,12 +138,10 @@ def main() -> int:
           f"{n:,} envs; {t_len}-step windows in {m} minibatches, {amp})")
     for name, r in rows.items():
         print(f"{name:24s} {r['acting_ms']:10.2f} {r['training_ms']:12.2f} {r['acting_ms'] + r['training_ms']:11.2f}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     data = {"envs": n, "window": t_len, "minibatches": m, "amp": amp, "device": dev, "rows": rows,
             "profile": profile, "environment": environment(),
             "command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])}
-    out.write_text(json.dumps(data, indent=1) + "\n")
+    out = write_output(args.out, json.dumps(data, indent=1) + "\n", ())
     print(f"wrote {out}")
     return 0
 

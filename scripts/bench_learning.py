@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from gbxcule.core.errors import GbxculeError
+from gbxcule.core.outputs import check_output_dir, write_output
 from gbxcule.harness.bench import child_gpus
 
 
@@ -123,6 +125,11 @@ def main() -> int:
     ap.add_argument("--out", default="bench_out/learning")
     ap.add_argument("--summarize-only", action="store_true", help="read the run folders under --out, run nothing")
     args = ap.parse_args()
+    try:  # each setup's runs are folders under --out: a run's own folder (or an entry of one) cannot hold them
+        check_output_dir(args.out)
+    except GbxculeError as exc:
+        sys.stderr.write(f"bench_learning: {exc}\n")
+        return 2
     args.gpus = gpu_count() if args.gpus is None else args.gpus
     per_job = {k: int(v) for k, v in (x.split("=", 1) for x in args.gpus_per_job)}
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -143,7 +150,7 @@ def main() -> int:
 
     data = {"target": args.target, "eval_every": args.eval_every, "episodes": args.episodes,
             "time_limit_s": args.time_limit, "gpus": args.gpus, "results": results, "environment": environment()}
-    (out / "learning.json").write_text(json.dumps(data, indent=1))
+    write_output(out / "learning.json", json.dumps(data, indent=1), ())
     try:
         from gbxcule.rl.plot import plot_runs
 

@@ -24,7 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gbxcule.core.outputs import write_output
+from gbxcule.core.errors import GbxculeError
+from gbxcule.core.outputs import check_output, write_output
 from gbxcule.harness.bench import environment
 
 DEFAULT_VARIANTS = [("bf16", "--amp bf16"), ("fp32", "--amp off"), ("bf16+compile", "--amp bf16 --compile")]
@@ -97,6 +98,11 @@ def main() -> int:
     ap.add_argument("--no-raw", action="store_true", help="skip the raw full_step measurement")
     ap.add_argument("--out", default="bench_out/train_speed.json")
     args = ap.parse_args()
+    try:
+        check_output(args.out, [args.config])
+    except GbxculeError as exc:
+        sys.stderr.write(f"bench_train: {exc}\n")
+        return 2
     if args.skip < 0 or args.seconds <= 0 or args.num_envs < 1:
         sys.stderr.write("bench_train: --skip >= 0, --seconds > 0 and --num-envs >= 1\n")
         return 2
@@ -106,7 +112,7 @@ def main() -> int:
     raw = {} if args.no_raw else raw_sps(args)
     data = {"task": args.task, "config": args.config, "num_envs": args.num_envs, "device": args.device,
             "seconds": args.seconds, "skip": args.skip, "variants": rows, "raw": raw, "environment": environment()}
-    out = write_output(Path(args.out), json.dumps(data, indent=1))
+    out = write_output(Path(args.out), json.dumps(data, indent=1), [args.config])
     print(f"{'variant':16s} {'updates':>7s} {'train sps':>10s} {'env sps':>9s}" + "".join(f" {'/ raw ' + k:>14s}"
                                                                                      for k in raw) + "  time split")
     for r in rows:

@@ -123,11 +123,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per download (default 60)")
     args = ap.parse_args(argv)
 
+    from gbxcule.core.errors import GbxculeError
+    from gbxcule.core.outputs import check_output_dir
+
     try:
+        check_output_dir(args.out, [args.manifest, args.src])
         games = read_games(args.manifest, args.only or "")
         by_sha = index_dir(args.src) if args.src else {}
         args.out.mkdir(parents=True, exist_ok=True)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, GbxculeError) as e:
         print(f"fetch_games: {e}", file=sys.stderr)
         return 2
 

@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from gbxcule.core.errors import GbxculeError
+from gbxcule.core.outputs import check_output_dir, write_output
 from gbxcule.harness.bench import child_gpus, inherited_gpus
 
 LINE = re.compile(r"^(?:\[(\d+)\]\s*)?([A-Za-z0-9_.-]+):\s*(.+)$")
@@ -113,14 +115,16 @@ def main() -> int:
     args = ap.parse_args()
     try:
         jobs = parse(Path(args.jobs).read_text())
-    except (OSError, ValueError) as exc:
+        check_output_dir(args.out, [args.jobs])
+    except (OSError, ValueError, GbxculeError) as exc:
         print(f"gpu_jobs: {getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
         return 2
     gpus = gpu_count() if args.gpus is None else args.gpus
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     done = run(jobs, out, gpus)
-    (out / "jobs.json").write_text(json.dumps([{k: v for k, v in j.items() if k != "t0"} for j in done], indent=1))
+    write_output(out / "jobs.json", json.dumps([{k: v for k, v in j.items() if k != "t0"} for j in done], indent=1),
+                 [args.jobs])
     print(f"\n{'job':28s} {'GPUs':>6s} {'rc':>4s} {'seconds':>8s}")
     for j in done:
         ids = ",".join(map(str, j["gpu_ids"])) or "cpu"

@@ -86,6 +86,15 @@ def main() -> int:
     p.add_argument("--top", type=int, default=40)
     p.add_argument("--json")
     args = p.parse_args()
+    from gbxcule.core.errors import GbxculeError
+    from gbxcule.core.outputs import check_output, write_output
+
+    try:
+        if args.json:
+            check_output(args.json, [args.sass_csv, args.lines_txt])
+    except GbxculeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:
         sass = read_sass(args.sass_csv)
         lines = parse_lines(Path(args.lines_txt).read_text(), args.py)
@@ -133,7 +142,7 @@ def main() -> int:
 
     out = {"functions": table("function (by stall samples)", by_func), "lines": table("line", by_line)}
     if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1))
+        write_output(args.json, json.dumps(out, indent=1), [args.sass_csv, args.lines_txt])
     return 0
 
 

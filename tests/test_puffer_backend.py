@@ -63,7 +63,12 @@ def joy_rom() -> Rom:
 @pytest.fixture
 def puffer(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # importing pufferlib symlinks `resources` into the working directory
-    pytest.importorskip("pufferlib.vector")
+    from gbxcule.backends.pyboy_puffer_vec import import_pufferlib_vector
+
+    try:  # as gbxcule imports it (a bare `import pufferlib.vector` fails for want of gym, which is not installed)
+        import_pufferlib_vector()
+    except GbxculeError as exc:
+        pytest.skip(str(exc))
 
 
 def window(backend, n):
@@ -160,3 +165,25 @@ def test_without_pufferlib_one_clear_error(monkeypatch, capsys, tmp_path):
     assert main(["bench", "--rom", str(rom), "--backends", "pyboy_puffer_vec", "--envs", "1", "--steps", "1",
                  "--out", str(tmp_path / "b.json")]) == 2
     assert capsys.readouterr().err == f"gbxcule bench: error: {msg}\n"
+
+
+@pytest.mark.parametrize(("vec", "mode"), [("multiprocessing", "sync"), ("multiprocessing", "async"),
+                                           ("serial", "sync")])
+def test_an_illegal_opcode_stops_with_one_line_not_a_hung_worker(puffer, tmp_path, vec, mode):
+    """An env's PyBoy that runs an illegal opcode: the worker hands the hang back as an info and the backend
+    raises it (an exception in PufferLib's worker process ended it, and its parent waited forever)."""
+    from gbxcule.backends.pyboy_single import PyBoyHang
+    from gbxcule.core.cartridge import header_checksum
+
+    src = 'SECTION "e", ROM0[$0100]\n nop\n jp $0150\nSECTION "m", ROM0[$0150]\n ld a, 1\n db $DB\n jr @\n'
+    data = bytearray(assemble(src, header=CartridgeHeader(title="ILL", cartridge_type=0, rom_size=0, ram_size=0)).rom)
+    data[0x14D] = header_checksum(bytes(data))
+    rom = Rom(data=bytes(data), info=parse_header(bytes(data)), path="<illegal>")
+    kw = {"num_workers": 2} if vec == "multiprocessing" else {}
+    backend = make_backend("pyboy_puffer_vec", rom, num_envs=2, vec=vec, mode=mode, **kw)
+    try:
+        with pytest.raises(PyBoyHang, match=r"pyboy_puffer_vec: ran the illegal opcode \$DB at \$0152"):
+            for _ in range(6):  # past PyBoy's boot ROM into the program; async: the hang shows a step later
+                backend.step(np.zeros(2, dtype=np.int32))
+    finally:
+        backend.close()

@@ -60,6 +60,33 @@ def test_search_relations_narrow_over_traces():
     assert rs.search([a], [t], start=np.array([False, True, True, True]))[0].tolist() == [False] * 4
 
 
+def test_rank_puts_the_byte_that_changes_only_at_the_marks_first():
+    """A room change that copies the room into WRAM: hundreds of bytes pass `|!`, but the room's bytes are
+    cleared and then filled (two changes in the asked interval), the animation and the timer change at other
+    steps too, and the byte of the event (the room's number, last in address order) changes once, at the door."""
+    steps, door = 12, 6
+    rec = np.zeros((steps + 1, 400), dtype=np.uint8)
+    rec[door - 1:, :300] = 0xFF  # the old room cleared a step before the new one is drawn
+    rec[door:, :300] = np.arange(300) % 7 + 1
+    rec[door:, 300:350] = 9  # bytes the new room sets ...
+    rec[door + 3, 300:350] = 10  # ... and that blink once in it: two stray changes
+    rec[:, 350:399] = np.arange(steps + 1)[:, None] % 2  # an animation: every step
+    rec[door:, 399] = 1  # the room number
+    trace = rs.Trace("", (0,) * steps, (rs.Mark(2, ""), rs.Mark(door + 1, "!"), rs.Mark(steps, "=")))
+    keep, _ = rs.search([rec], [trace])
+    assert keep.sum() == 351  # the animation fails |= (odd steps apart); everything else passes
+    ranked = rs.rank([rec], [trace], np.flatnonzero(keep))
+    assert [r.index for r in ranked[:1]] == [399] and ranked[0].stray == 0 and ranked[0].why == "only at marks (1x)"
+    assert [r.stray for r in ranked[1:]] == [1] * 300 + [2] * 50 and ranked[1].why == "1 stray change"
+    assert [r.index for r in ranked[1:4]] == [0, 1, 2]  # then by changes (2 each), then address
+    # every trace counts: the room number changes back in a second trace, where only |= is asked: stray there
+    back = rec[::-1].copy()
+    t2 = rs.Trace("", (0,) * steps, (rs.Mark(steps, "="),))
+    r2 = {r.index: r for r in rs.rank([rec, back], [trace, t2], [399, 300])}
+    assert (r2[399].stray, r2[399].changes) == (1, 2) and (r2[300].stray, r2[300].changes) == (5, 6)
+    assert rs.rank([rec], [rs.Trace("", (0,), ())], [0])[0].why == "2 stray changes"  # no mark: every change is stray
+
+
 def test_addresses_runs_and_goal_line():
     assert rs.ADDRESSES[rs.address_index([0xC000, 0xDFFF, 0xFF80, 0xFFFE, 0xE100])].tolist() == [
         0xC000, 0xDFFF, 0xFF80, 0xFFFE, 0xC100]
@@ -118,10 +145,27 @@ def test_cli_ram_prints_candidates_and_a_goal_line(capsys, tmp_path):
     assert rc == 0 and d["candidates"][0]["addr"] == MAP_ID and d["candidates"][0]["at_marks"] == [[0, 1, 2]]
     assert d["goal_ram"] == "goal_ram = [{ addr = 0xC100, value = 0x02 }]" and len(d["narrowing"]) == 3
     assert len(d["candidates"][0]["values"]) == len(parse(MAP_TRACE).actions) + 1
+    assert d["ranked"] and d["candidates"][0]["why"] == "only at marks (2x)"
     # watching a task's goal bytes from its start (the env's start: script, then one NOOP)
     rc = main(["ram", "--task", "leave_house", "--addrs", "task", "--trace", "R4 D6 R N2 |", "--trace", "R4 |"])
     out = capsys.readouterr().out
     assert rc == 0 and "0xC100" in out and "task goal at its marks: holds" in out and "marks: no" in out
+    # ... where the goal line is the task's own (MAP_ID == 1), not random play's value at the last mark (0,
+    # which holds at the start)
+    rc = main(["ram", "--task", "leave_house", "--addrs", "task", "--trace", "?10 |", "--json"])
+    d = json.loads(capsys.readouterr().out)
+    assert rc == 0 and d["candidates"][0]["at_marks"] == [[0]]
+    assert d["goal_ram"] == "goal_ram = [{ addr = 0xC100, value = 0x01 }]"
+    assert d["goal_note"] == "the task's goal; it does not hold at the start"
+    # out of the house and back in: MAP_ID ranks first, but its value at the last mark (0) holds at the start,
+    # so the suggested goal is the first candidate whose value there does not
+    rc = main(["ram", "OVERWORLD", "--trace", "N5 | R4 D6 R N2 |! U N3 |!", "--json"])
+    d = json.loads(capsys.readouterr().out)
+    assert rc == 0 and d["candidates"][0]["addr"] == MAP_ID and d["candidates"][0]["at_marks"] == [[0, 1, 0]]
+    cond = d["goal_ram"].split("addr = ")[1]
+    first = next(c for c in d["candidates"] if c["at_marks"][0][-1] != c["values"][0])
+    assert cond.startswith(f"0x{first['addr']:04X}, value = 0x{first['at_marks'][0][-1]:02X}")
+    assert "the first whose value at trace 1's last mark does not hold at the start" in d["goal_note"]
     bad = [(["ram", "OVERWORLD", "--trace", "N5 R4 |"], "nothing to search"),
            (["ram", "OVERWORLD", "--trace", "N5 |=0x1FF"], "not a byte"),
            (["ram", "OVERWORLD", "--trace", "N5 |+", "--addrs", "0xA000"], "not a WRAM"),

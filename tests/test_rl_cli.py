@@ -61,6 +61,38 @@ def test_goal_capture_show_calibrate(tmp_path, capsys):
     assert rc == 0 and rep["meta"]["task"] == "door" and rep["meta"]["mask_pixels"] == 36 * 80
 
 
+def test_goal_capture_from_a_task_whose_start_is_a_generator(tmp_path, capsys):
+    """docs/new_game.md's pack shape (a script start with a random_actions generator): capture plays the actions
+    from the generator's base, the script's end (deterministic), as from the same start without a generator."""
+    from gbxcule.rl import GoalTemplate
+
+    pack = tmp_path / "pack.toml"
+    pack.write_text('[pack]\nname = "p"\nrom = "OVERWORLD"\n'
+                    '[tasks.gen]\nstart = { script = "N5", generator = "random_actions", count = 8, max_len = 8 }\n'
+                    'goal_ram = [{ addr = 0xC100, value = 1 }]\n'
+                    '[tasks.plain]\nstart = { script = "N5" }\ngoal_ram = [{ addr = 0xC100, value = 1 }]\n')
+    got = {}
+    for name in ("gen", "plain"):
+        rc, out, err = cli(capsys, "goal", "capture", "--task", f"{pack}:{name}", "--actions", "R4 D6 R N2", "--out",
+                           str(tmp_path / f"{name}.npz"), "--json")
+        assert rc == 0, err
+        got[name] = json.loads(out)
+    assert got["gen"]["ram_goal_holds"] is True and got["gen"]["mid_transition"] is False
+    assert got["gen"]["start"] == "p:gen's start (its random_actions generator's extra steps left out)"
+    assert got["plain"]["start"] == "p:plain's start"
+    frames = {name: GoalTemplate.load(tmp_path / f"{name}.npz").frames for name in got}
+    assert np.array_equal(frames["gen"], frames["plain"])
+    # a start of several state files names none to capture from: the error says how to give one
+    states = tmp_path / "states"
+    rc, _, _ = cli(capsys, "play", "OVERWORLD", "--backend", "warp_vec_cpu", "--envs", "2", "--steps", "5",
+                   "--save-state", str(states / "a.gbxs"), "--save-envs", "all")
+    (states / "b.gbxs").write_bytes((states / "a.gbxs").read_bytes())
+    pack.write_text(pack.read_text() + '[tasks.two]\nstart = { states = ["states"] }\n'
+                                       'goal_ram = [{ addr = 0xC100, value = 1 }]\n')
+    one_line_error(capsys, "goal", "capture", "--task", f"{pack}:two", "--actions", "R4", "--out",
+                   str(tmp_path / "two.npz"), needle="give the one to capture from with --start-state FILE")
+
+
 def test_goal_bad_input_is_one_line(tmp_path, capsys):
     tpl = tmp_path / "x.npz"
     tpl.write_bytes(b"PK\x03\x04 truncated")

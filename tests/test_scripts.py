@@ -5,6 +5,7 @@ subcommands. Nothing here compiles a kernel: a removed function or a broken impo
 import argparse
 import ast
 import importlib
+import importlib.util
 import os
 import re
 import subprocess
@@ -18,7 +19,6 @@ from gbxcule.core.errors import GbxculeError
 
 ROOT = Path(__file__).resolve().parent.parent
 PY_SCRIPTS = sorted(p.relative_to(ROOT).as_posix() for p in [*ROOT.glob("scripts/*.py"), *ROOT.glob("examples/*.py")])
-OPTIONAL = {"examples/pufferlib_train.py": "pufferlib", "examples/sb3_ppo.py": "stable_baselines3"}
 
 
 def run(args, timeout=120):
@@ -34,9 +34,7 @@ def test_the_scripts_readme_lists_exist_and_are_covered():
 
 
 @pytest.mark.parametrize("script", PY_SCRIPTS)
-def test_script_starts(script):
-    if script in OPTIONAL:
-        pytest.importorskip(OPTIONAL[script])
+def test_script_starts(script):  # the examples too without their optional extras (they import them in main)
     r = run([sys.executable, script, "--help"])
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.lstrip().startswith("usage:"), r.stdout[:300]
@@ -201,3 +199,65 @@ def test_bench_archive_cost_variants_and_backend_options(capsys):
         with mock.patch.object(sys, "argv", ["bench_archive.py", *argv, "--device", "cpu"]):
             assert mod.main() == 2
         assert capsys.readouterr().err.startswith("error: ")
+
+
+@pytest.mark.parametrize("example,blocked,needle", [
+    ("examples/sb3_ppo.py", "stable_baselines3", "pip install -e '.[rl,sb3]'"),
+    ("examples/pufferlib_train.py", "pufferlib", "bash scripts/install_pufferlib.sh"),
+])
+def test_an_example_without_its_extra_says_which_in_one_line(example, blocked, needle):
+    """The README's venv has the rl extra only: an example that needs another says how to install it, in one
+    line (it was a bare traceback)."""
+    code = (f"import runpy, sys; sys.modules[{blocked!r}] = None; sys.argv = [{example!r}, '--smoke']; "
+            f"runpy.run_path({example!r}, run_name='__main__')")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.returncode == 1 and len(lines) == 1 and needle in lines[0], r.stderr
+
+
+FAKE_PUFFERLIB = {  # PufferLib 3.0's import shape: pufferlib.spaces imports gym only to name its space classes
+    "pufferlib/__init__.py": "__version__ = '3.0'\n",
+    "pufferlib/spaces.py": "import gym\nimport gymnasium\nBox = (gym.spaces.Box, gymnasium.spaces.Box)\n",
+    "pufferlib/vector.py": "import pufferlib.spaces\n",
+}
+
+
+def test_check_pufferlib_imports_it_as_gbxcule_does_and_says_so_in_one_line(tmp_path):
+    """install_pufferlib.sh's last step: a bare `import pufferlib.vector` fails with "No module named 'gym'" after a
+    good install (gbxcule never installs gym); the check imports it as gbxcule does, with gym's stand-in."""
+    for name, text in FAKE_PUFFERLIB.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{tmp_path}"}
+    if importlib.util.find_spec("gym") is None:
+        bare = subprocess.run([sys.executable, "-c", "import pufferlib.vector"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert bare.returncode == 1 and "No module named 'gym'" in bare.stderr
+    r = subprocess.run([sys.executable, "scripts/check_pufferlib.py", "--where", "v"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("pufferlib 3.0 ok in v") and not r.stderr, r.stdout + r.stderr
+    (tmp_path / "pufferlib" / "vector.py").write_text("import pufferlib.missing_part\n")  # a broken install
+    r = subprocess.run([sys.executable, "scripts/check_pufferlib.py"], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=60)
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.returncode == 1 and len(lines) == 1 and "No module named 'pufferlib.missing_part'" in lines[0], r.stderr
+
+
+def test_install_pufferlib_fails_in_one_line_naming_its_log(tmp_path):
+    """A pip step that fails: one line (the step and the log with pip's output), exit 1, the build's .pth gone."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    fake = venv / "bin" / "python"  # its site-packages are in tmp_path; pip fails
+    fake.write_text(f'#!/bin/sh\ncase "$*" in\n  *sysconfig*) echo {tmp_path / "site"} ;;\n'
+                    f'  "-m pip"*) echo "pip: no network" >&2; exit 1 ;;\n  *) exec {sys.executable} "$@" ;;\nesac\n')
+    fake.chmod(0o755)
+    r = subprocess.run(["bash", "scripts/install_pufferlib.sh"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "GBXCULE_VENV": str(venv)})
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.returncode == 1 and len(lines) == 1, r.stderr
+    assert lines[0].startswith("error: installing pufferlib's run-time dependencies failed (its output: ")
+    log = Path(lines[0].rsplit("its output: ", 1)[1].rstrip(")"))
+    assert "pip: no network" in log.read_text()
+    log.unlink()
+    assert not (tmp_path / "site").exists()

@@ -236,6 +236,40 @@ def test_plot_draws_success_by_start_slot_when_the_log_has_it(tmp_path):
     assert written[-1].stat().st_size > 1000
 
 
+def test_plots_heat_maps_have_axes_a_colour_bar_and_a_readable_size(tmp_path):
+    """The exploration heat maps of `gbxcule plot` were TensorBoard's picture (8 pixels a cell: 80x64 for a
+    10x8 area) with no axes or legend: now a figure per map with x/y axes per area and a colour bar; TensorBoard
+    keeps its small picture."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from PIL import Image
+
+    from gbxcule.rl import explore
+    from gbxcule.rl.plot import HEAT_MAPS, heat_map, plot_runs
+
+    cells = [(0, x, y) for x in range(10) for y in range(8) if (x + y) % 3] + [(1, 2, 5), (1, 3, 5)]
+    snap = {"screens": np.zeros((2, 144, 160), np.uint8), "ram_cells": np.array(1),
+            "keys": np.array([a | x << 8 | y << 16 for a, x, y in cells]), "visits": np.arange(1, len(cells) + 1) * 7,
+            "steps": np.arange(len(cells)), "chosen": np.zeros(len(cells)), "frontier": np.zeros((0, 144, 160))}
+    (tmp_path / "archive.npz").write_bytes(explore.to_bytes(snap))
+    row = {"update": 1, "env_steps": 8, "archive/cells": len(cells)}
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(row) + "\n")
+    tb = explore.images(snap)["explore/visits"]
+    assert tb.shape == (64, 10 * 8 + 4 + 4 * 8, 3)  # TensorBoard's: 8 pixels a cell, the areas side by side
+    written = {p.name: p for p in plot_runs([tmp_path])}
+    for name in ("explore_visits.png", "explore_depth.png"):
+        w, h = Image.open(written[name]).size
+        assert w >= 600 and h >= 300, (name, w, h)
+    _, title, label, log = HEAT_MAPS["explore/visits"]
+    fig = heat_map(explore.area_grids(snap, "visits"), title, label, log)
+    panels = [ax for ax in fig.axes if ax.get_title().startswith("area")]
+    assert [ax.get_title() for ax in panels] == ["area 0", "area 1"]
+    assert all(ax.get_xlabel() == "x" and ax.get_ylabel() == "y" for ax in panels)
+    bars = [ax for ax in fig.axes if ax not in panels]
+    assert len(bars) == 1 and bars[0].get_ylabel() == "visits (log scale)"
+    plt.close(fig)
+
+
 def test_the_eval_beside_training_plays_the_waiting_evals_episodes_on_its_snapshot(tmp_path):
     from gbxcule.rl.algos import get
     from gbxcule.rl.evaluate import BackgroundEval, evaluate_model, make_eval_env

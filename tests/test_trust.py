@@ -363,6 +363,51 @@ def test_pyboy_single_play_stops_on_an_illegal_opcode_with_one_line(tmp_path):
     assert "env 0 ran the illegal opcode $D3 at $0154" in err[0] and "never returns" in err[0]
 
 
+@pytest.mark.parametrize("cmd", [
+    ("verify", "--rom", "{rom}", "--steps", "20", "--frames-per-step", "24"),
+    ("screenshot", "{rom}", "--backend", "pyboy_single", "--frames", "600", "--out", "{tmp}/s.png"),
+    ("testrom", "{rom}", "--backend", "pyboy_single", "--frames", "600"),
+    ("play", "{rom}", "--backend", "pyboy_vec_mp", "--envs", "2", "--steps", "3"),
+    ("bench", "--rom", "{rom}", "--backends", "pyboy_single", "--envs", "1", "--steps", "6", "--warmup", "0",
+     "--out", "{tmp}/b.json"),
+], ids=lambda c: c[0] + (f" {c[3]}" if c[0] == "play" else ""))
+def test_every_pyboy_path_stops_on_an_illegal_opcode_with_one_line(tmp_path, cmd):
+    """verify's reference, screenshot and testrom on PyBoy hung for good (killed at 300 s); every path that ticks
+    PyBoy now goes through the one watch (`pyboy_single.step_games`)."""
+    rom = illegal_rom(tmp_path, 0xD3)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    args = [a.format(rom=rom, tmp=tmp_path) for a in cmd]
+    r = subprocess.run([sys.executable, "-m", "gbxcule", *args], capture_output=True, text=True, timeout=150, env=env)
+    err = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.returncode == 2 and len(err) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "ran the illegal opcode $D3 at $0154" in err[0] and "never returns" in err[0], err[0]
+    assert not (tmp_path / "s.png").exists()
+
+
+def test_the_puffer_baselines_env_reports_an_illegal_opcode_instead_of_ending_its_worker(tmp_path):
+    """PufferLib's worker process dies on an exception and its parent then waits forever: the env hands the
+    hang back as an info, and the backend raises it (`raise_hang`)."""
+    from gbxcule.backends.pyboy_puffer_vec import HANG_INFO, PyBoyGymEnv, raise_hang
+    from gbxcule.backends.pyboy_single import PyBoyHang
+    from gbxcule.core.action_codec import get_codec
+    from gbxcule.core.cartridge import load_rom
+    from gbxcule.core.schedule import ActionSchedule
+
+    env = PyBoyGymEnv(load_rom(illegal_rom(tmp_path, 0xDB)), get_codec("dmg_buttons_v0"), ActionSchedule(24, 8),
+                      (0xC000, 0xC010))
+    env.reset()
+    infos = []
+    for _ in range(4):  # past PyBoy's boot ROM into the program
+        infos.append(env.step(0)[4])
+        if infos[-1]:
+            break
+    assert HANG_INFO in infos[-1] and "ran the illegal opcode $DB at $0154" in infos[-1][HANG_INFO]
+    assert env.step(0)[4][HANG_INFO].endswith("stuck on an illegal opcode; it cannot step")  # and again, not a crash
+    with pytest.raises(PyBoyHang, match=r"illegal opcode \$DB"):
+        raise_hang([[{}], [infos[-1]]])
+    raise_hang([{}, []])  # no hang: nothing raised
+
+
 def test_pyboy_vec_mp_stops_on_an_illegal_opcode(tmp_path):
     from gbxcule.backends import make_backend
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from gbxcule.backends.base import CpuState, check_actions, check_env
-from gbxcule.backends.pyboy_single import PyBoyGame
+from gbxcule.backends.pyboy_single import PyBoyGame, PyBoyHang
 from gbxcule.core.action_codec import DEFAULT_CODEC, ActionCodec, get_codec
 from gbxcule.core.cartridge import Rom, load_rom
 from gbxcule.core.errors import GbxculeError
@@ -34,6 +34,7 @@ MODES = ("sync", "async")
 VECS = ("multiprocessing", "serial")
 DEFAULT_OBS_WINDOW = (0xC000, 0xC010)
 INSTALL_HINT = "pyboy_puffer_vec needs pufferlib: see docs/baselines.md (scripts/install_pufferlib.sh)"
+HANG_INFO = "gbxcule_pyboy_hang"  # the info key of an env whose PyBoy ran an illegal opcode (PyBoyGymEnv.step)
 
 
 class NoIntrospection(GbxculeError, NotImplementedError):
@@ -66,8 +67,8 @@ def _gym_names_from_gymnasium():
             del sys.modules["gym"]
 
 
-def import_pufferlib_vector():
-    """Import `pufferlib.vector`, or raise one clear GbxculeError.
+def import_pufferlib_vector(hint: str = INSTALL_HINT):
+    """Import `pufferlib.vector`, or raise one clear GbxculeError (`hint`: what needs it, and how to install it).
 
     From a scratch directory: importing pufferlib symlinks `resources` into the working directory. With no gym
     installed, pufferlib's `import gym` gets a stand-in (`_gym_names_from_gymnasium`); a real gym's
@@ -79,7 +80,7 @@ def import_pufferlib_vector():
     except ImportError as exc:
         missing = (exc.name or "").split(".")[0] == "pufferlib"
         detail = "" if missing else f" (importing it failed: {exc})"
-        raise GbxculeError(INSTALL_HINT + detail) from exc
+        raise GbxculeError(hint + detail) from exc
     return pufferlib.vector
 
 
@@ -113,13 +114,31 @@ class PyBoyGymEnv:
         return self._obs(), []
 
     def step(self, action):
-        self.game.step(int(action))
+        """A step watched for illegal opcodes (`PyBoyGame.step`). A hang is handed back as the info
+        `{HANG_INFO: message}`, not raised: an exception would end PufferLib's worker process, and its parent
+        would then wait for the worker forever."""
+        try:
+            self.game.step(int(action), name="pyboy_puffer_vec")
+        except PyBoyHang as exc:
+            return self._obs(), 0.0, False, False, {HANG_INFO: str(exc)}
         return self._obs(), 0.0, False, False, {}
 
     def close(self) -> None:
         if self.game is not None:
             self.game.close()
             self.game = None
+
+
+def raise_hang(infos) -> None:
+    """Raise the PyBoyHang an env reported in PufferLib's infos (a list of info dicts, maybe nested), if any."""
+    stack = [infos]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if HANG_INFO in item:
+                raise PyBoyHang(str(item[HANG_INFO]))
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
 
 
 def make_puffer_env(rom: Rom, codec: ActionCodec, schedule: ActionSchedule, obs_window: tuple[int, int],
@@ -187,8 +206,10 @@ class PyBoyPufferVecBackend:
     def _collect(self) -> None:
         """Wait for the step in flight (async mode) and keep its observations."""
         if self._in_flight:
-            self._obs = self._vecenv.recv()[0]
+            got = self._vecenv.recv()
             self._in_flight = False
+            self._obs = got[0]
+            raise_hang(got[4])
 
     def reset(self, seed: int | None = None) -> None:
         self._collect()
@@ -197,7 +218,9 @@ class PyBoyPufferVecBackend:
     def step(self, actions) -> None:
         acts = check_actions(self, actions).astype(np.int32)
         if self.mode == "sync":
-            self._obs = self._vecenv.step(acts)[0]
+            got = self._vecenv.step(acts)
+            self._obs = got[0]
+            raise_hang(got[4])
             return
         self._collect()
         self._vecenv.send(acts)

@@ -6,8 +6,10 @@ input at the start of its next frame). It is the one place gbxcule drives PyBoy;
 same class in worker processes.
 
 PyBoy 2.8 runs an illegal opcode ($D3, $DB, ...) as a zero-cycle no-op that never advances PC: `tick` never
-returns. Both PyBoy backends therefore step their games through `run_watched`, which raises `PyBoyHang` (one
-line: the env, the opcode and its address) instead of hanging the caller (docs/hardware.md).
+returns. A `PyBoyGame` therefore only ever ticks under `run_watched` (`PyBoyGame.step` for one game,
+`step_games` for several under one watch), which raises `PyBoyHang` (one line: the env, the opcode and its
+address) instead of hanging the caller: every path that runs PyBoy (the PyBoy backends, verify's reference,
+screenshot, testrom) goes through it (docs/hardware.md).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import queue
 import threading
 from collections.abc import Callable, Sequence
 from functools import cache
@@ -71,37 +74,77 @@ class PyBoyHang(GbxculeError):
     """A PyBoy CPU sits on an illegal opcode: PyBoy would never return from `tick`."""
 
 
-def run_watched(work: Callable[[], None], games: Sequence[PyBoyGame], first_env: int = 0, name: str = "pyboy") -> None:
-    """Run `work` (which steps `games`, setting `game.busy` on the one it ticks) in a daemon thread of its own and
-    wait for it. Still running after `HANG_CHECK_S` with the busy game's CPU on the same illegal opcode at two
-    checks: raise PyBoyHang and mark the game `stuck` (its thread is left spinning inside PyBoy, which nothing
-    can stop; the game refuses further use and is not closed)."""
-    failure: list[BaseException] = []
+class _StepThread:
+    """A daemon thread that runs the work it is handed, one item after another: each calling thread keeps one for
+    all its steps (starting a thread per step cost about 0.2 ms of a 1-frame step, a hand-over costs 0.03 ms)."""
 
-    def target() -> None:
-        try:
-            work()
-        except BaseException as exc:  # handed to the caller's thread
-            failure.append(exc)
+    def __init__(self, name: str):
+        self.pid = os.getpid()  # a forked child has the object but not the thread: it makes its own
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._loop, daemon=True, name=name).start()
 
-    thread = threading.Thread(target=target, daemon=True, name=f"{name}-step")
-    thread.start()
-    thread.join(HANG_CHECK_S)
+    def _loop(self) -> None:
+        while True:
+            work, done, failure = self.jobs.get()
+            try:
+                work()
+            except BaseException as exc:  # handed to the caller's thread
+                failure.append(exc)
+            finally:
+                done.set()
+
+
+_step_threads = threading.local()
+
+
+def run_watched(work: Callable[[], None], games: Sequence[PyBoyGame], first_env: int | None = 0,
+                name: str = "pyboy") -> None:
+    """Run `work` (which steps `games`, setting `game.busy` on the one it ticks) in the calling thread's step
+    thread (`_StepThread`) and wait for it. Still running after `HANG_CHECK_S` with the busy game's CPU on the
+    same illegal opcode at two checks: raise PyBoyHang and mark the game `stuck` (the step thread is left
+    spinning inside PyBoy, which nothing can stop, and a new one takes later steps; the game refuses further use
+    and is not closed). `first_env`: the env number of `games[0]` in the message (None: the message names no
+    env)."""
+    runner = getattr(_step_threads, "runner", None)
+    if runner is None or runner.pid != os.getpid():
+        runner = _step_threads.runner = _StepThread(f"{name}-step")
+    done, failure = threading.Event(), []
+    runner.jobs.put((work, done, failure))
+    done.wait(HANG_CHECK_S)
     seen = None
-    while thread.is_alive():
+    while not done.is_set():
         busy = [i for i, g in enumerate(games) if g.busy]
         now = [(i, games[i].illegal_opcode_at_pc()) for i in busy]
         now = [(i, hit) for i, hit in now if hit is not None]
         if now and now == seen:
             i, (pc, op) = now[0]
             games[i].stuck = True
-            raise PyBoyHang(f"{name}: env {first_env + i} ran the illegal opcode ${op:02X} at ${pc:04X}, which PyBoy "
-                            f"never returns from (gbxcule's kernels lock the CPU there, as the hardware does; "
-                            f"docs/hardware.md)")
+            _step_threads.runner = None  # spinning for good: later steps get a thread of their own
+            who = "" if first_env is None else f"env {first_env + i} "
+            raise PyBoyHang(f"{name}: {who}ran the illegal opcode ${op:02X} at ${pc:04X}, which PyBoy never returns "
+                            f"from (gbxcule's kernels lock the CPU there, as the hardware does; docs/hardware.md)")
         seen = now
-        thread.join(0.25)
+        done.wait(0.25)
     if failure:
         raise failure[0]
+
+
+def step_games(games: Sequence[PyBoyGame], actions, render: bool = False, first_env: int | None = 0,
+               name: str = "pyboy") -> None:
+    """One step of each game with its action, all under one `run_watched` (one thread for the batch)."""
+    for g in games:
+        if g.stuck:
+            raise PyBoyHang(f"{name}: this PyBoy is stuck on an illegal opcode; it cannot step")
+
+    def work() -> None:
+        for g, a in zip(games, actions, strict=True):
+            g.busy = True
+            try:
+                g._step(int(a), render)
+            finally:
+                g.busy = False
+
+    run_watched(work, games, first_env, name)
 
 
 class PyBoyGame:
@@ -148,19 +191,14 @@ class PyBoyGame:
         self.pyboy.save_state(buf)
         return buf.getvalue()
 
-    def step(self, action: int, render: bool = False) -> None:
-        """One step of the schedule; with `render`, PyBoy draws every frame (`tick(1, True)` each): its
-        window line counter only advances on drawn frames, so drawing only the last one can be stale. Call it
-        through `run_watched` (an illegal opcode would never return)."""
-        if self.stuck:
-            raise PyBoyHang("this PyBoy is stuck on an illegal opcode; it cannot step")
-        self.busy = True
-        try:
-            self._step(action, render)
-        finally:
-            self.busy = False
+    def step(self, action: int, render: bool = False, name: str = "pyboy") -> None:
+        """One step of the schedule, watched (`step_games`); with `render`, PyBoy draws every frame
+        (`tick(1, True)` each): its window line counter only advances on drawn frames, so drawing only the last
+        one can be stale."""
+        step_games([self], [action], render, None, name)
 
     def _step(self, action: int, render: bool) -> None:
+        """The step itself: only `step_games` calls it, inside its watch (an illegal opcode never returns)."""
         buttons = self.codec.pyboy_buttons(action)
         for frames, held in self.schedule.segments():
             for name in buttons:
@@ -219,13 +257,7 @@ class PyBoySingleBackend:
             g.load_state(data)
 
     def step(self, actions) -> None:
-        acts = check_actions(self, actions)
-
-        def work() -> None:
-            for g, a in zip(self.games, acts, strict=True):
-                g.step(int(a))
-
-        run_watched(work, self.games, name=self.name)
+        step_games(self.games, check_actions(self, actions), name=self.name)
 
     def get_cpu_state(self, env: int) -> CpuState:
         return self.games[check_env(self, env)].cpu_state()

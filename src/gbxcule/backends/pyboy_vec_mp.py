@@ -13,7 +13,7 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 from gbxcule.backends.base import CpuState, check_actions, check_env
-from gbxcule.backends.pyboy_single import PyBoyGame, pyboy_states, run_watched
+from gbxcule.backends.pyboy_single import PyBoyGame, pyboy_states, step_games
 from gbxcule.core.action_codec import DEFAULT_CODEC, ActionCodec, get_codec
 from gbxcule.core.cartridge import Rom, load_rom
 from gbxcule.core.errors import GbxculeError
@@ -27,11 +27,7 @@ def _worker(conn: Connection, rom: Rom, codec_name: str, schedule: ActionSchedul
         cmd, arg = conn.recv()
         try:
             if cmd == "step":
-                def work(acts=arg) -> None:
-                    for g, a in zip(games, acts, strict=True):
-                        g.step(int(a))
-
-                run_watched(work, games, first, "pyboy_vec_mp")
+                step_games(games, arg, first_env=first, name="pyboy_vec_mp")
                 out = None
             elif cmd == "reset":
                 for g in games:

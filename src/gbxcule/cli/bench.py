@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from gbxcule.backends import BACKENDS
 from gbxcule.backends.warp_vec import DEFAULT_SORT_KEY, SORT_KEYS, parse_sort_parts
@@ -106,8 +107,9 @@ def run(args) -> int:
         raise GbxculeError(f"--warmup must be >= 0, got {args.warmup}")
     schedule = checks.schedule(args.frames_per_step, args.release_after_frames)
     inputs = (checks.rom_path(args.rom), args.state)
-    out = checks.check_not_input(args.out, inputs)
-    plot = checks.check_not_input(out.with_suffix(".png"), inputs)
+    out = Path(args.out)
+    plot = out.with_suffix(".png")  # the scaling plot beside the artifact
+    checks.check_outputs([out, plot], inputs)
     rom = checks.rom_file(args.rom, "bench")
     for b in backends:  # the largest env count of each backend (of each process) must fit before anything runs
         checks.env_memory(b, max(env_counts) // (args.gpus or 1), rom, render=args.stage in ("obs_only", "full_step"),

@@ -60,7 +60,7 @@ def run(args) -> int:
     from gbxcule.harness.bench import environment
     from gbxcule.rl.bench_env import measure_env, table
     from gbxcule.rl.starts import device_names
-    from gbxcule.rl.tasks import load_task
+    from gbxcule.rl.tasks import load_task, task_files
 
     env_counts, ks = _ints(args.envs, "--envs"), _ints(args.stack_k, "--stack-k")
     checks.positive(steps=args.steps)
@@ -76,7 +76,8 @@ def run(args) -> int:
     if task is None and not args.rom:
         raise GbxculeError("--task none needs --rom")
     rom_in = checks.rom_path(args.rom) if args.rom else None
-    out = checks.check_not_input(args.out, (rom_in,))
+    inputs = (rom_in, *task_files(None if args.task == "none" else args.task))
+    out = checks.check_output(args.out, inputs)
     if args.rom:
         rom = checks.rom_file(args.rom, "bench-env")
     else:
@@ -119,7 +120,7 @@ def run(args) -> int:
             "max_mem_delta": args.max_mem_delta, "mem_delta_exceeded": [(r["kind"], r["envs"], r["stack_k"])
                                                                          for r in over],
             "environment": environment(), "results": results, "skipped": skipped}
-    data["artifact"] = str(write_output(out, json.dumps(data, indent=2) + "\n", (rom_in,)))
+    data["artifact"] = str(write_output(out, json.dumps(data, indent=2) + "\n", inputs))
     emit(args, data, lambda d: f"artifact: {d['artifact']}\n" + table(results))
     if over:
         raise GbxculeError(f"{len(over)} measurement(s) grew CUDA memory by more than {args.max_mem_delta} bytes "

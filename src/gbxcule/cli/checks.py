@@ -3,8 +3,8 @@
 A command calls `rom_path`/`rom_file` for its ROM, `positive`/`schedule` for counts and frames,
 `env_memory` for the memory its envs will need (host and device, before anything is allocated),
 `rom_warnings`/`cgb_warning` to say when a ROM file is malformed but runnable or a CGB-only ROM will run
-as a DMG game, and `output`/`write_output` for files it writes (never over one of its inputs;
-core/outputs.py).
+as a DMG game, and `check_outputs`/`check_output_dir` on the files it will write, then `write_output` to write
+them (never over one of its inputs, a run's files or another of its outputs; core/outputs.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,12 @@ from pathlib import Path
 from gbxcule.core.cartridge import CartridgeInfo, Rom, load_rom
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.memory import Need
-from gbxcule.core.outputs import check_not_input, write_output  # noqa: F401  (re-exported for commands)
+from gbxcule.core.outputs import (  # noqa: F401  (re-exported for commands)
+    check_output,
+    check_output_dir,
+    check_outputs,
+    write_output,
+)
 from gbxcule.core.schedule import ActionSchedule
 
 

@@ -32,7 +32,13 @@ def run(args) -> int:
 
     checks.positive(episodes=args.episodes, gif_envs=args.gif_envs)
     if args.gif:
-        checks.check_not_input(args.gif, [args.source])
+        from gbxcule.rl.evaluate import env_input_files, random_gif_path
+        from gbxcule.rl.shell import load_checkpoint
+        from gbxcule.rl.tasks import task_files
+
+        inputs = [args.source, *task_files(args.task),
+                  *env_input_files(load_checkpoint(args.source)["config"].get("env", {}))]
+        checks.check_outputs([args.gif, random_gif_path(args.gif) if args.random else None], inputs)
     rep = evaluate(args.source, args.episodes, args.device, args.task, gif=args.gif, gif_envs=args.gif_envs,
                    seed=args.seed, random_baseline=args.random, rom=args.rom)
 

@@ -133,7 +133,7 @@ def capture_cmd(args) -> int:
 
     _torch()
     from gbxcule.core.action_codec import get_codec
-    from gbxcule.rl.tasks import StartSpec, Task, load_task
+    from gbxcule.rl.tasks import StartSpec, Task, load_task, task_files
     from gbxcule.rl.templates import capture
 
     checks.positive(stack_k=args.stack_k)
@@ -142,9 +142,10 @@ def capture_cmd(args) -> int:
     task = load_task(args.task) if args.task else Task(args.name or "custom", "cli")
     codec = get_codec(task.codec)
     rom_in = checks.rom_path(args.rom) if args.rom else None
-    inputs = (rom_in, args.start_state, args.trace)
-    out = checks.check_not_input(args.out, inputs)
-    png = checks.check_not_input(args.png or out.with_suffix(".png"), (*inputs, out))
+    inputs = (rom_in, args.start_state, args.trace, *task_files(args.task))
+    out = Path(args.out)
+    png = Path(args.png) if args.png else out.with_suffix(".png")
+    checks.check_outputs([out, png], inputs)
     if args.trace:
         try:
             text = Path(args.trace).read_text()
@@ -173,10 +174,10 @@ def capture_cmd(args) -> int:
     after = replay(task, tpl, actions, rom=rom, start_states=start)
     written = write_output(out, tpl.to_bytes(), inputs)
     png_written = write_output(png, lambda p: write_png(report["full_frame"], p), inputs)
-    data = {"template": str(written), "png": str(png_written), "steps": report["steps"],
+    data = {"template": str(written), "png": str(png_written), "steps": report["steps"], "start": report["start"],
             "ram_goal_holds": report["ram_goal_holds"], "mid_transition": after["mid_transition"],
             "settled_distance": after["settled_distance"], "settle_spread": after["spread"], "meta": _meta(tpl)}
-    emit(args, data, lambda d: f"captured {d['template']} after {d['steps']} steps"
+    emit(args, data, lambda d: f"captured {d['template']} after {d['steps']} steps from {d['start']}"
          + ("" if d["ram_goal_holds"] is None else f" (RAM goal {'holds' if d['ram_goal_holds'] else 'does NOT hold'})")
          + f"\nscreen: {d['png']}" + (f"\n{transition_hint(d)}" if d["mid_transition"] else ""))
     return 0
@@ -241,8 +242,10 @@ def show_cmd(args) -> int:
     if args.task and not args.png:
         raise GbxculeError("--task puts the nearest off-goal frames into the PNG: give --png")
     if args.png:
-        inputs = (args.template, checks.rom_path(args.rom) if args.rom else None)
-        png = checks.check_not_input(args.png, inputs)
+        from gbxcule.rl.tasks import task_files
+
+        inputs = (args.template, checks.rom_path(args.rom) if args.rom else None, *task_files(args.task))
+        png = checks.check_output(args.png, inputs)
         panels = goal_panels(tpl)
         if args.task:
             from gbxcule.rl.tasks import load_task
@@ -330,21 +333,23 @@ def calibrate_cmd(args) -> int:
 
     _torch()
     from gbxcule.rl.goals import GoalTemplate
-    from gbxcule.rl.tasks import load_task
+    from gbxcule.rl.tasks import load_task, task_files
     from gbxcule.rl.templates import calibrate
 
     checks.positive(envs=args.envs, steps=args.steps)
     task = load_task(args.task)
     tpl = GoalTemplate.load(args.template)
     rom_in = checks.rom_path(args.rom) if args.rom else None
-    inputs = (args.template, rom_in)
+    starts = parse_start_states(args.start_states)
+    state_file = starts if isinstance(starts, str) and starts != "power_on" else None  # a state file or folder
+    inputs = (args.template, rom_in, state_file, *task_files(args.task))
     stem = Path(args.template).stem
-    plot = checks.check_not_input(args.plot or Path(args.template).with_name(stem + "_calibrate.png"), inputs)
-    near_png = checks.check_not_input(args.nearest_png or Path(args.template).with_name(stem + "_nearest.png"),
-                                      (*inputs, plot))
+    plot = Path(args.plot or Path(args.template).with_name(stem + "_calibrate.png"))
+    near_png = Path(args.nearest_png or Path(args.template).with_name(stem + "_nearest.png"))
+    checks.check_outputs([plot, near_png], inputs)
     rom = checks.rom_file(args.rom, "goal calibrate") if args.rom else None
     r = calibrate(task, tpl, num_envs=args.envs, steps=args.steps, device=args.device, seed=args.seed, rom=rom,
-                  start_states=parse_start_states(args.start_states))
+                  start_states=starts)
     r["at_goal_hist"] = histogram(r.pop("random_at_goal_distances"))
     r["plot"] = str(write_output(plot, lambda p: calibration_plot(r, p), inputs))
     panels = goal_panels(tpl)[:len(tpl.frames)] + nearest_panels(r)

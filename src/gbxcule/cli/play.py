@@ -75,9 +75,7 @@ def run(args) -> int:
         raise GbxculeError("--record-env must be within --envs")
     rom_path = checks.rom_path(args.rom)
     inputs = (rom_path, args.state)
-    for out in (args.record, args.mosaic, args.save_state):
-        if out:
-            checks.check_not_input(out, inputs)
+    checks.check_outputs([args.record, args.mosaic, args.save_state], inputs)
     rom = checks.rom_file(args.rom, "play")
     host = FRAME_BYTES * (args.steps if args.record else 0) + (FRAME_BYTES * 2 if args.mosaic else 0)
     checks.env_memory(args.backend, args.envs, rom, render=bool(args.record or args.mosaic),

@@ -15,9 +15,12 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from gbxcule.cli import checks
     from gbxcule.cli.report import emit
     from gbxcule.rl.plot import plot_runs
 
+    if args.out is not None:
+        checks.check_output_dir(args.out, args.runs)
     written = plot_runs(args.runs, args.out, args.x)
     emit(args, {"written": [str(p) for p in written]}, lambda d: "\n".join(f"wrote {p}" for p in d["written"]))
     return 0

@@ -144,25 +144,61 @@ def run(args) -> int:
         start_mask = np.zeros(len(rs.ADDRESSES), dtype=bool)
         start_mask[rs.address_index(watch)] = True
     keep, left = rs.search(recs, traces, start_mask)
-    idx = np.flatnonzero(keep)
+    ranks = rs.rank(recs, traces, np.flatnonzero(keep))
+    searched = any(m.rel for t in traces for m in t.marks)
+    if not searched:  # only watching: the addresses in order
+        ranks.sort(key=lambda r: r.index)
     goals = _goal_at_marks(task, recs, traces) if task is not None and task.goal_ram else None
-    cands = [{"addr": int(rs.ADDRESSES[i]),
-              "at_marks": [[int(r[m.step, i]) for m in t.marks] for r, t in zip(recs, traces, strict=True)],
-              "values": recs[0][:, i].tolist()} for i in idx[:max(args.max, 1)]]
-    goal = None
-    if cands:
-        first = cands[0]
-        value = first["at_marks"][0][-1] if traces[0].marks else first["values"][-1]
-        goal = rs.goal_line(first["addr"], value, args.op)
+    cands = [{"addr": int(rs.ADDRESSES[r.index]),
+              "at_marks": [[int(rec[m.step, r.index]) for m in t.marks] for rec, t in zip(recs, traces, strict=True)],
+              "values": recs[0][:, r.index].tolist(), "stray_changes": r.stray, "changes": r.changes,
+              "why": r.why if searched else f"{r.changes} change{'s' if r.changes != 1 else ''}"}
+             for r in ranks[:max(args.max, 1)]]
+    if args.addrs == "task":  # the task has its goal: show it, and whether it holds at the start (it must not)
+        assert task is not None
+        goal = rs.goal_ram_line([(c.addr, c.value, c.op, c.mask) for c in task.goal_ram]) if task.goal_ram else None
+        at_start = goals is not None and _holds_at_start(task.goal_ram, recs)
+        goal_note = None if goal is None else ("the task's goal; it HOLDS at the start: an episode would end at once"
+                                               if at_start else "the task's goal; it does not hold at the start")
+    else:
+        goal, goal_note = _suggest_goal(ranks, recs, traces, args.op)
     data = {"rom": str(rom.path), "rom_sha1": rom.info.sha1, "codec": codec.name,
             "frames_per_step": schedule.frames_per_step, "start": start, "device": args.device,
             "addresses": int(len(rs.ADDRESSES) if watch is None else len(watch)),
             "traces": [{"text": t.text, "steps": len(t.actions), "marks": [{"step": m.step, "mark": m.text}
                                                                              for m in t.marks]} for t in traces],
-            "narrowing": left, "candidates_total": int(len(idx)), "candidates": cands, "goal_ram": goal,
-            "task_goal_at_marks": goals}
+            "narrowing": left, "candidates_total": len(ranks), "ranked": searched, "candidates": cands,
+            "goal_ram": goal, "goal_note": goal_note, "task_goal_at_marks": goals}
     emit(args, data, _text)
     return 0
+
+
+def _holds_at_start(conditions, recs) -> bool:
+    """Whether RAM conditions hold at the start of any recording (row 0: every trace starts there)."""
+    from gbxcule.core.ramsearch import address_index
+
+    col = {c.addr: int(address_index([c.addr])[0]) for c in conditions}
+    return any(all(c.holds(lambda a, row=r[0]: int(row[col[a]])) for c in conditions) for r in recs)
+
+
+def _suggest_goal(ranks, recs, traces, op: str) -> tuple[str | None, str | None]:
+    """(goal_ram line, why) from the first ranked candidate whose value at trace 1's last mark (its last step
+    without marks), under `op`, does not already hold at the start: a goal that holds there ends every episode
+    at once. (None, why not) when no candidate qualifies."""
+    from gbxcule.core import ramsearch as rs
+    from gbxcule.rl.goals import RamCondition
+
+    at = traces[0].marks[-1].step if traces[0].marks else len(traces[0].actions)
+    where = "trace 1's last mark" if traces[0].marks else "trace 1's end"
+    for k, r in enumerate(ranks):
+        addr, value = int(rs.ADDRESSES[r.index]), int(recs[0][at, r.index])
+        if not _holds_at_start([RamCondition(addr, value, op=op)], recs):
+            who = "the first candidate" if k == 0 else f"candidate {k + 1}, the first"
+            return rs.goal_line(addr, value, op), f"{who} whose value at {where} does not hold at the start"
+    if not ranks:
+        return None, None
+    return None, (f"no goal_ram: every candidate's value at {where} ({op}) already holds at the start; mark the "
+                  f"goal's moment last")
 
 
 def _goal_at_marks(task, recs, traces) -> list[list[bool]]:
@@ -196,10 +232,18 @@ def _text(d: dict) -> str:
         return "\n".join(lines)
     lines.append(f"{n} candidate{'s' if n != 1 else ''}" + (f" (the first {len(d['candidates'])})"
                                                            if n > len(d["candidates"]) else "") + ":")
-    lines.append(f"  {'address':8s} {'at marks (trace 1)':20s} values after each step of trace 1 (VALUExSTEPS)")
+    if d["ranked"]:
+        lines.append("  ranked: bytes that change only where the marks ask (once each), constant elsewhere, first; "
+                     "then by stray changes (at other steps)")
+    lines.append(f"  {'address':8s} {'at marks (trace 1)':20s} {'changes':18s} values after each step of trace 1 "
+                 f"(VALUExSTEPS)")
     for c in d["candidates"]:
         marks = " ".join(f"{v:02X}" for v in c["at_marks"][0]) or "-"
         hist = runs(c["values"])
-        lines.append(f"  0x{c['addr']:04X}   {marks:20s} {hist if len(hist) <= 90 else hist[:87] + '...'}")
-    lines.append(f"{d['goal_ram']}   # the first candidate's value at trace 1's last mark")
+        hist = hist if len(hist) <= 72 else hist[:69] + "..."
+        lines.append(f"  0x{c['addr']:04X}   {marks:20s} {c['why']:18s} {hist}")
+    if d["goal_ram"]:
+        lines.append(f"{d['goal_ram']}   # {d['goal_note']}")
+    elif d["goal_note"]:
+        lines.append(d["goal_note"])
     return "\n".join(lines)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from gbxcule.roms import get_spec, suite, write_manifest, write_rom
 
 
@@ -24,9 +22,10 @@ def register(sub) -> None:
 
 
 def run_build(args) -> int:
+    from gbxcule.cli import checks
     from gbxcule.cli.report import emit
 
-    out = Path(args.out)
+    out = checks.check_output_dir(args.out)
     names = [get_spec(n).name for n in args.names] or list(suite())
     built = {n: str(write_rom(n, out)) for n in names}
     manifest = write_manifest(out)

@@ -38,7 +38,7 @@ def screen_after(rom: Rom, backend: str, frames: int) -> np.ndarray:
 
         game = PyBoyGame(rom, codec, schedule)
         try:
-            game.step(0, render=True)
+            game.step(0, render=True, name="pyboy_single")
             return game.screen_shades()
         finally:
             game.close()
@@ -57,7 +57,7 @@ def run(args) -> int:
 
     checks.positive(frames=args.frames)
     inputs = (checks.rom_path(args.rom),)
-    out = checks.check_not_input(args.out, inputs)
+    out = checks.check_output(args.out, inputs)
     rom = checks.rom_file(args.rom, "screenshot")
     checks.env_memory(args.backend, 1, rom)
     shades = screen_after(rom, args.backend, args.frames)

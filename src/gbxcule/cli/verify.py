@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from gbxcule.backends import check_memory, emulator_need
 from gbxcule.cli import checks
 from gbxcule.cli.common import add_state_arg
 from gbxcule.core.action_codec import CODECS
-from gbxcule.core.errors import GbxculeError
 from gbxcule.harness.actions import ACTION_GENERATORS
 from gbxcule.harness.compare import DEFAULT_REGIONS, REGIONS
 from gbxcule.harness.verify import VerifyConfig, run_verify
@@ -74,9 +71,8 @@ def run(args) -> int:
     if args.release_after_frames is None:  # a default hold (the manifest's) fits the step; a given one must
         cfg.release_after_frames = min(cfg.release_after_frames, cfg.frames_per_step)
     checks.schedule(cfg.frames_per_step, cfg.release_after_frames)
+    checks.check_output_dir(args.bundle_dir, (checks.rom_path(args.rom), args.state))
     rom = checks.rom_file(args.rom, "verify")
-    if Path(args.bundle_dir).exists() and not Path(args.bundle_dir).is_dir():
-        raise GbxculeError(f"--bundle-dir {args.bundle_dir} is a file, not a directory")
     # one PyBoy per env on the host plus the DUT's envs: checked before the references are built
     check_memory(args.envs, emulator_need("pyboy_single", rom) + emulator_need(args.dut, rom, args.screens,
                                                                                num_envs=args.envs),

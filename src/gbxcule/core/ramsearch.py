@@ -11,6 +11,11 @@ compared. The trace's start is moment 0; a mark may carry a relation to the mome
 
 A recording is one uint8 array per trace, [steps + 1, len(ADDRESSES)]: row t is RAM after t actions. The
 search keeps the addresses at which every relation of every trace holds, so each extra trace narrows it.
+
+`rank` orders what is left: a game that copies a whole room into WRAM on a room change leaves hundreds of bytes
+that pass every relation. The byte of an event changes where the marks ask for a change (once between such a
+mark and the moment before it) and nowhere else; bytes that also change at other steps (animation, timers,
+scrolling, the player's position) come after it, the more such "stray" changes the later.
 """
 
 from __future__ import annotations
@@ -134,6 +139,48 @@ def search(recordings: Sequence[np.ndarray], traces: Sequence[Trace],
     return keep, left
 
 
+ASKS_CHANGE = ("+", "-", "!", "==", "!=")  # relations a byte may change for (once) since the previous moment
+
+
+@dataclass(frozen=True)
+class Rank:
+    """Why a candidate ranks where it does: `stray` changes (at steps no mark asks about, or past the first
+    between two moments a mark relates), `changes` in all, over every trace."""
+
+    index: int  # the candidate's column in a recording (ADDRESSES)
+    stray: int
+    changes: int
+
+    @property
+    def why(self) -> str:
+        if not self.changes:
+            return "never changes"
+        if not self.stray:
+            return f"only at marks ({self.changes}x)"
+        return f"{self.stray} stray change{'s' if self.stray != 1 else ''}"
+
+
+def rank(recordings: Sequence[np.ndarray], traces: Sequence[Trace], columns: Sequence[int] | np.ndarray) -> list[Rank]:
+    """The candidates (`columns` of the recordings) ordered as the module docstring says: fewest stray changes,
+    then fewest changes, then address."""
+    cols = np.asarray(columns, dtype=np.int64)
+    stray = np.zeros(len(cols), dtype=np.int64)
+    changes = np.zeros(len(cols), dtype=np.int64)
+    for rec, trace in zip(recordings, traces, strict=True):
+        sub = rec[:, cols]
+        changed = (sub[1:] != sub[:-1]).astype(np.int64)  # row t: changed at step t + 1
+        changes += changed.sum(axis=0)
+        prev = 0
+        for step in sorted({m.step for m in trace.marks}):
+            n = changed[prev:step].sum(axis=0)  # changes at steps prev+1 .. step
+            asks = any(m.rel in ASKS_CHANGE for m in trace.marks if m.step == step)
+            stray += np.maximum(n - 1, 0) if asks else n
+            prev = step
+        stray += changed[prev:].sum(axis=0)  # after the last mark
+    out = [Rank(int(c), int(s), int(n)) for c, s, n in zip(cols, stray, changes, strict=True)]
+    return sorted(out, key=lambda r: (r.stray, r.changes, r.index))
+
+
 def address_index(addrs: Sequence[int]) -> np.ndarray:
     """Column indices into a recording (ADDRESSES) of WRAM/HRAM addresses; echo RAM (0xE000-0xFDFF) maps to WRAM."""
     out = []
@@ -181,7 +228,14 @@ def runs(values: Sequence[int]) -> str:
 
 def goal_line(addr: int, value: int, op: str = "eq", mask: int = 0xFF) -> str:
     """A pack's goal_ram line for one condition."""
-    parts = [f"addr = 0x{addr:04X}"] + ([f"mask = 0x{mask:02X}"] if mask != 0xFF else []) + [f"value = 0x{value:02X}"]
-    if op != "eq":
-        parts.append(f'op = "{op}"')
-    return "goal_ram = [{ " + ", ".join(parts) + " }]"
+    return goal_ram_line([(addr, value, op, mask)])
+
+
+def goal_ram_line(conditions: Sequence[tuple[int, int, str, int]]) -> str:
+    """A pack's goal_ram line for (addr, value, op, mask) conditions (all must hold)."""
+    items = []
+    for addr, value, op, mask in conditions:
+        parts = [f"addr = 0x{addr:04X}"] + ([f"mask = 0x{mask:02X}"] if mask != 0xFF else [])
+        parts += [f"value = 0x{value:02X}"] + ([f'op = "{op}"'] if op != "eq" else [])
+        items.append("{ " + ", ".join(parts) + " }")
+    return "goal_ram = [" + ", ".join(items) + "]"

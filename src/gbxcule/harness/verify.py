@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from gbxcule.asm.disasm import disassemble
-from gbxcule.backends.pyboy_single import PyBoyGame
+from gbxcule.backends.pyboy_single import PyBoyGame, step_games
 from gbxcule.core.action_codec import get_codec
 from gbxcule.core.cartridge import Rom
 from gbxcule.core.pyboy_state import parse_pyboy_state
@@ -139,8 +139,7 @@ def run_verify(cfg: VerifyConfig, rom: Rom) -> VerifyResult:
         for k in range(cfg.steps):
             acts = gen(k)
             trace.append([int(a) for a in acts])
-            for r, a in zip(refs, acts, strict=True):
-                r.step(int(a), render=cfg.screens)
+            step_games(refs, acts, render=cfg.screens, name="pyboy_single (the reference)")
             dut.step(acts, render="all" if cfg.screens else False)
             screens = dut.frames_host() if cfg.screens else None
             for e in range(cfg.envs):
@@ -182,8 +181,16 @@ def _disasm_around(snap, pc: int) -> str:
 
 def write_bundle(cfg, rom: Rom, trace, step, env, ref_state: bytes, prev_state: bytes, rv, dv, snap, problems,
                  shots=None):
-    out = Path(cfg.bundle_dir) / f"{Path(rom.path).stem}-step{step}-env{env}-{time.strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True, exist_ok=True)
+    name = f"{Path(rom.path).stem}-step{step}-env{env}-{time.strftime('%Y%m%d-%H%M%S')}"
+    Path(cfg.bundle_dir).mkdir(parents=True, exist_ok=True)
+    out, k = Path(cfg.bundle_dir) / name, 1
+    while True:  # a folder of its own: a bundle never writes into another one (two in the same second)
+        try:
+            out.mkdir()
+            break
+        except FileExistsError:
+            k += 1
+            out = Path(cfg.bundle_dir) / f"{name}-{k}"
     (out / "rom.gb").write_bytes(rom.file_bytes)  # the file as given: same SHA-1, same padding
     (out / "actions.json").write_text(json.dumps({"codec": cfg.codec, "actions": trace}) + "\n")
     (out / "ref_before.state").write_bytes(prev_state)

@@ -16,12 +16,32 @@ import numpy as np
 from gbxcule.core.errors import GbxculeError
 from gbxcule.rl.goals import GoalTemplate, RamGoal, TemplateMeta, unpack_shades
 from gbxcule.rl.starts import build_starts, check_obs, device_names, open_backend, start_spec
-from gbxcule.rl.tasks import Task
+from gbxcule.rl.tasks import StartSpec, Task
 
 
 def bare_task(task: Task) -> Task:
     """The task with no goal: nothing ends an episode but the step limit."""
     return dataclasses.replace(task, template=None, goal_ram=())
+
+
+def capture_task(task: Task, start_states=None) -> Task:
+    """The task with the one start `capture` and `replay` play actions from: the task's start (or
+    `start_states`) without a start-state generator. A generator's starts are its base state (the script's end,
+    or the state file) plus a seeded random number of random (or NOOP, or solution) steps; actions that reach
+    the goal from the task's start begin at that base, the deterministic state every generated start grows
+    from."""
+    spec = start_spec(task, start_states)
+    return dataclasses.replace(task, start=StartSpec(spec.script, spec.states))
+
+
+def describe_start(task: Task, start_states=None) -> str:
+    """Where `capture` starts, in words (for its report)."""
+    if start_states not in (None, "power_on"):
+        return f"state {start_states[0] if isinstance(start_states, list | tuple) else start_states}"
+    if start_states == "power_on" or task.start == StartSpec():
+        return "power-on"
+    gen = task.start.generator
+    return f"{task.id}'s start" + (f" (its {gen} generator's extra steps left out)" if gen else "")
 
 
 def template_meta(backend, stack_k: int, obs: str, task: str = "") -> TemplateMeta:
@@ -45,8 +65,11 @@ def capture(task: Task, actions=None, rom=None, device: str = "cpu", stack_k: in
     tdev, wdev = device_names(device)
     be = open_backend(bare_task(task), rom, 1, wdev, packed=obs == "packed")
     try:
-        if build_starts(be, start_spec(task, start_states), 0, task.base_dir) != 1:
-            raise GbxculeError("capture needs a single start state (the task's start has several)")
+        slots = build_starts(be, capture_task(task, start_states).start, 0, task.base_dir)
+        if slots != 1:
+            raise GbxculeError(f"capture needs one start state, and the task's start has {slots}: give "
+                               f"the one to capture from with --start-state FILE (a state file, e.g. saved by "
+                               f"gbxcule play --script ... --save-state FILE)")
         be.restore(np.ones(1, dtype=np.int32), np.zeros(1, dtype=np.int32))
         for a in actions:
             be.step(np.array([a], dtype=np.int32))
@@ -59,13 +82,14 @@ def capture(task: Task, actions=None, rom=None, device: str = "cpu", stack_k: in
             ram = wp.to_torch(be.ram).t()  # [bytes, envs], as the env reads it
             holds = bool(RamGoal(task.goal_ram, be.layout, tdev).evaluate(ram)[0].item())
         full = be.frames_host(0)
+        where = describe_start(task, start_states)
         meta = dataclasses.replace(template_meta(be, stack_k, obs, task.name), tau=task.reward.get("tau"),
                                    k_consecutive=task.reward.get("k_consecutive"),
-                                   note=f"captured after {len(actions)} steps from {task.id}'s start")
+                                   note=f"captured after {len(actions)} steps from {where}")
     finally:
         be.close()
     tpl = GoalTemplate(frame, np.ones((72, 80), dtype=bool) if mask is None else mask, meta)
-    return tpl, {"steps": len(actions), "ram_goal_holds": holds, "full_frame": full}
+    return tpl, {"steps": len(actions), "ram_goal_holds": holds, "full_frame": full, "start": where}
 
 
 def capture_code_digest() -> str:

@@ -40,6 +40,24 @@ def make_eval_env(env_cfg, episodes: int, device: str, seed: int, task: str | No
     return make_env(cfg, device, seed, num_envs=episodes, info_mode="none")
 
 
+def random_gif_path(gif: str | Path) -> Path:
+    """Where `gbxcule eval --gif OUT --random` writes the random policy's GIF: OUT's name with `_random`."""
+    return Path(gif).with_name(Path(gif).stem + "_random" + Path(gif).suffix)
+
+
+def env_input_files(env: dict) -> list[Path]:
+    """The files a run config's env section reads (its ROM file, task pack, start states, goal template): the
+    inputs of a command that runs it, for the output guard (core/outputs.py)."""
+    from gbxcule.rl.tasks import START_GENERATORS, task_files
+
+    files = [Path(str(env[k])) for k in ("rom", "goal") if env.get(k)]
+    starts = env.get("start_states")
+    starts = [starts] if isinstance(starts, str) else list(starts or [])
+    if not (starts and starts[0] in START_GENERATORS):
+        files += [Path(s) for s in starts if isinstance(s, str) and s != "power_on"]
+    return files + task_files(env.get("task"))
+
+
 class PolicyRunner:
     """Acts with a model in one mode: "greedy" (argmax), "sampled" (a categorical over the logits, or
     epsilon-greedy for a Q-network). Keeps a recurrent model's state, reset where an episode ended."""
@@ -275,7 +293,7 @@ def evaluate_model(model, env, modes=("greedy", "sampled"), seed: int = 1, rando
         write_gif_mosaic(gif_frames[modes[0]], gif, who=f"agent ({modes[0]})", successes=gif_successes[modes[0]])
         report["gif"] = str(gif)
         if random_baseline:
-            rp = Path(gif).with_name(Path(gif).stem + "_random" + Path(gif).suffix)
+            rp = random_gif_path(gif)
             write_gif_mosaic(gif_frames["random"], rp, who="random", successes=gif_successes["random"])
             report["gif_random"] = str(rp)
     primary = report[modes[0]]
@@ -295,7 +313,7 @@ def gif_label(who: str, step: int, successes: int | None, envs: int) -> str:
 
 
 def write_gif_mosaic(frames: list, path: str | Path, frame_ms: int = 120, who: str | None = None,
-                     successes: list[int] | None = None) -> None:
+                     successes: list[int] | None = None, inputs=()) -> None:
     """A GIF of a mosaic of envs' screens, one picture per step (the first before any step). With `who`, each
     picture is captioned (`gif_label`): who acts ("agent (greedy)", "random"), the step and `successes[i]`,
     the envs shown that have reached the goal."""
@@ -308,4 +326,4 @@ def write_gif_mosaic(frames: list, path: str | Path, frame_ms: int = 120, who: s
     if who is not None:
         tiles = [caption(t, gif_label(who, i, None if successes is None else successes[i], len(frames[i])),
                          scale=2 if t.shape[1] >= 320 else 1) for i, t in enumerate(tiles)]
-    write_output(path, lambda tmp: write_gif(tiles, tmp, frame_ms))
+    write_output(path, lambda tmp: write_gif(tiles, tmp, frame_ms), inputs)

@@ -1,6 +1,8 @@
 """Learning curves from run folders' metrics.jsonl (matplotlib, headless), runs overlaid: one PNG per panel
 that the logs have data for, percentiles drawn as a p10-p90 band around the p50 line; and for a run with a state
-archive the exploration pictures of its `archive.npz` (rl/explore.py: the same images TensorBoard shows)."""
+archive the exploration pictures of its `archive.npz` (rl/explore.py): the screens as TensorBoard shows them, the
+heat maps of RAM cells as figures with axes (the cell's x and y, in the units of its RAM bytes: map tiles for a
+game that keeps tile coordinates) and a colour bar (`heat_map`)."""
 
 from __future__ import annotations
 
@@ -155,12 +157,67 @@ def plot_runs(runs, out: str | Path | None = None, x: str = "env_steps") -> list
         snap_path = Path(run) / ARCHIVE_NAME if Path(run).is_dir() else Path(run).parent / ARCHIVE_NAME
         if not snap_path.is_file():
             continue
-        for tag, img in explore.images(explore.load(snap_path)).items():
-            name = tag.replace("/", "_") + ("" if len(data) == 1 else f"_{Path(run).name}")
+        snap = explore.load(snap_path)
+        suffix = "" if len(data) == 1 else f"_{Path(run).name}"
+        for tag, img in explore.images(snap).items():
+            name = tag.replace("/", "_") + suffix
+            if tag in HEAT_MAPS:  # drawn with axes and a colour bar instead of TensorBoard's small picture
+                value, title, label, log = HEAT_MAPS[tag]
+                title += "" if len(data) == 1 else f": {Path(run).name}"
+                fig = heat_map(explore.area_grids(snap, value), title, label, log)
+                written.append(write_output(folder / f"{name}.png",
+                                            lambda tmp, fig=fig: fig.savefig(tmp, format="png"), inputs=[snap_path]))
+                plt.close(fig)
+                continue
             written.append(write_output(folder / f"{name}.png",
                                         lambda tmp, img=img: Image.fromarray(img).save(tmp, format="PNG"),
                                         inputs=[snap_path]))
     return written
+
+
+# explore.images' heat maps drawn as figures: tag -> (the cells' value, title, colour bar label, log scale)
+HEAT_MAPS = {"explore/visits": ("visits", "visits of each cell of the state archive", "visits (log scale)", True),
+             "explore/depth": ("steps", "depth of each cell: the fewest steps from the task's start found to it",
+                               "steps from the start", False)}
+
+
+def heat_map(grids: list, title: str, label: str, log: bool = False):
+    """A matplotlib figure of `explore.area_grids` (area, grid [y, x] with NaN where no cell is): one panel per
+    area with its x and y axes, one colour scale over all of them and its colour bar (`label`); empty cells grey."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.colors import LogNorm, Normalize
+
+    finite = np.concatenate([g[np.isfinite(g)] for _, g in grids])
+    if log:
+        norm = LogNorm(vmin=max(float(finite.min()), 1.0), vmax=max(float(finite.max()), 1.0) + 1e-9)
+    else:
+        norm = Normalize(vmin=float(finite.min()), vmax=max(float(finite.max()), float(finite.min()) + 1e-9))
+    cols = min(len(grids), 4)
+    rows = (len(grids) + cols - 1) // cols
+    widest = max(g.shape[1] for _, g in grids)
+    tallest = max(g.shape[0] for _, g in grids)
+    height = min(max(3.2 * tallest / widest, 1.6), 6.4)  # inches a panel 3.2 wide, about square cells
+    fig, axes = plt.subplots(rows, cols, figsize=(1.6 + 3.2 * cols, 1.0 + height * rows), dpi=110, squeeze=False,
+                             layout="constrained")
+    cmap = plt.get_cmap("viridis").with_extremes(bad=(0.85, 0.85, 0.85))
+    mesh = None
+    for ax, (area, grid) in zip(axes.flat, grids, strict=False):
+        shown = np.ma.masked_invalid(np.where(grid > 0, grid, np.nan) if log else grid)
+        mesh = ax.imshow(shown, cmap=cmap, norm=norm, origin="upper", interpolation="nearest",
+                         extent=(-0.5, grid.shape[1] - 0.5, grid.shape[0] - 0.5, -0.5))
+        ax.set_title(f"area {area}", fontsize=9)
+        ax.set_xlabel("x", fontsize=8)
+        ax.set_ylabel("y", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.yaxis.get_major_locator().set_params(integer=True)
+    for ax in axes.flat[len(grids):]:
+        ax.axis("off")
+    fig.colorbar(mesh, ax=axes, label=label, shrink=0.9)
+    fig.suptitle(f"{title}\narea, x, y: the cells' RAM bytes (x, y: map tiles in most games); grey: not reached",
+                 fontsize=9)
+    return fig
 
 
 def slot_success_grid(rows: list[dict], episodes: str = "slot_episodes", successes: str = "slot_successes"):

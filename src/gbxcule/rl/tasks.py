@@ -269,5 +269,24 @@ def load_task(spec: str | Task) -> Task:
     raise TaskError(f"unknown task {spec!r}; known: {', '.join(known_tasks())}")
 
 
+def task_files(spec: str | Task | None) -> list[Path]:
+    """The files a task reads: its pack file (a "pack.toml:name" spec), its start-state files or folders and its
+    goal template file, as the pack names them and resolved against the pack's folder. A command that runs the
+    task gives them to the output guard as its inputs (core/outputs.py); a spec that does not load names none."""
+    if spec is None:
+        return []
+    files = []
+    if isinstance(spec, str) and ".toml" in spec:
+        files.append(Path(spec.rpartition(":")[0] if spec.rfind(":") > spec.rfind(".toml") else spec))
+    try:
+        task = load_task(spec)
+    except GbxculeError:
+        return files
+    named = [*task.start.states, *([task.template] if task.template not in (None, "solution") else [])]
+    for name in named:
+        files += [Path(name), Path(task.base_dir) / name]
+    return files
+
+
 def known_tasks() -> list[str]:
     return [t.id for tasks in builtin_packs().values() for t in tasks.values()]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gbxcule.rl.capture import bare_task, capture, task_template
+from gbxcule.rl.capture import bare_task, capture, capture_task, task_template
 from gbxcule.rl.env import GameEnv
 from gbxcule.rl.goals import GoalTemplate, RamGoal, unpack_shades
 from gbxcule.rl.tasks import Task
@@ -35,15 +35,16 @@ def _newest(env) -> np.ndarray:
 
 def replay(task: Task, template: GoalTemplate, actions=None, rom=None, device: str = "cpu", start_states=None,
            hold: int = HOLD_STEPS) -> dict:
-    """Distances to `template` along `actions` (default: the task's solution) from the task's start (or
-    `start_states`) in one env, then over `hold` NOOP steps, with whether the task's RAM goal holds at each
+    """Distances to `template` along `actions` (default: the task's solution) from the start `capture` uses (the
+    task's, or `start_states`, without a generator) in one env, then over `hold` NOOP steps, with whether the
+    task's RAM goal holds at each
     step (None without one). `mid_transition`: the screen went on changing after the last action and settled
     away from the template (by more than twice its own spread over the last half of the wait, and at least
     MIN_SETTLE_GAP), so a template taken at the end never matches the settled goal screen."""
     actions = tuple(task.solution or ()) if actions is None else tuple(int(a) for a in actions)
-    env = GameEnv(rom, 1, device, task=bare_task(task), goal=template, stack_k=template.meta.stack_k,
-                  obs=template.meta.obs, info_mode="none", reward={"tau": 0.0, "terminate_on": "template"},
-                  max_steps=len(actions) + hold + 1, start_states=start_states)
+    env = GameEnv(rom, 1, device, task=bare_task(capture_task(task, start_states)), goal=template,
+                  stack_k=template.meta.stack_k, obs=template.meta.obs, info_mode="none",
+                  reward={"tau": 0.0, "terminate_on": "template"}, max_steps=len(actions) + hold + 1)
     goal = RamGoal(task.goal_ram, env.backend.layout, env.device) if task.goal_ram else None
     env.reset(seed=0)
     dists, oks, frames = [], [], []

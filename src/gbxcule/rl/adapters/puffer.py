@@ -26,7 +26,8 @@ from gbxcule.backends.pyboy_puffer_vec import import_pufferlib_vector
 from gbxcule.rl.adapters.core import AdapterConfigError, StepMirror, check_kwargs, make_game_env
 from gbxcule.rl.adapters.gym import obs_space
 
-import_pufferlib_vector()  # a GbxculeError with the install route when pufferlib is missing
+INSTALL_HINT = "the PufferLib adapter needs pufferlib: bash scripts/install_pufferlib.sh (docs/adapters.md)"
+import_pufferlib_vector(INSTALL_HINT)  # a GbxculeError with the install route when pufferlib is missing
 import pufferlib  # noqa: E402  (already imported, from a scratch directory, by the line above)
 
 _OWN = ("device", "scale", "seed", "report_interval", "buf")

@@ -21,10 +21,19 @@ import time
 
 import numpy as np
 from gymnasium import spaces
-from stable_baselines3.common.vec_env import VecEnv
 
+from gbxcule.core.errors import GbxculeError
 from gbxcule.rl.adapters.core import StepMirror, check_kwargs, make_game_env
 from gbxcule.rl.adapters.gym import GREYS, obs_space
+
+INSTALL_HINT = "the Stable-Baselines3 adapter needs stable-baselines3: pip install -e '.[rl,sb3]'"
+
+try:
+    from stable_baselines3.common.vec_env import VecEnv
+except ImportError as exc:  # the optional extra: one line that names it
+    if (exc.name or "").split(".")[0] != "stable_baselines3":
+        raise
+    raise GbxculeError(INSTALL_HINT) from exc
 
 _OWN = ("device", "scale", "seed")
 
