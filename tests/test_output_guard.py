@@ -45,9 +45,10 @@ def fake_run(folder: Path) -> Path:
 
 
 def test_the_run_files_are_the_trainers():
-    from gbxcule.rl import shell
+    from gbxcule.rl import rundir
 
-    assert set(shell.RUN_FILES) == set(RUN_FILES)  # until shell.py takes them from core/outputs.py
+    assert rundir.RUN_FILES is RUN_FILES  # one list: what the run folder writes is what every command protects
+    assert {rundir.CHECKPOINT_NAME, rundir.POLICY_NAME, rundir.BEST_NAME, rundir.ARCHIVE_NAME} <= set(RUN_FILES)
     assert set(outputs.RUN_MARKERS) <= set(RUN_FILES)
 
 
@@ -106,8 +107,8 @@ template = "{template}"
 def world(tmp_path_factory):
     """A run folder (tiny PPO run on the CPU device, its other entries fabricated) and one file of each input
     kind the commands take."""
-    from gbxcule.rl.algos import make_config, train
     from gbxcule.rl.goals import GoalTemplate, TemplateMeta
+    from gbxcule.rl.training import make_config, train
 
     d = tmp_path_factory.mktemp("guard")
     run = d / "run"

@@ -717,3 +717,15 @@ def test_the_closing_line_reads_one_window_and_a_new_games_run_folder_works_anyw
         rc = main(["eval", str(d), "--device", "cpu", "--episodes", "2", "--rom", str(moved / "other.gb"),
                    "--task", f"{moved / 'pack.toml'}:out"])
     assert rc == 2 and "the run was trained on the ROM with SHA-1" in err.getvalue()
+
+
+def test_a_run_folder_aimed_at_an_input_or_inside_a_run_is_refused(straight, tmp_path):
+    from gbxcule.roms import write_rom
+
+    rom = write_rom("OVERWORLD", tmp_path / "roms")
+    data = rom.read_bytes()
+    rc, _, err = train_cli(*TINY, "--rom", rom, "--run-dir", rom)
+    assert rc == 2 and one_error_line(err) and f"cannot write into {rom}" in err and rom.read_bytes() == data
+    before = files(straight[0])
+    rc, _, err = train_cli(*TINY, "--run-dir", straight[0] / "tb")
+    assert rc == 2 and one_error_line(err) and files(straight[0]) == before

@@ -140,7 +140,7 @@ def step_games(games: Sequence[PyBoyGame], actions, render: bool = False, first_
         for g, a in zip(games, actions, strict=True):
             g.busy = True
             try:
-                g._step(int(a), render)
+                g.step_unwatched(int(a), render)
             finally:
                 g.busy = False
 
@@ -197,7 +197,7 @@ class PyBoyGame:
         one can be stale."""
         step_games([self], [action], render, None, name)
 
-    def _step(self, action: int, render: bool) -> None:
+    def step_unwatched(self, action: int, render: bool) -> None:
         """The step itself: only `step_games` calls it, inside its watch (an illegal opcode never returns)."""
         buttons = self.codec.pyboy_buttons(action)
         for frames, held in self.schedule.segments():

@@ -33,7 +33,7 @@ def run(args) -> int:
     checks.positive(episodes=args.episodes, gif_envs=args.gif_envs)
     if args.gif:
         from gbxcule.rl.evaluate import env_input_files, random_gif_path
-        from gbxcule.rl.shell import load_checkpoint
+        from gbxcule.rl.rundir import load_checkpoint
         from gbxcule.rl.tasks import task_files
 
         inputs = [args.source, *task_files(args.task),

@@ -23,7 +23,7 @@ from gbxcule.core.errors import GbxculeError
 
 RUN_FILES = ("config.json", "facts.json", "metrics.jsonl", "summary.json", "eval.json", "nonfinite.json",
              "checkpoint.pt", "policy.pt", "best_policy.pt", "archive.npz", "tb")
-"""The entries of a training run's folder (rl/shell.py `Run` writes them): no command's output replaces one."""
+"""The entries of a training run's folder (rl/rundir.py `Run` writes them): no command's output replaces one."""
 RUN_MARKERS = ("checkpoint.pt", "policy.pt", "best_policy.pt", "metrics.jsonl", "facts.json")
 """Files only a training run writes: a folder holding one is a run's folder (a config.json alone is not)."""
 

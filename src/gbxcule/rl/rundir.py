@@ -19,15 +19,14 @@ from typing import Any
 
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.fmt import json_safe
-from gbxcule.core.outputs import write_output
+from gbxcule.core.outputs import RUN_FILES, check_output_dir, write_output
 
 CHECKPOINT_NAME = "checkpoint.pt"
 POLICY_NAME = "policy.pt"
 BEST_NAME = "best_policy.pt"  # the weights of the best periodic greedy eval so far (policy.pt's format)
 CHECKPOINT_FORMAT = 1
 ARCHIVE_NAME = "archive.npz"  # the state archive's cells and screens, written with each checkpoint
-RUN_FILES = ("config.json", "facts.json", "metrics.jsonl", "summary.json", "eval.json", "nonfinite.json",
-             CHECKPOINT_NAME, POLICY_NAME, BEST_NAME, ARCHIVE_NAME, "tb")
+# RUN_FILES (core/outputs.py): every entry a run folder may hold, which every command's output guard protects
 
 
 class CheckpointError(GbxculeError):
@@ -67,10 +66,12 @@ def run_facts() -> dict:
     return facts
 
 
-def check_run_dir(run_dir: str | Path, resume: bool) -> None:
+def check_run_dir(run_dir: str | Path, resume: bool, inputs=()) -> None:
     """Refuse a run folder that cannot take the run (changing nothing): a resumed one must hold a checkpoint, a
-    fresh one must not (it would bury a run that can be resumed)."""
+    fresh one must not (it would bury a run that can be resumed); neither may be one of the run's `inputs` (its
+    ROM, pack, start states, goal template) or inside another run's folder (the output guard)."""
     d = Path(run_dir)
+    check_output_dir(d, inputs)
     if resume:
         if not d.is_dir():
             raise CheckpointError(f"--resume: run folder {d} does not exist")

@@ -52,7 +52,7 @@ from gbxcule.core.outputs import write_output
 from gbxcule.rl import explore
 from gbxcule.rl.config import make_env, obs_bytes, portable, resolve_device, to_dict
 from gbxcule.rl.dist import RankFailure, World, quiet
-from gbxcule.rl.evaluate import BackgroundEval, evaluate_model, make_eval_env
+from gbxcule.rl.evaluate import BackgroundEval, env_input_files, evaluate_model, make_eval_env
 from gbxcule.rl.rundir import ARCHIVE_NAME, BEST_NAME, POLICY_NAME, CheckpointError, Run, check_run_dir
 
 ENV_STATE_AUTO_LIMIT = 512 * 2**20
@@ -202,7 +202,7 @@ class Session:
         reserve = (Need.device("trainer storage", -(-need // cfg.env.num_envs), MODEL_ALLOWANCE if self.cuda else 0)
                    + Need.host("trainer host buffers", 0, host_bytes))
         if self.lead:
-            check_run_dir(cfg.run.run_dir, resume=ck is not None)
+            check_run_dir(cfg.run.run_dir, resume=ck is not None, inputs=env_input_files(to_dict(cfg.env)))
         seed_everything(self.seed)
         self.env = make_env(cfg.env, self.device, self.seed, keep_final_obs=True, info_mode="none",
                             memory_reserve=reserve, **(env_kwargs or {}))
