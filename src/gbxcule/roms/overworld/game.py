@@ -14,6 +14,7 @@ from functools import cache, partial
 from gbxcule.asm import CartridgeHeader
 from gbxcule.roms.micro.common import DMA_ROUTINE, DONE_ADDR, DONE_VALUE, HARDWARE, HRAM_DMA, MEMCPY
 from gbxcule.roms.overworld import art
+from gbxcule.roms.overworld import story as story_code
 from gbxcule.roms.overworld.tables import DOWN, LEFT, LINE_CHARS, PAD, RIGHT, UP, World
 from gbxcule.roms.overworld.world import WORLD
 from gbxcule.roms.spec import RomSpec, VerifySettings
@@ -57,6 +58,11 @@ MAP_HEADER = ("wMapBank", 1), ("wMapBlocks", 2), ("wMapW", 1), ("wMapH", 1), ("w
     ("wMapWarps", 2), ("wMapPeople", 2), ("wMapSigns", 2), ("wMapEdges", 8), ("wMapName", 2), \
     ("wMapEnterFlag", 1)
 MAP_HEADER_SIZE = sum(n for _, n in MAP_HEADER)
+
+
+def map_header(world: World) -> tuple[tuple[str, int], ...]:
+    """The fields of a map header in WRAM: OVERWORLD's, then a story's."""
+    return MAP_HEADER + (story_code.MAP_HEADER_STORY if world.story else ())
 PERSON = ("P_X", "P_Y", "P_FACING", "P_CHAR", "P_TEXT", "P_WANDER", "P_FLAG", "P_PAL",  # from ROM
           "P_ACTIVE", "P_TIMER", "P_DIR", "P_WAIT", "P_HOMEX", "P_HOMEY", "P_PARITY")
 HRAM = {"hVBlankFlag": 0xFF90, "hSCX": 0xFF91, "hSCY": 0xFF92, "hWX": 0xFF93, "hWY": 0xFF94, "hLYC": 0xFF95,
@@ -161,7 +167,7 @@ def _equates(world: World) -> str:
     lines += [f"DEF w{name.title().replace('_', '')} EQU ${addr:04X}" for name, (addr, _, _) in STATE.items()]
     lines += [f"DEF {name} EQU ${addr:04X}" for name, addr in {**WRAM, **HRAM}.items()]
     offset = WRAM["wMapHeader"]
-    for name, size in MAP_HEADER:
+    for name, size in map_header(world):
         lines.append(f"DEF {name} EQU ${offset:04X}")
         offset += size
     lines += [f"DEF {name} EQU {i}" for i, name in enumerate(PERSON)]
@@ -185,6 +191,9 @@ def _equates(world: World) -> str:
         "DOWN": DOWN, "UP": UP, "LEFT": LEFT, "RIGHT": RIGHT, "MODE_ROW": 0, "MODE_COL": 1,
         "STAT_LYC": 0x40, "IE_GAME": 0x07, "TAC_GAME": 0x04, "TMA_GAME": 0xC0, "JOB_MASK": 15,
     }
+    consts["MAP_HEADER_SIZE"] = sum(n for _, n in map_header(world))
+    if world.story:
+        consts |= story_code.equates(world, FONT_BASE + FONT_CHARS.index("0"))
     lines += [f"DEF {name} EQU ${value:04X}" for name, value in consts.items()]
     return "\n".join(lines)
 
@@ -316,6 +325,7 @@ main:
     ld [wFacing], a
     ld a, $FF
     ld [wLastText], a
+{INIT}
     ld a, MODE_TRANSITION
     ld [wMode], a
     call load_map
@@ -704,6 +714,7 @@ load_map:
     ld hl, wFlags
     or [hl]
     ld [hl], a
+{LOAD_BLOCKS}
     call load_people
     ld a, [wPlayerY]
     inc a
@@ -741,6 +752,7 @@ load_people:
     ld c, a
     ld de, wPeople
 .person:
+{PERSON_SHOWN}
     push de
     ld b, 8
 .copy:
@@ -749,6 +761,7 @@ load_people:
     inc de
     dec b
     jr nz, .copy
+{PERSON_NEXT}
     ld a, 1
     ld [de], a
     inc de
@@ -830,6 +843,7 @@ bg_addr:
 
 ; metatile_ptr: HL = the 4 tile ids of metatile A. Keeps BC and DE.
 metatile_ptr:
+{DARK_PTR}
     ld l, a
     ld h, 0
     add hl, hl
@@ -1020,6 +1034,7 @@ tile_blocked:
     ld c, a
     call block_addr
     ld a, [hl]
+{SOLID_ID}
     ld l, a
     ld h, 0
     ld de, metatile_solid
@@ -1127,6 +1142,7 @@ try_step:
     inc hl
     inc [hl]
 .strip:
+{STEP_LIGHT}
     jp queue_strip
 .edge:
     ld a, [wFacing]
@@ -1675,7 +1691,7 @@ interact:
     push af
     call update_view
     pop af
-    jp show_text
+    jp {TALK}
 .sign:
     ld a, [wMapSigns]
     ld l, a
@@ -1696,7 +1712,7 @@ interact:
     or FLAG_READ_SIGN
     ld [wFlags], a
     ld a, [hl]
-    jp show_text
+    jp {TALK}
 .skip_y:
     inc hl
 .skip_text:
@@ -1886,8 +1902,7 @@ open_menu:
     jp close_window
 .bag:
     call close_window
-    ld a, TEXT_BAG
-    jp show_text
+{BAG}
 .save:
     call save_game
     call close_window
@@ -1936,13 +1951,15 @@ def _map_tables(world: World) -> str:
             "    db " + ", ".join(f"${v:02X}" for v in edges),
             f"    dw name_{m.key}",
             f"    db ${m.enter_flag:02X}",
+            *(story_code.map_header_extra(world, m.key) if world.story else []),
             f"warps_{m.key}:",
             f"    db {len(m.warps)}",
             *(f"    db {w.x}, {w.y}, {ids[w.dest]}, {w.dest_x}, {w.dest_y}, {w.facing}" for w in m.warps),
             f"people_{m.key}:",
             f"    db {len(m.people)}",
             *(f"    db {p.x}, {p.y}, {p.facing}, {world.character_tile(p.character)}, {world.talk_id(p.text)}, "
-              f"{int(p.wander)}, ${p.flag:02X}, ${0x10 * p.palette:02X}" for p in m.people),
+              f"{int(p.wander)}, ${p.flag:02X}, ${0x10 * p.palette:02X}"
+              + (story_code.person_extra(world, p.shown) if world.story else "") for p in m.people),
             f"signs_{m.key}:",
             f"    db {len(m.signs)}",
             *(f"    db {s.x}, {s.y}, {world.talk_id(s.text)}" for s in m.signs),
@@ -1975,6 +1992,8 @@ def _bank0_data(world: World) -> str:
         "menu_rows:", _db(menu),
         "blank_line:", _db(bytes([TILE_BLANK]) * LINE_CHARS),
         "sram_magic:", _db(MAGIC),
+        *(story_code.tables(world, encode, _frame) + [f"regs_bag:\n    db ${7 + 160 - 8 * story_code.BAG_W:02X}, "
+          f"0, ${8 * (len(world.story.items) + 2):02X}, ${LCDC_ALL:02X}, ${LCDC_NO_WIN:02X}"] if world.story else []),
     ])
 
 
@@ -1992,10 +2011,27 @@ def _banked_data(world: World) -> str:
     return "\n".join(out)
 
 
+# What the engine's hook slots hold without a story (story.HOOKS: with one).
+PLAIN_HOOKS = {"INIT": "", "LOAD_BLOCKS": "", "PERSON_SHOWN": "", "PERSON_NEXT": "", "DARK_PTR": "", "SOLID_ID": "",
+               "STEP_LIGHT": "", "TALK": "show_text", "BAG": "    ld a, TEXT_BAG\n    jp show_text"}
+
+
+def _fill(template: str, story: bool) -> str:
+    """An engine routine's text with its hook slots filled for a world with or without a story."""
+    hooks = story_code.HOOKS if story else PLAIN_HOOKS
+    for name, text in hooks.items():
+        template = template.replace("{" + name + "}", text)
+    if "{" in template:
+        raise ValueError(f"unfilled hook slot near {template[template.index('{'):][:40]!r}")
+    return template
+
+
 def source(world: World = WORLD) -> str:
     """The assembly text of the game built from `world`."""
-    return "\n".join([_equates(world), VECTORS, CORE, COPY16, LIBRARY, WORLD_CODE, UI, _bank0_data(world),
-                      _banked_data(world)])
+    story = world.story is not None
+    code = [_fill(t, story) for t in (CORE, LIBRARY, WORLD_CODE, UI)]
+    return "\n".join([_equates(world), VECTORS, code[0], COPY16, *code[1:], *([story_code.CODE] if story else []),
+                      _bank0_data(world), _banked_data(world)])
 
 
 def header(world: World = WORLD) -> CartridgeHeader:
@@ -2021,7 +2057,7 @@ def boot_bg_map(world: World = WORLD) -> bytes:
     for r in range(9):
         for i in range(10):
             bx, by = start_x + 1 + i, start_y + 1 + r  # padded block coordinates
-            quad = ids[world.metatile_ids[m.metatile(bx - PAD, by - PAD)]]
+            quad = ids[world.metatile_ids[m.shown(bx - PAD, by - PAD)]]
             col, row = (bx & 15) * 2, (by & 15) * 2
             for k, t in enumerate(quad):
                 bg[(row + k // 2) * 32 + col + k % 2] = t
@@ -2031,7 +2067,7 @@ def boot_bg_map(world: World = WORLD) -> bytes:
 def boot_oam(world: World = WORLD) -> bytes:
     _, start_x, start_y, start_facing = world.start
     oam = _actor_oam(world, PLAYER_OAM_X, PLAYER_OAM_Y, "player", start_facing, 0)
-    for p in world.maps[world.start_map].people:
+    for p in world.maps[world.start_map].people_shown():
         dx, dy = p.x - start_x, p.y - start_y
         if -5 <= dx <= 5 and -5 <= dy <= 5:
             oam += _actor_oam(world, PLAYER_OAM_X + 16 * dx, PLAYER_OAM_Y + 16 * dy, p.character, p.facing,

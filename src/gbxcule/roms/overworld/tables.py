@@ -13,7 +13,7 @@ top-left corner. Facings and directions: 0 down, 1 up, 2 left, 3 right.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -103,10 +103,29 @@ class Map:
             return self.legend[self.rows[y][x]]
         return self.border
 
+    def shown(self, x: int, y: int, flags: Collection[str] = ()) -> str:
+        """The metatile drawn at (x, y) while the story flags `flags` are set (the last change that holds)."""
+        tile = self.metatile(x, y)
+        for c in self.changes:
+            if (c.x, c.y) == (x, y) and holds(c.when, flags):
+                tile = c.metatile
+        return tile
+
+    def people_shown(self, flags: Collection[str] = ()) -> tuple[Person, ...]:
+        """The people on the map while the story flags `flags` are set, in table order."""
+        return tuple(p for p in self.people if holds(p.shown, flags))
+
     def blocks(self, ids: Mapping[str, int]) -> bytes:
         """Metatile ids, row by row, with PAD border metatiles on every side."""
         return bytes(ids[self.metatile(x, y)] for y in range(-PAD, self.height + PAD)
                      for x in range(-PAD, self.width + PAD))
+
+
+def holds(when: str | None, flags: Collection[str]) -> bool:
+    """Whether a story condition (None, "FLAG" or "!FLAG") holds while the flags `flags` are set."""
+    if when is None:
+        return True
+    return when[1:] not in flags if when.startswith("!") else when in flags
 
 
 # --- stories -------------------------------------------------------------------------------------------
@@ -162,11 +181,11 @@ class Foe:
 class Story:
     """What a world with a quest adds to the engine (docs/quest.md).
 
-    Flags are numbered in `flags` order, 8 to a byte from the flags address; a condition is a flag's name, or
-    `!name` for its being clear. Fixed texts the engine shows are named in `texts` (keys of `ENGINE_TEXTS`).
+    Flags are bits numbered 0-31, 8 to a byte from the flags address; a condition is a flag's name, or `!name`
+    for its being clear. Fixed texts the engine shows are named in `texts` (keys of `ENGINE_TEXTS`).
     """
 
-    flags: tuple[str, ...]
+    flags: Mapping[str, int]  # name -> bit number (0-31)
     scripts: Mapping[str, tuple[Record, ...]]
     items: tuple[Item, ...]
     uses: tuple[Use, ...]
@@ -184,7 +203,7 @@ class Story:
     def flag(self, name: str) -> int:
         if name not in self.flags:
             raise ValueError(f"unknown story flag {name!r}")
-        return self.flags.index(name)
+        return self.flags[name]
 
     def cond(self, when: str | None) -> int:
         """A condition's byte: $FF always, n flag n set, $80 | n flag n clear."""
@@ -275,8 +294,8 @@ class World:
 
     def _check_story(self, s: Story) -> list[str]:
         problems = []
-        if len(s.flags) > 128 or len(set(s.flags)) != len(s.flags):
-            problems.append("story flags must be distinct, at most 128")
+        if not all(0 <= n < 32 for n in s.flags.values()) or len(set(s.flags.values())) != len(s.flags):
+            problems.append("story flags must be distinct bits 0-31")
         for name, records in s.scripts.items():
             if not records or records[-1].when is not None:
                 problems.append(f"script {name}: its last record must have no condition (the fallback)")
