@@ -71,6 +71,15 @@ class StartSpec:
 
 
 @dataclass(frozen=True)
+class Milestone:
+    """A named progress event of a task: a RAM condition (an event flag) that, once it holds, counts as reached
+    for the rest of the episode (docs/rl_env.md "Milestones")."""
+
+    name: str
+    condition: RamCondition
+
+
+@dataclass(frozen=True)
 class Task:
     name: str
     pack: str
@@ -89,6 +98,8 @@ class Task:
     novelty_ram: tuple[int, ...] = ()
     base_dir: str = "."  # relative paths in the pack resolve against this folder
     cells: tuple[int, ...] = ()  # RAM bytes naming a place, area first (the state archive's cells; rl/archive.py)
+    milestones: tuple[Milestone, ...] = ()  # progress events in chain order, each rewarded once per episode
+    fail_ram: tuple[RamCondition, ...] = ()  # the task can no longer be won: the episode ends, unsuccessful
 
     @property
     def id(self) -> str:
@@ -98,16 +109,38 @@ class Task:
         return RewardConfig.from_dict({**self.reward, **(overrides or {})})
 
 
-def _ram_conditions(items, where: str) -> tuple[RamCondition, ...]:
+def _ram_conditions(items, where: str, key: str = "goal_ram") -> tuple[RamCondition, ...]:
+    if items is not None and not isinstance(items, list | tuple):
+        raise TaskError(f"{where}: {key} must be a list of tables")
     out = []
     for item in items or ():
         if not isinstance(item, dict) or "addr" not in item or "value" not in item:
-            raise TaskError(f"{where}: each goal_ram entry needs addr and value")
+            raise TaskError(f"{where}: each {key} entry needs addr and value")
         unknown = set(item) - {"addr", "value", "mask", "op"}
         if unknown:
-            raise TaskError(f"{where}: unknown goal_ram key(s) {', '.join(sorted(unknown))}")
+            raise TaskError(f"{where}: unknown {key} key(s) {', '.join(sorted(unknown))}")
         out.append(RamCondition(int(item["addr"]), int(item["value"]), int(item.get("mask", 0xFF)),
                                 str(item.get("op", "eq"))))
+    return tuple(out)
+
+
+def _milestones(items, where: str) -> tuple[Milestone, ...]:
+    """`milestones = [{ name = "...", addr = ..., mask = ..., value = ..., op = ... }, ...]`, in chain order."""
+    if not isinstance(items, list | tuple):
+        raise TaskError(f"{where}: milestones must be a list of tables")
+    out, names = [], set()
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not item["name"]:
+            raise TaskError(f"{where}: milestone {i + 1} needs a name (a string)")
+        name = item["name"]
+        if name in names:
+            raise TaskError(f"{where}: milestone name {name!r} is given twice")
+        names.add(name)
+        (cond,) = _ram_conditions([{k: v for k, v in item.items() if k != "name"}], f"{where}: milestone {name}",
+                                  "milestones")
+        out.append(Milestone(name, cond))
+    if len(out) > 32:
+        raise TaskError(f"{where}: at most 32 milestones, got {len(out)}")
     return tuple(out)
 
 
@@ -124,8 +157,9 @@ def _ram_bytes(task: dict, pack: dict, key: str, where: str) -> tuple[int, ...]:
 
 
 _TASK_KEYS = {"description", "start", "step_limit", "solution", "goal_ram", "template", "reward", "novelty_ram",
-              "codec", "frames_per_step", "release_after_frames", "cells"}
-_PACK_KEYS = {"name", "rom", "rom_sha1", "codec", "frames_per_step", "release_after_frames", "novelty_ram", "cells"}
+              "codec", "frames_per_step", "release_after_frames", "cells", "milestones", "fail_ram"}
+_PACK_KEYS = {"name", "rom", "rom_sha1", "codec", "frames_per_step", "release_after_frames", "novelty_ram", "cells",
+              "milestones", "fail_ram"}
 
 
 def parse_pack(text: str, where: str, base_dir: str = ".") -> dict[str, Task]:
@@ -171,7 +205,9 @@ def parse_pack(text: str, where: str, base_dir: str = ".") -> dict[str, Task]:
                         codec.name, int(t.get("frames_per_step", pack.get("frames_per_step", 24))),
                         int(t.get("release_after_frames", pack.get("release_after_frames", 8))), start,
                         int(t.get("step_limit", 1000)), None if sol is None else parse_script(sol, codec),
-                        _ram_conditions(t.get("goal_ram"), w), t.get("template"), reward, novelty, base_dir, cells)
+                        _ram_conditions(t.get("goal_ram"), w), t.get("template"), reward, novelty, base_dir, cells,
+                        _milestones(t.get("milestones", pack.get("milestones", ())), w),
+                        _ram_conditions(t.get("fail_ram", pack.get("fail_ram")), w, "fail_ram"))
         except GoalError as exc:
             raise TaskError(f"{w}: {exc}") from None
         if task.step_limit < 1:
