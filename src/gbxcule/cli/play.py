@@ -7,8 +7,9 @@ of an action generator (e.g. to get past a title screen and `--save-state` a sta
 
 `--task T` starts every env from an RL task's start (its script from power-on, played before the counted steps)
 and reports, per condition of the task (its RAM goal, each milestone, its fail state), how many envs met it and
-the first step one did: `--actions seeded_random --envs 64 --steps LIMIT` measures how far random play gets;
-`--actions solution` plays the task's solution (`--steps` defaults to its length), e.g. with `--record`.
+the first step one did; `--steps` defaults to the task's step limit, so `--envs 64` measures how far seeded random
+play gets in an episode. `--actions solution` plays the task's solution (`--steps`: its length), e.g. with
+`--record`.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ def register(sub) -> None:
                    help='play this button script in every env, e.g. "N10 S N2" (letters N A B S E U D L R with '
                         "repeat counts, as task scripts); --steps becomes its length")
     p.add_argument("--task", help="start every env from this RL task's start (name or pack.toml:name) and report "
-                                  "how many envs met its goal, each milestone and its fail state; --actions "
-                                  f"{SOLUTION} plays its solution")
+                                  "how many envs met its goal, each milestone and its fail state; --steps defaults "
+                                  f"to its step limit; --actions {SOLUTION} plays its solution (--steps: its length)")
     p.add_argument("--save-state", metavar="FILE",
                    help="save the final state as a gbxcule snapshot (a start state for GameEnv or --state)")
     p.add_argument("--save-envs", default="0", metavar="0|all",
@@ -98,8 +99,8 @@ def run(args) -> int:
         if out:
             checks.check_not_input(out, inputs)
     rom = checks.rom_file(args.rom, "play")
-    if args.actions == SOLUTION and args.steps is None:
-        args.steps = len(task.solution or ()) if task else 0
+    if args.steps is None and task is not None:  # a task's solution, else its step limit
+        args.steps = len(task.solution or ()) if args.actions == SOLUTION else task.step_limit
     args.steps = 100 if args.steps is None else args.steps
     host = FRAME_BYTES * (args.steps if args.record else 0) + (FRAME_BYTES * 2 if args.mosaic else 0)
     checks.env_memory(args.backend, args.envs, rom, render=bool(args.record or args.mosaic),
