@@ -1,4 +1,6 @@
-"""The OVERWORLD ROM: assembly generated from the art and world tables, and its manifest entry.
+"""The engine, and the OVERWORLD ROM: assembly generated from a world's tables (tables.World; OVERWORLD's is
+world.WORLD), and OVERWORLD's manifest entry. A world with a story (the quest's) gets the story's code and tables
+too (story.py), through hook slots in the routines below that stay empty otherwise.
 
 Structure (docs/overworld.md): bank 0 holds the code and small tables; bank 1 the tile graphics, banks 2
 and 4 the map blocks, bank 3 the texts. The main loop HALTs until the VBlank interrupt has run OAM DMA
@@ -58,11 +60,6 @@ MAP_HEADER = ("wMapBank", 1), ("wMapBlocks", 2), ("wMapW", 1), ("wMapH", 1), ("w
     ("wMapWarps", 2), ("wMapPeople", 2), ("wMapSigns", 2), ("wMapEdges", 8), ("wMapName", 2), \
     ("wMapEnterFlag", 1)
 MAP_HEADER_SIZE = sum(n for _, n in MAP_HEADER)
-
-
-def map_header(world: World) -> tuple[tuple[str, int], ...]:
-    """The fields of a map header in WRAM: OVERWORLD's, then a story's."""
-    return MAP_HEADER + (story_code.MAP_HEADER_STORY if world.story else ())
 PERSON = ("P_X", "P_Y", "P_FACING", "P_CHAR", "P_TEXT", "P_WANDER", "P_FLAG", "P_PAL",  # from ROM
           "P_ACTIVE", "P_TIMER", "P_DIR", "P_WAIT", "P_HOMEX", "P_HOMEY", "P_PARITY")
 HRAM = {"hVBlankFlag": 0xFF90, "hSCX": 0xFF91, "hSCY": 0xFF92, "hWX": 0xFF93, "hWY": 0xFF94, "hLYC": 0xFF95,
@@ -82,6 +79,11 @@ MENU_ITEMS = ("BAG", "SAVE", "EXIT")
 WIN_MAP, BG_MAP = 0x9C00, 0x9800
 TEXT_LINE1, TEXT_LINE2, PROMPT_ADDR = WIN_MAP + 2 * 32 + 1, WIN_MAP + 4 * 32 + 1, WIN_MAP + 4 * 32 + 18
 CTRL_END, CTRL_LINE, CTRL_PAGE = 0, 1, 2
+
+
+def map_header(world: World) -> tuple[tuple[str, int], ...]:
+    """The fields of a map header in WRAM: OVERWORLD's, then a story's."""
+    return MAP_HEADER + (story_code.MAP_HEADER_STORY if world.story else ())
 
 
 # --- graphics ------------------------------------------------------------------------------------------
@@ -175,7 +177,8 @@ def _equates(world: World) -> str:
         "wShadowOAM": SHADOW_OAM, "HRAM_DMA": HRAM_DMA, "DONE_ADDR": DONE_ADDR, "DONE_VALUE": DONE_VALUE,
         "SRAM_MAGIC": SRAM_MAGIC, "SRAM_BOOTS": SRAM_BOOTS, "SRAM_SAVES": SRAM_SAVES, "SRAM_SAVE": SRAM_SAVE,
         "BANK_GFX": BANK_GFX, "BANK_TEXT": BANK_TEXT, "LCDC_ALL": LCDC_ALL, "LCDC_NO_OBJ": LCDC_NO_OBJ,
-        "LCDC_NO_WIN": LCDC_NO_WIN, "MAP_HEADER_SIZE": MAP_HEADER_SIZE, "PAD": PAD, "MAX_PEOPLE": 4,
+        "LCDC_NO_WIN": LCDC_NO_WIN, "MAP_HEADER_SIZE": sum(n for _, n in map_header(world)), "PAD": PAD,
+        "MAX_PEOPLE": 4,
         "MODE_WALK": MODE_WALK, "MODE_TEXT": MODE_TEXT, "MODE_MENU": MODE_MENU,
         "MODE_TRANSITION": MODE_TRANSITION, "FADE_FRAMES": FADE_FRAMES, "STEP_FRAMES": STEP_FRAMES,
         "FIRST_WAIT": FIRST_WAIT, "WANDER_MIN_WAIT": WANDER_MIN_WAIT, "JOB_BUDGET": JOB_BUDGET,
@@ -191,7 +194,6 @@ def _equates(world: World) -> str:
         "DOWN": DOWN, "UP": UP, "LEFT": LEFT, "RIGHT": RIGHT, "MODE_ROW": 0, "MODE_COL": 1,
         "STAT_LYC": 0x40, "IE_GAME": 0x07, "TAC_GAME": 0x04, "TMA_GAME": 0xC0, "JOB_MASK": 15,
     }
-    consts["MAP_HEADER_SIZE"] = sum(n for _, n in map_header(world))
     if world.story:
         consts |= story_code.equates(world, FONT_BASE + FONT_CHARS.index("0"))
     lines += [f"DEF {name} EQU ${value:04X}" for name, value in consts.items()]
