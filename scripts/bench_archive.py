@@ -39,7 +39,7 @@ from pathlib import Path
 
 def env_section(args) -> dict:
     """The config file's [env] section with the task and archive the command line asks for."""
-    from gbxcule.rl.shell import read_toml
+    from gbxcule.rl.config import read_toml
 
     env = dict(read_toml(args.config).get("env", {})) if args.config else {}
     if args.task:
@@ -211,7 +211,7 @@ def plot_curves(data: dict, path: Path) -> None:
 
 def backend_options(text: str) -> dict:
     """`--backend`'s KEY=VALUE,... (values read as `--set`'s are: integers where a value is one)."""
-    from gbxcule.rl.shell import ConfigError, parse_sets
+    from gbxcule.rl.config import ConfigError, parse_sets
 
     try:
         return parse_sets(list(filter(None, text.split(","))))

@@ -39,7 +39,7 @@ def main() -> int:
     import torch
 
     from gbxcule.harness.bench import environment
-    from gbxcule.rl.algos.a2c.loss import A2CCoefs, a2c_loss
+    from gbxcule.rl.algos.a2c import A2CCoefs, a2c_loss
     from gbxcule.rl.models import ActorCritic
 
     names = [v for v in args.variants.split(",") if v]

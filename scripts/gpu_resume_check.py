@@ -26,10 +26,14 @@ def sections(setup: str, n: int) -> dict:
     if setup == "ppo":
         return {"total_steps": 4 * n * 16, "env": {"num_envs": n},
                 "ppo": {"rollout_steps": 16, "epochs": 2, "minibatches": 2}}
-    if setup == "a2c":  # configs/leave_house_a2c.toml's path: lambda-returns in clipped minibatches
+    if setup == "ppo_share":  # configs/leave_house_ppo_share.toml's path: one epoch on a moving block of the envs
+        return {"total_steps": 4 * n * 8, "env": {"num_envs": n},
+                "ppo": {"rollout_steps": 8, "epochs": 1, "minibatches": 2, "learn_share": 0.5, "channels_last": True,
+                        "anneal_lr": False}}
+    if setup == "a2c":  # configs/leave_house_a2c.toml's path: n-step windows, the adaptive entropy weight
         return {"algo": "a2c", "total_steps": 4 * n * 8, "env": {"num_envs": n},
-                "a2c": {"steps_per_update": 8, "n_step": 4, "update_every": 4, "minibatches": 2, "gae_lambda": 0.95,
-                        "clip": 0.1, "clip_vloss": True, "learn_share": 0.5, "channels_last": True}}
+                "a2c": {"steps_per_update": 8, "n_step": 4, "update_every": 4, "gae_lambda": 0.95,
+                        "target_entropy": 0.33}}
     if setup == "pqn":
         return {"algo": "pqn", "total_steps": 4 * n * 6, "env": {"num_envs": n, "max_steps": 10},
                 "pqn": {"rollout_steps": 6, "epochs": 2, "minibatches": 2, "exploration_fraction": 0.5}}
@@ -45,7 +49,7 @@ def sections(setup: str, n: int) -> dict:
     raise ValueError(setup)
 
 
-SETUPS = ("ppo", "a2c", "pqn", "dqn", "archive")
+SETUPS = ("ppo", "ppo_share", "a2c", "pqn", "dqn", "archive")
 
 
 def timing(key: str) -> bool:
@@ -60,8 +64,8 @@ def rows(run_dir: Path) -> list[dict]:
 
 
 def check(setup: str, device: str, n: int, root: Path, deterministic: bool = True) -> dict:
-    from gbxcule.rl.algos import make_config, train
-    from gbxcule.rl.shell import load_checkpoint
+    from gbxcule.rl.rundir import load_checkpoint
+    from gbxcule.rl.training import make_config, train
 
     def cfg(run_dir: Path, **run):
         return make_config(None, {**sections(setup, n), "run": {

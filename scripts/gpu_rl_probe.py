@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from gbxcule.rl import GameEnv
-from gbxcule.rl.algos import make_config, train
+from gbxcule.rl.training import make_config, train
 
 
 def check(steps: int = 40, n: int = 64, **kw) -> dict:

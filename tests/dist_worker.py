@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from gbxcule.rl.algos.ppo import loss as ppo
+from gbxcule.rl.algos import ppo
 from gbxcule.rl.models import ActorCritic
 
 BATCH = 12

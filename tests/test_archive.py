@@ -246,20 +246,23 @@ def test_clone_states_copies_only_the_masked_envs_own_state():
     rng = np.random.default_rng(7)
     for _ in range(5):
         env.step(rng.integers(0, 8, size=4))
-    env._off_steps.copy_(torch.tensor([10, 20, 30, 40]))
-    env._off_ret.copy_(torch.tensor([0.5, 1.5, 2.5, 3.5]))
+    env.archive.off_steps.copy_(torch.tensor([10, 20, 30, 40]))
+    env.archive.off_ret.copy_(torch.tensor([0.5, 1.5, 2.5, 3.5]))
     own = ("steps", "ep_return", "ep_success", "success", "distance", "_dist_sum", "_prev_sum", "_near", "_fired",
-           "_limit", "_off_steps", "_off_ret", "_from_archive")
+           "_limit")
+    records = ("off_steps", "off_ret", "from_archive", "start_row")
     before = {name: getattr(env, name).clone() for name in own}
+    before.update({name: getattr(env.archive, name).clone() for name in records})
     before.update(nov_ram=env._nov_ram.seen.clone(), nov_px=env._nov_px.seen.clone())
     src, mask = torch.tensor([3, 3, 0, 1]), torch.tensor([False, True, False, True])  # envs 0, 2 name sources too
     env.clone_states(src, mask)
     want = torch.tensor([0, 3, 2, 1])  # where each env's state now comes from
     after = {name: getattr(env, name) for name in own}
+    after.update({name: getattr(env.archive, name) for name in records})
     after.update(nov_ram=env._nov_ram.seen, nov_px=env._nov_px.seen)
     for name, old in before.items():
         assert torch.equal(after[name], old[want]), name
-    assert env._off_steps.tolist() == [10, 40, 30, 20]
+    assert env.archive.off_steps.tolist() == [10, 40, 30, 20]
 
 
 def test_spread_clocks_spread_the_first_truncations():
@@ -303,13 +306,13 @@ def test_cells_hold_the_state_that_reached_them_and_starts_restore_it():
             f, r = env.backend.slot_state(slot)
             assert np.array_equal(states[e].fields, f) and np.array_equal(states[e].ram, r)
             assert int(a.keys[slot - k]) == int(env.cell_keys()[e])
-            assert int(a.steps[slot - k]) == int(env._off_steps[e] + env.steps[e]) <= t
-        for e in np.flatnonzero(done & env._from_archive.numpy()):  # restored from a cell: its slot's state
+            assert int(a.steps[slot - k]) == int(env.archive.off_steps[e] + env.steps[e]) <= t
+        for e in np.flatnonzero(done & env.archive.from_archive.numpy()):  # restored from a cell: its slot's state
             slot = int(env._slots[e])
             f, r = env.backend.slot_state(slot)
             assert slot >= k and np.array_equal(states[e].fields, f) and np.array_equal(states[e].ram, r)
             assert torch.equal(obs[e, 0], slot_obs[slot])
-            assert int(env._off_steps[e]) == int(a.steps[slot - k]) and env.steps[e] == 0
+            assert int(env.archive.off_steps[e]) == int(a.steps[slot - k]) and env.steps[e] == 0
             restored += 1
     assert restored > 0
     s = env.episode_stats()
@@ -325,11 +328,11 @@ def test_episodes_from_cells_have_the_archive_step_limit():
     rng = np.random.default_rng(1)
     lengths = {True: set(), False: set()}
     for _ in range(60):
-        from_cell = env._from_archive.clone()
+        from_cell = env.archive.from_archive.clone()
         _, _, _, tr, info = env.step(rng.integers(0, 8, size=8))
         for e in np.flatnonzero(tr.numpy()):
             lengths[bool(from_cell[e])].add(int(env.final_length[e]))
-        arch = env._from_archive
+        arch = env.archive.from_archive
         assert torch.equal(env._limit[arch], torch.full_like(env._limit[arch], 3)) or not bool(arch.any())
     assert lengths[True] == {3} and max(lengths[False]) <= 30
     s = env.episode_stats()  # per start slot: only the episodes from the task's start slots
@@ -348,14 +351,14 @@ def test_swarm_clones_the_milestone_state_into_archive_started_envs():
     for _ in range(3):
         env.step(rng.integers(0, 8, size=n))
     env.reset()  # an unseeded reset: every env now starts from an archive cell
-    assert bool(env._from_archive.all())
+    assert bool(env.archive.from_archive.all())
     for _ in range(2):
         env.step(rng.integers(0, 8, size=n))
     assert not bool(env.archive.swarm_dst.any())  # no new area: no milestone
     env.archive.area_seen.zero_()  # the town becomes new: env 0 (the lowest) reaches a milestone next step
     env.episode_stats()
     acts = rng.integers(0, 8, size=n)
-    before_off, before_steps = env._off_steps.clone(), env.steps.clone()
+    before_off, before_steps = env.archive.off_steps.clone(), env.steps.clone()
     obs, _, te, tr, _ = env.step(acts)
     dst = env.archive.swarm_dst.clone()
     assert int(env.archive.swarm_src[0]) == 0 and dst.tolist() == [False] + [True] * (n - 1)
@@ -363,7 +366,7 @@ def test_swarm_clones_the_milestone_state_into_archive_started_envs():
     src_total = int(before_off[0] + before_steps[0] + 1)
     for e in range(1, n):
         assert _same_machine(env, 0, e) and torch.equal(obs[e], obs[0])
-        assert int(env._off_steps[e]) == src_total and env.steps[e] == 0 and bool(env._from_archive[e])
+        assert int(env.archive.off_steps[e]) == src_total and env.steps[e] == 0 and bool(env.archive.from_archive[e])
     s = env.episode_stats()
     assert s["archive/swarms"] == 1 and s["trunc_rate"] > 0
 
@@ -413,7 +416,7 @@ def _trajectory(env, actions):
     out = []
     for a in actions:
         obs, r, te, tr, _ = env.step(torch.from_numpy(a))
-        out.append((obs.clone(), r.clone(), te.clone(), tr.clone(), env._off_steps.clone()))
+        out.append((obs.clone(), r.clone(), te.clone(), tr.clone(), env.archive.off_steps.clone()))
     return out
 
 
@@ -445,7 +448,7 @@ def test_state_dict_round_trip_with_the_archive_is_bit_exact():
     del old["archive"]["start_row"], old["archive"]["config"]["w_fail"]
     past = GameEnv(**kw)
     past.load_state_dict(old)
-    assert int(past.archive.tries.sum()) == 0 and int(past._start_row.min()) == past.archive.m
+    assert int(past.archive.tries.sum()) == 0 and int(past.archive.start_row.min()) == past.archive.m
     assert int(past.archive.count) == int(env.archive.count)
     lean = GameEnv(**kw)
     with pytest.warns(UserWarning) as caught:
@@ -475,13 +478,13 @@ ARCHIVE_TABLE = {"capacity": 64, "p_start": 0.25, "swarm": 0.25, "inserts": 8}
 
 
 def _tiny(run_dir, **run):
-    from gbxcule.rl.algos import make_config
+    from gbxcule.rl.training import make_config
 
     return make_config(None, {"total_steps": 4 * 6 * 8,
                               "env": {"num_envs": 6, "task": "talk_to_hiker", "max_steps": 12, "spread_clocks": True,
                                       "archive": ARCHIVE_TABLE},
                               "ppo": {"rollout_steps": 8, "epochs": 1, "minibatches": 2, "model": "small"},
-                              "run": {"run_dir": str(run_dir), "device": "cpu", "progress": False,
+                              "run": {"run_dir": str(run_dir), "device": "cpu", "progress": False, "evals": 0,
                                       "tensorboard": False, "checkpoint_every": 1, "eval_episodes": 2, **run}})
 
 
@@ -494,10 +497,10 @@ def _rows(run_dir):
 
 
 def test_training_with_the_archive_logs_it_and_resumes_bit_for_bit(tmp_path):
-    from gbxcule.rl.algos import train
     from gbxcule.rl.explore import achievement, load
     from gbxcule.rl.plot import plot_runs
-    from gbxcule.rl.shell import load_checkpoint
+    from gbxcule.rl.rundir import load_checkpoint
+    from gbxcule.rl.training import train
 
     straight, part = tmp_path / "straight", tmp_path / "part"
     s = train(_tiny(straight, image_every=2, tensorboard=True))
@@ -530,9 +533,9 @@ def test_training_with_the_archive_logs_it_and_resumes_bit_for_bit(tmp_path):
 
 
 def test_eval_env_and_bad_archive_settings(tmp_path):
-    from gbxcule.rl.algos import make_config
+    from gbxcule.rl.config import ConfigError
     from gbxcule.rl.evaluate import make_eval_env
-    from gbxcule.rl.shell import ConfigError
+    from gbxcule.rl.training import make_config
 
     cfg = _tiny(tmp_path)
     ev = make_eval_env(cfg.env, 2, "cpu", 0)
@@ -546,8 +549,8 @@ def test_eval_env_and_bad_archive_settings(tmp_path):
 def test_the_archive_configs_share_one_table():
     from pathlib import Path
 
-    from gbxcule.rl.algos import make_config
-    from gbxcule.rl.shell import read_toml
+    from gbxcule.rl.config import read_toml
+    from gbxcule.rl.training import make_config
 
     root = Path(__file__).resolve().parent.parent / "configs"
     files = sorted(root.glob("*_archive.toml"))
@@ -602,8 +605,8 @@ def test_the_untuned_benchmark_tasks_are_solved_by_their_solutions(task):
     ends its episode with the RAM goal on the solution's last step, and the archive config takes the task."""
     from pathlib import Path
 
-    from gbxcule.rl.algos import make_config
     from gbxcule.rl.tasks import load_task
+    from gbxcule.rl.training import make_config
 
     root = Path(__file__).resolve().parent.parent
     spec = f"{root / 'benchmarks/tasks/overworld_untuned.toml'}:{task}"

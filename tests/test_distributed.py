@@ -29,7 +29,7 @@ if not torch.distributed.is_available() or not torch.distributed.is_gloo_availab
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
 from gbxcule.cli.main import main  # noqa: E402
-from gbxcule.rl.shell import load_checkpoint  # noqa: E402
+from gbxcule.rl.rundir import load_checkpoint  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 TIMING = {"sps", "time_env_s", "time_inference_s", "time_update_s", "wall_s", "updates_per_s"}
@@ -112,24 +112,24 @@ def test_two_processes_stay_in_step_and_log_global_figures(reference):
     assert not (d / "eval.json").exists()  # --eval-episodes 0
 
 
-def test_a2c_minibatched_windows_stay_in_step_on_two_processes(tmp_path):
-    # an optimizer step per minibatch of each window, each with its own all-reduce: the weights must still agree
-    # on both processes after every update (run.check_sync ends the run otherwise), also with the KL-adaptive lr,
-    # which each process sets from the KL averaged over both
-    d = tmp_path / "a2c"
-    argv = ["train", "--algo", "a2c", "--device", "cpu", "--num-envs", str(ENVS), "--max-steps", str(LIMIT),
+def test_ppo_one_epoch_on_a_share_of_the_envs_stays_in_step_on_two_processes(tmp_path):
+    # PPO's one-epoch learner on a moving block of each process's envs (learn_share), an optimizer step per
+    # minibatch, each with its own all-reduce: the weights must still agree on both processes after every update
+    # (run.check_sync ends the run otherwise), also with target_kl's early stop, which each process takes from the
+    # KL averaged over both (a tiny target: every update stops after its first of 3 epochs on both)
+    d = tmp_path / "ppo"
+    argv = ["train", "--algo", "ppo", "--device", "cpu", "--num-envs", str(ENVS), "--max-steps", str(LIMIT),
             "--total-steps", str(3 * 2 * ENVS * 8), "--run-dir", str(d), "--eval-episodes", "0", "--no-progress",
-            "--set", "a2c.n_step=4", "--set", "a2c.update_every=4", "--set", "a2c.minibatches=2",
-            "--set", "a2c.steps_per_update=8", "--set", "a2c.model=\"small\"", "--set", "run.tensorboard=false",
-            "--set", "run.check_sync=true", "--set", "a2c.target_kl=1e-7", "--gpus", "2"]
+            "--set", "ppo.rollout_steps=8", "--set", "ppo.epochs=3", "--set", "ppo.minibatches=2",
+            "--set", "ppo.learn_share=0.5", "--set", "ppo.model=\"small\"", "--set", "run.tensorboard=false",
+            "--set", "run.check_sync=true", "--set", "ppo.target_kl=1e-7", "--gpus", "2"]
     with in_process_launcher():
         assert main(argv) == 0
     summary = json.loads((d / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["updates"] == 3 and summary["stopped"] == "done"
-    assert [r["lr"] for r in rows(d)] == pytest.approx([5e-4, 5e-4 / 1.5, 5e-4 / 1.5**2])  # each KL above 2e-7
     ck = load_checkpoint(d, need_training=True)
     steps = {st["step"].item() for st in ck["optimizer"]["state"].values()}
-    assert steps == {3 * 2 * 2}  # 3 updates x 2 windows x 2 minibatches, on rank 0's Adam
+    assert steps == {3 * 2}  # 3 updates x 1 epoch (the KL stop) x 2 minibatches, on rank 0's Adam
 
 
 def test_launcher_flags_are_checked(tmp_path, capsys):

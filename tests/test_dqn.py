@@ -9,9 +9,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gbxcule.cli.main import main  # noqa: E402
-from gbxcule.rl.algos import make_config, train  # noqa: E402
-from gbxcule.rl.algos.dqn import loss as dqn  # noqa: E402
-from gbxcule.rl.shell import ConfigError, load_checkpoint  # noqa: E402
+from gbxcule.rl.algos import dqn  # noqa: E402
+from gbxcule.rl.config import ConfigError  # noqa: E402
+from gbxcule.rl.rundir import load_checkpoint  # noqa: E402
+from gbxcule.rl.training import make_config, train  # noqa: E402
 
 TIMING = {"sps", "time_env_s", "time_inference_s", "time_update_s", "time_replay_s", "wall_s", "updates_per_s"}
 
@@ -42,7 +43,7 @@ def tiny(run_dir, keep_buffer=True, **run):
         "dqn": {"buffer_size": 4 * 20, "batch_size": 16, "learning_starts": 20, "log_every": 6, "replay_ratio": 0.5,
                 "target_every": 2, "model": "small", "dueling": True, "prioritized": True,
                 "checkpoint_buffer": keep_buffer, "exploration_fraction": 0.5},
-        "run": {"run_dir": str(run_dir), "device": "cpu", "progress": False, "tensorboard": False,
+        "run": {"run_dir": str(run_dir), "device": "cpu", "progress": False, "evals": 0, "tensorboard": False,
                 "checkpoint_every": 1, **run}})
 
 

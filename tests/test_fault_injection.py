@@ -38,7 +38,7 @@ from pathlib import Path
 event, when = sys.argv[1], int(sys.argv[2])
 argv = sys.argv[3:]
 
-import gbxcule.rl.shell as shell
+import gbxcule.rl.rundir as shell
 from gbxcule.cli.main import main
 
 def die():

@@ -260,10 +260,10 @@ def test_import_without_warp_check_can_fail():
 
 
 def rl_inner_violations(src: Path, package: str = "gbxcule") -> list[str]:
-    """Inside rl: an algorithm (rl.algos.X) imports the env, the shell and the shared pieces, never another
-    algorithm or the registry (rl.algos); adapters (rl.adapters) import the env and its parts only; and
-    nothing else in rl imports an algorithm or an adapter (only the registry and rl/__init__, which registers
-    the Gymnasium ids, may)."""
+    """Inside rl: an algorithm (rl.algos.X) imports the env, the session and the shared pieces, never another
+    algorithm or the registry (rl.algos); adapters (rl.adapters) import the env and its parts only; only the
+    registry imports an algorithm, only the room's front door (rl.training) the registry, and only rl/__init__
+    (which registers the Gymnasium ids) an adapter."""
     mods, edges = graph(src, package)
     algos, adapters = f"{package}.rl.algos", f"{package}.rl.adapters"
     env_parts = {f"{package}.rl.{m}" for m in ("env", "goals", "tasks", "starts")}
@@ -283,9 +283,32 @@ def rl_inner_violations(src: Path, package: str = "gbxcule") -> list[str]:
                 if target.startswith(f"{package}.rl") and not (target in env_parts or target.startswith(adapters)
                                                               or target == f"{package}.rl"):
                     bad.append(f"{where}: adapters import the env and its parts only")
-            elif name not in (algos, f"{package}.rl") and (target.startswith(algos) or target.startswith(adapters)):
-                bad.append(f"{where}: only the registry ({algos}) and rl/__init__ import algorithms and adapters")
+            elif target.startswith(algos + ".") and name != algos:
+                bad.append(f"{where}: only the registry ({algos}) imports an algorithm")
+            elif target == algos and name != f"{package}.rl.training":
+                bad.append(f"{where}: only the room's front door ({package}.rl.training) imports the registry")
+            elif target.startswith(adapters) and name != f"{package}.rl":
+                bad.append(f"{where}: only rl/__init__ imports adapters")
     return bad
+
+
+# The trainer room (docs/architecture.md): the modules that exist for training and nothing else.
+ROOM = ("rl/config.py", "rl/rundir.py", "rl/session.py", "rl/training.py", "rl/returns.py", "rl/replay.py",
+        "rl/dist.py", "rl/algos/__init__.py")
+
+
+def test_the_trainer_room_is_small_and_every_algorithm_is_one_readable_file():
+    rl = SRC / "gbxcule" / "rl"
+    algos = sorted(p for p in (rl / "algos").iterdir() if p.name != "__pycache__")
+    assert all(p.is_file() and p.suffix == ".py" for p in algos), "an algorithm is one file in rl/algos/"
+    room = [rl.parent / r for r in ROOM] + [p for p in algos if p.name != "__init__.py"]
+    assert all(p.is_file() for p in room)
+    assert len(room) <= 12, f"the trainer room has {len(room)} files"
+    for p in algos:
+        lines = len(p.read_text().splitlines())
+        assert lines <= 400, f"{p.relative_to(SRC)} has {lines} lines"
+    registry = (rl / "algos" / "__init__.py").read_text()
+    assert "elif" not in registry and registry.count("if ") == 1  # a list and a lookup, not a chain
 
 
 def test_rl_inner_layers():
@@ -294,13 +317,34 @@ def test_rl_inner_layers():
 
 def test_rl_inner_checker_names_an_algorithm_importing_another(tmp_path):
     src = _write(tmp_path, {
-        "__init__.py": "", "rl/__init__.py": "", "rl/env.py": "", "rl/shell.py": "",
-        "rl/algos/__init__.py": "from pkg.rl.algos.a import x\n", "rl/algos/a/__init__.py": "x = 1\n",
-        "rl/algos/b/__init__.py": "from pkg.rl.algos import a\n",
-        "rl/adapters/__init__.py": "", "rl/adapters/g.py": "from pkg.rl import shell\n",
+        "__init__.py": "", "rl/__init__.py": "", "rl/env.py": "", "rl/session.py": "",
+        "rl/algos/__init__.py": "from pkg.rl.algos.a import x\n", "rl/algos/a.py": "x = 1\n",
+        "rl/algos/b.py": "from pkg.rl.algos import a\n",
+        "rl/adapters/__init__.py": "", "rl/adapters/g.py": "from pkg.rl import session\n",
         "rl/evaluate.py": "from pkg.rl.algos import a\n",
     })
     bad = sorted(rl_inner_violations(src, "pkg"))
-    assert [b.split(" imports ")[0] for b in bad] == ["pkg/rl/adapters/g.py:1", "pkg/rl/algos/b/__init__.py:1",
+    assert [b.split(" imports ")[0] for b in bad] == ["pkg/rl/adapters/g.py:1", "pkg/rl/algos/b.py:1",
                                                      "pkg/rl/evaluate.py:1"]
     assert "adapters import the env" in bad[0] and "no other algorithm" in bad[1] and "only the registry" in bad[2]
+
+
+def private_reads(src: Path, package: str = "gbxcule", allowed: tuple[str, ...] = ("self.pyboy._",)) -> list[str]:
+    """`x._name` where x is not `self` or `cls`: a module reading another object's private attribute (an object of
+    another module, or another instance of its own class). `allowed`: third-party internals with no public way
+    (PyBoy's serial buffer)."""
+    bad = []
+    for path in sorted((src / package).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                    and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
+                text = ast.unparse(node)
+                if not text.startswith(allowed):
+                    bad.append(f"{path.relative_to(src)}:{node.lineno} reads {text}")
+    return bad
+
+
+def test_no_module_reads_another_objects_private_attributes(tmp_path):
+    assert private_reads(SRC) == []
+    src = _write(tmp_path, {"__init__.py": "", "rl/__init__.py": "", "rl/t.py": "def f(env):\n    return env._ram\n"})
+    assert private_reads(src, "pkg") == ["pkg/rl/t.py:2 reads env._ram"]

@@ -114,7 +114,8 @@ def test_huge_env_counts_are_refused_before_anything_is_allocated(tmp_path, caps
     # a 4 GiB cgroup: the real limit, not the machine's free memory
     monkeypatch.setattr(memory, "host_available", lambda: Available(4 << 30, "cgroup limit 4.00 GiB in test"))
     run = tmp_path / "run"
-    assert main(["train", "--device", "cpu", "--num-envs", "350000", "--run-dir", str(run)]) == 2
+    assert main(["train", "--device", "cpu", "--num-envs", "350000", "--total-steps", "1000000000",
+                 "--run-dir", str(run)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "350,000 envs need" in err and "cgroup limit" in err and "trainer storage" in err
     most = int(err.split("at most ")[1].split()[0].replace(",", ""))

@@ -47,3 +47,182 @@ def test_bad_milestones_and_fail_conditions_are_one_line(bad, needle):
     text = f'[pack]\nname = "m"\nrom = "OVERWORLD"\n{bad}\n[tasks.a]\ngoal_ram = [{{ addr = 0xC100, value = 1 }}]\n'
     with pytest.raises(TaskError, match=needle):
         parse_pack(text, "m.toml")
+
+
+# --- in the env: rewarded once per episode, logged, checkpointed; a dead end ends the episode -------------------
+torch = pytest.importorskip("torch")
+
+LEAVE = "R4 D6 R N2"  # overworld leave_house's solution: the town (FLAGS bit 0) on its last steps
+GAME = """
+[pack]
+name = "ms"
+rom = "OVERWORLD"
+cells = [0xC100, 0xC101, 0xC102]
+milestones = [{ name = "town", addr = 0xC104, mask = 0x01, value = 0x01 },
+              { name = "lab", addr = 0xC104, mask = 0x02, value = 0x02 }]
+
+[tasks.from_bed]
+start = { script = "N5" }
+step_limit = 30
+goal_ram = [{ addr = 0xC100, value = 2 }]
+reward = { step_cost = 0.0, goal_bonus = 0.0, milestone = 1.0 }
+
+[tasks.from_door]
+start = { script = "N5 R4 D6 R N2" }
+step_limit = 30
+goal_ram = [{ addr = 0xC100, value = 2 }]
+reward = { step_cost = 0.0, goal_bonus = 0.0, milestone = 1.0 }
+
+[tasks.dead_end]
+start = { script = "N5" }
+step_limit = 30
+goal_ram = [{ addr = 0xC100, value = 2 }]
+fail_ram = [{ addr = 0xC104, mask = 0x01, value = 0x01 }]
+reward = { step_cost = 0.0, goal_bonus = 0.0, milestone = 0.0, dead_end = -2.0 }
+"""
+
+
+def game_env(task: str, n: int = 2, **kw):
+    from gbxcule.rl.env import GameEnv
+
+    return GameEnv(num_envs=n, task=parse_pack(GAME, "ms.toml")[task], **kw)
+
+
+def actions(script: str) -> list[int]:
+    from gbxcule.core.action_codec import get_codec
+    from gbxcule.rl.tasks import parse_script
+
+    return list(parse_script(script, get_codec("pokemonred_puffer_v1")))
+
+
+def test_a_milestone_pays_once_per_episode_and_the_logs_say_how_far_episodes_got():
+    env = game_env("from_bed")
+    env.reset(seed=0)
+    paid = torch.zeros(2)
+    for a in actions(LEAVE + " U N2 D N2"):  # into town, back home through the door, out again: one milestone
+        _, r, *_ = env.step(torch.tensor([a, 0]))
+        paid += r
+    assert paid.tolist() == [1.0, 0.0]
+    assert env.milestones.tolist() == [[True, False], [False, False]]
+    for _ in range(30):  # the step limit ends both episodes
+        env.step(torch.tensor([0, 0]))
+    st = env.episode_stats()
+    assert st["milestone_episodes"] == [1, 0] and st["milestone_rates"] == [0.5, 0.0]
+    assert st["milestone_deepest"] == 1 and "dead_ends" not in st
+    assert env.final_milestones.tolist() == [[True, False], [False, False]]
+
+
+def test_a_start_that_already_holds_a_milestone_earns_nothing_for_it():
+    env = game_env("from_door")
+    env.reset(seed=0)
+    assert env.milestones[0].all() and not env.milestones[1].any()  # the start is in town
+    total = sum(env.step(torch.tensor([a, a]))[1] for a in actions("U N2 D N2"))  # home and back out
+    assert total.tolist() == [0.0, 0.0]
+
+
+def test_a_dead_end_ends_the_episode_unsuccessful_with_its_penalty_and_is_counted():
+    env = game_env("dead_end", n=2)
+    env.reset(seed=0)
+    seen = None
+    for a in actions(LEAVE):
+        _, r, term, trunc, _ = env.step(torch.tensor([a, 0]))
+        if bool(term[0]):
+            seen = (r.tolist(), term.tolist(), trunc.tolist(), env.final_success[0].item())
+            break
+    assert seen == ([-2.0, 0.0], [True, False], [False, False], False)
+    assert env.episode_stats()["dead_ends"] == 1
+
+
+def test_milestones_are_checkpointed_and_cloned_with_the_env(tmp_path):
+    env = game_env("from_bed")
+    env.reset(seed=0)
+    for a in actions(LEAVE):
+        env.step(torch.tensor([a, 0]))
+    sd = env.state_dict()
+    other = game_env("from_bed")
+    other.load_state_dict(sd)
+    assert torch.equal(other.milestones, env.milestones) and other.milestones[0, 0]
+    other.clone_states(0, torch.tensor([False, True]))
+    assert other.milestones[:, 1].tolist() == [True, False]
+
+
+def test_the_eval_reports_the_milestones_each_episode_reached():
+    from gbxcule.rl.evaluate import Episodes, summarize
+
+    env = game_env("from_bed")
+    script = iter(actions(LEAVE) + [0] * 40)
+    run = Episodes(env, lambda obs, done: torch.tensor([next(script), 0]))
+    while not bool(run.finished.all()):
+        run.step()
+    rep = summarize(run.result(), env.success_source, False)
+    assert rep["milestone_rates"] == {"town": 0.5, "lab": 0.0} and rep["milestone_deepest"] == [1, 0]
+    assert rep["mean_deepest"] == 0.5
+
+
+def test_a_run_logs_milestones_and_resumes_them_bit_for_bit(tmp_path):
+    import json
+
+    from gbxcule.rl.training import make_config, train
+
+    pack = tmp_path / "ms.toml"
+    pack.write_text(GAME)
+
+    def cfg(run, **extra):
+        return make_config(None, {"total_steps": 3 * 4 * 8, "env": {"num_envs": 4, "task": f"{pack}:from_bed",
+                                                                     "max_steps": 6},
+                                  "ppo": {"rollout_steps": 8, "epochs": 1, "minibatches": 2, "model": "small"},
+                                  "run": {"run_dir": str(run), "device": "cpu", "progress": False, "evals": 0,
+                                          "tensorboard": False, "eval_episodes": 0, "checkpoint_every": 1, **extra}})
+
+    def rows(run):
+        keep = ("env_steps", "milestone_rates", "milestone_episodes", "milestone_deepest", "milestone/town",
+                "episode_return", "pg_loss")
+        return [{k: r.get(k) for k in keep} for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
+
+    train(cfg(tmp_path / "a"))
+    train(cfg(tmp_path / "b", stop_after_updates=1))
+    train(cfg(tmp_path / "b"), resume=True)
+    a = rows(tmp_path / "a")
+    assert a == rows(tmp_path / "b") and len(a) == 3
+    assert all(len(r["milestone_rates"]) == 2 and r["milestone/town"] == r["milestone_rates"][0] for r in a)
+
+
+def test_progress_cells_keep_states_before_and_after_a_milestone_apart():
+    """Cells against a plain Python reference: (map, x, y) and the milestones held, packed as the archive packs
+    them; the same tile with and without the town milestone is two cells, with it twice is one."""
+    from gbxcule.rl.goals import ram_rows
+
+    env = game_env("from_bed", n=2, archive={"capacity": 256, "inserts": 8, "p_start": 1.0})
+    env.reset(seed=0)
+    rows = torch.tensor(ram_rows([0xC100, 0xC101, 0xC102, 0xC104], env.backend.layout))
+    seen = set()
+
+    def reference() -> list[int]:
+        m, x, y, flags = env.ram.index_select(0, rows).to(torch.int64).tolist()
+        return [a | b << 8 | c << 16 | ((f & 1) | (f & 2)) << 24 for a, b, c, f in zip(m, x, y, flags, strict=True)]
+
+    # env 0 walks out into town and back home to its start tile; env 1 stands at the start tile all along
+    for a in actions(LEAVE + " U N2 L U5 L4"):
+        env.step(torch.tensor([a, 0]))
+        keys = env.cell_keys().tolist()
+        assert keys == reference()
+        seen.update(keys)
+    cells = set(env.archive.keys[:int(env.archive.count)].tolist())
+    assert cells == seen  # every state offered became a cell of its own key (capacity and inserts to spare)
+    start = reference()[1]
+    back_home = reference()[0]
+    assert back_home == start | (1 << 24) and {start, back_home} <= cells  # one tile, two cells
+    places = {k & 0xFFFFFF for k in cells}
+    assert sum(1 for p in places if p in cells and p | (1 << 24) in cells) >= 5  # the way down, then back up
+    assert int(env.archive.progress[list(env.archive.keys[:int(env.archive.count)].tolist()).index(back_home)]) == 1
+
+
+def test_w_progress_weighs_the_cells_that_hold_more_milestones():
+    from gbxcule.rl.archive import WEIGHT_ONE, ArchiveConfig, StateArchive
+
+    a = StateArchive(ArchiveConfig(capacity=4, w_chosen=1.0, w_visits=0.0, w_recent=0.0, w_progress=2.0), 1, 1, "cpu")
+    a.count.fill_(3)
+    a.progress[:3] = torch.tensor([0, 1, 2])
+    table_one = int(a._table[0])  # 1 / sqrt(1 + 0 chosen)
+    w = a.weights().tolist()
+    assert w[:3] == [16 * table_one, 16 * table_one + 16 * WEIGHT_ONE, 16 * table_one + 32 * WEIGHT_ONE] and w[3] == 0

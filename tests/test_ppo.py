@@ -1,5 +1,8 @@
-"""PPO's math (gbxcule.rl.algos.ppo.loss; GAE in gbxcule.rl.returns) on tiny tensors checked by hand or loops."""
+"""PPO's math (gbxcule.rl.algos.ppo; GAE in gbxcule.rl.returns) on tiny tensors checked by hand or loops, and its
+one-epoch learner on a share of the envs (`learn_share`, `channels_last`) trained, checkpointed and resumed bit for
+bit on the CPU device."""
 
+import json
 import math
 
 import pytest
@@ -7,7 +10,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gbxcule.rl import returns  # noqa: E402
-from gbxcule.rl.algos.ppo import loss as ppo  # noqa: E402
+from gbxcule.rl.algos import ppo  # noqa: E402
+from gbxcule.rl.config import ConfigError  # noqa: E402
+from gbxcule.rl.training import make_config, train  # noqa: E402
 
 
 def gae_loop(rewards, values, dones, last_value, gamma, lam, truncated=None, final_values=None):
@@ -116,3 +121,91 @@ def test_explained_variance_and_lr():
     assert returns.linear_lr(1.0, 0, 4, True) == 1.0 and returns.linear_lr(1.0, 3, 4, True) == 0.25
     assert returns.linear_lr(1.0, 3, 4, False) == 1.0
     assert ppo.normalize(torch.tensor([1.0, 3.0])).tolist() == pytest.approx([-0.7071, 0.7071], abs=1e-4)
+
+
+def test_the_clipped_loss_is_the_plain_one_at_the_acting_policy_and_stops_past_the_clip():
+    logits = torch.tensor([[0.3, -0.2, 0.1], [0.0, 0.5, -0.4]], requires_grad=True)
+    act, adv, v = torch.tensor([0, 1]), torch.tensor([1.0, -1.0]), torch.zeros(2)
+    c = ppo.LossCoefs(clip=0.1, vf_coef=0.0, ent_coef=0.0)
+
+    def grad(old_logp):
+        logits.grad = None
+        dist = torch.distributions.Categorical(logits=logits)
+        loss, m = ppo.ppo_loss(dist.log_prob(act), old_logp, adv, v, v, v, dist.entropy(), c)
+        loss.backward()
+        return logits.grad.clone(), m
+
+    logp = torch.distributions.Categorical(logits=logits).log_prob(act).detach()
+    clipped, m1 = grad(logp)
+    logits.grad = None
+    (-(torch.distributions.Categorical(logits=logits).log_prob(act) * adv).mean()).backward()
+    assert torch.allclose(logits.grad, clipped) and m1["clipfrac"].item() == 0.0  # at the acting policy: plain PG
+    # sample 0 (advantage +1) already 20% likelier than when it acted: past the clip, no gradient; sample 1
+    # (advantage -1) 20% likelier too: its ratio is clipped only on the other side, so it still pushes down
+    g, m2 = grad(logp - math.log(1.2))
+    assert torch.count_nonzero(g[0]) == 0 and torch.count_nonzero(g[1]) == 3
+    assert m2["clipfrac"].item() == 1.0
+
+
+TIMING = {"sps", "updates_per_s", "wall_s", "time_env_s", "time_inference_s", "time_update_s"}
+
+
+def tiny(run_dir, knobs=None, **run):
+    return make_config(None, {"total_steps": 3 * 6 * 8, "env": {"num_envs": 6},
+                              "ppo": {"rollout_steps": 8, "epochs": 1, "minibatches": 2, "model": "small",
+                                      **(knobs or {})},
+                              "run": {"run_dir": str(run_dir), "device": "cpu", "progress": False,
+                                      "tensorboard": False, "checkpoint_every": 1, "eval_episodes": 0, **run}})
+
+
+def metrics(run_dir):
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+
+
+@pytest.mark.parametrize("knobs", [{"minibatches": 3}, {"learn_share": 0.4, "channels_last": True},
+                                   {"clip": 0.01, "learn_share": 0.5, "minibatches": 4}],
+                         ids=["one_epoch", "share", "clip"])
+def test_one_epoch_on_a_share_of_the_envs_trains_and_resumes_bit_for_bit(tmp_path, knobs):
+    straight = tmp_path / "straight"
+    s = train(tiny(straight, knobs))
+    assert s["updates"] == 3 and s["env_steps"] == 3 * 48 and s["stopped"] == "done"
+    rows = metrics(straight)
+    share = knobs.get("learn_share", 1.0)
+    learn = math.ceil(share * 6)
+    assert sum(rows[-1]["actions"]) == 8 * learn  # the trained samples' actions: the block of learning envs
+    assert all(0 <= r["approx_kl"] < 10 for r in rows) and all(0 <= r["clipfrac"] <= 1 for r in rows)
+    if knobs.get("clip") == 0.01:  # a tight clip: the later minibatches find samples past it
+        assert any(r["clipfrac"] > 0 for r in rows)
+    part = tmp_path / "part"
+    assert train(tiny(part, knobs, stop_after_updates=1))["stopped"] == "stop_after_updates"
+    assert train(tiny(part, knobs), resume=True)["updates"] == 3
+    assert metrics(part) == rows
+    a = torch.load(straight / "checkpoint.pt", weights_only=False)
+    b = torch.load(part / "checkpoint.pt", weights_only=False)
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    steps = 3 * knobs.get("minibatches", 2)  # one epoch: an optimizer step per minibatch
+    assert all(st["step"].item() == steps for st in a["optimizer"]["state"].values())
+
+
+def test_the_learning_block_moves_on_each_update_so_every_env_takes_its_turn(tmp_path, monkeypatch):
+    seen = []
+    real = torch.index_select
+
+    def spy(x, dim, index, *a, **k):
+        if x.dim() >= 4 and x.dtype == torch.uint8 and index.numel() == 2:  # observations of the learning block
+            seen.append(tuple(index.tolist()))
+        return real(x, dim, index, *a, **k)
+
+    monkeypatch.setattr(torch, "index_select", spy)
+    train(tiny(tmp_path, {"learn_share": 0.3, "rollout_steps": 2, "minibatches": 1}, eval_episodes=0))
+    blocks = list(dict.fromkeys(seen))
+    assert blocks[:3] == [(0, 1), (2, 3), (4, 5)]
+
+
+@pytest.mark.parametrize("bad, word", [({"learn_share": 0}, "learn_share"), ({"learn_share": 1.5}, "learn_share"),
+                                       ({"learn_share": 0.2, "minibatches": 17}, "exceeds"),
+                                       ({"channels_last": "yes"}, "channels_last")])
+def test_bad_knobs_are_one_line(tmp_path, bad, word):
+    with pytest.raises(ConfigError, match=word):
+        tiny(tmp_path, bad)

@@ -8,9 +8,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gbxcule.cli.main import main  # noqa: E402
-from gbxcule.rl.algos import make_config, train  # noqa: E402
-from gbxcule.rl.algos.pqn import loss as pqn  # noqa: E402
-from gbxcule.rl.shell import load_checkpoint  # noqa: E402
+from gbxcule.rl.algos import pqn  # noqa: E402
+from gbxcule.rl.rundir import load_checkpoint  # noqa: E402
+from gbxcule.rl.training import make_config, train  # noqa: E402
 
 TIMING = {"sps", "time_env_s", "time_inference_s", "time_update_s", "wall_s", "updates_per_s"}
 
@@ -19,7 +19,7 @@ def tiny(run_dir, **run):
     return make_config(None, {
         "algo": "pqn", "total_steps": 4 * 4 * 6, "env": {"num_envs": 4, "max_steps": 10},
         "pqn": {"rollout_steps": 6, "epochs": 2, "minibatches": 2, "model": "small", "exploration_fraction": 0.5},
-        "run": {"run_dir": str(run_dir), "device": "cpu", "progress": False, "tensorboard": False,
+        "run": {"run_dir": str(run_dir), "device": "cpu", "progress": False, "evals": 0, "tensorboard": False,
                 "checkpoint_every": 1, **run}})
 
 

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 from gbxcule.rl import GameEnv  # noqa: E402
 from gbxcule.rl.evaluate import run_episodes, summarize  # noqa: E402
-from gbxcule.rl.shell import progress_line  # noqa: E402
+from gbxcule.rl.session import progress_line  # noqa: E402
 from gbxcule.rl.tasks import load_task  # noqa: E402
 
 SOLUTION = load_task("leave_house").solution  # 13 steps from the task's start to the town
@@ -123,11 +123,11 @@ def test_eval_skips_starts_where_the_goal_holds(tmp_path, pixel_pack, task):
 
 def test_training_logs_and_eval_label_template_success(pixel_pack, tmp_path, capsys):
     from gbxcule.cli.main import main
-    from gbxcule.rl.algos import make_config, train
+    from gbxcule.rl.training import make_config, train
 
     cfg = make_config(None, {"total_steps": 4 * 8, "env": {"num_envs": 4, "task": pixel_pack},
                              "ppo": {"rollout_steps": 8, "epochs": 1, "minibatches": 1, "model": "small"},
-                             "run": {"run_dir": str(tmp_path), "device": "cpu", "progress": False,
+                             "run": {"run_dir": str(tmp_path), "device": "cpu", "progress": False, "evals": 0,
                                      "tensorboard": False, "eval_every": None, "eval_every_s": None}})
     train(cfg)
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]

@@ -11,8 +11,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gbxcule.cli.main import main  # noqa: E402
-from gbxcule.rl.algos import make_config, train  # noqa: E402
-from gbxcule.rl.shell import CheckpointError, ConfigError, load_checkpoint  # noqa: E402
+from gbxcule.rl.config import ConfigError  # noqa: E402
+from gbxcule.rl.rundir import CheckpointError, load_checkpoint  # noqa: E402
+from gbxcule.rl.training import make_config, train  # noqa: E402
 
 TIMING = {"sps", "time_env_s", "time_inference_s", "time_update_s", "wall_s", "updates_per_s"}
 
@@ -20,7 +21,7 @@ TIMING = {"sps", "time_env_s", "time_inference_s", "time_update_s", "wall_s", "u
 def tiny(run_dir, **run):
     return make_config(None, {"total_steps": 4 * 6 * 8, "env": {"num_envs": 6},
                               "ppo": {"rollout_steps": 8, "epochs": 2, "minibatches": 2, "model": "small"},
-                              "run": {"run_dir": str(run_dir), "device": "cpu", "progress": False,
+                              "run": {"run_dir": str(run_dir), "device": "cpu", "progress": False, "evals": 0,
                                       "tensorboard": False, "checkpoint_every": 1, **run}})
 
 
@@ -125,7 +126,7 @@ def test_checkpoint_for_other_observations_is_refused(straight, tmp_path, capsys
 
 
 def test_nonfinite_loss_stops_with_a_snapshot(tmp_path, monkeypatch):
-    import gbxcule.rl.algos.ppo.loss as ppo_mod
+    import gbxcule.rl.algos.ppo as ppo_mod
     from gbxcule.core.errors import GbxculeError
 
     train(tiny(tmp_path, stop_after_updates=1))
@@ -145,7 +146,7 @@ def test_nonfinite_loss_stops_with_a_snapshot(tmp_path, monkeypatch):
 
 
 def test_set_overrides_merge_tables_and_reject_bad_items(tmp_path, capsys):
-    from gbxcule.rl.shell import merge_overrides, parse_sets
+    from gbxcule.rl.config import merge_overrides, parse_sets
 
     sets = parse_sets(["env.reward.tau=0.2", "env.backend.sort_key=path", "ppo.lr=1e-3", "run.device=cpu",
                        'env.start_states=["random_actions", 4, 2]'])
@@ -170,9 +171,9 @@ def test_set_overrides_merge_tables_and_reject_bad_items(tmp_path, capsys):
     # `none` unsets a setting that may be unset (TOML has no null); a string setting keeps the word
     root = Path(__file__).resolve().parent.parent
     td0 = make_config(root / "configs/leave_house_a2c.toml",
-                      parse_sets(["a2c.n_step=1", "a2c.update_every=4", "a2c.minibatches=1", "a2c.clip=none",
-                                  "a2c.clip_vloss=false", "a2c.learn_share=1.0", "env.reward.terminate_on=none"]))
-    assert td0.a2c.clip is None and td0.env.reward["terminate_on"] == "none"
+                      parse_sets(["a2c.n_step=1", "a2c.update_every=4", "a2c.target_entropy=none",
+                                  "env.reward.terminate_on=none"]))
+    assert td0.a2c.target_entropy is None and td0.env.reward["terminate_on"] == "none"
     with pytest.raises(ConfigError, match="a2c.lr"):
         make_config(None, parse_sets(["algo=a2c", "a2c.lr=none"]))
     with pytest.raises(ConfigError, match="exclude each other"):
@@ -182,7 +183,7 @@ def test_set_overrides_merge_tables_and_reject_bad_items(tmp_path, capsys):
 def test_run_deterministic_sets_torchs_deterministic_algorithms(monkeypatch):
     """run.deterministic on CUDA: cuDNN's deterministic convolutions and torch's deterministic algorithms (ops without
     one warn), cuBLAS's fixed workspace; off leaves torch's choice. Torch's global flags are restored after."""
-    from gbxcule.rl.loop import cuda_algorithms
+    from gbxcule.rl.session import cuda_algorithms
 
     cudnn = torch.backends.cudnn
     saved = (cudnn.benchmark, cudnn.deterministic, torch.are_deterministic_algorithms_enabled(),
@@ -277,7 +278,7 @@ def test_periodic_eval_beside_training_logs_each_result_at_its_weights_env_steps
     assert s["stopped"] == "done" and evals == [(3, 144, 48), (4, 192, 192)]
     assert "time_eval_s" in rows[-1] and "time_eval_s" not in rows[2]
     # best_policy.pt: the weights of the first eval with the best greedy success (ties keep the earlier)
-    from gbxcule.rl.algos import evaluate
+    from gbxcule.rl.training import evaluate
 
     best = load_checkpoint(tmp_path / "best_policy.pt")
     assert rows[-1]["eval/best_greedy"] == rows[2]["eval/greedy_success"] == 0.0
@@ -286,7 +287,7 @@ def test_periodic_eval_beside_training_logs_each_result_at_its_weights_env_steps
 
 
 def test_best_policy_keeps_the_weights_of_the_best_periodic_eval(tmp_path, monkeypatch):
-    import gbxcule.rl.loop as loop
+    import gbxcule.rl.session as loop
 
     rates = iter([0.5, 0.25, 0.75, 0.75])
     seen = []
@@ -303,6 +304,37 @@ def test_best_policy_keeps_the_weights_of_the_best_periodic_eval(tmp_path, monke
     assert best["global_step"] == 144 and best["metrics"]["eval/greedy_success"] == 0.75  # the third, not the tie
     for p, q in zip(best["model"].values(), seen[2], strict=True):
         assert torch.equal(p, q.half())
+
+
+def test_the_final_policy_is_the_best_evals_where_the_last_eval_did_worse(tmp_path, monkeypatch, capsys):
+    import gbxcule.rl.session as session
+
+    rates = iter([0.5, 0.75, 0.25, 0.0])
+    monkeypatch.setattr(session, "evaluate_model", lambda model, env, modes, seed: {
+        "success_rate": next(rates), "mean_return": 0.0, "median_steps": None, "starts_skipped": 0})
+    lines = []
+    s = train(tiny(tmp_path, eval_every=48, eval_episodes=2, checkpoint_every=50), echo=lines.append)
+    assert s["final_policy"] == {"source": "best_eval", "greedy": 0.75, "env_steps": 96, "last_greedy": 0.0}
+    assert (tmp_path / "policy.pt").read_bytes() == (tmp_path / "best_policy.pt").read_bytes()
+    assert load_checkpoint(tmp_path / "checkpoint.pt")["global_step"] == 192  # resume goes on from the last
+    assert any("final policy: the weights of the best periodic eval (75.0% greedy at 96 env-steps)" in x
+               for x in lines), lines
+    assert json.loads((tmp_path / "summary.json").read_text())["final_policy"]["source"] == "best_eval"
+
+
+def test_periodic_evals_are_on_by_default_and_the_last_weights_are_always_judged(tmp_path, monkeypatch):
+    import gbxcule.rl.session as session
+
+    seen = []
+    monkeypatch.setattr(session, "evaluate_model", lambda model, env, modes, seed: seen.append(1) or {
+        "success_rate": 0.5, "mean_return": 0.0, "median_steps": None, "starts_skipped": 0})
+    cfg = tiny(tmp_path, eval_episodes=2)
+    cfg.run.evals = 2  # two evals spread over the run's 4 updates (the default is 10)
+    s = train(cfg)
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in rows if "eval/greedy_success" in r] == [2, 4] and len(seen) == 2
+    assert s["final_policy"] == {"source": "last", "greedy": 0.5, "env_steps": 192}
+    assert make_config(None, {}).run.evals == 10 and make_config(None, {}).run.eval_episodes == 64
 
 
 def test_a_run_that_ends_at_its_total_before_the_time_limit_says_so(tmp_path, capsys):

@@ -78,7 +78,7 @@ def copy_run(src: Path, dst: Path) -> Path:
 # --- Ctrl-C and SIGTERM ---------------------------------------------------------------------------------------
 def signal_after(monkeypatch, update: int, *signums):
     """Deliver `signums` to this process at the end of update `update` (as a user's Ctrl-C would arrive)."""
-    from gbxcule.rl.loop import Session
+    from gbxcule.rl.session import Session
 
     real = Session.end_update
 
@@ -97,7 +97,7 @@ def test_ctrl_c_stops_at_the_update_end_with_a_checkpoint_and_resume_goes_on(str
     signal_after(monkeypatch, 2, signal.SIGINT)
     rc, out, err = train_cli(*TINY, "--run-dir", d)  # checkpoints every 50 updates by count: none is due
     monkeypatch.undo()
-    assert rc == 0, err
+    assert rc == 130, err  # as shells expect: `train && eval` stops here
     assert "SIGINT: stopping at the end of this update with a checkpoint" in err
     assert f"stopped by SIGINT after update 3: checkpoint saved; continue with gbxcule train --resume {d}" in err
     assert "(interrupted)" in out
@@ -123,13 +123,13 @@ def test_sigterm_then_a_second_ctrl_c_quits_at_once(tmp_path, monkeypatch):
 
 
 def test_checkpoints_also_by_the_clock(tmp_path):
-    from gbxcule.rl.algos import make_config, train
-    from gbxcule.rl.shell import RunConfig
+    from gbxcule.rl.config import RunConfig
+    from gbxcule.rl.training import make_config, train
 
     assert 60 <= RunConfig().checkpoint_every_s <= 600  # a kill loses minutes, never an hour
     cfg = make_config(None, {"total_steps": 192, "env": {"num_envs": 6},
                              "ppo": {"rollout_steps": 8, "epochs": 1, "minibatches": 1, "model": "small"},
-                             "run": {"run_dir": str(tmp_path), "device": "cpu", "progress": False,
+                             "run": {"run_dir": str(tmp_path), "device": "cpu", "progress": False, "evals": 0,
                                      "tensorboard": False, "eval_episodes": 0, "checkpoint_every": 1000,
                                      "checkpoint_every_s": 1e-6, "stop_after_updates": 2}})
     assert train(cfg)["stopped"] == "stop_after_updates"
@@ -163,7 +163,7 @@ def test_resume_of_a_finished_run_says_so_and_changes_nothing(straight, tmp_path
 
 @pytest.mark.parametrize("extra, needle", [
     (["--num-envs", "8"], "env.num_envs is 6 in the run, not 8"),
-    (["--task", "reach_lab"], "env.task is 'leave_house' in the run, not 'reach_lab'"),
+    (["--task", "reach_lab"], "the run's task is 'leave_house', not 'reach_lab'"),
     (["--stack-k", "2"], "env.stack_k"),
     (["--model", "nature"], "ppo.model"),
     (["--set", "algo=a2c"], "algo is 'ppo' in the run, not 'a2c'"),
@@ -252,7 +252,7 @@ def test_config_values_of_the_wrong_type_are_one_line_before_anything_runs(tmp_p
 # --- progress and reports -----------------------------------------------------------------------------------------
 def test_progress_and_reports_agree_with_the_results(straight):
     from gbxcule.core.fmt import num, pct
-    from gbxcule.rl.shell import progress_line
+    from gbxcule.rl.session import progress_line
 
     d, out, err = straight
     line = progress_line({"sps": 1234.5, "episode_return": float("nan"), "running_success": 0.625,
@@ -273,7 +273,7 @@ def test_progress_and_reports_agree_with_the_results(straight):
 
 
 def test_nonfinite_loss_message_says_when_no_checkpoint_exists(tmp_path, monkeypatch):
-    import gbxcule.rl.algos.ppo.loss as loss
+    import gbxcule.rl.algos.ppo as loss
 
     real = loss.ppo_loss
 
@@ -488,3 +488,187 @@ def test_pufferlib_imports_without_gym_and_leaves_no_gym_behind(tmp_path, monkey
     script = (ROOT / "scripts/install_pufferlib.sh").read_text()
     installs = [ln for ln in script.splitlines() if "pip install" in ln]
     assert installs and not any("gym==" in ln or " gym " in ln for ln in installs)
+
+
+# --- settings that say what they do, limits checked against each other, exits that tell the shell ---------------
+def one_error_line(err: str) -> bool:
+    """The run's notes, then one error line, last; no traceback."""
+    lines = err.strip().splitlines()
+    return [x for x in lines if "error:" in x] == lines[-1:] and "Traceback" not in err
+
+
+def test_the_set_option_wins_over_the_algorithms_own_flags(tmp_path):
+    from gbxcule.rl.config import parse_sets
+    from gbxcule.rl.training import prepare
+
+    flags = {"run": {"run_dir": str(tmp_path / "r")}}
+    cfg, _ = prepare(None, flags, None, {"lr": 0.001}, parse_sets(["ppo.lr=0.0005"]))
+    assert cfg.ppo.lr == 0.0005  # documented order: defaults, --config, flags, then --set
+    cfg, _ = prepare(None, {**flags, "algo": "a2c"}, None, {"model": "small"}, parse_sets(["a2c.model=nature"]))
+    assert cfg.a2c.model == "nature"
+    cfg, _ = prepare(None, flags, None, {"lr": 0.001}, parse_sets(["algo=a2c"]))  # --set picks the section too
+    assert cfg.algo == "a2c" and cfg.a2c.lr == 0.001
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--algo", "a2c", "--set", "a2c.steps_per_update=100000000000"], "more than total_steps"),
+    (["--algo", "dqn", "--set", "dqn.log_every=1000000000"], "more than total_steps"),
+    (["--algo", "dqn", "--set", "dqn.batch_size=100000", "--set", "dqn.buffer_size=600",
+      "--set", "dqn.learning_starts=8"], "dqn.batch_size"),
+    (["--algo", "dqn", "--set", "dqn.learning_starts=1000"], "before its first gradient step"),
+    (["--algo", "a2c", "--set", "a2c.gru=100000"], "a2c.gru must be <= 4096"),
+    (["--set", "env.archive.cells=\"pixels\"", "--set", "env.archive.pixel_cell=3"], "pixel_cell must be one of"),
+    (["--set", "env.archive.pixel_cell=100"], "pixel_cell must be one of"),
+    (["--set", "run.dist_timeout_s=1e15"], "run.dist_timeout_s must be <= 86400"),
+    (["--seed", str(2**64)], "run.seed must be <="),
+])
+def test_limits_checked_against_each_other_are_one_line_before_anything_runs(tmp_path, args, needle):
+    d = tmp_path / "run"
+    base = [a for a in TINY if a not in ("--epochs", "2", "--minibatches", "--rollout-steps", "8")]
+    if "--algo" in args:  # the PPO-only flags of TINY do not apply
+        base = ["--device", "cpu", "--num-envs", "6", "--total-steps", "192", "--eval-episodes", "0",
+                "--no-progress", "--set", "run.tensorboard=false", "--model", "small"]
+    rc, out, err = train_cli(*base, "--run-dir", d, *args)
+    assert rc == 2 and err.count("\n") == 1 and needle in err and "Traceback" not in err, err
+    assert not d.exists()
+
+
+def test_a_run_that_never_takes_a_gradient_step_says_so_and_writes_no_policy(tmp_path):
+    d = tmp_path / "run"  # one gradient step per 100 steps of all envs, and the run makes 16: none is taken
+    rc, out, err = train_cli("--algo", "dqn", "--device", "cpu", "--num-envs", "4", "--total-steps", "64",
+                             "--max-steps", "10", "--model", "small", "--eval-episodes", "2", "--no-progress",
+                             "--run-dir", d, "--set", "run.tensorboard=false", "--set", "dqn.replay_ratio=0.01",
+                             "--set", "dqn.buffer_size=80", "--set", "dqn.learning_starts=8",
+                             "--set", "dqn.log_every=4", "--set", "dqn.batch_size=8")
+    assert rc == 2 and one_error_line(err) and "took no gradient step in 64 env-steps" in err, err
+    assert not (d / "policy.pt").exists() and not (d / "eval.json").exists() and (d / "checkpoint.pt").is_file()
+    assert json.loads((d / "summary.json").read_text())["stopped"] == "no_learning"
+
+
+def test_a_signal_during_the_set_up_stops_the_run_after_its_first_update(tmp_path, monkeypatch):
+    import gbxcule.rl.session as session
+
+    real = session.make_env
+
+    def make_env(*a, **k):  # the user's Ctrl-C arrives while the envs are being built
+        os.kill(os.getpid(), signal.SIGINT)
+        return real(*a, **k)
+
+    monkeypatch.setattr(session, "make_env", make_env)
+    d = tmp_path / "run"
+    rc, out, err = train_cli(*TINY, "--run-dir", d)
+    monkeypatch.undo()
+    assert rc == 130 and "stopped by SIGINT after update 1: checkpoint saved" in err, err
+    assert torch.load(d / "checkpoint.pt", weights_only=False)["update"] == 1
+
+
+def test_a_second_sigterm_quits_at_once(tmp_path, monkeypatch):
+    d = tmp_path / "run"
+    signal_after(monkeypatch, 1, signal.SIGTERM, signal.SIGTERM)
+    rc, _, err = train_cli(*TINY, "--run-dir", d)
+    monkeypatch.undo()
+    assert rc == 130 and err.strip().endswith("gbxcule: interrupted")
+
+
+def test_sigterm_stops_with_a_checkpoint_and_exit_143(tmp_path, monkeypatch):
+    d = tmp_path / "run"
+    signal_after(monkeypatch, 1, signal.SIGTERM)
+    rc, _, err = train_cli(*TINY, "--run-dir", d)
+    monkeypatch.undo()
+    assert rc == 143 and "stopped by SIGTERM after update 2" in err, err
+
+
+def test_a_resumed_folder_must_hold_its_own_runs_checkpoint(straight, tmp_path):
+    d = copy_run(straight[0], tmp_path / "run")
+    config = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**config, "algo": "dqn"}))  # a DQN run's folder, a PPO checkpoint
+    before = files(d)
+    rc, _, err = train_cli("--resume", d, "--total-steps", "288")
+    assert rc == 2 and err.count("\n") == 1 and "is a ppo run's, but" in err and "not this folder's" in err, err
+    assert files(d) == before
+
+
+def test_the_checkpoints_host_copies_are_counted_before_anything_runs(tmp_path, monkeypatch):
+    import gbxcule.backends as backends
+    from gbxcule.core import memory
+
+    real = backends.memory_available
+
+    def tight(device):  # room for the envs, not for a checkpoint's two copies of the replay buffer
+        host, dev = real(device)
+        return memory.Available(35 << 20, "a test's cgroup"), dev
+
+    d = tmp_path / "run"
+    monkeypatch.setattr(backends, "memory_available", tight)
+    rc, _, err = train_cli("--algo", "dqn", "--device", "cpu", "--num-envs", "4", "--total-steps", "640",
+                           "--max-steps", "10", "--model", "small", "--eval-episodes", "0", "--no-progress",
+                           "--run-dir", d, "--set", "dqn.buffer_size=4000", "--set", "dqn.learning_starts=8",
+                           "--set", "dqn.checkpoint_buffer=true", "--set", "run.checkpoint_env_state=\"never\"")
+    monkeypatch.undo()
+    assert rc == 2 and err.count("\n") == 1 and "a checkpoint of this run takes" in err, err
+    assert not d.exists()
+
+
+def test_a_full_disk_while_logging_with_tensorboard_is_one_line(tmp_path, monkeypatch):
+    import builtins
+
+    import gbxcule.rl.rundir as rundir
+
+    real = builtins.open
+
+    def full(path, *a, **k):
+        if "tfevents" in str(path):
+            raise OSError(28, "No space left on device")
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(rundir, "open", full, raising=False)
+    d = tmp_path / "run"
+    args = [a for a in TINY if a != "run.tensorboard=false"]
+    args = args[:-1] if args[-1] == "--set" else args
+    rc, _, err = train_cli(*args, "--run-dir", d)
+    monkeypatch.undo()
+    assert rc == 2 and one_error_line(err) and "cannot write TensorBoard events" in err, err
+    assert "Traceback" not in err and "Exception in thread" not in err
+
+
+def test_the_closing_line_reads_one_window_and_a_new_games_run_folder_works_anywhere(tmp_path, monkeypatch):
+    import shutil as sh
+
+    from gbxcule.rl.tasks import builtin_packs
+    from gbxcule.roms import write_rom
+
+    game = tmp_path / "game"
+    game.mkdir()
+    write_rom("OVERWORLD", game)
+    (game / "OVERWORLD.gb").rename(game / "mygame.gb")
+    pack = next(iter(builtin_packs()["overworld"].values()))
+    assert pack.rom_sha1 is None
+    (game / "pack.toml").write_text(
+        '[pack]\nname = "mine"\n'
+        'codec = "pokemonred_puffer_v1"\n[tasks.out]\nstart = { script = "N5" }\nstep_limit = 20\n'
+        'goal_ram = [{ addr = 0xC100, value = 1 }]\n')
+    monkeypatch.chdir(game)
+    d = tmp_path / "run"
+    rc, out, err = train_cli(*TINY, "--rom", "mygame.gb", "--task", "pack.toml:out", "--run-dir", d)
+    assert rc == 0, err
+    line = [x for x in out.splitlines() if x.startswith("last update")][0]
+    assert "over the last" in line and "episodes (sampled policy): success" in line
+    config = json.loads((d / "config.json").read_text())
+    assert config["env"]["rom"] == str(game / "mygame.gb") and config["env"]["task"] == f"{game / 'pack.toml'}:out"
+    assert len(config["env"]["rom_sha1"]) == 40
+    monkeypatch.chdir(tmp_path)  # another folder: eval and resume find the ROM and the pack
+    assert main(["eval", str(d), "--device", "cpu", "--episodes", "2", "--json"]) == 0
+    rc, _, err = train_cli("--resume", d, "--total-steps", "288", "--no-progress")
+    assert rc == 0, err
+    moved = tmp_path / "moved"
+    sh.move(str(game), str(moved))  # the files moved: eval and resume are told where they are now
+    assert main(["eval", str(d), "--device", "cpu", "--episodes", "2", "--rom", str(moved / "mygame.gb"),
+                 "--task", f"{moved / 'pack.toml'}:out", "--json"]) == 0
+    other = bytearray((moved / "mygame.gb").read_bytes())
+    other[-1] ^= 0xFF  # another ROM: one byte differs
+    (moved / "other.gb").write_bytes(bytes(other))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = main(["eval", str(d), "--device", "cpu", "--episodes", "2", "--rom", str(moved / "other.gb"),
+                   "--task", f"{moved / 'pack.toml'}:out"])
+    assert rc == 2 and "the run was trained on the ROM with SHA-1" in err.getvalue()

@@ -12,7 +12,8 @@ def register(sub) -> None:
                                    "'success (template)'.")
     p.add_argument("source", metavar="RUN_OR_CHECKPOINT")
     p.add_argument("--episodes", type=int, default=64, help="episodes (default 64)")
-    p.add_argument("--task", help="evaluate on this task instead of the run's")
+    p.add_argument("--task", help="evaluate on this task instead of the run's (or say where the run's pack is now)")
+    p.add_argument("--rom", help="where the run's ROM is now (it must have the SHA-1 the run recorded)")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (default auto)")
     p.add_argument("--gif", metavar="OUT.gif", help="record a mosaic GIF of the first --gif-envs episodes")
     p.add_argument("--gif-envs", type=int, default=16, help="episodes in the GIF mosaic (default 16)")
@@ -26,14 +27,14 @@ def run(args) -> int:
     from gbxcule.cli import checks
     from gbxcule.cli.report import emit
     from gbxcule.core.fmt import num, pct
-    from gbxcule.rl.algos import evaluate
-    from gbxcule.rl.shell import success_label
+    from gbxcule.rl.session import success_label
+    from gbxcule.rl.training import evaluate
 
     checks.positive(episodes=args.episodes, gif_envs=args.gif_envs)
     if args.gif:
         checks.check_not_input(args.gif, [args.source])
     rep = evaluate(args.source, args.episodes, args.device, args.task, gif=args.gif, gif_envs=args.gif_envs,
-                   seed=args.seed, random_baseline=args.random)
+                   seed=args.seed, random_baseline=args.random, rom=args.rom)
 
     def line(name: str, r: dict) -> str:
         return (f"  {name:8s} {success_label(r.get('success_source'))} {pct(r['success_rate']):>6s}  median steps "

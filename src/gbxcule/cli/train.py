@@ -116,20 +116,34 @@ def launch(gpus: int, argv: list[str], device: str | None) -> int:
         return 130
     except ChildFailedError as exc:
         rank, failure = exc.get_first_failure()
-        if failure.exitcode == EXIT_ERROR:
-            return EXIT_ERROR
+        if failure.exitcode in (EXIT_ERROR, EXIT_SIGINT, EXIT_SIGTERM):  # the processes' own exits: rank 0 said why
+            return failure.exitcode
         how = f"signal {failure.signal_name()}" if failure.exitcode < 0 else f"exit code {failure.exitcode}"
         raise GbxculeError(f"process {rank} of {gpus} ended with {how}; the launcher stopped the others") from None
     return 0
 
 
+def run_device(resume: str | None) -> str | None:
+    """The device a run folder's config names (a resumed run keeps it unless --device says otherwise)."""
+    import json
+    from pathlib import Path
+
+    if resume is None:
+        return None
+    try:
+        return json.loads((Path(resume) / "config.json").read_text())["run"]["device"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # the resume itself says what is wrong with the folder
+
+
 def run(args) -> int:
     from gbxcule.cli.report import emit
     from gbxcule.core.fmt import num, pct
-    from gbxcule.rl import algos
+    from gbxcule.rl import training
+    from gbxcule.rl.config import parse_sets
     from gbxcule.rl.dist import launched_rank, launched_world_size, quiet
     from gbxcule.rl.explore import achievement
-    from gbxcule.rl.shell import merge_overrides, parse_sets, success_label
+    from gbxcule.rl.session import success_label
 
     launched = launched_world_size()
     if args.gpus is not None:
@@ -138,38 +152,41 @@ def run(args) -> int:
         if launched > 1 and args.gpus != launched:
             raise GbxculeError(f"--gpus {args.gpus}, but the launcher started {launched} processes")
         if launched == 1 and args.gpus > 1:
-            return launch(args.gpus, args.argv, args.device)
+            return launch(args.gpus, args.argv, args.device or run_device(args.resume))
     rank = launched_rank()
-    over = merge_overrides(overrides(args), parse_sets(args.set))
+    over = overrides(args)
     knobs = over.pop("knobs")
     echo = None if args.json or rank else (lambda s: print(s, file=sys.stderr))
     try:
-        cfg, checkpoint = algos.prepare(args.config, over, args.resume, knobs)
-    except algos.RunFinished as done:
+        cfg, checkpoint = training.prepare(args.config, over, args.resume, knobs, parse_sets(args.set))
+    except training.RunFinished as done:
         if not rank:
             print(str(done), file=sys.stderr)
         return 0
     except (GbxculeError, ValueError) as exc:  # alike on every process: rank 0 reports it
         raise (quiet(exc) if rank else exc) from None
     try:
-        summary = algos.train(cfg, echo=echo, checkpoint=checkpoint, final_eval=True)
+        summary = training.train(cfg, echo=echo, checkpoint=checkpoint, final_eval=True)
     except (GbxculeError, ValueError) as exc:
         if rank and not getattr(exc, "quiet", False):
             raise GbxculeError(f"rank {rank}: {exc}") from None
         raise
     if rank:
-        return 0
+        return interrupted_exit(summary)
 
     def text(s: dict) -> str:
         last = s["last"]
         sps = last.get("sps")
         where = s["device"] if s.get("world_size", 1) == 1 else f"{s['world_size']} processes (rank 0: {s['device']})"
+        window = f"the last {last.get('running_episodes', 0)} episodes"
+        if last.get("archive/cells") is not None:
+            window += " from the task's start"
+        ret = last.get("running_return")
         lines = [f"trained {s['env_steps']:,} env-steps in {s['updates']} updates, {s['wall_s']:.1f} s on "
                  f"{where} ({s['stopped']}); run folder {s['run_dir']}",
-                 f"last update: {'-' if sps is None else format(sps, ',.0f')} env-steps/s, return "
-                 f"{num(last.get('episode_return'))}, {success_label(last.get('success_source'))} "
-                 f"{pct(last.get('running_success'))} of the last "
-                 f"{last.get('running_episodes', 0)} episodes (sampled policy)"]
+                 f"last update: {'-' if sps is None else format(sps, ',.0f')} env-steps/s; over {window} (sampled "
+                 f"policy): {success_label(last.get('success_source'))} {pct(last.get('running_success'))}"
+                 + ("" if ret is None else f", mean return {num(ret)}")]
         if "eval" in s:
             e = s["eval"]
             skipped = f" ({e['starts_skipped']} starts at the goal skipped)" if e.get("starts_skipped") else ""
@@ -186,4 +203,15 @@ def run(args) -> int:
         return "\n".join(lines)
 
     emit(args, summary, text)
-    return 0
+    return interrupted_exit(summary)
+
+
+EXIT_SIGINT, EXIT_SIGTERM = 128 + 2, 128 + 15
+
+
+def interrupted_exit(summary: dict) -> int:
+    """0, or for a run stopped by a signal 128 + its number, as shells expect of a stopped command (so that
+    `gbxcule train ... && gbxcule eval ...` stops too)."""
+    if summary.get("stopped") != "interrupted":
+        return 0
+    return EXIT_SIGTERM if summary.get("signal") == "SIGTERM" else EXIT_SIGINT

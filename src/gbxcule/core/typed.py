@@ -22,13 +22,33 @@ class SettingError(GbxculeError, ValueError):
 
 
 def knob(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING, min: float | None = None,
-         max: float | None = None, gt: float | None = None, choices: tuple | None = None, doc: str = ""):
-    """A dataclass field with its limits: `min`/`max` inclusive, `gt` exclusive, `choices` for strings."""
-    meta = {k: v for k, v in (("min", min), ("max", max), ("gt", gt), ("choices", choices), ("doc", doc))
-            if v not in (None, "")}
+         max: float | None = None, gt: float | None = None, choices: tuple | None = None, doc: str = "",
+         resume: str | None = None):
+    """A dataclass field with its limits: `min`/`max` inclusive, `gt` exclusive, `choices` for strings; `resume`:
+    what continuing a run may do with it (the trainer's rule, read by `field_rule`; None: it must stay)."""
+    meta = {k: v for k, v in (("min", min), ("max", max), ("gt", gt), ("choices", choices), ("doc", doc),
+                              ("resume", resume)) if v not in (None, "")}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+def field_rule(cls: Any, path: str, key: str) -> Any:
+    """The `key` metadata of the field at dotted `path` in the dataclass `cls` (nested dataclasses followed; a path
+    that goes on inside a table field, e.g. `env.backend.sort_key`, gets the table's), or None."""
+    node: Any = cls
+    for part in path.split("."):
+        if not dataclasses.is_dataclass(node):
+            return None
+        hints = typing.get_type_hints(node if isinstance(node, type) else type(node))
+        match = [f for f in dataclasses.fields(node) if f.name == part]
+        if not match:
+            return None
+        meta = dict(match[0].metadata)
+        if key in meta:
+            return meta[key]
+        node = hints.get(part)
+    return None
 
 
 def _describe(value: Any) -> str:
@@ -97,7 +117,7 @@ def check_value(value: Any, hint: Any, meta: dict, name: str) -> None:
         if gt is not None and value <= gt:
             raise SettingError(f"{name} must be > {gt}, got {value!r}")
     choices = meta.get("choices")
-    if choices is not None and isinstance(value, str) and value not in choices:
+    if choices is not None and value not in choices:
         raise SettingError(f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
 
 

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 
 from gbxcule.core.typed import SettingError, check_fields, knob
-from gbxcule.rl.goals import mix64
+from gbxcule.rl.goals import frame_key, mix64, ram_key, ram_rows
 from gbxcule.rl.starts import EnvConfigError
 
 INT64_MAX = 2**63 - 1  # the key of an empty row (a real key equal to it is stored as INT64_MAX - 1)
@@ -78,6 +78,10 @@ class ArchiveConfig:
     w_depth: float = knob(0.0, min=0, max=16)  # weight of the cell's steps from the start / the deepest cell's
     w_fail: float = knob(0.0, min=0, max=16)  # weight of (fails + 1) / (tries + 2) of the episodes started there
     w_mid: float = knob(0.0, min=0, max=16)  # weight of 4 (wins + 1)(fails + 1) / (tries + 2)^2 of them
+    # progress: a cell is (the task's milestones held, its place) where the task names milestones, so a state
+    # before a gate and one after it on the same tile are two cells; "none": the place alone
+    progress: str = knob("auto", choices=("auto", "none"))
+    w_progress: float = knob(0.0, min=0, max=16)  # weight of the milestones the cell holds / the most any holds
     swarm: float = knob(0.0, min=0, max=1)  # share of the archive-started envs cloned at a milestone (0: off)
     swarm_on: str = knob("auto", choices=("auto", "area", "depth"))  # auto: area for RAM cells, else depth
     swarm_depth: int = knob(32, min=1)  # depth milestones: each time the deepest new cell passes another this many
@@ -87,7 +91,7 @@ class ArchiveConfig:
             check_fields(self, "archive")
         except SettingError as exc:
             raise EnvConfigError(str(exc)) from None
-        for name in ("w_chosen", "w_visits", "w_recent", "w_depth", "w_fail", "w_mid"):
+        for name in ("w_chosen", "w_visits", "w_recent", "w_depth", "w_fail", "w_mid", "w_progress"):
             setattr(self, name, float(getattr(self, name)))
         if self.w_chosen + self.w_visits + self.w_recent == 0:
             raise EnvConfigError("archive: w_chosen, w_visits and w_recent are all 0 (a new cell could weigh 0)")
@@ -136,12 +140,17 @@ def hashed_bits(seed: int, ids, counter, salt: int, bits: int = U_BITS):
 
 
 class StateArchive:
-    """The archive's device tensors and per-step operations (see the module docstring). Rows 0..capacity-1
-    are cells (the first `count` used); row `capacity` is scratch for masked-out writes. `first_slot`: the
-    slot of cell 0 in the env's slot store (the start slots come first)."""
+    """The archive's device tensors and per-step operations (see the module docstring), and the env's start-state
+    provider: `GameEnv(archive=...)` builds one (`for_env`) and calls it; it reads nothing of the env but the
+    tensors the env passes. Rows 0..capacity-1 are cells (the first `count` used); row `capacity` is scratch for
+    masked-out writes. `first_slot`: the slot of cell 0 in the env's slot store (the start slots come first).
+
+    Per env it keeps where the running episode started: `off_steps` and `off_ret` (steps and return from the
+    task's start at the episode's start), `from_archive` (it started from a cell) and `start_row` (which cell;
+    the scratch row when none)."""
 
     def __init__(self, cfg: ArchiveConfig, num_envs: int, first_slot: int, device, seed: int = 0,
-                 area_keys: bool = True, max_steps: int = 1000):
+                 area_keys: bool = True, max_steps: int = 1000, cell_rows=None, milestones=None):
         import torch
 
         if num_envs > MAX_ENVS:
@@ -169,6 +178,7 @@ class StateArchive:
         self.tries = torch.zeros(m + 1, **i64)  # episodes started from the cell that ended
         self.wins = torch.zeros(m + 1, **i64)  # and succeeded
         self.sums = torch.zeros(m + 1, dtype=torch.int32, device=dev)  # template distance sum of its first frame
+        self.progress = torch.zeros(m + 1, **i64)  # milestones its state holds
         self.area_seen = torch.zeros(256, dtype=torch.bool, device=dev)
         self.next_depth = torch.full((), cfg.swarm_depth, **i64)
         self.stats = torch.zeros(len(STAT_NAMES), **i64)
@@ -190,8 +200,94 @@ class StateArchive:
         self._rows = torch.arange(m, **i64)
         self._table = weight_table(dev)
         self._coef = tuple(int(round(w * COEF_ONE)) for w in (cfg.w_chosen, cfg.w_visits, cfg.w_recent, cfg.w_depth,
-                                                              cfg.w_fail, cfg.w_mid))
+                                                              cfg.w_fail, cfg.w_mid, cfg.w_progress))
         self._vals = torch.zeros(4, **i64)
+        # the cell key (RAM cell bytes, or None: a coarse frame hash) and the per-env start records
+        self.cell_rows = cell_rows
+        self.cell_mode = "pixels" if cell_rows is None else "ram"
+        # progress-aware cells: the task's milestones (a `goals.RamGoal` of one condition each) held now
+        self.milestones = milestones if cfg.progress == "auto" else None
+        self._held = torch.zeros(n, **i64)  # how many each env holds (at its last cell_keys)
+        k = 0 if self.milestones is None else len(self.milestones.conditions)
+        self._bit = (torch.ones(k, 1, **i64) << torch.arange(k, **i64)[:, None]) if k else None
+        self._place_bits = 8 * (0 if cell_rows is None else int(cell_rows.numel()))
+        self.off_steps = torch.zeros(n, **i64)  # steps from the task's start at the episode's start
+        self.off_ret = torch.zeros(n, dtype=torch.float32, device=dev)  # and the return
+        self.from_archive = torch.zeros(n, dtype=torch.bool, device=dev)  # the episode started from a cell
+        self.start_row = torch.full((n,), m, **i64)  # which cell (the scratch row: none)
+        self.restore_mask = torch.zeros(n, dtype=torch.bool, device=dev)  # envs restored from a start slot or a cell
+
+    @classmethod
+    def for_env(cls, cfg: ArchiveConfig, task, layout, num_envs: int, first_slot: int, device, seed: int,
+                max_steps: int, milestones=None) -> StateArchive:
+        """The archive of an env of `task` (its `cells` bytes, else its novelty bytes, name a place; none: frames;
+        `milestones`: the task's, a `RamGoal` of one condition each, for progress-aware cells)."""
+        import torch
+
+        addrs = (task.cells or task.novelty_ram) if task is not None else ()
+        mode = cfg.cells if cfg.cells != "auto" else ("ram" if addrs else "pixels")
+        if mode == "ram" and not addrs:
+            raise EnvConfigError("archive cells = 'ram' needs a task that names cell bytes (cells = [...] in its pack)")
+        rows = (torch.tensor(ram_rows(addrs, layout), dtype=torch.int64, device=device) if mode == "ram" else None)
+        return cls(cfg, num_envs, first_slot, device, seed, area_keys=mode == "ram", max_steps=max_steps,
+                   cell_rows=rows, milestones=milestones)
+
+    def cell_keys(self, ram, latest):
+        """int64 [N]: each env's cell now: its RAM cell bytes packed (`ram`: [bytes, N]), or a coarse hash of its
+        newest frame (`latest`: [N, 72, W]); with progress-aware cells also the milestones it holds (`progress_key`)."""
+        place = (ram_key(ram, self.cell_rows) if self.cell_rows is not None
+                 else frame_key(latest, self.cfg.pixel_cell, self.cfg.pixel_levels))
+        if self.milestones is None:
+            return place
+        held = self.milestones.each(ram)
+        self._held.copy_(held.sum(0))
+        return progress_key(place, (held.to(self._bit.dtype) * self._bit).sum(0), self._place_bits, len(held))
+
+    # --- the env's calls ------------------------------------------------------------------------------------------
+    def step(self, keys, steps, ep_return, sums, terminated, seed: int):
+        """The archive's share of one env step, before the episode ends are counted: offer every env's state (at
+        `steps` and `ep_return` into its episode; `sums`: its template distance sum) as its cell's; with swarming,
+        pick the envs to clone (they end their episodes, truncated, and jump). Returns (save_mask, save_slot: the
+        backend's masked save into the cells' slots, swarm destinations bool [N])."""
+        eligible = ~terminated  # a goal state is never a start
+        total = self.off_steps + steps
+        mask, slot = self.observe(keys, total, self.off_ret + ep_return, sums, eligible)
+        if self.cfg.swarm > 0:
+            self.milestone(keys, total, eligible, self.from_archive,
+                           hashed_bits(seed, self.env_ids, self.clock, SALT_SWARM))
+        return mask, slot, self.swarm_dst
+
+    def ended(self, done, success) -> None:
+        """Count the episodes that ended this step by where they started (`account`)."""
+        self.account(done, success, self.from_archive, self.off_steps, self.start_row)
+
+    def jumped(self, dst, steps, ep_return) -> None:
+        """Swarm destinations, just cloned from their sources (the clone copied these records too): their
+        offsets add the source's progress in its episode, and their new episode counts as from the archive."""
+        self.off_steps.add_(steps * dst)
+        self.off_ret.add_(ep_return * dst)
+        self.from_archive |= dst
+
+    def starts(self, done, slots, seed: int, episodes, slot_sums):
+        """Where the envs whose episodes ended (`done`, swarm destinations left out: they jumped) start again:
+        the task's start slot `slots` (int64 [N]) or a cell. Records each start's offsets. Returns (the restore
+        mask, the slot of each env, int64 [N]; the start's template distance sum, int32 [N] (`slot_sums` per
+        start slot); whether it is a cell)."""
+        torch = self.torch
+        r = torch.logical_and(done, ~self.swarm_dst, out=self.restore_mask)
+        u = hashed_bits(seed, self.env_ids, episodes, SALT_START, 2 * U_BITS)  # two uniforms in one hash
+        use, row = self.choose(r, u & ((1 << U_BITS) - 1), u >> U_BITS)
+        slot = torch.where(use, row + self.first, slots)
+        sums = torch.where(use, self.sums.gather(0, row), slot_sums[slots])
+        torch.where(r, self.steps.gather(0, row) * use, self.off_steps, out=self.off_steps)
+        torch.where(r, self.ret.gather(0, row) * use, self.off_ret, out=self.off_ret)
+        torch.where(r, use, self.from_archive, out=self.from_archive)
+        torch.where(r, row, self.start_row, out=self.start_row)  # `row` is the scratch row where not `use`
+        return r, slot, sums, use
+
+    def env_records(self) -> list:
+        """The per-env tensors an env clone copies from its source."""
+        return [self.off_steps, self.off_ret, self.from_archive, self.start_row]
 
     # --- per step ---------------------------------------------------------------------------------------------
     def lookup(self, keys):
@@ -233,6 +329,8 @@ class StateArchive:
         self.steps[slot_b] = steps[env_b]
         self.ret[slot_b] = ret_b
         self.sums[slot_b] = sums[env_b]
+        if self.milestones is not None:
+            self.progress[slot_b] = self._held[env_b]
         fresh = torch.where(new_ok, slot_b, m)
         self.found[fresh] = self.clock
         self.chosen[fresh] = 0
@@ -253,7 +351,7 @@ class StateArchive:
     def weights(self):
         """int64 [capacity]: each cell's selection weight (0 for empty rows), fixed point."""
         torch, m, t = self.torch, self.m, self._table
-        a, b, c, d, e, f = self._coef
+        a, b, c, d, e, f, g = self._coef
         used = self._rows < self.count
         w = a * t[self.chosen[:m].clamp(max=TABLE - 1)] + b * t[self.visits[:m].clamp(max=TABLE - 1)]
         if c:
@@ -271,6 +369,9 @@ class StateArchive:
                 win = torch.div(WEIGHT_ONE * (tries - fails + 1), tries + 2, rounding_mode="floor")
                 fail = torch.div(WEIGHT_ONE * (fails + 1), tries + 2, rounding_mode="floor")
                 w = w + torch.div(4 * f * win * fail, WEIGHT_ONE, rounding_mode="floor")
+        if g:  # the milestones a cell holds against the most any cell holds: the frontier of the quest
+            held = torch.where(used, self.progress[:m], 0)
+            w = w + torch.div(g * WEIGHT_ONE * held, held.max().clamp(min=1), rounding_mode="floor")
         return torch.where(used, w, 0)
 
     def choose(self, done, u_start, u_cell):
@@ -391,11 +492,14 @@ class StateArchive:
 
     # --- state ------------------------------------------------------------------------------------------------
     TENSORS = ("keys", "sorted", "order", "count", "clock", "visits", "steps", "ret", "best", "chosen", "found", "sums",
+               "progress",
                "area_seen", "next_depth", "stats", "depth_stats", "tries", "wins")
-    SINCE = {"tries", "wins"}  # added later: a checkpoint without them starts them at 0
+    SINCE = {"tries", "wins", "progress"}  # added later: a checkpoint without them starts them at 0
+
+    RECORDS = ("off_steps", "off_ret", "from_archive", "start_row")  # per env
 
     def state_dict(self) -> dict:
-        d = {name: getattr(self, name).detach().cpu().clone() for name in self.TENSORS}
+        d = {name: getattr(self, name).detach().cpu().clone() for name in self.TENSORS + self.RECORDS}
         d.update(p=self.p, ema=self.ema, config=self.cfg.to_dict())
         return d
 
@@ -408,6 +512,13 @@ class StateArchive:
             else:
                 getattr(self, name).zero_()
         self.p, self.ema = float(d["p"]), d["ema"]
+        self.swarm_dst.zero_()
+        for name in ("off_steps", "off_ret", "from_archive"):
+            getattr(self, name).copy_(d[name])
+        if "start_row" in d:
+            self.start_row.copy_(d["start_row"])
+        else:  # a checkpoint from before the cells' tries: the running episodes count for none
+            self.start_row.fill_(self.m)
 
     def clear(self) -> None:
         """Forget every cell (the counters and the schedule stay)."""
@@ -427,7 +538,17 @@ class StateArchive:
                 for name in ("keys", "visits", "steps", "ret", "best", "chosen", "found", "tries", "wins")}
 
 
-CELL_RECORD_BYTES = 10 * 8 + 3 * 4  # a cell's records beside its slot: keys, steps, returns, counts
+CELL_RECORD_BYTES = 11 * 8 + 3 * 4  # a cell's records beside its slot: keys, steps, returns, counts, progress
+
+
+def progress_key(place, bits, place_bits: int, count: int):
+    """int64 [N]: a place's key and the `count` milestone bits held there in one key, the place's first byte (its
+    area) still the key's low byte: exact where they fit in 62 bits (`place_bits` of place, then the milestone
+    bits; RAM cells), else the rest of the place and the bits hashed together (`mix64`) above the area byte."""
+    if place_bits > 0 and place_bits + count <= 62:
+        return place | (bits << place_bits)
+    rest = mix64((place >> 8) ^ (bits * (0x9E3779B97F4A7C15 - (1 << 64))))
+    return ((rest << 8) | (place & 0xFF)) & ((1 << 62) - 1)
 
 
 def cell_bytes(backend) -> int:

@@ -27,9 +27,6 @@ from gbxcule.core.schema import NUM_FIELDS
 from gbxcule.rl.archive import (
     CELL_RECORD_BYTES,
     SALT_CLOCK,
-    SALT_START,
-    SALT_SWARM,
-    U_BITS,
     ArchiveConfig,
     StateArchive,
     cell_bytes,
@@ -68,8 +65,9 @@ _STAT_NAMES = ("episodes", "return_sum", "length_sum", "success_sum", "truncated
 
 _STATE_TENSORS = ("steps", "episodes", "ep_return", "ep_success", "success", "distance", "_dist_sum", "_prev_sum",
                   "_near", "final_return", "final_length", "final_success", "_stats", "rewards", "terminated",
-                  "truncated", "_slot_stats")
-_NEWER_STATE = ("_slot_stats",)  # absent from env states saved before it existed: zero then
+                  "truncated", "_slot_stats", "_ms_stats", "milestones", "final_milestones", "failed")
+# absent from env states saved before they existed: zero then
+_NEWER_STATE = ("_slot_stats", "_ms_stats", "milestones", "final_milestones", "failed")
 
 
 def _slot_hash(torch, seed: int, env_ids, episodes, k: int):
@@ -184,6 +182,11 @@ class GameEnv:
             self._tau_sum = self.scorer.threshold(self.tau)
             self._shaping = float(cfg.alpha) * self.scorer.scale
         self.ram_goal = RamGoal(t.goal_ram, self.backend.layout, self.device) if t and t.goal_ram else None
+        # milestones (progress events, each rewarded once per episode) and the dead end (the task unwinnable)
+        ms = t.milestones if t is not None else ()
+        self.milestone_names = tuple(m.name for m in ms)
+        self._milestones = RamGoal([m.condition for m in ms], self.backend.layout, self.device) if ms else None
+        self._dead_end = RamGoal(t.fail_ram, self.backend.layout, self.device) if t and t.fail_ram else None
         # what `success` means: the RAM goal where the task has one, else the template's own verdict
         self.success_source = "ram" if self.ram_goal is not None else ("template" if self.scorer is not None else None)
         mode = cfg.terminate_on
@@ -261,6 +264,12 @@ class GameEnv:
         self.final_return = torch.zeros(n, dtype=torch.float32, device=dev)
         self.final_length = torch.zeros(n, dtype=torch.int32, device=dev)
         self.final_success = torch.zeros(n, dtype=torch.bool, device=dev)
+        k_ms = len(self.milestone_names)
+        self.milestones = torch.zeros((k_ms, n), dtype=torch.bool, device=dev)  # held at some step of the episode
+        self.final_milestones = torch.zeros_like(self.milestones)  # of the last episode that ended
+        self.failed = torch.zeros(n, dtype=torch.bool, device=dev)  # the task became unwinnable this step
+        # per milestone: ended episodes that held it, then ended episodes that hit the dead end (float64 sums)
+        self._ms_stats = torch.zeros(k_ms + 1, dtype=torch.float64, device=dev)
         self._near = torch.zeros(n, dtype=torch.int32, device=dev)
         self._fired = torch.zeros(n, dtype=torch.bool, device=dev)  # the template's test (k steps under tau)
         self._stats = torch.zeros(len(_STAT_NAMES), dtype=torch.float64, device=dev)
@@ -289,29 +298,16 @@ class GameEnv:
         self._slot_pair = torch.zeros((n, 2), dtype=torch.float64, device=dev)
 
     def _setup_archive(self) -> None:
-        """The state archive and the per-env records it needs (where each episode started, its offsets)."""
-        torch, t, cfg, n, dev = self.torch, self.task, self.archive_cfg, self.num_envs, self.device
-        addrs = (t.cells or t.novelty_ram) if t is not None else ()
-        mode = cfg.cells if cfg.cells != "auto" else ("ram" if addrs else "pixels")
-        if mode == "ram" and not addrs:
-            raise EnvConfigError("archive cells = 'ram' needs a task that names cell bytes (cells = [...] in its pack)")
-        self.cell_mode = mode
-        self._cell_rows = (torch.tensor(ram_rows(addrs, self.backend.layout), dtype=torch.int64, device=dev)
-                           if mode == "ram" else None)
-        self.archive = StateArchive(cfg, n, self.num_slots, dev, self.seed, area_keys=mode == "ram",
-                                    max_steps=self.max_steps)
-        self._off_steps = torch.zeros(n, dtype=torch.int64, device=dev)  # steps from the task's start at the start
-        self._off_ret = torch.zeros(n, dtype=torch.float32, device=dev)  # and the return
-        self._from_archive = torch.zeros(n, dtype=torch.bool, device=dev)  # the episode started from a cell
-        self._start_row = torch.full((n,), self.archive.m, dtype=torch.int64, device=dev)  # which (none: capacity)
-        self._rmask = torch.zeros(n, dtype=torch.bool, device=dev)
-        self._rmask_wp = self._wp.from_torch(self._rmask)
+        """The state archive: the env's start-state provider (rl/archive.py)."""
+        self.archive = StateArchive.for_env(self.archive_cfg, self.task, self.backend.layout, self.num_envs,
+                                            self.num_slots, self.device, self.seed, self.max_steps,
+                                            milestones=self._milestones)
+        self.cell_mode = self.archive.cell_mode
+        self._rmask_wp = self._wp.from_torch(self.archive.restore_mask)
 
     def cell_keys(self):
         """int64 [N]: each env's archive cell now (its RAM cell bytes packed, or a coarse hash of its frame)."""
-        if self._cell_rows is not None:
-            return ram_key(self._ram, self._cell_rows)
-        return frame_key(self._latest, self.archive_cfg.pixel_cell, self.archive_cfg.pixel_levels)
+        return self.archive.cell_keys(self._ram, self._latest)
 
     # --- reset and step -----------------------------------------------------------------------------------
     def reset(self, seed: int | None = None):
@@ -339,8 +335,10 @@ class GameEnv:
             spread = hashed_bits(seed, self._env_ids, self.episodes, SALT_CLOCK, 31) % self.max_steps
             torch.minimum(self._limit, (self.max_steps - spread).to(torch.int32), out=self._limit)
         for buf in (self.steps, self.ep_return, self.ep_success, self.success, self._near, self.rewards,
-                    self.terminated, self.truncated, self._stats, self._slot_stats):
+                    self.terminated, self.truncated, self._stats, self._slot_stats, self._ms_stats, self.failed):
             buf.zero_()
+        if self._milestones is not None:  # what the start already holds is no milestone of the episode
+            self.milestones.copy_(self._milestones.each(self._ram))
         self._dist_sum.copy_(self._prev_sum)
         if self.scorer is not None:
             self.distance.copy_(self._dist_sum.to(torch.float32) * self.scorer.scale)
@@ -365,26 +363,16 @@ class GameEnv:
     def _restore_with_archive(self, seed: int, slots) -> None:
         """`_restore_done` with the archive: swarm destinations are cloned from their source first (before any
         restore touches it), then the other ended envs restore from the task's start slot `slots` or from a
-        cell (one masked restore over start and cell slots); each records its offsets from the task's start."""
+        cell the archive picks (one masked restore over start and cell slots)."""
         torch, a, done = self.torch, self.archive, self._done
         dst = a.swarm_dst
-        torch.logical_and(done, ~dst, out=self._rmask)
-        u = hashed_bits(seed, self._env_ids, self.episodes, SALT_START, 2 * U_BITS)  # two uniforms in one hash
-        use, row = a.choose(self._rmask, u & ((1 << U_BITS) - 1), u >> U_BITS)
         if a.cfg.swarm > 0:
-            self.clone_states(a.swarm_src, dst)  # counters too: the offsets below add the source's progress
-            self._off_steps.add_(self.steps * dst)
-            self._off_ret.add_(self.ep_return * dst)
-            self._from_archive |= dst
-        self._slots.copy_(torch.where(use, row + self.num_slots, slots))
+            self.clone_states(a.swarm_src, dst)  # counters too: the offsets add the source's progress
+            a.jumped(dst, self.steps, self.ep_return)
+        r, slot, sums, use = a.starts(done, slots, seed, self.episodes, self.slot_sum)
+        self._slots.copy_(slot)
         self.backend.restore(self._rmask_wp, self._slots_wp, obs=self._ring_wp)
-        r = self._rmask
-        torch.where(r, torch.where(use, a.sums.gather(0, row), self.slot_sum[slots]), self._prev_sum,
-                    out=self._prev_sum)
-        torch.where(r, a.steps.gather(0, row) * use, self._off_steps, out=self._off_steps)
-        torch.where(r, a.ret.gather(0, row) * use, self._off_ret, out=self._off_ret)
-        torch.where(r, use, self._from_archive, out=self._from_archive)
-        torch.where(r, row, self._start_row, out=self._start_row)  # `row` is the scratch row where not `use`
+        torch.where(r, sums, self._prev_sum, out=self._prev_sum)
         if self._limit is not None:  # an episode from a cell (or a swarm jump) has the archive's step limit
             cell_limit = a.cfg.max_steps or self.max_steps
             self._limit.copy_(torch.where(done, torch.where(use | dst, cell_limit, self.max_steps), self._limit))
@@ -410,10 +398,18 @@ class GameEnv:
         if self._limit is not None:
             own.append(self._limit)
         if self.archive is not None:
-            own += [self._off_steps, self._off_ret, self._from_archive, self._start_row]
+            own += self.archive.env_records()
         own += [table.seen for table in (self._nov_ram, self._nov_px) if table is not None]
         for buf in own:
             buf.copy_(buf.index_select(0, idx))
+        if self.milestone_names:
+            self.milestones.copy_(self.milestones.index_select(1, idx))
+
+    @property
+    def ram(self):
+        """Every env's RAM as a uint8 [bytes, N] device tensor (a view of the backend's env-major store; rows in
+        `core.schema.ram_layout` order, `goals.ram_rows` finds an address's row): for goals and tools, not agents."""
+        return self._ram
 
     @property
     def obs(self):
@@ -478,9 +474,17 @@ class GameEnv:
             self.terminated.copy_(self._fired)
         elif self.terminate_on == "ram":
             self.terminated.copy_(self.success)
+        reward.add_(self.terminated, alpha=cfg.goal_bonus)
+        if self._dead_end is not None:  # the task can no longer be won: the episode ends, unsuccessful
+            torch.logical_and(self._dead_end.evaluate(self._ram), ~self.terminated, out=self.failed)
+            self.terminated |= self.failed
+            reward.add_(self.failed, alpha=cfg.dead_end)
         limit = self.max_steps if self._limit is None else self._limit
         torch.logical_and(self.steps >= limit, ~self.terminated, out=self.truncated)
-        reward.add_(self.terminated, alpha=cfg.goal_bonus)
+        if self._milestones is not None:  # each milestone's bonus the first time it holds in the episode
+            held = self._milestones.each(self._ram)
+            reward.add_((held & ~self.milestones).sum(0), alpha=cfg.milestone)
+            self.milestones |= held
         if self._nov_ram is not None:
             reward.add_(self._nov_ram.visit(ram_key(self._ram, self._nov_rows)), alpha=cfg.novelty_ram)
         if self._nov_px is not None:
@@ -500,9 +504,13 @@ class GameEnv:
         torch.where(self._done, self.ep_return, self.final_return, out=self.final_return)
         torch.where(self._done, self.steps, self.final_length, out=self.final_length)
         torch.where(self._done, self.ep_success, self.final_success, out=self.final_success)
+        if self._milestones is not None:
+            torch.where(self._done, self.milestones, self.final_milestones, out=self.final_milestones)
         info = self._info()
         self.episodes += self._done
         self._restore_done(self.seed)
+        if self._milestones is not None:  # a new episode holds what its start holds
+            torch.where(self._done, self._milestones.each(self._ram), self.milestones, out=self.milestones)
         keep = ~self._done
         self.steps *= keep
         self._near *= keep
@@ -518,21 +526,17 @@ class GameEnv:
         return self.obs, self.rewards, self.terminated, self.truncated, info
 
     def _archive_step(self) -> None:
-        """The archive's share of a step, before the episode ends are counted: offer every env's state as its
-        cell's (one masked save into the cells' slots), and with swarming end the episodes of the envs to
-        clone (truncated: they bootstrap) when a milestone is reached."""
+        """The archive's share of a step, before the episode ends are counted: every env's state is offered as
+        its cell's (one masked save into the cells' slots); swarm destinations end their episodes (truncated:
+        they bootstrap) to jump."""
         a = self.archive
-        keys = self.cell_keys()
-        steps = self._off_steps + self.steps
-        eligible = ~self.terminated  # a goal state is never a start
-        mask, slot = a.observe(keys, steps, self._off_ret + self.ep_return, self._dist_sum, eligible)
+        mask, slot, dst = a.step(self.cell_keys(), self.steps, self.ep_return, self._dist_sum, self.terminated,
+                                 self.seed)
         self.backend.save_slots(mask, slot)
         if a.cfg.swarm > 0:
-            dst, _ = a.milestone(keys, steps, eligible, self._from_archive,
-                                 hashed_bits(self.seed, self._env_ids, a.clock, SALT_SWARM))
             self.truncated |= dst
             self._done |= dst
-        a.account(self._done, self.ep_success, self._from_archive, self._off_steps, self._start_row)
+        a.ended(self._done, self.ep_success)
 
     def _accumulate(self) -> None:
         """Add this step's totals to the device stats (one stack, one add; `_STAT_NAMES` order)."""
@@ -543,11 +547,15 @@ class GameEnv:
                 self.success.sum())
         torch.stack([x.to(torch.float64) for x in vals], out=v)
         self._stats[:len(vals)] += v
+        if self._milestones is not None:
+            self._ms_stats[:-1] += (self.milestones & d).sum(1)
+        if self._dead_end is not None:
+            self._ms_stats[-1:] += self.failed.sum()
         if self.num_slots > 1:  # `_slots` still holds the slot each ending episode started from
             pair = self._slot_pair
             slots = self._slots
             if self.archive is not None:  # only episodes from the task's start slots; a cell's slot is >= K
-                d = d & ~self._from_archive
+                d = d & ~self.archive.from_archive
                 slots = slots.clamp(max=self.num_slots - 1)
             pair[:, 0].copy_(d)
             pair[:, 1].copy_(d).mul_(self.ep_success)  # in place: no temporary per step
@@ -598,7 +606,7 @@ class GameEnv:
     def stat_tensors(self) -> list:
         """The device totals `episode_stats` reads (float64 sums since its last call): the training session of
         several processes sums every process's into them before reading."""
-        return [self._stats, self._slot_stats]
+        return [self._stats, self._slot_stats, self._ms_stats]
 
     def episode_stats(self, clear: bool = True) -> dict[str, float]:
         """Totals since the last call: finished episodes, their mean return, length and success rate, and
@@ -607,7 +615,7 @@ class GameEnv:
         `success_from_start` (`StateArchive.read_stats`, which moves the start schedule when `clear`). Reads the
         device once. Raises ValueError if out-of-range actions were seen."""
         torch, n, k = self.torch, len(_STAT_NAMES), self.num_slots
-        parts = [self._stats] + ([self._slot_stats.reshape(-1)] if k > 1 else [])
+        parts = [self._stats] + ([self._slot_stats.reshape(-1)] if k > 1 else []) + [self._ms_stats]
         if self.archive is not None:
             parts.append(self.archive.stat_vector().to(torch.float64))  # counts: exact in float64
         vals = torch.cat(parts).tolist()
@@ -617,9 +625,19 @@ class GameEnv:
         if k > 1:
             pairs, rest = rest[:2 * k], rest[2 * k:]
             per_slot = {"slot_episodes": [int(x) for x in pairs[0::2]], "slot_successes": [int(x) for x in pairs[1::2]]}
+        k_ms = len(self.milestone_names)
+        ms, rest = rest[:k_ms + 1], rest[k_ms + 1:]
+        eps = s["episodes"]
+        if k_ms:  # the share of ended episodes that held each milestone, and the deepest any of them held
+            held = [int(x) for x in ms[:k_ms]]
+            per_slot.update({"milestone_episodes": held, "milestone_rates": [h / eps if eps else None for h in held],
+                             "milestone_deepest": max((i + 1 for i, h in enumerate(held) if h), default=0)})
+        if self._dead_end is not None:
+            per_slot["dead_ends"] = int(ms[k_ms])
         if clear:
             self._stats.zero_()
             self._slot_stats.zero_()
+            self._ms_stats.zero_()
         if self.archive is not None:
             per_slot.update(self.archive.read_stats(clear, rest))
         eps, steps = s["episodes"], max(s["steps"], 1.0)
@@ -657,9 +675,7 @@ class GameEnv:
         if self._limit is not None:
             d["limit"] = self._limit.cpu().clone()
         if self.archive is not None:
-            d["archive"] = {**self.archive.state_dict(), "off_steps": self._off_steps.cpu().clone(),
-                            "off_ret": self._off_ret.cpu().clone(), "from_archive": self._from_archive.cpu().clone(),
-                            "start_row": self._start_row.cpu().clone()}
+            d["archive"] = self.archive.state_dict()
             if emulator:  # the cells' emulator states, observations and screens
                 d["archive"]["slots"] = [x.cpu().clone() for x in self._cell_slots()]
         return d
@@ -712,13 +728,6 @@ class GameEnv:
             raise EnvConfigError("this env state was saved without a state archive")
         arch = self.archive
         arch.load_state_dict(a)
-        arch.swarm_dst.zero_()
-        for name in ("off_steps", "off_ret", "from_archive"):
-            getattr(self, f"_{name}").copy_(a[name])
-        if "start_row" in a:
-            self._start_row.copy_(a["start_row"])
-        else:  # a checkpoint from before the cells' tries: the running episodes count for none
-            self._start_row.fill_(arch.m)
         if "slots" in a:
             for view, saved in zip(self._cell_slots(), a["slots"], strict=True):
                 view.copy_(saved)

@@ -28,7 +28,7 @@ def make_eval_env(env_cfg, episodes: int, device: str, seed: int, task: str | No
     ROM, goal, observations and reward."""
     import dataclasses
 
-    from gbxcule.rl.shell import make_env
+    from gbxcule.rl.config import make_env
 
     if episodes < 1:
         raise GbxculeError(f"episodes must be >= 1, got {episodes}")
@@ -87,6 +87,7 @@ class Episodes:
         self.length = torch.zeros(n, dtype=torch.int64, device=env.device)
         self.ret = torch.zeros(n, dtype=torch.float32, device=env.device)
         self.fired = torch.zeros_like(self.finished)
+        self.milestones = env.milestones.clone()  # [K, N]: the milestones each episode held (its start's too)
         self.done = None
 
     def step(self) -> None:
@@ -103,13 +104,17 @@ class Episodes:
         if env.terminate_on == "template":
             self.fired |= term & live
         self.done = term | trunc
+        if env.milestone_names:  # an env that ended holds its finished episode's in final_milestones
+            now = torch.where(self.done, env.final_milestones, env.milestones)
+            torch.where(live, now, self.milestones, out=self.milestones)
         self.finished |= self.done
 
     def result(self) -> dict:
         return {"success": self.success.cpu().numpy(), "steps_to_goal": self.steps_to_goal.cpu().numpy(),
                 "return": self.ret.cpu().numpy(), "length": self.length.cpu().numpy(),
                 "finished": self.finished.cpu().numpy(), "template_fired": self.fired.cpu().numpy(),
-                "skipped": self.skipped.cpu().numpy()}
+                "skipped": self.skipped.cpu().numpy(), "milestones": self.milestones.cpu().numpy(),
+                "milestone_names": list(self.env.milestone_names)}
 
 
 def run_episodes(env, act, max_steps: int, gif_envs: int = 0) -> dict:
@@ -230,6 +235,13 @@ def summarize(res: dict, success_source: str | None, template: bool) -> dict:
            "p90_steps": float(np.percentile(steps, 90)) if steps.size else None,
            "mean_return": float(res["return"][keep].mean()) if succ.size else None,
            "mean_length": float(res["length"][keep].mean()) if succ.size else None}
+    names = res.get("milestone_names") or []
+    if names:  # how far the episodes got: the share that held each milestone, and the deepest held per episode
+        held = res["milestones"][:, keep]
+        deepest = np.where(held.any(0), held.shape[0] - np.argmax(held[::-1], axis=0), 0)
+        out["milestone_rates"] = {n: float(held[i].mean()) if held.shape[1] else None for i, n in enumerate(names)}
+        out["milestone_deepest"] = [int(x) for x in deepest]
+        out["mean_deepest"] = float(deepest.mean()) if deepest.size else None
     if template and success_source == "ram":
         fired = res["template_fired"][keep]
         out["template_agreement"] = float((fired == succ).mean()) if succ.size else None
@@ -269,6 +281,9 @@ def evaluate_model(model, env, modes=("greedy", "sampled"), seed: int = 1, rando
     primary = report[modes[0]]
     report.update({k: primary[k] for k in ("success_rate", "median_steps", "p90_steps", "mean_return", "episodes",
                                            "starts_skipped")})
+    for k in ("milestone_rates", "mean_deepest"):
+        if k in primary:
+            report[k] = primary[k]
     if "template_agreement" in primary:
         report["template_agreement"] = primary["template_agreement"]
     return report

@@ -277,16 +277,18 @@ class RamGoal:
         self.value = torch.tensor([x.value for x in c], dtype=torch.int16, device=device)[:, None]
         self.ops = [x.op for x in c]
 
+    def each(self, ram):
+        """bool [C, N]: whether each condition holds in each env."""
+        import torch
+
+        v = ram.index_select(0, self.rows).to(self.mask.dtype) & self.mask
+        return torch.stack([{"eq": col == val, "ne": col != val, "ge": col >= val, "gt": col > val,
+                             "le": col <= val, "lt": col < val}[op]
+                            for col, val, op in zip(v, self.value, self.ops, strict=True)])
+
     def evaluate(self, ram):
         """bool [N]: whether every condition holds in each env."""
-        v = ram.index_select(0, self.rows).to(self.mask.dtype) & self.mask
-        ok = None
-        for i, op in enumerate(self.ops):
-            col, val = v[i], self.value[i]
-            r = {"eq": col == val, "ne": col != val, "ge": col >= val, "gt": col > val, "le": col <= val,
-                 "lt": col < val}[op]
-            ok = r if ok is None else ok & r
-        return ok
+        return self.each(ram).all(0)
 
     def holds(self, read) -> bool:
         return all(c.holds(read) for c in self.conditions)
@@ -380,7 +382,8 @@ def _frame_weights(count: int, device):
 
 @dataclass
 class RewardConfig:
-    """Reward = step_cost + alpha * (prev_dist - dist) + goal_bonus * terminated + novelty terms."""
+    """Reward = step_cost + alpha * (prev_dist - dist) + goal_bonus * (the goal ended it) + novelty terms +
+    milestone * (milestones first held this step) + dead_end * (the task became unwinnable this step)."""
 
     step_cost: float = -0.01
     alpha: float = 1.0
@@ -390,6 +393,8 @@ class RewardConfig:
     novelty_ram: float = 0.0  # bonus for the first visit of the task's novelty RAM key in an episode
     novelty_pixels: float = 0.0  # bonus for the first visit of a coarse frame hash in an episode
     novelty_size: int = 4096
+    milestone: float = 1.0  # bonus for each of the task's milestones the first time it holds in an episode
+    dead_end: float = 0.0  # added once when the task's fail_ram holds (the episode then ends, unsuccessful)
     terminate_on: str = "auto"  # "template", "ram", "none" (only max_steps) or "auto" (template if any, else RAM)
     extra: dict = field(default_factory=dict)
 

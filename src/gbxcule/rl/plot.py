@@ -66,7 +66,7 @@ def plot_runs(runs, out: str | Path | None = None, x: str = "env_steps") -> list
 
     from gbxcule.core.outputs import write_output
     from gbxcule.rl import explore
-    from gbxcule.rl.shell import ARCHIVE_NAME
+    from gbxcule.rl.rundir import ARCHIVE_NAME
 
     data = {str(r): read_metrics(r) for r in runs}
     folder = Path(out) if out else (Path(runs[0]) if Path(runs[0]).is_dir() else Path(runs[0]).parent)

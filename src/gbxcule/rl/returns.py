@@ -1,6 +1,6 @@
 """Returns, advantages and targets every algorithm shares, as pure torch functions over [T, N] tensors (no env,
 no I/O): GAE and lambda-returns (PQN's Q(lambda) targets) with bootstrap on truncation, n-step returns (the
-replay buffer's writer), one-step TD targets, the clipped policy and value losses (PPO's, and A2C's with a2c.clip),
+replay buffer's writer), one-step TD targets, the clipped policy and value losses (PPO's),
 explained variance, schedules, the minibatch split.
 
 Conventions: step t's action was chosen from obs_t; `dones[t]` (terminated or truncated) says obs_{t+1} is the
@@ -108,19 +108,6 @@ def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: 
     the value moves at most `clip` from the one that acted before its loss stops counting the move."""
     v_clipped = old_values + (values - old_values).clamp(-clip, clip)
     return 0.5 * torch.max((values - returns) ** 2, (v_clipped - returns) ** 2).mean()
-
-
-def adapt_lr(lr: float, kl: float | None, target: float, lo: float, hi: float, factor: float = 1.5) -> float:
-    """The next learning rate of a KL-adaptive schedule: divided by `factor` when the policy moved more than
-    twice `target` (in KL) since it acted, multiplied by it when it moved less than half, kept within [lo, hi];
-    unchanged when `kl` is None or not a number."""
-    if kl is None or kl != kl:
-        return lr
-    if kl > 2 * target:
-        lr /= factor
-    elif kl < target / 2:
-        lr *= factor
-    return min(hi, max(lo, lr))
 
 
 def linear_lr(lr: float, update: int, num_updates: int, anneal: bool) -> float:

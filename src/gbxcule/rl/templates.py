@@ -50,7 +50,7 @@ def replay(task: Task, template: GoalTemplate, actions=None, rom=None, device: s
     for a in (*actions, *(0,) * hold):
         env.step(np.array([a], dtype=np.int32))
         dists.append(float(env.distance[0].item()))
-        oks.append(None if goal is None else bool(goal.evaluate(env._ram)[0].item()))
+        oks.append(None if goal is None else bool(goal.evaluate(env.ram)[0].item()))
         frames.append(_newest(env)[0])
     env.close()
     n = len(actions)
@@ -107,7 +107,7 @@ def calibrate(task: Task, template: GoalTemplate, num_envs: int = 64, steps: int
         a = torch.randint(0, env.num_actions, (num_envs,), generator=gen, dtype=torch.int32)
         env.step(a.to(env.device))
         d = env.distance.cpu().numpy().copy()
-        ok = goal.evaluate(env._ram).cpu().numpy() if goal is not None else np.zeros(num_envs, bool)
+        ok = goal.evaluate(env.ram).cpu().numpy() if goal is not None else np.zeros(num_envs, bool)
         seq.append(d)
         seq_ok.append(ok)
         _keep_nearest(near, np.where(ok, np.inf, d), lambda idx: _newest(env)[idx], nearest)

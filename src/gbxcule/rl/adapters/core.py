@@ -131,6 +131,12 @@ class StepMirror:
             self._fill(self._host_views[i], stepped, True)
         return self._host_np[i]
 
+    def host_buffers(self, i: int = 0) -> dict:
+        """The `i`-th host copy's numpy views (obs, reward, terminated, truncated, ...): what `step_host` returns
+        when that copy's turn comes; an adapter may hand them on as its own buffers (no copy after the one
+        device-to-host copy)."""
+        return self._host_np[i]
+
     def reset_host(self) -> dict:
         return self._to_host(False)
 

@@ -56,7 +56,7 @@ class GbxculePufferEnv(pufferlib.PufferEnv):
         self.mirror = StepMirror(self.game, scale=scale, host_copies=1)
         self._own = buf is None
         if self._own:  # PufferLib's buffers are views of the mirror's host buffer: no copy after the D2H copy
-            h = self.mirror._host_np[0]
+            h = self.mirror.host_buffers(0)
             buf = {"observations": h["obs"], "rewards": h["reward"], "terminals": h["terminated"],
                    "truncations": h["truncated"], "masks": np.ones(self.num_agents, dtype=bool),
                    "actions": np.zeros(self.num_agents, dtype=np.int32)}

@@ -31,42 +31,29 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import signal
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 
 from gbxcule.core.errors import GbxculeError
-from gbxcule.core.fmt import pct
+from gbxcule.core.fmt import num, pct
 from gbxcule.core.memory import MODEL_ALLOWANCE, Need
 from gbxcule.core.outputs import write_output
 from gbxcule.rl import explore
+from gbxcule.rl.config import make_env, obs_bytes, portable, resolve_device, to_dict
 from gbxcule.rl.dist import RankFailure, World, quiet
 from gbxcule.rl.evaluate import BackgroundEval, evaluate_model, make_eval_env
-from gbxcule.rl.shell import (
-    ARCHIVE_NAME,
-    BEST_NAME,
-    POLICY_NAME,
-    CheckpointError,
-    NonFiniteError,
-    Progress,
-    Run,
-    SuccessWindow,
-    Timer,
-    check_run_dir,
-    make_env,
-    obs_bytes,
-    process_age_s,
-    resolve_device,
-    rng_state,
-    seed_everything,
-    set_rng_state,
-    to_dict,
-)
+from gbxcule.rl.rundir import ARCHIVE_NAME, BEST_NAME, POLICY_NAME, CheckpointError, Run, check_run_dir
 
 ENV_STATE_AUTO_LIMIT = 512 * 2**20
 QUANTILES = (0.1, 0.5, 0.9)
@@ -133,12 +120,24 @@ class Session:
 
     def __init__(self, cfg, checkpoint: dict | None = None, echo: Callable[[str], None] | None = None,
                  device_bytes: Callable[[int], int] | int = 0, host_bytes: int = 0, env_kwargs: dict | None = None,
-                 steps_per_update: int = 1):
+                 steps_per_update: int = 1, checkpoint_bytes: int = 0):
         self.t_process = process_age_s()
         self.t_init = time.perf_counter()
         self.cfg, self.checkpoint = cfg, checkpoint
-        device = resolve_device(cfg.run.device)
-        self.world = World.join(device, cfg.run.dist_timeout_s)
+        # Ctrl-C and SIGTERM are taken from the first moment (a process started in the background inherits SIGINT
+        # ignored: without this a signal during the set-up would be lost): one during the set-up stops the run at
+        # the end of its first update, with a checkpoint
+        self._stop_signal: str | None = None
+        self._signals: dict = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._signals[sig] = signal.signal(sig, self._on_signal)
+        try:
+            device = resolve_device(cfg.run.device)
+            self.world = World.join(device, cfg.run.dist_timeout_s)
+        except BaseException:
+            self._restore_signals()
+            raise
         self.lead = self.world.lead
         self.echo = (echo or (lambda s: None)) if self.lead else (lambda s: None)
         self.run: Run | None = None
@@ -149,8 +148,9 @@ class Session:
         self.num_updates = max(1, cfg.total_steps // self.update_steps)
         self.seed = cfg.run.seed + self.world.rank  # each process its own env and sampling streams
         try:
-            self.world.agree(lambda: self._open(device, device_bytes, host_bytes, env_kwargs))
+            self.world.agree(lambda: self._open(device, device_bytes, host_bytes, env_kwargs, checkpoint_bytes))
         except BaseException as exc:
+            self._restore_signals()
             self._close_resources()
             self.world.close(clean=not isinstance(exc, RankFailure))
             raise
@@ -163,25 +163,24 @@ class Session:
         self.summary: dict = {}
         self._model = self._optimizer = self._state = None
         self._ddp: set[int] = set()
-        self._stop_signal: str | None = None
-        self._signals: dict = {}
+        self.grad_steps = 0  # optimizer steps taken over the whole run (a run that takes none has not trained)
         self._success = SuccessWindow(cfg.run.success_window)
-        self._next_eval_step = cfg.run.eval_every
+        self.eval_every = eval_interval(cfg, self.update_steps)
+        self._next_eval_step = self.eval_every
         self._best_greedy: float | None = None  # the best periodic greedy success so far (best_policy.pt)
+        self._best_step: int | None = None  # the env-steps of its weights
         self._last_eval_t = 0.0
         self._last_ckpt_t = 0.0
         self._progress = None
         self._t_update = 0.0
         self._saved_update = 0
         self._ended = 0  # the last update end_update finished
-        self.emu_state = {"always": True, "never": False}.get(
-            cfg.run.checkpoint_env_state, self.env.emulator_bytes() * self.world.size <= ENV_STATE_AUTO_LIMIT)
         if self.world.size > 1:
             self.echo(f"{self.world.size} processes ({self.world.backend}, gradients by {cfg.run.grad_sync}): "
                       f"{cfg.env.num_envs:,} envs each, {cfg.env.num_envs * self.world.size:,} in all; rank 0 on "
                       f"{self.device} writes {cfg.run.run_dir}")
 
-    def _open(self, device: str, device_bytes, host_bytes: int, env_kwargs: dict | None) -> None:
+    def _open(self, device: str, device_bytes, host_bytes: int, env_kwargs: dict | None, checkpoint_bytes: int) -> None:
         """The checks and resources of one process (every process runs it; `World.agree` makes a failure on one
         a failure on all): the device, resume fits the world, memory, the run folder (rank 0), seeds, the env."""
         cfg, ck = self.cfg, self.checkpoint
@@ -210,6 +209,13 @@ class Session:
         if self.env.archive is not None:
             self.echo(f"state archive: {self.env.archive.m:,} cells of {self.env.cell_mode} keys, "
                       f"{self.env.archive_bytes / 2**20:,.0f} MiB on {self.device}")
+        self.emu_state = {"always": True, "never": False}.get(
+            cfg.run.checkpoint_env_state, self.env.emulator_bytes() * self.world.size <= ENV_STATE_AUTO_LIMIT)
+        # a checkpoint's copies on the host (its tensors, then their serialised bytes; on rank 0 every process's
+        # env state): checked now, not found out by the kernel's OOM killer at the first save
+        per_process = (self.env.emulator_bytes() if self.emu_state else 0) + checkpoint_bytes
+        check_checkpoint_memory(2 * per_process * (self.world.size if self.lead else 1), self.device)
+        portable(cfg.env, self.env.rom.info.sha1)  # the run folder says where its files are, from anywhere
         if self.lead:
             self.run = Run(cfg.run.run_dir, to_dict(cfg), resume=ck is not None, tensorboard=cfg.run.tensorboard)
             if self.run.moved is not None:
@@ -217,20 +223,18 @@ class Session:
 
     # --- context: signals, failures, closing -------------------------------------------------------------
     def __enter__(self) -> Session:
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._signals[sig] = signal.signal(sig, self._on_signal)
         return self
 
     def _on_signal(self, signum, frame) -> None:
         name = signal.Signals(signum).name
-        several = self.world.size > 1  # the launcher passes a Ctrl-C on: a second one is no reason to quit at once
-        if self._stop_signal is not None and signum == signal.SIGINT and not several:
+        world = getattr(self, "world", None)  # a signal may come before the process group is joined
+        several = world is not None and world.size > 1  # the launcher passes a Ctrl-C on: no reason to quit at once
+        if self._stop_signal is not None and not several:  # a second Ctrl-C or SIGTERM: quit now
             self._restore_signals()
             raise KeyboardInterrupt
         first = self._stop_signal is None
         self._stop_signal = name
-        if self.lead and first:
+        if (world is None or world.lead) and first:
             again = "" if several else " (Ctrl-C again to quit at once)"
             sys.stderr.write(f"\ngbxcule train: {name}: stopping at the end of this update with a checkpoint{again}\n")
 
@@ -314,12 +318,14 @@ class Session:
         extra = mine.get("extra", {"sampler": mine["sampler"]} if "sampler" in mine else {})
         loop = ck.get("loop", {})
         self._next_eval_step = loop.get("next_eval_step", self._next_eval_step)
-        self._best_greedy = loop.get("best_greedy")
+        self._best_greedy, self._best_step = loop.get("best_greedy"), loop.get("best_step")
+        self.grad_steps = loop.get("grad_steps", self.update)  # older checkpoints: at least one per update
         self._success.rows.extend(tuple(r) for r in loop.get("success_window", ()))
         self.last = ck.get("metrics", {})
         if self.lead:
             self.run.truncate_log(self.update, warn=self.echo)
-            self.run.write_torch(POLICY_NAME, self._policy_state(ck))  # a kill may have left it one save ahead
+            if self.grad_steps:  # a kill may have left it one save ahead
+                self.run.write_torch(POLICY_NAME, self._policy_state(ck))
         return extra
 
     @property
@@ -357,6 +363,7 @@ class Session:
         else:
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
         optimizer.step()
+        self.grad_steps += 1
         return norm
 
     def train_wall(self) -> float:
@@ -406,8 +413,12 @@ class Session:
         self._t_update = now
         stopped, due = "done", False
         if self.lead:
-            self._success.add(ep["episodes"], 0.0 if ep["episodes"] == 0 or ep["success_rate"] != ep["success_rate"]
-                              else ep["success_rate"] * ep["episodes"])
+            if self.env.archive is None:
+                eps, rate, ret = ep["episodes"], ep["success_rate"], ep["episode_return"]
+                self._success.add(eps, 0.0 if eps == 0 or rate != rate else rate * eps, 0.0 if eps == 0 else ret * eps)
+            else:  # the headline is the success from the task's own start: episodes started from cells are easier
+                eps, rate = ep["start_episodes"], ep["success_from_start"]
+                self._success.add(eps, 0.0 if not eps or rate is None else rate * eps)
             running, window = self._success.read()
             names = ("return", "length", "dist")
             quant = {f"{n}_p{int(100 * p)}": q[3 * i + j] for i, n in enumerate(names)
@@ -415,8 +426,10 @@ class Session:
             row = {"env_steps": self.global_step, **host, "sps": env_steps / dt if dt > 0 else None,
                    "updates_per_s": 1.0 / dt if dt > 0 else None,
                    **{f"time_{k}_s": v for k, v in times.items()}, "wall_s": self.train_wall(),
-                   "running_success": running,
-                   "running_episodes": window, **quant, **{k: v for k, v in ep.items() if k != "env_steps"}}
+                   "running_success": running, "running_return": self._success.mean_return(),
+                   "running_episodes": window, **quant, **{k: v for k, v in ep.items() if k != "env_steps"},
+                   **{f"milestone/{name}": rate for name, rate in zip(self.env.milestone_names,
+                                                                      ep.get("milestone_rates") or (), strict=False)}}
             self._maybe_eval(row, now)
             self.last = row
             self.run.log(self.update, row)
@@ -486,7 +499,7 @@ class Session:
     # --- periodic greedy eval --------------------------------------------------------------------------------
     def _maybe_eval(self, row: dict, now: float) -> None:
         r = self.cfg.run
-        if r.eval_episodes < 1 or (r.eval_every is None and r.eval_every_s is None):
+        if r.eval_episodes < 1 or (self.eval_every is None and r.eval_every_s is None):
             return
         last = self.update >= self.num_updates
         bg = self._background
@@ -496,14 +509,14 @@ class Session:
             if rep is not None:
                 self._log_eval(row, rep, bg.started_step, time.perf_counter() - bg.started_t, bg.model)
         nxt = self._next_eval_step
-        due = r.eval_every is not None and nxt is not None and self.global_step >= nxt
+        due = self.eval_every is not None and nxt is not None and self.global_step >= nxt
         due = due or (r.eval_every_s is not None and now - self._last_eval_t >= r.eval_every_s)
         due = due or last
         if not due or (bg is not None and bg.busy):  # (a due eval starts once the one in flight has ended)
             return
-        if r.eval_every is not None:
+        if self.eval_every is not None:
             while self._next_eval_step <= self.global_step:
-                self._next_eval_step += r.eval_every
+                self._next_eval_step += self.eval_every
         if not last and self.cfg.run.eval_background:
             if bg is None:
                 bg = self._background = BackgroundEval(self._model, self._make_eval_env())
@@ -523,9 +536,12 @@ class Session:
         one writes those weights to best_policy.pt (a policy flickers: the best is kept)."""
         rate = rep["success_rate"]
         if rate is not None and (self._best_greedy is None or rate > self._best_greedy):
-            self._best_greedy = rate
+            self._best_greedy, self._best_step = rate, env_steps
             self.run.write_torch(BEST_NAME, self._policy_state(self._policy_fields(
                 model, env_steps, {"eval/greedy_success": rate, "eval/env_steps": env_steps})))
+        if rep.get("milestone_rates") is not None:  # how far the greedy policy gets from the task's start
+            row.update({"eval/mean_deepest": rep["mean_deepest"],
+                        **{f"eval/milestone/{k}": v for k, v in rep["milestone_rates"].items()}})
         row.update({"eval/greedy_success": rep["success_rate"], "eval/greedy_return": rep["mean_return"],
                     "eval/median_steps": rep["median_steps"], "eval/starts_skipped": rep["starts_skipped"],
                     "eval/env_steps": env_steps, "eval/wall_s": self.train_wall(),
@@ -568,7 +584,8 @@ class Session:
         state = {**self._policy_fields(self._model, self.global_step, self.last),
                  "optimizer": self._optimizer.state_dict(), **mine,
                  "loop": {"next_eval_step": self._next_eval_step, "success_window": list(self._success.rows),
-                          "best_greedy": self._best_greedy},
+                          "best_greedy": self._best_greedy, "best_step": self._best_step,
+                          "grad_steps": self.grad_steps},
                  "world_size": self.world.size}
         if others:
             state["ranks"] = others  # ranks 1..size-1: their rng, extra and env
@@ -591,7 +608,7 @@ class Session:
             state = self._checkpoint_state(mine, every[1:])
             if self.env.archive is not None:  # the cells and screens `gbxcule plot` draws
                 write_output(self.run.dir / ARCHIVE_NAME, explore.to_bytes(explore.snapshot(self.env)))
-            self.run.save_checkpoint(state, self._policy_state(state))
+            self.run.save_checkpoint(state, self._policy_state(state) if self.grad_steps else None)
         self._saved_update = self.update
         self._last_ckpt_t = time.perf_counter()
 
@@ -600,11 +617,22 @@ class Session:
         if self._progress is not None:
             self._progress.close()
             self._progress = None
+        completed = self.stopped in ("done", "time_limit", "stop_at_success")
+        final = self._final_policy() if completed and self.lead else None
         self.summary = {"run_dir": str(Path(self.cfg.run.run_dir)), "algo": self.cfg.algo, "updates": self.update,
                         "num_updates": self.num_updates, "env_steps": self.global_step, "stopped": self.stopped,
                         "device": self.device, "world_size": self.world.size, "rank": self.world.rank,
-                        "wall_s": self.train_wall(), "startup_s": self.startup_s,
-                        "checkpoint_update": self._saved_update, "last": self.last}
+                        "wall_s": self.train_wall(), "startup_s": self.startup_s, "grad_steps": self.grad_steps,
+                        "checkpoint_update": self._saved_update, "final_policy": final, "last": self.last,
+                        "signal": self._stop_signal if self.stopped == "interrupted" else None}
+        if completed and self.grad_steps == 0:  # nothing was learned: no policy, no eval, a non-zero exit
+            self.summary["stopped"] = "no_learning"
+            if self.lead:
+                self.run.write_json("summary.json", self.summary)
+            err = NoLearningError(f"the run took no gradient step in {self.global_step:,} env-steps "
+                                  f"({self.cfg.algo}: {no_learning_hint(self.cfg)}): nothing was learned and no "
+                                  f"policy was written; the checkpoint is kept")
+            raise err if self.lead else quiet(err)
         if not self.lead:
             return
         self.run.write_json("summary.json", self.summary)
@@ -614,4 +642,232 @@ class Session:
                       f"gbxcule train --resume {self.run.dir}")
         greedy = self.last.get("eval/greedy_success")
         if greedy is not None:
-            self.echo(f"last periodic eval: greedy success {pct(greedy)} at {self.global_step:,} env-steps")
+            self.echo(f"last periodic eval: greedy success {pct(greedy)} at "
+                      f"{self.last.get('eval/env_steps', self.global_step):,} env-steps")
+        if final is not None and final["source"] == "best_eval":
+            self.echo(f"final policy: the weights of the best periodic eval ({pct(final['greedy'])} greedy at "
+                      f"{final['env_steps']:,} env-steps), not the last ones ({pct(final['last_greedy'])}); "
+                      f"policy.pt holds them, checkpoint.pt the last weights")
+
+    def _final_policy(self) -> dict | None:
+        """Which weights the run ends with in policy.pt: the last ones, or the best periodic eval's where a greedy
+        eval of the last weights did worse (a value-based policy flickers between evals). The last weights are
+        evaluated here when no eval saw them. None without periodic evals."""
+        r = self.cfg.run
+        if r.eval_episodes < 1 or (self.eval_every is None and r.eval_every_s is None) or self.grad_steps == 0:
+            return None
+        if self.last.get("eval/env_steps") != self.global_step:  # the last weights, unseen by an eval
+            if self._background is not None and self._background.busy:
+                self._background.finish()
+            t0 = time.perf_counter()
+            self._log_eval(self.last, self.evaluate(), self.global_step, time.perf_counter() - t0, self._model)
+        last = self.last.get("eval/greedy_success")
+        best = self._best_greedy
+        if best is None or last is None or last >= best or not (self.run.dir / BEST_NAME).is_file():
+            return {"source": "last", "greedy": last, "env_steps": self.global_step}
+        write_output(self.run.dir / POLICY_NAME, (self.run.dir / BEST_NAME).read_bytes())
+        return {"source": "best_eval", "greedy": best, "env_steps": self._best_step, "last_greedy": last}
+
+
+# --- what the session is made of ---------------------------------------------------------------------------
+class NonFiniteError(GbxculeError):
+    """A loss or gradient became NaN or infinite."""
+
+
+class NoLearningError(GbxculeError):
+    """A run that ended without taking a gradient step."""
+
+
+def no_learning_hint(cfg) -> str:
+    """Why an algorithm may take no gradient step in a run (the setting to look at)."""
+    section = cfg.section
+    if hasattr(section, "learning_starts"):
+        return (f"{cfg.algo}.learning_starts is {section.learning_starts:,} transitions and the run made "
+                f"{cfg.total_steps:,} env-steps")
+    return "the run ended before its first update's learning step"
+
+
+def eval_interval(cfg, update_steps: int) -> int | None:
+    """Env-steps between periodic greedy evals: `run.eval_every`, else `run.evals` of them spread over the run
+    (None: none by env-steps)."""
+    r = cfg.run
+    if r.eval_every is not None:
+        return r.eval_every
+    if r.eval_every_s is not None or r.evals == 0:
+        return None
+    return max(update_steps, cfg.total_steps // r.evals)
+
+
+def check_checkpoint_memory(need: int, device: str) -> None:
+    """Refuse (one line) a run whose checkpoints' host copies (`need` bytes) do not fit in the host's memory now."""
+    from gbxcule.backends import memory_available
+    from gbxcule.core.memory import MemoryLimitError
+
+    host, _ = memory_available(device)
+    if host is not None and need > host.bytes:
+        raise MemoryLimitError(f"a checkpoint of this run takes {need / 2**30:.2f} GiB of host memory (its state, "
+                               f"then its bytes) but {host.bytes / 2**30:.2f} GiB is free ({host.source}): set "
+                               f"run.checkpoint_env_state = \"never\" or keep less in it (e.g. dqn.checkpoint_buffer "
+                               f"= false), or use fewer envs")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict:
+    d = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        d["cuda"] = torch.cuda.get_rng_state_all()
+    return d
+
+
+def set_rng_state(d: dict) -> None:
+    random.setstate(d["python"])
+    np.random.set_state(d["numpy"])
+    torch.set_rng_state(d["torch"])
+    if "cuda" in d and torch.cuda.is_available() and len(d["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(d["cuda"])
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (Linux: /proc), so start-up counts in "time to X"; 0 if unknown."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+class Timer:
+    """Time spent per phase (env, inference, update, ...): CUDA events read once per update, or the host clock."""
+
+    def __init__(self, cuda: bool, names=("env", "inference", "update")):
+        self.cuda = cuda
+        self.acc = dict.fromkeys(names, 0.0)
+        self._events: list[tuple[str, object, object]] = []
+        self._pool: list = []
+
+    def start(self, name: str):
+        if self.cuda:
+            if len(self._pool) < 2:
+                self._pool += [torch.cuda.Event(enable_timing=True) for _ in range(64)]
+            a, b = self._pool.pop(), self._pool.pop()
+            a.record()
+            return (name, a, b)
+        return (name, time.perf_counter(), None)
+
+    def stop(self, mark) -> None:
+        name, a, b = mark
+        if self.cuda:
+            b.record()
+            self._events.append((name, a, b))
+        else:
+            self.acc[name] = self.acc.get(name, 0.0) + time.perf_counter() - a
+
+    def read(self) -> dict[str, float]:
+        """Seconds per phase since the last read (synchronises on CUDA: once per update)."""
+        if self.cuda:
+            torch.cuda.synchronize()
+            for name, a, b in self._events:
+                self.acc[name] = self.acc.get(name, 0.0) + a.elapsed_time(b) / 1000.0
+                self._pool += [a, b]
+            self._events.clear()
+        out, self.acc = self.acc, dict.fromkeys(self.acc, 0.0)
+        return out
+
+
+class SuccessWindow:
+    """Success and mean return over the last >= `size` ended episodes, from per-update totals (the bar's running
+    figures, and the closing line's: both over the same episodes)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.rows: deque[tuple] = deque()  # (episodes, successes, return sum or None)
+
+    def add(self, episodes: int, successes: float, return_sum: float | None = None) -> None:
+        if episodes:
+            self.rows.append((episodes, successes, return_sum))
+        while len(self.rows) > 1 and sum(r[0] for r in list(self.rows)[1:]) >= self.size:
+            self.rows.popleft()
+
+    def read(self) -> tuple[float | None, int]:
+        eps = sum(r[0] for r in self.rows)
+        return (sum(r[1] for r in self.rows) / eps if eps else None), eps
+
+    def mean_return(self) -> float | None:
+        """The mean return over the window's episodes (None where a row has none: rows from older checkpoints, or
+        archive runs, whose window counts the episodes from the task's start only)."""
+        if not self.rows or any(len(r) < 3 or r[2] is None for r in self.rows):
+            return None
+        return sum(r[2] for r in self.rows) / sum(r[0] for r in self.rows)
+
+
+class Progress:
+    """A rich progress bar: SPS, return, the running success of the last N ended episodes (with N), and the
+    latest periodic greedy eval. Silent when off or when rich is missing."""
+
+    def __init__(self, total_updates: int, enabled: bool, start: int = 0):
+        self._p = None
+        if enabled:
+            try:
+                from rich.progress import BarColumn, TextColumn, TimeRemainingColumn
+                from rich.progress import Progress as RichProgress
+
+                self._p = RichProgress(TextColumn("[bold]train"), BarColumn(), TextColumn("{task.completed}/"
+                                       "{task.total}"), TimeRemainingColumn(), TextColumn("{task.fields[msg]}"),
+                                       transient=False)
+                self._p.start()
+                self._task = self._p.add_task("train", total=total_updates, completed=start, msg="")
+            except ImportError:
+                self._p = None
+
+    def update(self, update: int, m: dict, total: int | None = None) -> None:
+        if self._p is None:
+            return
+        self._p.update(self._task, completed=update, total=total, msg=progress_line(m))
+
+    def close(self) -> None:
+        if self._p is not None:
+            self._p.stop()
+            self._p = None
+
+
+def success_label(source: str | None) -> str:
+    """"success", or "success (template)" where it is the goal template's verdict (the task has no RAM goal)."""
+    return "success (template)" if source == "template" else "success"
+
+
+def progress_line(m: dict) -> str:
+    """The bar's text: SPS, mean return, running success with its episode count, greedy eval when there is one."""
+    sps = m.get("sps")
+    line = (f"sps {'-' if sps is None else format(sps, ',.0f')}  return {num(m.get('episode_return'))}  "
+            f"{success_label(m.get('success_source'))} {pct(m.get('running_success'))} of last "
+            f"{m.get('running_episodes', 0)} ep")
+    if m.get("eval/greedy_success") is not None:
+        line += f"  greedy {pct(m['eval/greedy_success'])}"
+    return line
+
+
+@dataclass(frozen=True)
+class AlgoSpec:
+    """An algorithm as the trainer room knows it (each `rl/algos/NAME.py` ends with one; `rl/algos/__init__.py`
+    lists them).
+
+    config: its section's dataclass (TOML `[NAME]`; what `--resume` may change is its fields' metadata);
+    build_model(section, num_actions, stack_k, packed) -> a `rl/models.py` model; steps_per_update(cfg) -> this
+    process's env-steps per logged update; train(cfg, checkpoint, echo) -> the summary (its loop inside a
+    `Session`); check(cfg): cross-field checks of a whole config (one ConfigError line); summary: one line for
+    --help; env_defaults: env settings it prefers under the user's."""
+
+    name: str
+    config: type
+    build_model: Any
+    steps_per_update: Any
+    train: Any
+    summary: str
+    check: Any = None
+    env_defaults: dict = field(default_factory=dict)

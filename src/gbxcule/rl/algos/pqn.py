@@ -1,22 +1,64 @@
-"""PQN from pixels with the whole loop on the device: rollouts of `rollout_steps` x `num_envs` with
-epsilon-greedy acting, Q(lambda) targets (bootstrap on truncation) from the values seen while acting,
-minibatch epochs over the rollout; no replay buffer, no target network. One file, CleanRL-style; the targets
-are `rl/returns.py`'s `lambda_returns`, the shell (run folder, logs, eval, checkpoints, stop rules) `rl/loop.py`.
+"""PQN from pixels with the whole loop on the device (parallel Q-learning): a Q-network with LayerNorm, Q(lambda)
+targets over short on-policy rollouts of all envs (bootstrap on truncation) from the values seen while acting,
+epsilon-greedy acting, minibatch epochs; no replay buffer and no target network. One file, CleanRL's unit:
+config, model, loss, loop; the targets are `rl/returns.py`'s `lambda_returns`, the shell `rl/session.py`.
 
     gbxcule train --algo pqn --config configs/leave_house_pqn.toml --device cuda
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
+from gbxcule.core.typed import knob
 from gbxcule.rl import returns
-from gbxcule.rl.algos.pqn import build_model, steps_per_update
-from gbxcule.rl.algos.pqn import loss as pqn
-from gbxcule.rl.loop import Session
-from gbxcule.rl.models import epsilon_greedy
+from gbxcule.rl.config import ConfigError
+from gbxcule.rl.models import MODELS, QNetwork, epsilon_greedy
+from gbxcule.rl.session import AlgoSpec, Session
 
 
+@dataclass
+class PQNConfig:
+    rollout_steps: int = knob(32, min=1)
+    epochs: int = knob(2, min=1)
+    minibatches: int = knob(32, min=1)
+    lr: float = knob(2.5e-4, gt=0)
+    anneal_lr: bool = True
+    gamma: float = knob(0.99, min=0, max=1)
+    q_lambda: float = knob(0.65, min=0, max=1)  # 0: one-step Q-learning targets; 1: returns to the rollout's end
+    max_grad_norm: float | None = knob(10.0, gt=0)
+    epsilon_start: float = knob(1.0, min=0, max=1)
+    epsilon_end: float = knob(0.01, min=0, max=1)
+    exploration_fraction: float = knob(0.1, gt=0, max=1)  # of total_steps, over which epsilon falls linearly
+    layer_norm: bool = True  # normalisation in the torso: what lets PQN learn without a target network
+    dueling: bool = False
+    model: str = knob("nature", choices=MODELS)
+    compile: bool = False  # torch.compile the network
+    amp: str = knob("auto", choices=("auto", "bf16", "off"))  # auto: bf16 autocast on CUDA
+
+
+def build_model(p: PQNConfig, num_actions: int, stack_k: int, packed: bool) -> QNetwork:
+    return QNetwork(num_actions, stack_k, packed, p.model, dueling=p.dueling, layer_norm=p.layer_norm)
+
+
+def steps_per_update(cfg) -> int:
+    return cfg.env.num_envs * cfg.pqn.rollout_steps
+
+
+def check(cfg) -> None:
+    if cfg.pqn.minibatches > steps_per_update(cfg):
+        raise ConfigError(f"pqn.minibatches ({cfg.pqn.minibatches}) exceeds the batch ({steps_per_update(cfg)})")
+
+
+# --- the loss --------------------------------------------------------------------------------------------------
+def q_loss(q_taken: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Half the mean squared error between Q(obs, action) and its Q(lambda) target."""
+    return 0.5 * (q_taken - targets).pow(2).mean()
+
+
+# --- the loop --------------------------------------------------------------------------------------------------
 def rollout_bytes(cfg, obs_bytes: int) -> int:
     """Device bytes of the rollout storage: observations twice (the obs and the finished episodes' last obs,
     for truncation bootstraps), plus actions, values at acting time, rewards, flags and targets."""
@@ -93,7 +135,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                     with s.autocast(p.amp):
                         q_all = fwd(b_obs[mb])
                     q = q_all.float().gather(1, b_act[mb][:, None]).squeeze(1)
-                    loss = pqn.q_loss(q, b_tgt[mb])
+                    loss = q_loss(q, b_tgt[mb])
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     norm = s.apply_gradients(model, optimizer, p.max_grad_norm)
@@ -107,3 +149,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                        "actions": torch.bincount(b_act, minlength=env.num_actions)}
             s.end_update(batch, metrics, guard=names)
     return s.summary
+
+
+ALGO = AlgoSpec("pqn", PQNConfig, build_model, steps_per_update, train, check=check,
+                summary="PQN: Q(lambda) over rollouts of rollout_steps x num_envs, LayerNorm, no replay or target")

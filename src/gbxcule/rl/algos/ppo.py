@@ -1,0 +1,228 @@
+"""PPO from pixels with the whole loop on the device: rollouts of `rollout_steps` x `num_envs`, GAE with bootstrap
+on truncation, the clipped surrogate, minibatch epochs. One file, CleanRL's unit: config, model, loss, loop; what
+several algorithms share (GAE, clipping, schedules, minibatches) is `rl/returns.py`, the shell (run folder, logs,
+eval, checkpoints, stop rules) `rl/session.py`.
+
+    gbxcule train --algo ppo --task leave_house --num-envs 4096 --total-steps 20000000
+    gbxcule train --config configs/leave_house_ppo_share.toml   # one epoch, half the envs train each rollout
+
+With `learn_share` s < 1 every env acts, but only a block of ceil(s x num_envs) envs (moving on by its size each
+update, so every env takes its turn) is stored and trained on: at 16-65K envs the learner, not the emulator, sets
+the pace, and `epochs = 1` with minibatches is then PPO's update with each sample used once (docs/training.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from gbxcule.core.typed import knob
+from gbxcule.rl import returns
+from gbxcule.rl.config import ConfigError
+from gbxcule.rl.models import MODELS, ActorCritic
+from gbxcule.rl.session import AlgoSpec, NonFiniteError, Session
+
+
+@dataclass
+class PPOConfig:
+    rollout_steps: int = knob(32, min=1)
+    epochs: int = knob(4, min=1)
+    minibatches: int = knob(4, min=1)
+    # share of the envs whose rollout is stored and trained on: every env acts, a block of ceil(share * num_envs)
+    # envs that moves on each update feeds the learner
+    learn_share: float = knob(1.0, gt=0, max=1)
+    lr: float = knob(2.5e-4, gt=0)
+    anneal_lr: bool = True
+    gamma: float = knob(0.99, min=0, max=1)
+    gae_lambda: float = knob(0.95, min=0, max=1)
+    clip: float = knob(0.1, gt=0)
+    clip_vloss: bool = True
+    ent_coef: float = knob(0.01, min=0)
+    vf_coef: float = knob(0.5, min=0)
+    max_grad_norm: float = knob(0.5, gt=0)
+    norm_adv: bool = True
+    target_kl: float | None = knob(None, gt=0)  # stop an update's epochs once approx_kl passes it
+    model: str = knob("nature", choices=MODELS)
+    channels_last: bool = False  # the CNN's weights and activations channels-last (NHWC): fewer cuDNN layout copies
+    compile: bool = False
+    amp: str = knob("auto", choices=("auto", "bf16", "off"))  # auto: bf16 autocast on CUDA
+
+
+def build_model(p: PPOConfig, num_actions: int, stack_k: int, packed: bool) -> ActorCritic:
+    return ActorCritic(num_actions, stack_k, packed, p.model)
+
+
+def learn_envs(cfg) -> int:
+    """How many envs' rollouts are stored and trained on (all of them unless `ppo.learn_share` < 1)."""
+    n = cfg.env.num_envs
+    return n if cfg.ppo.learn_share >= 1 else max(1, math.ceil(cfg.ppo.learn_share * n))
+
+
+def steps_per_update(cfg) -> int:
+    return cfg.env.num_envs * cfg.ppo.rollout_steps
+
+
+def batch_size(cfg) -> int:
+    """Samples trained on per update."""
+    return learn_envs(cfg) * cfg.ppo.rollout_steps
+
+
+def check(cfg) -> None:
+    if cfg.ppo.minibatches > batch_size(cfg):
+        raise ConfigError(f"ppo.minibatches ({cfg.ppo.minibatches}) exceeds the batch ({batch_size(cfg)})")
+
+
+def rollout_bytes(cfg, obs_bytes: int) -> int:
+    """Device bytes of the rollout storage: observations twice (the obs and the finished episodes' last obs,
+    for truncation bootstraps), plus actions, log-probs, values, rewards, flags, advantages, returns."""
+    return batch_size(cfg) * (2 * obs_bytes + 8 + 4 * 6 + 2)
+
+
+# --- the loss ----------------------------------------------------------------------------------------------------
+def normalize(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    return (x - x.mean()) / (x.std() + eps)
+
+
+@dataclass(frozen=True)
+class LossCoefs:
+    clip: float = 0.1
+    vf_coef: float = 0.5
+    ent_coef: float = 0.01
+    clip_vloss: bool = True
+
+
+def ppo_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, new_values: torch.Tensor,
+             old_values: torch.Tensor, ret: torch.Tensor, entropy: torch.Tensor,
+             c: LossCoefs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The clipped PPO objective for one minibatch. Returns (loss, device scalars: pg_loss, v_loss,
+    entropy, approx_kl (the (r - 1) - log r estimator), clipfrac). Tests: tests/test_ppo.py."""
+    logratio = new_logp - old_logp
+    pg = returns.clipped_surrogate(logratio, adv, c.clip)
+    if c.clip_vloss:
+        v_loss = returns.clipped_value_loss(new_values, old_values, ret, c.clip)
+    else:
+        v_loss = 0.5 * ((new_values - ret) ** 2).mean()
+    ent = entropy.mean()
+    loss = pg - c.ent_coef * ent + c.vf_coef * v_loss
+    with torch.no_grad():
+        approx_kl = returns.approx_kl(logratio)
+        clipfrac = returns.clip_fraction(logratio, c.clip)
+    return loss, {"pg_loss": pg.detach(), "v_loss": v_loss.detach(), "entropy": ent.detach(),
+                  "approx_kl": approx_kl, "clipfrac": clipfrac}
+
+
+# --- the loop ------------------------------------------------------------------------------------------------------
+def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
+    """Train (or continue from `checkpoint`) in cfg.run.run_dir; returns the summary."""
+    p = cfg.ppo
+    with Session(cfg, checkpoint, echo, device_bytes=lambda ob: rollout_bytes(cfg, ob),
+                 steps_per_update=steps_per_update(cfg)) as s:
+        env = s.env
+        model = build_model(p, env.num_actions, env.stack_k, env.obs_mode == "packed").to(s.device)
+        if p.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        optimizer = torch.optim.Adam(model.parameters(), lr=p.lr, eps=1e-5)
+        fwd = torch.compile(model) if p.compile else model
+        learner = s.wrap(model)  # DDP over the model with run.grad_sync = "ddp" on several processes
+        train_fwd = fwd if learner is model else (torch.compile(learner) if p.compile else learner)
+        sampler = torch.Generator().manual_seed(cfg.run.seed)
+        extra = s.start(model, optimizer, state=lambda: {"sampler": sampler.get_state()},
+                        describe=f"rollout storage {s.storage_bytes / 2**20:,.0f} MiB on {s.device}; {s.num_updates} "
+                                 f"updates of {s.update_steps:,} env-steps; model "
+                                 f"{model.describe()['params']:,} parameters")
+        if extra:
+            sampler.set_state(extra["sampler"])
+
+        t_len, n, dev, obs_shape = p.rollout_steps, env.num_envs, env.device, env.single_obs_shape
+        n_learn = learn_envs(cfg)
+        # the envs that feed the learner: all, or a block of n_learn that moves on by n_learn envs each update
+        block = None if n_learn == n else torch.arange(n_learn, device=dev)
+        ids = None if n_learn == n else torch.empty(n_learn, dtype=torch.int64, device=dev)
+
+        def put(dst, x):  # dst <- x's rows of the learning envs
+            return dst.copy_(x) if ids is None else torch.index_select(x, 0, ids, out=dst)
+
+        obs_buf = torch.zeros((t_len, n_learn, *obs_shape), dtype=torch.uint8, device=dev)
+        final_buf = torch.zeros_like(obs_buf)
+        act_buf = torch.zeros((t_len, n_learn), dtype=torch.int64, device=dev)
+        logp_buf = torch.zeros((t_len, n_learn), dtype=torch.float32, device=dev)
+        val_buf = torch.zeros((t_len, n_learn), dtype=torch.float32, device=dev)
+        rew_buf = torch.zeros((t_len, n_learn), dtype=torch.float32, device=dev)
+        term_buf = torch.zeros((t_len, n_learn), dtype=torch.bool, device=dev)
+        trunc_buf = torch.zeros((t_len, n_learn), dtype=torch.bool, device=dev)
+        coefs = LossCoefs(p.clip, p.vf_coef, p.ent_coef, p.clip_vloss)
+        timer = s.timer
+
+        while s.running:
+            lr = returns.linear_lr(p.lr, s.update, s.num_updates, p.anneal_lr)
+            for g in optimizer.param_groups:
+                g["lr"] = lr
+            if ids is not None:  # this update's block of learning envs (its start known on the host)
+                torch.add(block, s.update * n_learn % n, out=ids).remainder_(n)
+            for t in range(t_len):
+                mark = timer.start("inference")
+                x = put(obs_buf[t], env.obs) if ids is None else env.obs  # every env acts
+                with torch.no_grad(), s.autocast(p.amp):
+                    logits, value = fwd(x)
+                dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
+                action = dist.sample()
+                if ids is not None:
+                    put(obs_buf[t], env.obs)
+                put(act_buf[t], action)
+                put(logp_buf[t], dist.log_prob(action))
+                put(val_buf[t], value.float())
+                timer.stop(mark)
+                mark = timer.start("env")
+                _, reward, term, trunc, _ = env.step(action)
+                put(rew_buf[t], reward)
+                put(term_buf[t], term)
+                put(trunc_buf[t], trunc)
+                put(final_buf[t], env.final_obs)
+                timer.stop(mark)
+            mark = timer.start("update")
+            with torch.no_grad(), s.autocast(p.amp):
+                last_obs = env.obs if ids is None else env.obs.index_select(0, ids)
+                last_value = model.value(last_obs).float()
+                final_values = returns.truncated_values(model.value, final_buf, trunc_buf)  # one sync an update
+                dones = term_buf | trunc_buf
+                adv, ret = returns.gae(rew_buf, val_buf, dones, last_value, p.gamma, p.gae_lambda, trunc_buf,
+                                       final_values)
+            b_obs = obs_buf.reshape(t_len * n_learn, *obs_shape)
+            b_act, b_logp = act_buf.reshape(-1), logp_buf.reshape(-1)
+            b_adv, b_ret, b_val = adv.reshape(-1), ret.reshape(-1), val_buf.reshape(-1)
+            stats = []
+            for _epoch in range(p.epochs):
+                for mb in returns.minibatches(t_len * n_learn, p.minibatches, sampler, dev):
+                    with s.autocast(p.amp):
+                        logits, new_v = train_fwd(b_obs[mb])
+                    dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
+                    a = b_adv[mb]
+                    if p.norm_adv:
+                        a = normalize(a)
+                    loss, m = ppo_loss(dist.log_prob(b_act[mb]), b_logp[mb], a, new_v.float(), b_val[mb], b_ret[mb],
+                                       dist.entropy(), coefs)
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    m["grad_norm"] = s.apply_gradients(model, optimizer, p.max_grad_norm)
+                    m["loss"] = loss.detach()
+                    stats.append(torch.stack([v.float() for v in m.values()]))
+                    names = list(m)
+                epoch_stats = s.all_mean(torch.stack(stats).mean(0))  # every process takes the same decision
+                if not bool(torch.isfinite(epoch_stats).all()):  # once per epoch
+                    raise NonFiniteError(dict(zip(names, epoch_stats.tolist(), strict=True)))
+                if p.target_kl is not None and float(epoch_stats[names.index("approx_kl")]) > p.target_kl:
+                    break
+            timer.stop(mark)
+            mean = torch.stack(stats).mean(0)
+            metrics = {"lr": lr, **dict(zip(names, mean.unbind(0), strict=True)),
+                       "explained_variance": returns.explained_variance(b_val, b_ret),
+                       "value_mean": b_val.mean(), "value_std": b_val.std(), "adv_mean": b_adv.mean(),
+                       "adv_std": b_adv.std(), "actions": torch.bincount(b_act, minlength=env.num_actions)}
+            s.end_update(t_len * n, metrics, guard=names)
+    return s.summary
+
+
+ALGO = AlgoSpec("ppo", PPOConfig, build_model, steps_per_update, train, check=check,
+                summary="PPO: rollouts of rollout_steps x num_envs, minibatch epochs (the default)")
