@@ -174,8 +174,8 @@ def test_the_env_ends_the_episode_on_the_mistake(game):
         env.reset(seed=0)
         for k, a in enumerate(script(MISTAKE)[:fail_at], 1):
             _, _, term, trunc, _ = env.step(torch.tensor([a], dtype=torch.int32))
-            assert bool(term[0] or trunc[0]) == (k == fail_at), k
-        assert not bool(env.success[0])
+            assert bool(term[0]) == (k == fail_at) and not bool(trunc[0]), k
+        assert bool(env.failed[0]) and not bool(env.success[0])
     finally:
         env.close()
 
