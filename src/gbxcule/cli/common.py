@@ -8,15 +8,19 @@ from gbxcule.core.schedule import ActionSchedule
 from gbxcule.harness.actions import ACTION_GENERATORS
 
 
-def add_run_args(p, backend: str = "pyboy_single", steps: int = 100) -> None:
+def add_run_args(p, backend: str = "pyboy_single", steps: int | None = 100, actions: tuple[str, ...] = (),
+                 codec: str | None = DEFAULT_CODEC) -> None:
+    """`actions`: action sources beside the generators (e.g. "solution"); `steps` or `codec` None: the command
+    picks the default (from a task)."""
     p.add_argument("--backend", default=backend, choices=BACKENDS, help=f"emulator backend (default {backend})")
     p.add_argument("--envs", type=int, default=1, help="number of envs (default 1)")
-    p.add_argument("--steps", type=int, default=steps, help=f"steps to run (default {steps})")
+    p.add_argument("--steps", type=int, default=steps, help=f"steps to run (default {steps or 100})")
     p.add_argument("--frames-per-step", type=int, default=24, help="frames per step (default 24)")
     p.add_argument("--release-after-frames", type=int, default=8,
                    help="frames the action's buttons are held in each step (default 8)")
-    p.add_argument("--codec", default=DEFAULT_CODEC, choices=list(CODECS), help=f"action codec ({DEFAULT_CODEC})")
-    p.add_argument("--actions", default="seeded_random", choices=ACTION_GENERATORS, help="action generator")
+    p.add_argument("--codec", default=codec, choices=list(CODECS), help=f"action codec ({DEFAULT_CODEC})")
+    p.add_argument("--actions", default="seeded_random", choices=(*ACTION_GENERATORS, *actions),
+                   help="action generator")
     p.add_argument("--seed", type=int, default=0, help="seed of the action generator (default 0)")
     p.add_argument("--fixed-action", type=int, default=0, help="the action for --actions fixed (default 0)")
 

@@ -6,7 +6,8 @@ from gbxcule.backends import check_memory, emulator_need
 from gbxcule.cli import checks
 from gbxcule.cli.common import add_state_arg
 from gbxcule.core.action_codec import CODECS
-from gbxcule.harness.actions import ACTION_GENERATORS
+from gbxcule.core.errors import GbxculeError
+from gbxcule.harness.actions import ACTION_GENERATORS, SOLUTION
 from gbxcule.harness.compare import DEFAULT_REGIONS, REGIONS
 from gbxcule.harness.verify import VerifyConfig, run_verify
 from gbxcule.roms import canonical, get_spec
@@ -25,9 +26,13 @@ def register(sub) -> None:
     p.add_argument("--steps", type=int, help="steps to compare (default 2000)")
     p.add_argument("--frames-per-step", type=int, help="frames per step (default 1)")
     p.add_argument("--release-after-frames", type=int, help="frames the buttons are held (default 1)")
-    p.add_argument("--actions", choices=ACTION_GENERATORS, help="action generator (default seeded_random)")
+    p.add_argument("--actions", choices=(*ACTION_GENERATORS, SOLUTION),
+                   help=f"action generator (default seeded_random; {SOLUTION} with --task)")
+    p.add_argument("--task", help=f"an RL task (name or pack.toml:name): --actions {SOLUTION} (its default then) "
+                                  "plays its start script and its solution in every env, then NOOPs; its codec and "
+                                  "schedule are the defaults, and --steps defaults to the script's length")
     p.add_argument("--seed", type=int, default=0, help="action generator seed (default 0)")
-    p.add_argument("--codec", default="dmg_buttons_v0", choices=list(CODECS), help="action codec")
+    p.add_argument("--codec", choices=list(CODECS), help="action codec (default: the task's, else dmg_buttons_v0)")
     p.add_argument("--envs", type=int, default=1, help="envs compared side by side (default 1)")
     p.add_argument("--regions", default=",".join(DEFAULT_REGIONS),
                    help=f"memory regions compared, from {','.join(REGIONS)} (default %(default)s)")
@@ -49,6 +54,29 @@ def _text(d: dict) -> str:
                       *("  " + x for x in d["differences"][:40]), f"bundle: {d['bundle']}"])
 
 
+def _task_script(args):
+    """(the task, its start script and solution as actions) for --task, else (None, ()); --actions solution
+    without a task, or a task of another ROM or codec, is one error line."""
+    if args.task is None:
+        if args.actions == SOLUTION:
+            raise GbxculeError(f"--actions {SOLUTION} plays a task's start and solution: give --task")
+        return None, ()
+    from gbxcule.rl.tasks import load_task
+
+    task = load_task(args.task)
+    if args.actions not in (None, SOLUTION):
+        raise GbxculeError(f"--task gives the actions (its start and solution); drop --actions {args.actions}")
+    if not task.solution:
+        raise GbxculeError(f"task {task.id} has no solution to play")
+    if task.start.states or task.start.generator:
+        raise GbxculeError(f"task {task.id} starts from states or a generator; verify plays scripts from power-on")
+    if task.rom is not None and canonical(args.rom) not in (None, canonical(task.rom)):
+        raise GbxculeError(f"task {task.id} is for the built-in ROM {task.rom}, not {args.rom}")
+    if args.codec is not None and args.codec != task.codec:
+        raise GbxculeError(f"task {task.id} is defined with codec {task.codec}, not {args.codec}")
+    return task, tuple(task.start.script) + tuple(task.solution)
+
+
 def run(args) -> int:
     from gbxcule.cli.report import emit
 
@@ -58,15 +86,18 @@ def run(args) -> int:
         raise ValueError(f"unknown region(s) {', '.join(bad)}; choose from {', '.join(REGIONS)}")
     checks.positive(envs=args.envs, steps=args.steps, frames_per_step=args.frames_per_step)
     manifest = get_spec(args.rom).verify if canonical(args.rom) else None
+    task, script = _task_script(args)
     pick = lambda given, attr, default: given if given is not None else (  # noqa: E731
-        getattr(manifest, attr) if manifest else default)
+        getattr(task, attr) if task is not None else getattr(manifest, attr) if manifest else default)
     cfg = VerifyConfig(
-        rom=args.rom, steps=pick(args.steps, "steps", 2000),
+        rom=args.rom, steps=args.steps if args.steps is not None else len(script) if script else (
+            manifest.steps if manifest else 2000),
         frames_per_step=pick(args.frames_per_step, "frames_per_step", 1),
         release_after_frames=pick(args.release_after_frames, "release_after_frames", 1),
-        actions=pick(args.actions, "actions", "seeded_random"), seed=args.seed, codec=args.codec,
+        actions=args.actions or (SOLUTION if task else manifest.actions if manifest else "seeded_random"),
+        seed=args.seed, codec=args.codec or (task.codec if task else "dmg_buttons_v0"),
         envs=args.envs, dut=args.dut, regions=regions, bundle_dir=args.bundle_dir,
-        screens=args.screens, state=args.state)
+        screens=args.screens, state=args.state, task=args.task, script=script)
     checks.positive(steps=cfg.steps)
     if args.release_after_frames is None:  # a default hold (the manifest's) fits the step; a given one must
         cfg.release_after_frames = min(cfg.release_after_frames, cfg.frames_per_step)
@@ -79,6 +110,7 @@ def run(args) -> int:
                  "cuda" if args.dut == "warp_vec_cuda" else "cpu")
     result = run_verify(cfg, rom)
     emit(args, {**result.to_dict(), "rom": args.rom, "ref": args.ref, "dut": args.dut,
-                "config": {k: v for k, v in cfg.__dict__.items() if k != "regions"} | {"regions": list(regions)}},
+                "config": {k: v for k, v in cfg.__dict__.items() if k not in ("regions", "script")}
+                | {"regions": list(regions), "script_steps": len(script)}},
          _text)
     return 0 if result.ok else 1

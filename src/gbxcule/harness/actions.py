@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -10,6 +10,7 @@ from gbxcule.core.action_codec import ActionCodec
 
 ActionGen = Callable[[int], np.ndarray]
 ACTION_GENERATORS = ("seeded_random", "shared_random", "striped", "fixed")
+SOLUTION = "solution"  # a task's start script and solution (`script_action_gen`; verify and play take it with --task)
 
 
 def make_action_gen(kind: str, codec: ActionCodec, num_envs: int, seed: int = 0,
@@ -43,4 +44,16 @@ def make_action_gen(kind: str, codec: ActionCodec, num_envs: int, seed: int = 0,
             return np.full(num_envs, a, dtype=np.int32)
     else:
         raise ValueError(f"unknown action generator {kind!r}; choose one of {', '.join(ACTION_GENERATORS)}")
+    return gen
+
+
+def script_action_gen(actions: Sequence[int], codec: ActionCodec, num_envs: int) -> ActionGen:
+    """gen(step) -> int32 [num_envs]: every env takes `actions[step]`, and NOOP (action 0) once they run out: a
+    button script (a task's start and solution) played in lockstep, e.g. by `gbxcule verify --actions solution`."""
+    acts = np.asarray([codec.check(int(a)) for a in actions], dtype=np.int32)
+    if not acts.size:
+        raise ValueError("a scripted action source needs at least one action")
+
+    def gen(step: int) -> np.ndarray:
+        return np.full(num_envs, acts[step] if step < acts.size else 0, dtype=np.int32)
     return gen

@@ -32,7 +32,7 @@ from gbxcule.core.cartridge import Rom
 from gbxcule.core.pyboy_state import parse_pyboy_state
 from gbxcule.core.schedule import ActionSchedule
 from gbxcule.core.screen import write_png
-from gbxcule.harness.actions import make_action_gen
+from gbxcule.harness.actions import SOLUTION, make_action_gen, script_action_gen
 from gbxcule.harness.compare import DEFAULT_REGIONS, diff, dut_view, reference_view
 
 
@@ -51,6 +51,8 @@ class VerifyConfig:
     bundle_dir: str = "bundles"
     screens: bool = False
     state: str | None = None  # a PyBoy .state or native snapshot file both sides start from
+    task: str | None = None  # with actions "solution": the task whose start script and solution are played
+    script: tuple[int, ...] = ()  # with actions "solution": the actions (the task's start and solution)
 
 
 @dataclass
@@ -94,7 +96,8 @@ def start_from_state(path: str, rom: Rom, refs: list[PyBoyGame], dut) -> None:
 def run_verify(cfg: VerifyConfig, rom: Rom) -> VerifyResult:
     codec = get_codec(cfg.codec)
     schedule = ActionSchedule(cfg.frames_per_step, cfg.release_after_frames)
-    gen = make_action_gen(cfg.actions, codec, cfg.envs, cfg.seed)
+    gen = (script_action_gen(cfg.script, codec, cfg.envs) if cfg.actions == SOLUTION
+           else make_action_gen(cfg.actions, codec, cfg.envs, cfg.seed))
     refs = [PyBoyGame(rom, codec, schedule) for _ in range(cfg.envs)]
     dut = _make_dut(cfg, rom, schedule)
     hints = {"cartridge_type": rom.data[0x147], "ram_size_code": rom.data[0x149]}
@@ -165,7 +168,8 @@ def repro_command(cfg: VerifyConfig, rom_path: str, steps: int, state_path: str 
     args = ["gbxcule", "verify", "--rom", rom_path, "--dut", cfg.dut, "--steps", str(steps),
             "--frames-per-step", str(cfg.frames_per_step), "--release-after-frames",
             str(cfg.release_after_frames), "--actions", cfg.actions, "--seed", str(cfg.seed),
-            "--codec", cfg.codec, "--envs", str(cfg.envs)] + (["--screens"] if cfg.screens else [])
+            "--codec", cfg.codec, "--envs", str(cfg.envs)] + (["--screens"] if cfg.screens else []) + (
+            ["--task", cfg.task] if cfg.task else [])
     return shlex.join(args + (["--state", state_path] if state_path else []))
 
 

@@ -1,4 +1,4 @@
-"""The ROMs gbxcule builds from Python source: the micro-ROM suite and the overworld game.
+"""The ROMs gbxcule builds from Python source: the micro-ROM suite, the overworld game and the quest.
 
 Every ROM is an entry in `SUITE` with its manifest: what it tests, the verify settings it is meant to be
 run with, how many frames it needs to finish its work, and the memory signature it must leave by then,
@@ -25,8 +25,9 @@ ALIASES = {"DEMO": DEFAULT_ROM}
 def suite() -> dict[str, RomSpec]:
     from gbxcule.roms.micro import MICRO_ROMS
     from gbxcule.roms.overworld import OVERWORLD
+    from gbxcule.roms.quest import QUEST
 
-    return {r.name: r for r in (*MICRO_ROMS, OVERWORLD)}
+    return {r.name: r for r in (*MICRO_ROMS, OVERWORLD, QUEST)}
 
 
 def canonical(name: str) -> str | None:

@@ -760,10 +760,10 @@ def glyph_tile(glyph: tuple[str, ...]) -> tuple[str, ...]:
     return tuple("." + r.replace("#", "3") + ".." for r in glyph) + ("........",)
 
 
-def sprite_frame(character: str, frame: int) -> tuple[str, ...]:
-    """16 rows of frame `frame` (FRAMES order) of a character."""
+def sprite_frame(character: str, frame: int, heads=None) -> tuple[str, ...]:
+    """16 rows of frame `frame` (FRAMES order) of a character (its head from `heads`, default `HEADS`)."""
     head, body = FRAMES[frame]
-    return HEADS[character][head] + BODIES[body]
+    return (heads or HEADS)[character][head] + BODIES[body]
 
 
 def water_frames() -> list[bytes]:

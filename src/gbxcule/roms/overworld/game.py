@@ -1,4 +1,6 @@
-"""The OVERWORLD ROM: assembly generated from the art and world tables, and its manifest entry.
+"""The engine, and the OVERWORLD ROM: assembly generated from a world's tables (tables.World; OVERWORLD's is
+world.WORLD), and OVERWORLD's manifest entry. A world with a story (the quest's) gets the story's code and tables
+too (story.py), through hook slots in the routines below that stay empty otherwise.
 
 Structure (docs/overworld.md): bank 0 holds the code and small tables; bank 1 the tile graphics, banks 2
 and 4 the map blocks, bank 3 the texts. The main loop HALTs until the VBlank interrupt has run OAM DMA
@@ -9,31 +11,14 @@ transitions are blocking loops around the same per-frame wait, as in commercial 
 
 from __future__ import annotations
 
-from functools import cache
+from functools import cache, partial
 
 from gbxcule.asm import CartridgeHeader
 from gbxcule.roms.micro.common import DMA_ROUTINE, DONE_ADDR, DONE_VALUE, HARDWARE, HRAM_DMA, MEMCPY
 from gbxcule.roms.overworld import art
-from gbxcule.roms.overworld.world import (
-    DOWN,
-    FLAG_READ_SIGN,
-    FLAG_SAVED,
-    LEFT,
-    LINE_CHARS,
-    MAP_IDS,
-    MAPS,
-    METATILE_IDS,
-    PAD,
-    RIGHT,
-    START_FACING,
-    START_MAP,
-    START_X,
-    START_Y,
-    TEXT_IDS,
-    TEXTS,
-    UP,
-    character_tile,
-)
+from gbxcule.roms.overworld import story as story_code
+from gbxcule.roms.overworld.tables import DOWN, LEFT, LINE_CHARS, PAD, RIGHT, UP, World
+from gbxcule.roms.overworld.world import WORLD
 from gbxcule.roms.spec import RomSpec, VerifySettings
 
 # --- documented state (WRAM) -------------------------------------------------------------------------
@@ -96,13 +81,18 @@ TEXT_LINE1, TEXT_LINE2, PROMPT_ADDR = WIN_MAP + 2 * 32 + 1, WIN_MAP + 4 * 32 + 1
 CTRL_END, CTRL_LINE, CTRL_PAGE = 0, 1, 2
 
 
+def map_header(world: World) -> tuple[tuple[str, int], ...]:
+    """The fields of a map header in WRAM: OVERWORLD's, then a story's."""
+    return MAP_HEADER + (story_code.MAP_HEADER_STORY if world.story else ())
+
+
 # --- graphics ------------------------------------------------------------------------------------------
 @cache
-def bg_tiles() -> tuple[tuple[bytes, ...], tuple[tuple[int, int, int, int], ...]]:
+def bg_tiles(world: World = WORLD) -> tuple[tuple[bytes, ...], tuple[tuple[int, int, int, int], ...]]:
     """(tiles, per metatile its 4 tile ids): the metatiles' quarters, identical ones shared."""
     tiles: list[bytes] = []
     ids: list[tuple[int, int, int, int]] = []
-    for rows in art.METATILES.values():
+    for rows in world.metatiles.values():
         quad = []
         for q in art.quarters(rows):
             data = art.tile_bytes(q)
@@ -126,18 +116,18 @@ def font_tiles() -> bytes:
         b"".join(art.tile_bytes(t) for t in art.BOX.values())
 
 
-def sprite_tiles() -> bytes:
+def sprite_tiles(world: World = WORLD) -> bytes:
     """Each character's 6 frames of 4 tiles, in 8x16 order: left column top/bottom, right column."""
     out = b""
-    for ch in art.CHARACTERS:
+    for ch in world.characters:
         for frame in range(len(art.FRAMES)):
-            tl, tr, bl, br = art.quarters(art.sprite_frame(ch, frame))
+            tl, tr, bl, br = art.quarters(art.sprite_frame(ch, frame, world.heads))
             out += b"".join(art.tile_bytes(t) for t in (tl, bl, tr, br))
     return out
 
 
-def water_tile() -> int:
-    return bg_tiles()[1][METATILE_IDS["water"]][0]
+def water_tile(world: World = WORLD) -> int:
+    return bg_tiles(world)[1][world.metatile_ids["water"]][0]
 
 
 def tile_address(tile: int) -> int:
@@ -174,12 +164,12 @@ def _db(data: bytes) -> str:
     return "\n".join("    db " + ", ".join(f"${b:02X}" for b in data[i:i + 16]) for i in range(0, len(data), 16))
 
 
-def _equates() -> str:
+def _equates(world: World) -> str:
     lines = [HARDWARE]
     lines += [f"DEF w{name.title().replace('_', '')} EQU ${addr:04X}" for name, (addr, _, _) in STATE.items()]
     lines += [f"DEF {name} EQU ${addr:04X}" for name, addr in {**WRAM, **HRAM}.items()]
     offset = WRAM["wMapHeader"]
-    for name, size in MAP_HEADER:
+    for name, size in map_header(world):
         lines.append(f"DEF {name} EQU ${offset:04X}")
         offset += size
     lines += [f"DEF {name} EQU {i}" for i, name in enumerate(PERSON)]
@@ -187,7 +177,8 @@ def _equates() -> str:
         "wShadowOAM": SHADOW_OAM, "HRAM_DMA": HRAM_DMA, "DONE_ADDR": DONE_ADDR, "DONE_VALUE": DONE_VALUE,
         "SRAM_MAGIC": SRAM_MAGIC, "SRAM_BOOTS": SRAM_BOOTS, "SRAM_SAVES": SRAM_SAVES, "SRAM_SAVE": SRAM_SAVE,
         "BANK_GFX": BANK_GFX, "BANK_TEXT": BANK_TEXT, "LCDC_ALL": LCDC_ALL, "LCDC_NO_OBJ": LCDC_NO_OBJ,
-        "LCDC_NO_WIN": LCDC_NO_WIN, "MAP_HEADER_SIZE": MAP_HEADER_SIZE, "PAD": PAD, "MAX_PEOPLE": 4,
+        "LCDC_NO_WIN": LCDC_NO_WIN, "MAP_HEADER_SIZE": sum(n for _, n in map_header(world)), "PAD": PAD,
+        "MAX_PEOPLE": 4,
         "MODE_WALK": MODE_WALK, "MODE_TEXT": MODE_TEXT, "MODE_MENU": MODE_MENU,
         "MODE_TRANSITION": MODE_TRANSITION, "FADE_FRAMES": FADE_FRAMES, "STEP_FRAMES": STEP_FRAMES,
         "FIRST_WAIT": FIRST_WAIT, "WANDER_MIN_WAIT": WANDER_MIN_WAIT, "JOB_BUDGET": JOB_BUDGET,
@@ -195,12 +186,16 @@ def _equates() -> str:
         "TEXT_LINE1": TEXT_LINE1, "TEXT_LINE2": TEXT_LINE2, "PROMPT_ADDR": PROMPT_ADDR,
         "CTRL_LINE": CTRL_LINE, "CTRL_PAGE": CTRL_PAGE, "LINE_CHARS": LINE_CHARS, "TILE_BLANK": TILE_BLANK,
         "TILE_MORE": BOX_IDS["more"], "TILE_CURSOR": BOX_IDS["cursor"], "MENU_W": MENU_W, "MENU_H": MENU_H,
-        "MENU_LAST": len(MENU_ITEMS) - 1, "TEXT_BAG": TEXT_IDS["bag"], "TEXT_SAVED": TEXT_IDS["saved"],
-        "FLAG_READ_SIGN": FLAG_READ_SIGN, "FLAG_SAVED": FLAG_SAVED, "WATER_VRAM": tile_address(water_tile()),
-        "START_MAP": START_MAP, "START_X": START_X, "START_Y": START_Y, "START_FACING": START_FACING,
+        "MENU_LAST": len(MENU_ITEMS) - 1, "TEXT_BAG": world.text_ids["bag"],
+        "TEXT_SAVED": world.text_ids["saved"], "FLAG_READ_SIGN": world.read_sign_flag,
+        "FLAG_SAVED": world.saved_flag, "WATER_VRAM": tile_address(water_tile(world)),
+        "START_MAP": world.start_map, "START_X": world.start[1], "START_Y": world.start[2],
+        "START_FACING": world.start[3],
         "DOWN": DOWN, "UP": UP, "LEFT": LEFT, "RIGHT": RIGHT, "MODE_ROW": 0, "MODE_COL": 1,
         "STAT_LYC": 0x40, "IE_GAME": 0x07, "TAC_GAME": 0x04, "TMA_GAME": 0xC0, "JOB_MASK": 15,
     }
+    if world.story:
+        consts |= story_code.equates(world, FONT_BASE + FONT_CHARS.index("0"))
     lines += [f"DEF {name} EQU ${value:04X}" for name, value in consts.items()]
     return "\n".join(lines)
 
@@ -332,6 +327,7 @@ main:
     ld [wFacing], a
     ld a, $FF
     ld [wLastText], a
+{INIT}
     ld a, MODE_TRANSITION
     ld [wMode], a
     call load_map
@@ -699,7 +695,7 @@ poke:
 """
 
 # Maps: loading, drawing, collision, movement, people and the camera.
-WORLD = """
+WORLD_CODE = """
 ; load_map: header copy, bank, entry flag, people, the visible blocks and the status bar (LCD off).
 load_map:
     ld a, [wMapId]
@@ -720,6 +716,7 @@ load_map:
     ld hl, wFlags
     or [hl]
     ld [hl], a
+{LOAD_BLOCKS}
     call load_people
     ld a, [wPlayerY]
     inc a
@@ -757,6 +754,7 @@ load_people:
     ld c, a
     ld de, wPeople
 .person:
+{PERSON_SHOWN}
     push de
     ld b, 8
 .copy:
@@ -765,6 +763,7 @@ load_people:
     inc de
     dec b
     jr nz, .copy
+{PERSON_NEXT}
     ld a, 1
     ld [de], a
     inc de
@@ -846,6 +845,7 @@ bg_addr:
 
 ; metatile_ptr: HL = the 4 tile ids of metatile A. Keeps BC and DE.
 metatile_ptr:
+{DARK_PTR}
     ld l, a
     ld h, 0
     add hl, hl
@@ -1036,6 +1036,7 @@ tile_blocked:
     ld c, a
     call block_addr
     ld a, [hl]
+{SOLID_ID}
     ld l, a
     ld h, 0
     ld de, metatile_solid
@@ -1143,6 +1144,7 @@ try_step:
     inc hl
     inc [hl]
 .strip:
+{STEP_LIGHT}
     jp queue_strip
 .edge:
     ld a, [wFacing]
@@ -1691,7 +1693,7 @@ interact:
     push af
     call update_view
     pop af
-    jp show_text
+    jp {TALK}
 .sign:
     ld a, [wMapSigns]
     ld l, a
@@ -1712,7 +1714,7 @@ interact:
     or FLAG_READ_SIGN
     ld [wFlags], a
     ld a, [hl]
-    jp show_text
+    jp {TALK}
 .skip_y:
     inc hl
 .skip_text:
@@ -1902,8 +1904,7 @@ open_menu:
     jp close_window
 .bag:
     call close_window
-    ld a, TEXT_BAG
-    jp show_text
+{BAG}
 .save:
     call save_game
     call close_window
@@ -1933,15 +1934,16 @@ menu_cursor_erase:
 """
 
 
-def _map_tables() -> str:
+def _map_tables(world: World) -> str:
     """Bank 0: map headers with their warps, people, signs and names; sizes; metatile tables."""
-    out = ["map_headers:", "    dw " + ", ".join(f"header_{m.key}" for m in MAPS), "map_sizes:"]
-    out += [f"    db {m.width}, {m.height}" for m in MAPS]
-    for m in MAPS:
+    maps, ids = world.maps, world.map_ids
+    out = ["map_headers:", "    dw " + ", ".join(f"header_{m.key}" for m in maps), "map_sizes:"]
+    out += [f"    db {m.width}, {m.height}" for m in maps]
+    for m in maps:
         edges = []
         for d in (DOWN, UP, LEFT, RIGHT):
             dest, offset = m.edges.get(d, (None, 0))
-            edges += [MAP_IDS[dest] if dest else 0xFF, offset & 0xFF]
+            edges += [ids[dest] if dest else 0xFF, offset & 0xFF]
         out += [
             f"header_{m.key}:",
             f"    db {m.bank}",
@@ -1951,22 +1953,24 @@ def _map_tables() -> str:
             "    db " + ", ".join(f"${v:02X}" for v in edges),
             f"    dw name_{m.key}",
             f"    db ${m.enter_flag:02X}",
+            *(story_code.map_header_extra(world, m.key) if world.story else []),
             f"warps_{m.key}:",
             f"    db {len(m.warps)}",
-            *(f"    db {w.x}, {w.y}, {MAP_IDS[w.dest]}, {w.dest_x}, {w.dest_y}, {w.facing}" for w in m.warps),
+            *(f"    db {w.x}, {w.y}, {ids[w.dest]}, {w.dest_x}, {w.dest_y}, {w.facing}" for w in m.warps),
             f"people_{m.key}:",
             f"    db {len(m.people)}",
-            *(f"    db {p.x}, {p.y}, {p.facing}, {character_tile(p.character)}, {TEXT_IDS[p.text]}, "
-              f"{int(p.wander)}, ${p.flag:02X}, ${0x10 * p.palette:02X}" for p in m.people),
+            *(f"    db {p.x}, {p.y}, {p.facing}, {world.character_tile(p.character)}, {world.talk_id(p.text)}, "
+              f"{int(p.wander)}, ${p.flag:02X}, ${0x10 * p.palette:02X}"
+              + (story_code.person_extra(world, p.shown) if world.story else "") for p in m.people),
             f"signs_{m.key}:",
             f"    db {len(m.signs)}",
-            *(f"    db {s.x}, {s.y}, {TEXT_IDS[s.text]}" for s in m.signs),
+            *(f"    db {s.x}, {s.y}, {world.talk_id(s.text)}" for s in m.signs),
             f"name_{m.key}:",
             _db(status_bar(m.title)),
         ]
-    _, ids = bg_tiles()
-    out += ["metatile_tiles:", _db(bytes(t for quad in ids for t in quad)), "metatile_solid:",
-            _db(bytes(int(name in art.SOLID) for name in art.METATILES))]
+    _, quads = bg_tiles(world)
+    out += ["metatile_tiles:", _db(bytes(t for quad in quads for t in quad)), "metatile_solid:",
+            _db(bytes(int(name in world.solid) for name in world.metatiles))]
     return "\n".join(out)
 
 
@@ -1974,14 +1978,14 @@ def status_bar(title: str) -> bytes:
     return encode(" " + title.ljust(19))
 
 
-def _bank0_data() -> str:
+def _bank0_data(world: World) -> str:
     menu = _frame(MENU_W, MENU_H, {2 + 2 * i: item for i, item in enumerate(MENU_ITEMS)})
     regs = {"walk": (7, STATUS_Y, STATUS_Y, LCDC_ALL, LCDC_NO_OBJ), "text": (7, TEXT_Y, TEXT_Y, LCDC_ALL, LCDC_NO_OBJ),
             "menu": (7 + 160 - 8 * MENU_W, 0, 8 * MENU_H, LCDC_ALL, LCDC_NO_WIN)}
     return "\n".join([
         'SECTION "tables", ROM0',
-        _map_tables(),
-        "text_ptrs:", "    dw " + ", ".join(f"text_{k}" for k in TEXTS),
+        _map_tables(world),
+        "text_ptrs:", "    dw " + ", ".join(f"text_{k}" for k in world.texts),
         *(f"fade_{name}:\n    db " + ", ".join(f"${fade(p, lv):02X}" for lv in range(4))
           for name, p in (("bgp", BGP), ("obp0", OBP0), ("obp1", OBP1))),
         *(f"regs_{name}:\n    db " + ", ".join(f"${v:02X}" for v in vals) for name, vals in regs.items()),
@@ -1990,80 +1994,105 @@ def _bank0_data() -> str:
         "menu_rows:", _db(menu),
         "blank_line:", _db(bytes([TILE_BLANK]) * LINE_CHARS),
         "sram_magic:", _db(MAGIC),
+        *(story_code.tables(world, encode, _frame) + [f"regs_bag:\n    db ${7 + 160 - 8 * story_code.BAG_W:02X}, "
+          f"0, ${8 * (len(world.story.items) + 2):02X}, ${LCDC_ALL:02X}, ${LCDC_NO_WIN:02X}"] if world.story else []),
     ])
 
 
-def _banked_data() -> str:
-    tiles, _ = bg_tiles()
+def _banked_data(world: World) -> str:
+    tiles, _ = bg_tiles(world)
     out = [f'SECTION "gfx", ROMX, BANK[{BANK_GFX}]',
-           "gfx_sprites:", _db(sprite_tiles()), "gfx_sprites_end:",
+           "gfx_sprites:", _db(sprite_tiles(world)), "gfx_sprites_end:",
            "gfx_bg:", _db(b"".join(tiles)), "gfx_bg_end:",
            "gfx_font:", _db(font_tiles()), "gfx_font_end:",
            f'SECTION "texts", ROMX, BANK[{BANK_TEXT}]']
-    out += [f"text_{k}:\n{_db(encode_pages(pages))}" for k, pages in TEXTS.items()]
-    for bank in sorted({m.bank for m in MAPS}):
+    out += [f"text_{k}:\n{_db(encode_pages(pages))}" for k, pages in world.texts.items()]
+    for bank in sorted({m.bank for m in world.maps}):
         out.append(f'SECTION "maps_{bank}", ROMX, BANK[{bank}]')
-        out += [f"blocks_{m.key}:\n{_db(m.blocks())}" for m in MAPS if m.bank == bank]
+        out += [f"blocks_{m.key}:\n{_db(m.blocks(world.metatile_ids))}" for m in world.maps if m.bank == bank]
     return "\n".join(out)
 
 
-def source() -> str:
-    return "\n".join([_equates(), VECTORS, CORE, COPY16, LIBRARY, WORLD, UI, _bank0_data(), _banked_data()])
+# What the engine's hook slots hold without a story (story.HOOKS: with one).
+PLAIN_HOOKS = {"INIT": "", "LOAD_BLOCKS": "", "PERSON_SHOWN": "", "PERSON_NEXT": "", "DARK_PTR": "", "SOLID_ID": "",
+               "STEP_LIGHT": "", "TALK": "show_text", "BAG": "    ld a, TEXT_BAG\n    jp show_text"}
 
 
-def header() -> CartridgeHeader:
+def _fill(template: str, story: bool) -> str:
+    """An engine routine's text with its hook slots filled for a world with or without a story."""
+    hooks = story_code.HOOKS if story else PLAIN_HOOKS
+    for name, text in hooks.items():
+        template = template.replace("{" + name + "}", text)
+    if "{" in template:
+        raise ValueError(f"unfilled hook slot near {template[template.index('{'):][:40]!r}")
+    return template
+
+
+def source(world: World = WORLD) -> str:
+    """The assembly text of the game built from `world`."""
+    story = world.story is not None
+    code = [_fill(t, story) for t in (CORE, LIBRARY, WORLD_CODE, UI)]
+    return "\n".join([_equates(world), VECTORS, code[0], COPY16, *code[1:], *([story_code.CODE] if story else []),
+                      _bank0_data(world), _banked_data(world)])
+
+
+def header(world: World = WORLD) -> CartridgeHeader:
     """MBC3+RAM+BATTERY, 128 KiB ROM (8 banks), 32 KiB RAM; DMG only."""
-    return CartridgeHeader(title="GBXCULE WORLD", cartridge_type=0x13, rom_size=2, ram_size=0x03)
+    return CartridgeHeader(title=world.cart_title, cartridge_type=0x13, rom_size=2, ram_size=0x03)
 
 
 # --- signature: the state after boot, modelled from the tables ------------------------------------------
-def _actor_oam(oam_x: int, oam_y: int, character: str, facing: int, palette: int) -> bytes:
+def _actor_oam(world: World, oam_x: int, oam_y: int, character: str, facing: int, palette: int) -> bytes:
     """OAM entries of a standing character (draw_actor with no step in progress)."""
-    base = character_tile(character) + 4 * (2 * min(facing, LEFT))
+    base = world.character_tile(character) + 4 * (2 * min(facing, LEFT))
     flip = 0x20 if facing == RIGHT else 0
     attr = flip | 0x10 * palette
     left, right = (base + 2, base) if flip else (base, base + 2)
     return bytes([oam_y, oam_x, left, attr, oam_y, oam_x + 8, right, attr])
 
 
-def boot_bg_map() -> bytes:
+def boot_bg_map(world: World = WORLD) -> bytes:
     """The BG map after the start map is drawn: 9 block rows of 10 around the player, in the ring."""
-    m, ids = MAPS[START_MAP], bg_tiles()[1]
+    m, ids = world.maps[world.start_map], bg_tiles(world)[1]
+    _, start_x, start_y, _ = world.start
     bg = bytearray(0x400)
     for r in range(9):
         for i in range(10):
-            bx, by = START_X + 1 + i, START_Y + 1 + r  # padded block coordinates
-            quad = ids[METATILE_IDS[m.metatile(bx - PAD, by - PAD)]]
+            bx, by = start_x + 1 + i, start_y + 1 + r  # padded block coordinates
+            quad = ids[world.metatile_ids[m.shown(bx - PAD, by - PAD)]]
             col, row = (bx & 15) * 2, (by & 15) * 2
             for k, t in enumerate(quad):
                 bg[(row + k // 2) * 32 + col + k % 2] = t
     return bytes(bg)
 
 
-def boot_oam() -> bytes:
-    oam = _actor_oam(PLAYER_OAM_X, PLAYER_OAM_Y, "player", START_FACING, 0)
-    for p in MAPS[START_MAP].people:
-        dx, dy = p.x - START_X, p.y - START_Y
+def boot_oam(world: World = WORLD) -> bytes:
+    _, start_x, start_y, start_facing = world.start
+    oam = _actor_oam(world, PLAYER_OAM_X, PLAYER_OAM_Y, "player", start_facing, 0)
+    for p in world.maps[world.start_map].people_shown():
+        dx, dy = p.x - start_x, p.y - start_y
         if -5 <= dx <= 5 and -5 <= dy <= 5:
-            oam += _actor_oam(PLAYER_OAM_X + 16 * dx, PLAYER_OAM_Y + 16 * dy, p.character, p.facing, p.palette)
+            oam += _actor_oam(world, PLAYER_OAM_X + 16 * dx, PLAYER_OAM_Y + 16 * dy, p.character, p.facing,
+                              p.palette)
     return oam.ljust(160, b"\0")
 
 
-def signature() -> dict[int, bytes]:
-    m = MAPS[START_MAP]
-    state = bytes([START_MAP, START_X, START_Y, START_FACING, m.enter_flag, 0, 0, MODE_WALK, 0, 0, 0xFF, 1])
-    tiles = b"".join(bg_tiles()[0])
-    water = tile_address(water_tile()) - 0x9000
+def signature(world: World = WORLD) -> dict[int, bytes]:
+    m = world.maps[world.start_map]
+    _, start_x, start_y, start_facing = world.start
+    state = bytes([world.start_map, start_x, start_y, start_facing, m.enter_flag, 0, 0, MODE_WALK, 0, 0, 0xFF, 1])
+    tiles = b"".join(bg_tiles(world)[0])
+    water = tile_address(water_tile(world)) - 0x9000
     return {
         DONE_ADDR: bytes([DONE_VALUE]),
         ADDR["MAP_ID"]: state,
-        0x8000: sprite_tiles(),
+        0x8000: sprite_tiles(world),
         0x8800: font_tiles(),
         0x9000: tiles[:water],
         0x9000 + water + 16: tiles[water + 16:],
-        BG_MAP: boot_bg_map(),
+        BG_MAP: boot_bg_map(world),
         WIN_MAP: status_bar(m.title),
-        0xFE00: boot_oam(),
+        0xFE00: boot_oam(world),
         HRAM_DMA: bytes([0xE0, 0x46, 0x3E, 0x28, 0x3D, 0x20, 0xFD, 0xC9]),  # the DMA routine
     }
 
@@ -2074,9 +2103,9 @@ OVERWORLD = RomSpec(
                 "the default workload for benchmarks, demos and RL",
     covers=("game", "mbc3", "ram", "rom_banking", "vblank_halt", "oam_dma", "timer_irq", "stat_lyc", "window",
             "sprites_8x16", "scroll", "joypad"),
-    source=source,
-    header=header,
+    source=partial(source, WORLD),
+    header=partial(header, WORLD),
     frames=BOOT_FRAMES,
-    signature=signature,
+    signature=partial(signature, WORLD),
     verify=VerifySettings(frames_per_step=24, release_after_frames=8, steps=2000, actions="seeded_random"),
 )

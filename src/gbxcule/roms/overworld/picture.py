@@ -13,18 +13,8 @@ import numpy as np
 
 from gbxcule.roms.overworld import art
 from gbxcule.roms.overworld.game import OBP0, OBP1
-from gbxcule.roms.overworld.world import (
-    LEFT,
-    MAP_BY_KEY,
-    MAPS,
-    RIGHT,
-    START_FACING,
-    START_MAP,
-    START_X,
-    START_Y,
-    UP,
-    Map,
-)
+from gbxcule.roms.overworld.tables import LEFT, RIGHT, UP, Map, World
+from gbxcule.roms.overworld.world import MAP_BY_KEY, WORLD
 
 MT = 16  # pixels per map tile
 LABEL = 12  # pixels above each map for its name
@@ -34,15 +24,16 @@ def _pixels(rows: tuple[str, ...]) -> np.ndarray:
     return np.array([[0 if ch in ". " else int(ch) for ch in r] for r in rows], dtype=np.uint8)
 
 
-def _text(img: np.ndarray, x: int, y: int, text: str) -> None:
+def draw_text(img: np.ndarray, x: int, y: int, text: str) -> None:
+    """`text` in the game's font with its top-left at (x, y)."""
     for i, ch in enumerate(text):
         img[y:y + 8, x + 8 * i:x + 8 * i + 8] = _pixels(art.glyph_tile(art.GLYPHS[ch]))
 
 
-def _sprite(img: np.ndarray, x: int, y: int, character: str, facing: int, obp: int) -> None:
+def _sprite(img: np.ndarray, x: int, y: int, character: str, facing: int, obp: int, heads=None) -> None:
     """A standing character with its top-left at (x, y); colour 0 is transparent."""
     frame = 2 * min(facing, LEFT)
-    pix = _pixels(art.sprite_frame(character, frame))
+    pix = _pixels(art.sprite_frame(character, frame, heads))
     if facing == RIGHT:
         pix = pix[:, ::-1]
     shade = np.array([obp >> 2 * c & 3 for c in range(4)], dtype=np.uint8)
@@ -50,16 +41,19 @@ def _sprite(img: np.ndarray, x: int, y: int, character: str, facing: int, obp: i
     view[pix != 0] = shade[pix[pix != 0]]
 
 
-def render_map(m: Map) -> np.ndarray:
+def render_map(m: Map, world: World = WORLD) -> np.ndarray:
+    """Shade indices of map `m` of `world` as the game starts: its tiles (a story's changes and darkness not
+    applied, no flag set), the people there, the player at its start tile."""
     img = np.zeros((m.height * MT, m.width * MT), dtype=np.uint8)
-    tiles = {name: _pixels(rows) for name, rows in art.METATILES.items()}
+    tiles = {name: _pixels(rows) for name, rows in world.metatiles.items()}
     for y in range(m.height):
         for x in range(m.width):
-            img[y * MT:(y + 1) * MT, x * MT:(x + 1) * MT] = tiles[m.metatile(x, y)]
-    for p in m.people:
-        _sprite(img, p.x * MT, p.y * MT - 4, p.character, p.facing, OBP1 if p.palette else OBP0)
-    if m is MAPS[START_MAP]:
-        _sprite(img, START_X * MT, START_Y * MT - 4, "player", START_FACING, OBP0)
+            img[y * MT:(y + 1) * MT, x * MT:(x + 1) * MT] = tiles[m.shown(x, y)]
+    for p in m.people_shown():
+        _sprite(img, p.x * MT, p.y * MT - 4, p.character, p.facing, OBP1 if p.palette else OBP0, world.heads)
+    key, start_x, start_y, start_facing = world.start
+    if m.key == key:
+        _sprite(img, start_x * MT, start_y * MT - 4, "player", start_facing, OBP0, world.heads)
     return img
 
 
@@ -78,7 +72,7 @@ def render_world() -> np.ndarray:
     for m, x, y in places:
         pic = render_map(m)
         img[y:y + pic.shape[0], x:x + pic.shape[1]] = pic
-        _text(img, x, y - LABEL + 1, m.title)
+        draw_text(img, x, y - LABEL + 1, m.title)
     return img
 
 

@@ -64,6 +64,6 @@ TASKS: tuple[GameTask, ...] = (
 TASK_BY_NAME = {t.name: t for t in TASKS}
 
 
-def state(read: MemRead) -> dict[str, int]:
-    """The documented state as numbers (two-byte fields little-endian)."""
-    return {name: sum(read(addr + i) << 8 * i for i in range(size)) for name, (addr, size, _) in STATE.items()}
+def state(read: MemRead, table: dict[str, tuple[int, int, str]] = STATE) -> dict[str, int]:
+    """The documented state (`table`: name -> address, size, meaning) as numbers (two-byte fields little-endian)."""
+    return {name: sum(read(addr + i) << 8 * i for i in range(size)) for name, (addr, size, _) in table.items()}
