@@ -2,7 +2,7 @@
 # Several GPUs (docs/training.md "Several GPUs"): emulation and PPO training on 1, 2 and 4 GPUs of one host, run
 # from the repository root of a 4-GPU machine after the setup calls. Results: $OUT/multigpu.json (every figure),
 # $OUT/multigpu_runs.tgz (the run folders without checkpoints) and a table printed last.
-#   bash scripts/bench_multigpu.sh [all|emu|train|g1|g2|g4|gradsync|table]   (default all: emu, train, table; ~8-9 min)
+#   bash scripts/bench/bench_multigpu.sh [all|emu|train|g1|g2|g4|gradsync|table]   (default all: emu, train, table; ~8-9 min)
 #   emu       gbxcule bench --gpus G, G = 1, 2, 4: aggregate OVERWORLD full_step env-steps/s at 16,384 and 65,536
 #             envs per GPU, and each GPU's own (EMU_STEPS, EMU_WARMUP)
 #   train     PPO on reach_lab (configs/reach_lab_novelty.toml), 16,384 envs per GPU, seed 0: a greedy eval of 64
@@ -15,7 +15,7 @@
 #   table     the table again from what $OUT holds
 # A smoke of the script on the CPU device (2-core box: tiny sizes, no result to keep):
 #   BACKEND=warp_vec_cpu DEVICE=cpu EMU_PER=2 ENVS=2 T1=30 T2=30 T4=30 EVAL_S=5 \
-#     EXTRA="--rollout-steps 4 --model small --eval-episodes 2 --max-steps 4" bash scripts/bench_multigpu.sh
+#     EXTRA="--rollout-steps 4 --model small --eval-episodes 2 --max-steps 4" bash scripts/bench/bench_multigpu.sh
 set -uo pipefail
 export PYTHONPATH=/root/gpu:$PWD/src GBXCULE_CACHE_DIR=${GBXCULE_CACHE_DIR:-/tmp/gbxc} PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # NVLink multicast stays off

@@ -1,8 +1,8 @@
 """`gbxcule devcheck` for third-party games: warp_vec_cpu against warp_vec_cuda from each game's state, after
 every step comparing all fields, RAM, the frame buffer, the observation and the rewards (full_step). Needs a
-GPU; the ROMs and states are those of scripts/bench_games.py (never committed).
+GPU; the ROMs and states are those of scripts/bench/bench_games.py (never committed).
 
-    python scripts/devcheck_games.py --games .games --only geometrix,carazu [--envs 64] [--steps 4]
+    python scripts/check/devcheck_games.py --games .games --only geometrix,carazu [--envs 64] [--steps 4]
 
 Exit 0 when every step of every game is identical.
 """
@@ -31,7 +31,8 @@ def main() -> int:
     from pathlib import Path
 
     import numpy as np
-    from bench_games import make_state  # (this script's folder is on sys.path)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # the game set's scripts
+    from bench_games import make_state
 
     from gbxcule.backends import load_start_state
     from gbxcule.backends.warp_vec import WarpVecBackend

@@ -2,7 +2,7 @@
 warps (the backend's sort hands a warp scattered envs). Field-major is `fields[f * n + e]`, env-major (what the
 step kernel uses, core/schema.py) `fields[e * NUM_FIELDS + f]`; each thread loads its env's fields, sums them and
 stores them back, as the step kernel's prologue and epilogue do. Prints a table, writes JSON (`--out`).
-Needs a CUDA device.   Usage: python scripts/bench_field_layout.py [--envs 262144 65536] [--out FILE]"""
+Needs a CUDA device.   Usage: python scripts/bench/bench_field_layout.py [--envs 262144 65536] [--out FILE]"""
 
 from __future__ import annotations
 

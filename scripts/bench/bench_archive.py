@@ -1,11 +1,11 @@
 """The state archive's cost and its exploration (docs/training.md "State archive"; BENCHMARKS.md).
 
-    python scripts/bench_archive.py cost --config configs/reach_lab_archive.toml --envs 16384 --device cuda \\
+    python scripts/bench/bench_archive.py cost --config configs/reach_lab_archive.toml --envs 16384 --device cuda \\
         --repeat 2
-    python scripts/bench_archive.py cost --config configs/reach_lab_archive.toml --envs 128 --device cpu \\
+    python scripts/bench/bench_archive.py cost --config configs/reach_lab_archive.toml --envs 128 --device cpu \\
         --warmup 5 --repeat 1
-    python scripts/bench_archive.py explore --config configs/talk_to_hiker_archive.toml --envs 16384 --device cuda \\
-        --steps 1500 --runs bench_out/learning/hiker_archive_s0 bench_out/learning/hiker_novelty_s0
+    python scripts/bench/bench_archive.py explore --config configs/talk_to_hiker_archive.toml --envs 16384 \\
+        --device cuda --steps 1500 --runs bench_out/learning/hiker_archive_s0 bench_out/learning/hiker_novelty_s0
 
 `cost`: env-steps/s of the env as its task defines it (goals, step limit, episodes ending and restarting; random
 actions drawn on the device), timed over whole step limits (so that `off`, whose episodes all end on one step, pays
@@ -16,7 +16,7 @@ from the task's start, so the envs emulate bit for bit what `spread`'s do) and `
 from cells, shorter episodes, swarming). So `counting` against `spread` is the archive's own cost and `archive`
 against `counting` is the emulated work of where the envs play (other rooms and maps, other game code). Each row
 also counts that work: emulated instructions per env-step (`instr/step`, and `exec/step` less the skipped wait-loop
-rounds, as scripts/bench_games.py), the same on every device. Prints the variants against `off`, the steps between
+rounds, as scripts/bench/bench_games.py), the same on every device. Prints the variants against `off`, the steps between
 them (time per env-step added, in % of off's, and the instruction ratio), the slowdown and its split; writes JSON
 (`median`, `slowdown_vs_off`, `steps`, `machinery`, `workload`).
 

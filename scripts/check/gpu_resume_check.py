@@ -5,8 +5,8 @@ resumed. Prints, per setup, how many logged metrics B and C match A in bit for b
 largest weight difference; writes the tables as JSON. The runs set `run.deterministic` (torch's deterministic
 algorithms; an op without one warns with its name) unless `--default-cudnn` asks for what training does by default.
 
-    python scripts/gpu_resume_check.py --device cuda --out resume_check.json
-    python scripts/gpu_resume_check.py --device cpu --envs 8 --setups a2c,archive
+    python scripts/check/gpu_resume_check.py --device cuda --out resume_check.json
+    python scripts/check/gpu_resume_check.py --device cpu --envs 8 --setups a2c,archive
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Fuzz the step kernel with random and instruction-biased ROMs and check invariants after every step.
 
-    python scripts/fuzz_gpu.py [--device cuda] [--roms 64] [--envs 256] [--steps 20] [--debug]
-    compute-sanitizer --tool memcheck python scripts/fuzz_gpu.py --device cuda --roms 8 --envs 64 --steps 4
+    python scripts/check/fuzz_gpu.py [--device cuda] [--roms 64] [--envs 256] [--steps 20] [--debug]
+    compute-sanitizer --tool memcheck python scripts/check/fuzz_gpu.py --device cuda --roms 8 --envs 64 --steps 4
 
 Each ROM has a valid header (ROM ONLY, MBC1 or MBC3) and a body of random bytes ("random") or of valid
 opcodes with random operands ("biased"). Every env runs its own random buttons. After every step: 8-bit

@@ -1,6 +1,6 @@
 """Throughput through each RL adapter: env-steps/s of random actions (docs/adapters.md).
 
-    python scripts/bench_adapters.py --device cuda --envs 1024,16384 --steps 300 [--out FILE]
+    python scripts/bench/bench_adapters.py --device cuda --envs 1024,16384 --steps 300 [--out FILE]
 
 Rows: `GameEnv` direct (torch actions on the device), Gymnasium numpy (one device-to-host copy a step) and
 torch, PufferLib native PufferEnv, SB3 VecEnv, each at every --envs count; and PyBoy baselines on

@@ -1,6 +1,6 @@
 """Run a list of shell commands on a host's GPUs, each on the GPUs it needs, as many at once as fit.
 
-    python scripts/gpu_jobs.py JOBS --out DIR [--gpus N]
+    python scripts/gpu/gpu_jobs.py JOBS --out DIR [--gpus N]
 
 JOBS is a text file, one job a line: `[G] NAME: COMMAND` (G GPUs, default 1; the job sees them as
 CUDA_VISIBLE_DEVICES, taken from this runner's own CUDA_VISIBLE_DEVICES where it has one, so runners nest, and

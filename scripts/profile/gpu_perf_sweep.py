@@ -1,6 +1,6 @@
 """Exploration: CUDA step speed against the per-thread register cap (not part of the test suite).
 
-    python scripts/gpu_perf_sweep.py OUT.json [--caps 0,168,128,96,64] [--roms A,B] [--envs 16384,65536]
+    python scripts/profile/gpu_perf_sweep.py OUT.json [--caps 0,168,128,96,64] [--roms A,B] [--envs 16384,65536]
                                               [--stage full_step] [--steps 3] [--warmup 5]
 
 Cap 0 is the compiler's choice (255 registers for the step kernel). Same schedule, actions and boot as

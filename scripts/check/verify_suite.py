@@ -1,6 +1,6 @@
 """Lockstep-verify every built-in ROM against PyBoy in the four acceptance configurations.
 
-    .venv/bin/python scripts/verify_suite.py [--steps 2000] [--jobs 2] [--out verify_out/suite.json] [NAMES...]
+    .venv/bin/python scripts/check/verify_suite.py [--steps 2000] [--jobs 2] [--out verify_out/suite.json] [NAMES...]
 
 Configurations: frames_per_step 1 and 24, each with seeded_random and striped actions. Runs `gbxcule verify`
 in parallel processes, prints a table and writes a JSON summary.

@@ -5,8 +5,8 @@ cuDNN's algorithm timing, channels-last); then the profiler's top kernels of the
 beside the env's own time per env-step (`gbxcule bench --stage full_step`) to see how much of raw emulation a
 streaming trainer can keep: at most env / (env + acting + training). One table, one JSON.
 
-    python scripts/bench_learner.py --envs 65536 --window 16 --minibatches 4 --out bench_out/learner_65536.json
-    python scripts/bench_learner.py --device cpu --envs 64 --window 4 --minibatches 2 --reps 1 --no-profile
+    python scripts/bench/bench_learner.py --envs 65536 --window 16 --minibatches 4 --out bench_out/learner_65536.json
+    python scripts/bench/bench_learner.py --device cpu --envs 64 --window 4 --minibatches 2 --reps 1 --no-profile
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """GPU probe for the RL stack: CUDA GameEnv == CPU GameEnv on a seeded random walk, then short PPO runs
-that print learning and speed per update. Usage: python scripts/gpu_rl_probe.py [--train-s 120] [--envs 4096,16384]"""
+that print learning and speed per update.
+
+    python scripts/check/gpu_rl_probe.py [--train-s 120] [--envs 4096,16384]
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Check that envs whose RAM lies past 2 GiB of the RAM array compute what a small run does.
 
-    python scripts/check_wide_ram.py [--rom OVERWORLD] [--envs 65536] [--device cuda] [--steps 6]
+    python scripts/check/check_wide_ram.py [--rom OVERWORLD] [--envs 65536] [--device cuda] [--steps 6]
 
 Env e of the wide run gets the actions of env e % 8 of an 8-env run; after every step the first and last
 8 envs of the wide run must equal the small run bit for bit (fields and RAM). OVERWORLD at 65,536 envs

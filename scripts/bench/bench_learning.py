@@ -8,7 +8,7 @@ started, start-up included; training seconds; env-steps), the best and last gree
 Prints one table, writes JSON and the curves (`gbxcule plot` of each setup's seeds, and of every setup's first
 seed together).
 
-    python scripts/bench_learning.py --out bench_out/learning --seeds 0,1,2 --time-limit 300 \\
+    python scripts/bench/bench_learning.py --out bench_out/learning --seeds 0,1,2 --time-limit 300 \\
         --setup ppo "--config configs/leave_house.toml" --setup a2c "--config configs/leave_house_a2c.toml"
 
 A setup's flags are `gbxcule train` flags; a setup that needs several GPUs per job says so with

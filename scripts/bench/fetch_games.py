@@ -4,7 +4,7 @@
 Each ROM is downloaded from its pinned `url` (or copied from --from DIR, by `<slug>.gb` or by
 SHA-1), checked against `sha1` and `size`, and written atomically to --out (default .games/).
 
-    python scripts/fetch_games.py [--out DIR] [--from DIR] [--only slug1,slug2]
+    python scripts/bench/fetch_games.py [--out DIR] [--from DIR] [--only slug1,slug2]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "benchmarks" / "games" / "games.toml"
 MAX_ROM = 8 << 20  # no Game Boy ROM is larger than 8 MiB
 

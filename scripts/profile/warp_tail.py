@@ -23,7 +23,7 @@ busiest. `pcs/warp` is the mean number of distinct PCs in a warp at the frame's 
 runs as a one-frame step (buttons held for the step's first 8 frames, as in play). Nothing is timed: a one-frame
 full_step step draws its frame, which the frames of a 24-frame step mostly do not.
 
-    python scripts/warp_tail.py --games .games --only tobutobugirl --envs 262144 --spread 30 --frames 24
+    python scripts/profile/warp_tail.py --games .games --only tobutobugirl --envs 262144 --spread 30 --frames 24
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ from math import nan
 from pathlib import Path
 
 import numpy as np
-from bench_spread import game_backend  # (this script's folder is on sys.path)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # the game set's scripts
+from bench_spread import game_backend
 from fetch_games import MANIFEST, read_games
 
 from gbxcule.backends.warp_vec import SORT_KEYS
@@ -49,7 +51,7 @@ from gbxcule.harness.actions import make_action_gen
 from gbxcule.harness.bench import environment
 from gbxcule.kernels.sortkeys import PATH_SHIFT, PATH_TOP
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WARP = 32
 LAUNCH = ("launch_sorted", "launch_light_first", "launch_heavy_first", "launch_heavy2", "launch_heavy_max2",
           "launch_heavy_smooth3", "launch_oracle", "corr_prev", "corr_prev2")

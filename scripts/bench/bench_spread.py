@@ -1,4 +1,4 @@
-"""Sort variants compared on envs that have spread apart: each game from its start state (scripts/bench_games.py)
+"""Sort variants compared on envs that have spread apart: each game from its start state (scripts/bench/bench_games.py)
 plays `--spread` steps of seeded random actions once, every env's state is copied aside on the device, and each
 variant (KEY/PARTS, as bench_games' --variants, or KEY/PARTS/BLOCK, each with an optional @LOOP: the
 backend's `loop`, nested or flat, and an optional +G: G stream groups, `set_stream_groups`) then times the same
@@ -9,7 +9,7 @@ Random play spreads the envs: a step from the start state runs several times fas
 (docs/divergence.md, "How to measure it"), so what wins right after a state is loaded need not win in training.
 This times the later regime without replaying the spread for every variant.
 
-    python scripts/bench_spread.py --games .games --only geometrix --envs 262144 --variants path/1,path/4,pc/1
+    python scripts/bench/bench_spread.py --games .games --only geometrix --envs 262144 --variants path/1,path/4,pc/1
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from gbxcule.core.schema import FIELD_INDEX
 from gbxcule.harness.actions import make_action_gen
 from gbxcule.harness.bench import environment
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STATE = ("fields", "ram", "serial", "_sort_prev", "_waited")  # what a step reads that earlier steps wrote
 
 

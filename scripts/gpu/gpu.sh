@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # gbxcule's one driver for the GPU machine (Python 3.12 and torch, no Warp, no PyBoy, no package index), run
-# from the repository root there:   bash scripts/gpu.sh SUBCOMMAND [ARGS]      (bash scripts/gpu.sh help)
+# from the repository root there:   bash scripts/gpu/gpu.sh SUBCOMMAND [ARGS]      (bash scripts/gpu/gpu.sh help)
 #
 # Installing takes two calls, because what one call may bring to the machine is limited in size:
 #   1. with .gpu/warp.part.aa in the tree:    mkdir -p /root/gpu && cp .gpu/warp.part.aa /root/gpu/
-#   2. with the rest of .gpu/ (and .games/ for the game set):   bash scripts/gpu.sh setup
+#   2. with the rest of .gpu/ (and .games/ for the game set):   bash scripts/gpu/gpu.sh setup
 # (.gpu/ is made by ../shared/gpu/prepare.sh on the development machine; `setup` does step 1 itself when
 # .gpu/warp.part.aa is in the tree.)
 # Every other subcommand assumes setup happened and sets PYTHONPATH itself. Each writes its files under a
@@ -13,7 +13,7 @@
 #
 # Environment (defaults in brackets): GPU_ROOT [/root/gpu] where setup unpacks Warp and PyBoy (install.sh's
 # folder); OUT [./gpu_out]; RUNS [/tmp/gbxcule_runs] the work folders; GAMES [$GPU_ROOT/games] the game set
-# (<slug>.gb and states/<slug>.state, from scripts/fetch_games.py); SRC [$PWD/src] the gbxcule sources to run;
+# (<slug>.gb and states/<slug>.state, from scripts/bench/fetch_games.py); SRC [$PWD/src] the gbxcule sources to run;
 # GBXCULE_CACHE_DIR [/tmp/gbxc] the kernel cache; PY [python3]. Each subcommand's own variables: its help line.
 #
 # Work longer than one call (10 minutes): `jobs_start FILE` in one call, then `jobs_wait SECONDS` in each call after
@@ -65,7 +65,7 @@ cmd_help() {
     awk -v n="$1" '!/^#/ { on = 0 } /^## / { on = ($2 == n || $2 == n ":") } on { sub(/^##? ?/, ""); print }' "$SELF"
     return
   fi
-  echo "usage: bash scripts/gpu.sh SUBCOMMAND [ARGS]   (set-up and common variables: the comment atop $SELF)"
+  echo "usage: bash scripts/gpu/gpu.sh SUBCOMMAND [ARGS]   (set-up and common variables: the comment atop $SELF)"
   sed -n 's/^## /  /p' "$SELF"
 }
 
@@ -106,21 +106,21 @@ cmd_bench() {
   pack bench
 }
 
-## games: the 17-game set beside PyBoy on the host cores (scripts/bench_games.py)
+## games: the 17-game set beside PyBoy on the host cores (scripts/bench/bench_games.py)
 #    ONLY (slugs, default all), ENVS [262144], VARIANTS [path], STEPS [10], WARMUP [30], BOUNDS [shared],
 #    PYBOY_REPEAT [3], PYBOY=0 (no PyBoy), WINDOW [0], PARTNAME (one part of the set per call; join the parts
-#    here with scripts/bench_games.py --merge)
+#    here with scripts/bench/bench_games.py --merge)
 cmd_games() {
   use_src; local name=games${PARTNAME:-} d; d=$(work "$name")
   local nopyboy=(); [[ ${PYBOY:-1} == 0 ]] && nopyboy=(--no-pyboy)
-  "$PY" scripts/bench_games.py --games "$GAMES" --envs "${ENVS:-262144}" --only "${ONLY:-}" \
+  "$PY" scripts/bench/bench_games.py --games "$GAMES" --envs "${ENVS:-262144}" --only "${ONLY:-}" \
     --variants "${VARIANTS:-path}" --steps "${STEPS:-10}" --warmup "${WARMUP:-30}" --bounds "${BOUNDS-shared}" \
     "${nopyboy[@]}" --pyboy-repeat "${PYBOY_REPEAT:-3}" --window "${WINDOW:-0}" --out "$d/$name.json" 2>&1 | quiet
   pack "$name"
 }
 
 ## ab NAME=DIR ...: source trees side by side on the same spread states, and whether they end alike
-#    the working tree's scripts/bench_spread.py on its own sources ("new") and on each DIR/src (DIR: a copy of
+#    the working tree's scripts/bench/bench_spread.py on its own sources ("new") and on each DIR/src (DIR: a copy of
 #    a commit's tree); GAMES_AB [corrib75,tobutobugirl,airaki], VARIANTS [path/1,path/1@flat], ENVS [262144],
 #    SPREAD [24], STEPS [3]; OW=1 adds OVERWORLD full_step per tree (OW_ENVS [262144])
 cmd_ab() {
@@ -129,7 +129,7 @@ cmd_ab() {
     local name=${spec%%=*} dir=${spec#*=}
     [[ -d $dir/src/gbxcule ]] || die "$name: no gbxcule sources in $dir/src"
     use_src "$dir/src"
-    GBXCULE_CACHE_DIR=$GBXCULE_CACHE_DIR/ab_$name "$PY" scripts/bench_spread.py --games "$GAMES" \
+    GBXCULE_CACHE_DIR=$GBXCULE_CACHE_DIR/ab_$name "$PY" scripts/bench/bench_spread.py --games "$GAMES" \
       --only "${GAMES_AB:-corrib75,tobutobugirl,airaki}" --envs "${ENVS:-262144}" --spread "${SPREAD:-24}" \
       --steps "${STEPS:-3}" --variants "${VARIANTS:-path/1,path/1@flat}" --out "$d/spread_$name.json" 2>&1 \
       | grep -E "^[a-z0-9-]+: |DIFFERENT|error" | sed "s/^/$name /"
@@ -157,7 +157,7 @@ PY
   pack ab
 }
 
-## devcheck: CUDA == CPU bit for bit: gbxcule devcheck and scripts/devcheck_games.py, in each instruction loop
+## devcheck: CUDA == CPU bit for bit: gbxcule devcheck and scripts/check/devcheck_games.py, in each instruction loop
 #    LOOPS ["nested flat"], SGROUPS [auto] stream groups, ONLY [every game in $GAMES], STEPS [4]
 cmd_devcheck() {
   use_src
@@ -168,7 +168,7 @@ cmd_devcheck() {
       --json > "$d/devcheck_$loop.json"
     r=$?; rc=$((rc | r)); echo "devcheck --loop $loop: rc $r"
     if [[ -n $only ]]; then
-      "$PY" scripts/devcheck_games.py --games "$GAMES" --only "$only" --envs 64 --steps "${STEPS:-4}" --loop "$loop" \
+      "$PY" scripts/check/devcheck_games.py --games "$GAMES" --only "$only" --envs 64 --steps "${STEPS:-4}" --loop "$loop" \
         --stream-groups "${SGROUPS:-auto}" > "$d/devcheck_games_$loop.txt" 2>&1
       r=$?; rc=$((rc | r)); quiet < "$d/devcheck_games_$loop.txt" | tail -20; echo "devcheck_games --loop $loop: rc $r"
     fi
@@ -237,13 +237,13 @@ PY
   pack "$name" checkpoint.pt
 }
 
-## jobs FILE: a list of commands packed onto the GPUs, each on the GPUs it needs (scripts/gpu_jobs.py: lines
+## jobs FILE: a list of commands packed onto the GPUs, each on the GPUs it needs (scripts/gpu/gpu_jobs.py: lines
 #    `[G] NAME: COMMAND`, `---` a barrier; each job's $JOB_OUT is packed with the logs, checkpoints left out)
 cmd_jobs() {
   [[ $# -eq 1 ]] || die "usage: bash $SELF jobs FILE"
   use_src
   local d; d=$(work jobs)
-  "$PY" scripts/gpu_jobs.py "$1" --out "$d"
+  "$PY" scripts/gpu/gpu_jobs.py "$1" --out "$d"
   local rc=$?
   pack jobs checkpoint.pt
   return $rc
@@ -258,7 +258,7 @@ cmd_jobs_start() {
   [[ -e $RUNS/jobs/.started && ! -e $RUNS/jobs/.ended ]] && die "jobs already running in $RUNS/jobs (jobs_wait)"
   local d; d=$(work jobs)
   touch "$d/.started"
-  setsid nohup bash -c "\"$PY\" scripts/gpu_jobs.py \"$1\" --out \"$d\" > \"$d/runner.log\" 2>&1; touch \"$d/.ended\"" \
+  setsid nohup bash -c "\"$PY\" scripts/gpu/gpu_jobs.py \"$1\" --out \"$d\" > \"$d/runner.log\" 2>&1; touch \"$d/.ended\"" \
     > /dev/null 2>&1 < /dev/null &
   echo "started $1 in $d (its own session); bash $SELF jobs_wait SECONDS to wait and pack"
 }
@@ -277,24 +277,24 @@ cmd_jobs_wait() {
 }
 
 ## learning ARGS: time to a greedy success rate per training setup over seeds, jobs packed onto the GPUs
-#    (scripts/bench_learning.py; e.g. --seeds 0,1,2 --time-limit 300 --setup ppo "--config configs/leave_house.toml")
+#    (scripts/bench/bench_learning.py; e.g. --seeds 0,1,2 --time-limit 300 --setup ppo "--config configs/leave_house.toml")
 cmd_learning() {
   use_src
   local d; d=$(work learning)
-  "$PY" scripts/bench_learning.py --out "$d" "$@" 2>&1 | quiet
+  "$PY" scripts/bench/bench_learning.py --out "$d" "$@" 2>&1 | quiet
   pack learning checkpoint.pt
 }
 
 ## archive [ARGS]: the state archive's cost (env-steps/s with it and without, ENVS [16384]) and the cells reached
 #    against env-steps by random play with and without its starts (EXPLORE_ENVS [4096], STEPS [1000]), plus the
-#    archive/cells curves of training runs in RUN_DIRS (scripts/bench_archive.py); CONFIG
+#    archive/cells curves of training runs in RUN_DIRS (scripts/bench/bench_archive.py); CONFIG
 #    [configs/talk_to_hiker_archive.toml]; ARGS go to the cost run
 cmd_archive() {
   use_src; local d cfg=${CONFIG:-configs/talk_to_hiker_archive.toml}; d=$(work archive)
-  "$PY" scripts/bench_archive.py cost --config "$cfg" --envs "${ENVS:-16384}" --device cuda --repeat 2 \
+  "$PY" scripts/bench/bench_archive.py cost --config "$cfg" --envs "${ENVS:-16384}" --device cuda --repeat 2 \
     --out "$d" "$@" 2>&1 | quiet
   # shellcheck disable=SC2086  # RUN_DIRS: several folders
-  "$PY" scripts/bench_archive.py explore --config "$cfg" --envs "${EXPLORE_ENVS:-4096}" --device cuda \
+  "$PY" scripts/bench/bench_archive.py explore --config "$cfg" --envs "${EXPLORE_ENVS:-4096}" --device cuda \
     --steps "${STEPS:-1000}" --out "$d" ${RUN_DIRS:+--runs $RUN_DIRS} 2>&1 | quiet
   pack archive
 }
@@ -304,7 +304,7 @@ cmd_archive() {
 #    (--task, --config, --variant NAME FLAGS)
 cmd_trainspeed() {
   use_src; local name=trainspeed${PARTNAME:-} d; d=$(work "$name")
-  "$PY" scripts/bench_train.py --device cuda --num-envs "${ENVS:-16384}" --seconds "${SECONDS_EACH:-45}" "$@" \
+  "$PY" scripts/bench/bench_train.py --device cuda --num-envs "${ENVS:-16384}" --seconds "${SECONDS_EACH:-45}" "$@" \
     --out "$d/train_speed.json" 2>&1 | quiet
   pack "$name"
 }
@@ -313,7 +313,7 @@ cmd_trainspeed() {
 #    ENVS [16384]; frame stacks 1 and 4, with and without a reset every step
 cmd_env() {
   use_src; local d; d=$(work env)
-  "$PY" scripts/gpu_rl_probe.py --check-only 2>&1 | quiet | tee "$d/check.txt"
+  "$PY" scripts/check/gpu_rl_probe.py --check-only 2>&1 | quiet | tee "$d/check.txt"
   "$PY" -m gbxcule bench-env --device cuda --envs "${ENVS:-16384}" --stack-k 1,4 --info-mode stats --steps 10 \
     --warmup 3 --max-mem-delta 0 --out "$d/bench_env_${ENVS:-16384}.json" 2>&1 | quiet | tail -12
   pack env
@@ -323,7 +323,7 @@ cmd_env() {
 #    ENVS [1024,16384], STEPS [100]; PyBoy on every host core
 cmd_adapters() {
   use_src; local d; d=$(work adapters)
-  "$PY" scripts/bench_adapters.py --device cuda --envs "${ENVS:-1024,16384}" --steps "${STEPS:-100}" --warmup 10 \
+  "$PY" scripts/bench/bench_adapters.py --device cuda --envs "${ENVS:-1024,16384}" --steps "${STEPS:-100}" --warmup 10 \
     --pyboy-workers "$(nproc)" --pyboy-steps 100 --out "$d/adapters.json" 2>&1 | quiet | tail -25
   pack adapters
 }
@@ -332,16 +332,16 @@ cmd_adapters() {
 #    ENVS [16384] envs of OVERWORLD
 cmd_reset() {
   use_src; local d; d=$(work reset)
-  "$PY" scripts/bench_reset.py "$d/reset_cuda.json" --device cuda --envs "${ENVS:-16384}" --check 2>&1 | quiet
+  "$PY" scripts/bench/bench_reset.py "$d/reset_cuda.json" --device cuda --envs "${ENVS:-16384}" --check 2>&1 | quiet
   pack reset
 }
 
-## breakdown: where a step's device time goes, launch by launch (scripts/profile_step.py --breakdown)
+## breakdown: where a step's device time goes, launch by launch (scripts/profile/profile_step.py --breakdown)
 #    ROM [OVERWORLD], STATE (a start state), ENVS [65536], WARMUP [6] steps, then STEPS [4] timed
 cmd_breakdown() {
   use_src; local d; d=$(work breakdown)
   local state=(); [[ -n ${STATE:-} ]] && state=(--state "$STATE")
-  "$PY" scripts/profile_step.py --rom "${ROM:-OVERWORLD}" "${state[@]}" --envs "${ENVS:-65536}" \
+  "$PY" scripts/profile/profile_step.py --rom "${ROM:-OVERWORLD}" "${state[@]}" --envs "${ENVS:-65536}" \
     --steps "${WARMUP:-6}" --breakdown "${STEPS:-4}" 2>&1 | quiet | tee "$d/breakdown.txt"
   pack breakdown
 }
@@ -357,15 +357,15 @@ cmd_ncu() {
     local args=(--rom "$GAMES/$slug.gb" --state "$GAMES/states/$slug.state" --codec pokemonred_puffer_v1)
     [[ -f $GAMES/$slug.gb ]] || args=(--rom "$slug")
     args+=(--lineinfo --actions "$acts" --loop "$loop")
-    "$PY" scripts/profile_step.py "${args[@]}" --envs 64 --steps 1 > /dev/null 2>&1  # build the kernels first
+    "$PY" scripts/profile/profile_step.py "${args[@]}" --envs 64 --steps 1 > /dev/null 2>&1  # build the kernels first
     for skip in ${SKIPS:-130}; do
       local name=${slug}_$skip$([[ $acts == seeded_random ]] || echo "_$acts")$([[ $loop == auto ]] || echo "_$loop")
       ncu --clock-control none -k regex:step_kernel --launch-skip "$skip" --launch-count 1 --set full -f \
-        -o "$d/ncu_$name" "$PY" scripts/profile_step.py "${args[@]}" --envs "${ENVS:-65536}" \
+        -o "$d/ncu_$name" "$PY" scripts/profile/profile_step.py "${args[@]}" --envs "${ENVS:-65536}" \
         --steps $((skip / 24 + 2)) 2>&1 | tail -3
       ncu --import "$d/ncu_$name.ncu-rep" --page details > "$d/ncu_${name}_details.txt"
       ncu --import "$d/ncu_$name.ncu-rep" --page source --csv --print-source sass > "$d/ncu_${name}_sass.csv"
-      "$PY" scripts/ncu_summary.py "$d/ncu_${name}_sass.csv" | tee "$d/ncu_${name}_summary.txt"
+      "$PY" scripts/profile/ncu_summary.py "$d/ncu_${name}_sass.csv" | tee "$d/ncu_${name}_summary.txt"
       # the profiled kernel's cubin: by its name, built with line info, with as many instructions as profiled
       # (the cache may hold the same kernel built without line info, or for another block size)
       local kname rows
@@ -376,7 +376,7 @@ cmd_ncu() {
         grep -q '//## File' "$d/ncu_${name}_lines.txt" && \
           [[ $(grep -cE '^\s+/\*[0-9a-f]{4,}\*/' "$d/ncu_${name}_lines.txt") == "$rows" ]] && break
       done
-      "$PY" scripts/ncu_lines.py "$d/ncu_${name}_sass.csv" "$d/ncu_${name}_lines.txt" --py --top 30 \
+      "$PY" scripts/profile/ncu_lines.py "$d/ncu_${name}_sass.csv" "$d/ncu_${name}_lines.txt" --py --top 30 \
         --src "$GBXCULE_CACHE_DIR/kernels" "$SRC/gbxcule/kernels" --json "$d/ncu_${name}_lines.json" \
         | tee "$d/ncu_${name}_lines_summary.txt"
       rm -f "$d/ncu_$name.ncu-rep"
@@ -402,7 +402,7 @@ cmd_ncu_cost() {
   m+=,sm__warps_active.avg.pct_of_peak_sustained_active
   for v in ${VARIANTS:-off spread}; do
     ncu --clock-control none --nvtx --nvtx-include "gbxcule_timed/" -k regex:step_kernel --launch-count "${COUNT:-240}" \
-      --metrics "$m" -f -o "$d/ncu_$v" "$PY" scripts/bench_archive.py cost --config "${CONFIG:-configs/reach_lab_archive.toml}" \
+      --metrics "$m" -f -o "$d/ncu_$v" "$PY" scripts/bench/bench_archive.py cost --config "${CONFIG:-configs/reach_lab_archive.toml}" \
       --envs "${ENVS:-16384}" --device cuda --variants "$v" --repeat 1 --warmup "${WARMUP:-300}" ${BACKEND:+--backend "$BACKEND"} --out "$d/$v" 2>&1 | quiet | tail -4
     ncu --import "$d/ncu_$v.ncu-rep" --page raw --csv > "$d/ncu_$v.csv" && rm -f "$d/ncu_$v.ncu-rep"
   done
@@ -457,7 +457,7 @@ cmd_kernel_report() {
   local tools=(); [[ -x $bin/ptxas ]] && tools=(--ptxas "$bin/ptxas" --nvdisasm "$bin/nvdisasm")
   for loop in nested flat; do
     for lean in "" --lean; do
-      "$PY" scripts/kernel_report.py --stage full_step $lean --loop "$loop" "${tools[@]}" 2>&1 | quiet \
+      "$PY" scripts/profile/kernel_report.py --stage full_step $lean --loop "$loop" "${tools[@]}" 2>&1 | quiet \
         | tee -a "$d/kernel_report.txt"
     done
   done
@@ -468,19 +468,19 @@ cmd_kernel_report() {
 #    SETUPS (default all: ppo,a2c,pqn,dqn,archive)
 cmd_resume_check() {
   use_src; local d; d=$(work resume_check)
-  "$PY" scripts/gpu_resume_check.py --device cuda ${SETUPS:+--setups "$SETUPS"} --out "$d/resume_check.json" 2>&1 | quiet | tail -9
+  "$PY" scripts/check/gpu_resume_check.py --device cuda ${SETUPS:+--setups "$SETUPS"} --out "$d/resume_check.json" 2>&1 | quiet | tail -9
   pack resume_check
 }
 
-## fuzz: random and instruction-biased ROMs on CUDA, invariants checked (scripts/fuzz_gpu.py)
+## fuzz: random and instruction-biased ROMs on CUDA, invariants checked (scripts/check/fuzz_gpu.py)
 #    ROMS [64] x 256 envs x 20 steps; MEMCHECK=1: 8 x 64 x 4 under compute-sanitizer --tool memcheck
 cmd_fuzz() {
   use_src; local d; d=$(work fuzz)
   if [[ ${MEMCHECK:-0} == 1 ]]; then
-    OUT=$d compute-sanitizer --tool memcheck "$PY" scripts/fuzz_gpu.py --device cuda --roms 8 --envs 64 --steps 4 \
+    OUT=$d compute-sanitizer --tool memcheck "$PY" scripts/check/fuzz_gpu.py --device cuda --roms 8 --envs 64 --steps 4 \
       2>&1 | quiet | tee "$d/memcheck_log.txt" | tail -8
   else
-    OUT=$d "$PY" scripts/fuzz_gpu.py --device cuda --roms "${ROMS:-64}" 2>&1 | quiet | tail -8
+    OUT=$d "$PY" scripts/check/fuzz_gpu.py --device cuda --roms "${ROMS:-64}" 2>&1 | quiet | tail -8
   fi
   pack fuzz
 }

@@ -1,8 +1,8 @@
 """Condense an Nsight Compute SASS source page into where the step kernel's time goes: warp stall reasons
 (share of the stall samples) and the executed-instruction mix by opcode.
 
-    ncu --import step.ncu-rep --page source --csv --print-source sass > step_sass.csv   # bash scripts/gpu.sh ncu
-    python scripts/ncu_summary.py step_sass.csv [--top 12] [--json out.json]
+    ncu --import step.ncu-rep --page source --csv --print-source sass > step_sass.csv   # bash scripts/gpu/gpu.sh ncu
+    python scripts/profile/ncu_summary.py step_sass.csv [--top 12] [--json out.json]
 """
 
 from __future__ import annotations

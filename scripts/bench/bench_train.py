@@ -4,8 +4,8 @@ trainer's phases (PPO: env / inference / update; A2C: env / forward / backward /
 full_step SPS of the same env count measured in the same run.
 One table, one JSON artifact.
 
-    python scripts/bench_train.py --device cuda --num-envs 16384 --seconds 60 --out bench_out/train_speed.json
-    python scripts/bench_train.py --variant fp32 "--amp off" --variant parts4 "--set env.backend.sort_parts=4"
+    python scripts/bench/bench_train.py --device cuda --num-envs 16384 --seconds 60 --out bench_out/train_speed.json
+    python scripts/bench/bench_train.py --variant fp32 "--amp off" --variant parts4 "--set env.backend.sort_parts=4"
 
 Each variant is a fresh `gbxcule train` process limited to `--seconds` of training; the first `--skip`
 updates (compilation, warm-up) are left out of its figures. Raw SPS comes from `gbxcule bench`'s measurement

@@ -1,6 +1,6 @@
 """Masked-reset cost of `WarpVecBackend.restore` with an empty, a 1% and a full mask, per chunk size.
 
-    python scripts/bench_reset.py OUT.json [--device cpu|cuda] [--envs 16384] [--rom OVERWORLD]
+    python scripts/bench/bench_reset.py OUT.json [--device cpu|cuda] [--envs 16384] [--rom OVERWORLD]
         [--chunks 0,1024,256,64,16] [--repeats 5] [--slots 4] [--state FILE] [--check]
 
 `--chunks`: slot words per restore thread; 0 = one thread per env (the whole slot). Each figure is the

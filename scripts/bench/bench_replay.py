@@ -2,7 +2,7 @@
 index on the device), and the n-step writer's cost per step of all envs beside the env's own step time at the
 same env count. One table, one JSON artifact.
 
-    python scripts/bench_replay.py --device cuda --capacity 1000000 --num-envs 16384 --batch 4096 \
+    python scripts/bench/bench_replay.py --device cuda --capacity 1000000 --num-envs 16384 --batch 4096 \
         --out bench_out/replay_speed.json
 
 The buffer is filled with synthetic steps (random frames, rewards, 1% terminations and 1% truncations), so

@@ -1,4 +1,4 @@
-"""The public game benchmark set (benchmarks/games/games.toml; ROMs fetched by scripts/fetch_games.py, never
+"""The public game benchmark set (benchmarks/games/games.toml; ROMs fetched by scripts/bench/fetch_games.py, never
 committed): gbxcule's full_step SPS on each game beside PyBoy on all host cores from the same state, the
 same-action bounds and, per sort variant (a sort key, or KEY/PARTS: that key re-sorted PARTS times a frame,
 or `auto`: 1, 2 or 4 as timed trials choose; either with @ENVS: at that many envs instead of --envs, e.g.
@@ -22,9 +22,9 @@ fast, against PyBoy, as steps 32 on (docs/divergence.md, "How to measure it"; `-
 A set too long for one call (a GPU lease's 10-minute commands) runs in parts (`--only`), and `--merge` makes
 the one table and artifact from them; the parts must share their settings and source tree.
 
-    python scripts/fetch_games.py --out .games
-    python scripts/bench_games.py --games .games --envs 65536 --out bench_out/games.json
-    python scripts/bench_games.py --merge bench_out/games_a.json bench_out/games_b.json --out bench_out/games.json
+    python scripts/bench/fetch_games.py --out .games
+    python scripts/bench/bench_games.py --games .games --envs 65536 --out bench_out/games.json
+    python scripts/bench/bench_games.py --merge bench_out/games_a.json bench_out/games_b.json --out bench_out/games.json
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from gbxcule.core.outputs import write_output
 from gbxcule.core.schedule import ActionSchedule
 from gbxcule.harness.bench import environment, measure
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_state(rom_path: Path, frames: int, out: Path) -> Path:
@@ -89,7 +89,7 @@ def parse_variants(text: str) -> dict[str, dict]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--manifest", default=str(MANIFEST))
-    ap.add_argument("--games", default=str(ROOT / ".games"), help="folder of <slug>.gb (scripts/fetch_games.py)")
+    ap.add_argument("--games", default=str(ROOT / ".games"), help="folder of <slug>.gb (scripts/bench/fetch_games.py)")
     ap.add_argument("--states", default=None, help="folder for the start states (default GAMES/states)")
     ap.add_argument("--only", default="", help="comma-separated slugs")
     ap.add_argument("--device", default="cuda", help="warp device: cuda or cpu (default cuda)")
@@ -157,7 +157,7 @@ def main() -> int:
         slug = g["slug"]
         path = folder / f"{slug}.gb"
         if not path.is_file():
-            failed.append({"slug": slug, "error": f"{path} missing (run scripts/fetch_games.py)"})
+            failed.append({"slug": slug, "error": f"{path} missing (run scripts/bench/fetch_games.py)"})
             continue
         try:
             rom = load_rom(str(path))

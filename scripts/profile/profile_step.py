@@ -1,18 +1,18 @@
 """The workload that `ncu` profiles: a warp_vec_cuda backend stepped with seeded random actions, nothing else.
 
     ncu --clock-control none -k regex:step_kernel --launch-skip 130 --launch-count 1 --set full \
-        -o step python scripts/profile_step.py --rom OVERWORLD --envs 65536 --steps 8
+        -o step python scripts/profile/profile_step.py --rom OVERWORLD --envs 65536 --steps 8
 
 With the CUDA defaults a step is 24 launches of the step kernel (one per frame, the last one the full kernel,
 the others the lean one) after as many sorts; `--launch-skip 130` passes the 5 warm-up steps (120 launches)
 and lands on a lean launch in the middle of a step; `--launch-skip 143` lands on the step's last frame, drawn
 in the full kernel with the stage's epilogue (with `--sort-parts 1`: more parts mean more launches a frame).
 With `--lineinfo` (and `--import-source yes`), `ncu --page source --print-source cuda` attributes the samples
-to lines of Warp's generated CUDA, which quote the Python source. `bash scripts/gpu.sh ncu` runs it all.
+to lines of Warp's generated CUDA, which quote the Python source. `bash scripts/gpu/gpu.sh ncu` runs it all.
 
 `--breakdown N` (no ncu needed) times every launch of N more steps with CUDA events and prints where a
 step's device time goes: the sort key kernels and radix sorts, the step-kernel launches by variant (lean or
-drawn, nested or flat loop), the observation pass (`bash scripts/gpu.sh breakdown`; BENCHMARKS.md, "Where a
+drawn, nested or flat loop), the observation pass (`bash scripts/gpu/gpu.sh breakdown`; BENCHMARKS.md, "Where a
 step's time goes").
 """
 

@@ -1,7 +1,7 @@
 """What rendering costs per step on a warp backend: steps timed without drawing, drawing the last frame,
 drawing every frame, and the observation kernels; writes one JSON file.
 
-    .venv/bin/python scripts/bench_render.py ROM [--device cpu] [--envs 1,16,64] [--frames-per-step 4]
+    .venv/bin/python scripts/bench/bench_render.py ROM [--device cpu] [--envs 1,16,64] [--frames-per-step 4]
         [--steps 30] [--warmup 3] [--repeat 3] [--out bench_out/render.json]
 
 ROM is a file or a built-in ROM name; it should keep the LCD on (with the LCD off nothing is drawn).

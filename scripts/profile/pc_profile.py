@@ -7,7 +7,7 @@ apart. The hottest PCs are listed with their instruction (the ROM bank mapped in
 how the polling loops `kernels/idle.py` runs at once were found (`4f9ecd8`). Results do not
 depend on the stops (tests/test_warp_core.py), so the sampled play is the play a plain step gives.
 
-    python scripts/pc_profile.py --rom .games/airaki.gb --state .games/states/airaki.state
+    python scripts/profile/pc_profile.py --rom .games/airaki.gb --state .games/states/airaki.state
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 from gbxcule.asm.disasm import decode, format_instr  # noqa: E402

@@ -4,7 +4,7 @@ same cubin (`nvdisasm -g`), and sums by Warp function and by source line.
 
     ncu --import step.ncu-rep --page source --csv --print-source sass > step_sass.csv
     nvdisasm -g -c KERNEL.cubin > step_lines.txt        # the cubin from Warp's kernel cache, built with lineinfo
-    python scripts/ncu_lines.py step_sass.csv step_lines.txt [--src DIR ...] [--top 40] [--json out.json]
+    python scripts/profile/ncu_lines.py step_sass.csv step_lines.txt [--src DIR ...] [--top 40] [--json out.json]
 
 `lanes` is the average number of active threads of the executed warp instructions (32: no divergence).
 `nvdisasm -g` gives only the innermost source location, so Warp's C++ headers (int32 operators in

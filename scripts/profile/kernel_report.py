@@ -1,7 +1,7 @@
 """Read the compiled CUDA step kernel without a GPU: registers, stack and spills (ptxas -v), SASS size and
 the spill loads in its largest loops (nvdisasm); docs/kernel_style.md says what to look for.
 
-    .venv/bin/python scripts/kernel_report.py [--stage full_step] [--lean] [--max-registers N] [--arch 90]
+    .venv/bin/python scripts/profile/kernel_report.py [--stage full_step] [--lean] [--max-registers N] [--arch 90]
                                               [--loop nested|flat]
                                               [--ptxas ptxas] [--nvdisasm nvdisasm] [--lines FILE --block-dim N]
 
@@ -11,9 +11,9 @@ ptxas names in its error message.
 
 `--lines FILE --block-dim N` instead writes `nvdisasm -g` of the cubin Warp's own NVRTC builds, with line info,
 for N-thread blocks (`step_block_dim`: 128 at 65,536 envs on an H100): the same SASS, instruction for
-instruction, as the GPU machine builds, so `scripts/ncu_lines.py` can read a profile's source page against it
+instruction, as the GPU machine builds, so `scripts/profile/ncu_lines.py` can read a profile's source page against it
 when the profile run's cubin is not at hand (at 255 registers the SASS is the same at 128 and 256 threads a
-block). `bash scripts/gpu.sh kernel_report` runs the report for every step-kernel variant on the GPU machine.
+block). `bash scripts/gpu/gpu.sh kernel_report` runs the report for every step-kernel variant on the GPU machine.
 """
 
 from __future__ import annotations
