@@ -219,3 +219,68 @@ def test_bench_archive_cost_variants_and_backend_options(capsys):
         with mock.patch.object(sys, "argv", ["bench_archive.py", *argv, "--device", "cpu"]):
             assert mod.main() == 2
         assert capsys.readouterr().err.startswith("error: ")
+
+
+def _fake_run(folder: Path, seed: int, evals: list[float]) -> None:
+    """A run folder as `gbxcule train` writes one: a periodic eval each update, the last at the final weights."""
+    import json
+
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"algo": "ppo", "env": {"num_envs": 8},
+                                                    "run": {"seed": seed, "stop_at_success": None}}))
+    (folder / "facts.json").write_text(json.dumps({"git": "0123456789abcdef", "gpu": "NVIDIA H200", "host": "box",
+                                                   "started": "2026-11-29T10:00:00+0000"}))
+    rows = [{"env_steps": 100 * (i + 1), "sps": 1000.0 + i, "wall_s": 2.0 * (i + 1), "eval/greedy_success": g,
+             "eval/env_steps": 100 * (i + 1), "eval/wall_s": 2.0 * (i + 1), "eval/elapsed_s": 10.0 + 2 * (i + 1)}
+            for i, g in enumerate(evals)]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "summary.json").write_text(json.dumps({"wall_s": 2.0 * len(evals), "startup_s": 10.0, "stopped": "done",
+                                                     "final_policy": {"source": "last"}}))
+    (folder / "eval.json").write_text(json.dumps({"greedy": {"success_rate": evals[-1]},
+                                                  "sampled": {"success_rate": 0.5}}))
+
+
+def test_summarize_writes_one_summary_json_per_figure(tmp_path):
+    """scripts/bench/summarize.py on fabricated run folders and a bench JSON: the keys every summary has, each run's
+    first eval at the target, its evals, final eval and median SPS, and the tree, machine and date they recorded."""
+    import json
+
+    _fake_run(tmp_path / "runs" / "a_s0", 0, [0.0, 0.95, 1.0, 1.0])
+    _fake_run(tmp_path / "runs" / "a_s1", 1, [0.0, 0.5, 0.25])
+    bench = tmp_path / "ow.json"
+    bench.write_text(json.dumps({"results": [{"envs": 64, "env_steps_per_s": 123.5}],
+                                 "environment": {"git_sha": "fedcba9876543210", "host": "vm",
+                                                 "date": "2026-11-20T01:02:03+0000"}}))
+    root = tmp_path / "benchmarks"
+    r = run([sys.executable, "scripts/bench/summarize.py", "--topic", "training", "--name", "fake_ppo", "--command",
+             "gbxcule train --config x.toml", "--root", str(root), "--plot", str(tmp_path / "runs" / "a_s0"),
+             str(tmp_path / "runs" / "a_s1")])
+    assert r.returncode == 0, r.stderr
+    data = json.loads((root / "training" / "fake_ppo.json").read_text())
+    assert list(data) == ["figure", "command", "tree", "machine", "date", "numbers", "from"]
+    assert (data["tree"], data["machine"], data["date"]) == ("0123456", "NVIDIA H200 (host box)", "2026-11-29")
+    a, b = data["numbers"]["runs"]
+    assert (a["seed"], a["num_envs"], a["target"], a["env_steps"], a["training_s"]) == (0, 8, 0.9, 400, 8.0)
+    assert a["to_target"] == {"elapsed_s": 14.0, "training_s": 4.0, "env_steps": 200}
+    assert a["greedy_evals"] == [0.0, 0.95, 1.0, 1.0] and a["final_greedy"] == 1.0 and a["final_sampled"] == 0.5
+    assert a["sps_median"] == 1002.5 and a["final_policy"] == {"source": "last"}  # the first two updates left out
+    assert b["to_target"] is None and b["best_greedy"] == 0.5 and b["final_greedy"] == 0.25
+    assert (root / "training" / "fake_ppo.png").stat().st_size > 1000
+
+    r = run([sys.executable, "scripts/bench/summarize.py", "--topic", "emulator", "--name", "overworld", "--command",
+             "gbxcule bench", "--root", str(root), "--machine", "one H100", str(bench)])
+    assert r.returncode == 0, r.stderr
+    data = json.loads((root / "emulator" / "overworld.json").read_text())
+    assert data["numbers"] == {"ow": {"results": [{"envs": 64, "env_steps_per_s": 123.5}]}}
+    assert (data["tree"], data["machine"], data["date"]) == ("fedcba9", "one H100", "2026-11-20")
+
+    for t in ("c", "d", "e", "f", "g", "h"):
+        (root / t).mkdir()
+    r = run([sys.executable, "scripts/bench/summarize.py", "--topic", "ninth", "--name", "x", "--command", "c",
+             "--root", str(root), str(bench)])
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "8 folders" in r.stderr
+    (tmp_path / "nofacts").mkdir()
+    (tmp_path / "nofacts" / "metrics.jsonl").write_text('{"env_steps": 1, "sps": 1.0}\n')
+    r = run([sys.executable, "scripts/bench/summarize.py", "--topic", "training", "--name", "y", "--command", "c",
+             "--root", str(root), str(tmp_path / "nofacts")])
+    assert r.returncode == 1 and "give --tree" in r.stderr
