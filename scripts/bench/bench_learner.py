@@ -1,7 +1,8 @@
-"""A2C's learner alone, without the env: milliseconds per env-step of acting (a no-grad forward and a sample of
-every env's observation) and of training on windows of `--window` env-steps split into `--minibatches` random
-minibatches (forward, A2C loss, backward, clip, Adam), on random 1-frame observations; in variants (the model,
-cuDNN's algorithm timing, channels-last); then the profiler's top kernels of the first variant. Set the result
+"""The windowed learner alone (PPO with one epoch and learn_share), without the env: milliseconds per env-step of
+acting (a no-grad forward and a sample of every env's observation) and of training on windows of `--window`
+env-steps split into `--minibatches` random minibatches (forward, an actor-critic loss, backward, clip, Adam), on
+random 1-frame observations; in variants (the model, cuDNN's algorithm timing, channels-last); then the profiler's
+top kernels of the first variant. Set the result
 beside the env's own time per env-step (`gbxcule bench --stage full_step`) to see how much of raw emulation a
 streaming trainer can keep: at most env / (env + acting + training). One table, one JSON.
 
@@ -25,8 +26,8 @@ VARIANTS = {"nature": ("nature", False, False), "nature_cudnn_benchmark": ("natu
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--envs", type=int, default=65536)
-    ap.add_argument("--window", type=int, default=16, help="env-steps per window (a2c.n_step)")
-    ap.add_argument("--minibatches", type=int, default=4, help="optimizer steps per window (a2c.minibatches)")
+    ap.add_argument("--window", type=int, default=16, help="env-steps per window (ppo.rollout_steps)")
+    ap.add_argument("--minibatches", type=int, default=4, help="optimizer steps per window (ppo.minibatches)")
     ap.add_argument("--actions", type=int, default=8)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--amp", choices=("bf16", "off"), default=None, help="default: bf16 on CUDA, off on CPU")
