@@ -564,7 +564,7 @@ def test_the_archive_configs_share_one_table():
 
 
 def test_a_counting_archive_emulates_what_spread_clocks_alone_do():
-    """scripts/bench_archive.py `cost` splits the archive's cost on this: with p_start 1 the archive's machinery
+    """scripts/bench/bench_archive.py `cost` splits the archive's cost on this: with p_start 1 the archive's machinery
     (swarming included) runs every step, but the envs emulate bit for bit what they do without it, so a time
     difference between the two is the machinery's. StepWork counts the instructions of the steps only: restores
     (here every few steps) move the counter but are not counted."""

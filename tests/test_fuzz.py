@@ -1,6 +1,6 @@
 """Fuzz the step kernel on the CPU device: random and instruction-biased ROMs, a few frames each.
 
-The ROM generator and invariant checks are scripts/fuzz_gpu.py's (the long GPU run); CI runs 4 ROMs with
+The ROM generator and invariant checks are scripts/check/fuzz_gpu.py's (the long GPU run); CI runs 4 ROMs with
 the normal kernel, and 2 ROMs with the kernels compiled in Warp's debug mode (bounds checks on every array
 access) in a subprocess: about 30 s on 2 cores with a cold cache (docs/verification.md).
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "fuzz_gpu.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "check" / "fuzz_gpu.py"
 spec = importlib.util.spec_from_file_location("fuzz_gpu", SCRIPT)
 fuzz = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(fuzz)

@@ -53,13 +53,13 @@ def test_fetch_checks_every_rom_and_fails_one_line_each(tmp_path):
     (src / "renamed.gb").write_bytes(good)  # found by its SHA-1
     (src / "joy.gb").write_bytes(other[:-1] + bytes([other[-1] ^ 1]))  # corrupt
     out = tmp_path / "out"
-    r = _run(ROOT / "scripts/fetch_games.py", "--manifest", manifest, "--from", src, "--out", out)
+    r = _run(ROOT / "scripts/bench/fetch_games.py", "--manifest", manifest, "--from", src, "--out", out)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     errors = [line for line in r.stderr.splitlines() if line.startswith("fetch_games:")]
     assert len(errors) == 1 and "joy" in errors[0]
     assert (out / "ow.gb").read_bytes() == good and not (out / "joy.gb").exists()
     (src / "joy.gb").write_bytes(other)
-    r = _run(ROOT / "scripts/fetch_games.py", "--manifest", manifest, "--from", src, "--out", out)
+    r = _run(ROOT / "scripts/bench/fetch_games.py", "--manifest", manifest, "--from", src, "--out", out)
     assert r.returncode == 0 and (out / "joy.gb").read_bytes() == other
 
 
@@ -77,7 +77,7 @@ def _one_game_and_a_missing_one(tmp_path: Path) -> tuple[Path, Path]:
 def test_bench_games_writes_a_row_per_game_and_the_median(tmp_path):
     manifest, games = _one_game_and_a_missing_one(tmp_path)
     out = tmp_path / "games.json"
-    r = _run(ROOT / "scripts/bench_games.py", "--manifest", manifest, "--games", games, "--device", "cpu",
+    r = _run(ROOT / "scripts/bench/bench_games.py", "--manifest", manifest, "--games", games, "--device", "cpu",
              "--envs", 2, "--steps", 2, "--warmup", 1, "--window", 1, "--pyboy-envs", 1, "--pyboy-repeat", 2,
              "--state-frames", 30, "--variants", "pc,path,stack,path/3,path@3", "--out", out)
     assert r.returncode == 1, r.stderr  # the missing game is reported, the other measured
@@ -104,7 +104,7 @@ def test_bench_games_writes_a_row_per_game_and_the_median(tmp_path):
     assert "steps 2-2:" in r.stdout
     assert "median, sort path" in r.stdout and "median, sort path/3" in r.stdout and "sort path@3" in r.stdout
     for bad in ("path/0", "nope", "pc/x", "path@0", "path@x", "pc/2@", "path/Auto", "nope/auto"):
-        r = _run(ROOT / "scripts/bench_games.py", "--manifest", manifest, "--games", games, "--variants", bad)
+        r = _run(ROOT / "scripts/bench/bench_games.py", "--manifest", manifest, "--games", games, "--variants", bad)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--variants" in r.stderr
 
 
@@ -130,7 +130,7 @@ def test_bench_games_merges_parts_of_the_set_into_one_table(tmp_path):
         paths[name] = tmp_path / f"{name}.json"
         paths[name].write_text(json.dumps(part))
     out = tmp_path / "games.json"
-    r = _run(ROOT / "scripts/bench_games.py", "--merge", paths["a"], paths["b"], "--out", out)
+    r = _run(ROOT / "scripts/bench/bench_games.py", "--merge", paths["a"], paths["b"], "--out", out)
     assert r.returncode == 0, r.stderr
     data = json.loads(out.read_text())
     assert [g["slug"] for g in data["games"]] == ["g1", "g2", "g3"] and data["envs"] == 4
@@ -141,17 +141,17 @@ def test_bench_games_merges_parts_of_the_set_into_one_table(tmp_path):
     (tmp_path / "junk.json").write_text("[1, 2]")
     for other, word in (("envs", "envs"), ("tree", "source tree"), ("again", "g1"), ("junk", "not an artifact")):
         path = paths.get(other, tmp_path / "junk.json")
-        r = _run(ROOT / "scripts/bench_games.py", "--merge", paths["a"], path, "--out", tmp_path / "x.json")
+        r = _run(ROOT / "scripts/bench/bench_games.py", "--merge", paths["a"], path, "--out", tmp_path / "x.json")
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and word in r.stderr, r.stderr
     assert not (tmp_path / "x.json").exists()
 
 
 def test_bench_spread_times_variants_from_one_spread_state(tmp_path):
-    """scripts/bench_spread.py: each variant from the same copied state, the same fields at the end; a missing
+    """scripts/bench/bench_spread.py: each variant from the same copied state, the same fields at the end; a missing
     game is one error line and exit 1, a bad variant one line and exit 2."""
     manifest, games = _one_game_and_a_missing_one(tmp_path)
     out = tmp_path / "spread.json"
-    r = _run(ROOT / "scripts/bench_spread.py", "--manifest", manifest, "--games", games, "--device", "cpu",
+    r = _run(ROOT / "scripts/bench/bench_spread.py", "--manifest", manifest, "--games", games, "--device", "cpu",
              "--envs", 4, "--spread", 2, "--steps", 1, "--state-frames", 30, "--variants", "path/1,path/3,pc/1",
              "--out", out)
     assert r.returncode == 1 and r.stderr.count("bench_spread: missing:") == 1, r.stderr
@@ -161,7 +161,7 @@ def test_bench_spread_times_variants_from_one_spread_state(tmp_path):
     assert len(row["sps"]["path/1"]) == 2 and row["relative"]["path/1"] == 1.0 and row["sps"]["path/3"][0] > 0
     assert len(set(row["instructions"].values())) == 1 and (games / "states" / "ow.state").is_file()
     for bad in ("path/x", "nope/1", "path/1/48", "path/auto", "path/1+0", "path/1+auto"):
-        r = _run(ROOT / "scripts/bench_spread.py", "--manifest", manifest, "--games", games, "--variants", bad)
+        r = _run(ROOT / "scripts/bench/bench_spread.py", "--manifest", manifest, "--games", games, "--variants", bad)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "bad variant" in r.stderr, (bad, r.stderr)
 
 
@@ -169,11 +169,11 @@ def test_warp_share_counts_each_warp_at_its_busiest_lane():
     """warp_tail.warp_share: the work over 32 x each warp's busiest lane, a short last warp by its own lanes."""
     import numpy as np
 
-    sys.path.insert(0, str(ROOT / "scripts"))
+    sys.path.insert(0, str(ROOT / "scripts" / "profile"))
     try:
         from warp_tail import distinct_per_warp, warp_share
     finally:
-        sys.path.remove(str(ROOT / "scripts"))
+        sys.path.remove(str(ROOT / "scripts" / "profile"))
     even = np.full(64, 7)
     assert warp_share(even, np.arange(64)) == 1.0
     mixed = np.array([1] * 32 + [3] * 32)  # apart: each warp even; interleaved: both warps wait for 3
@@ -188,11 +188,11 @@ def test_launch_share_models_blocks_going_to_the_first_free_sm():
     """warp_tail.launch_share: a heavy block started last leaves the other SM idle; started first, it does not."""
     import numpy as np
 
-    sys.path.insert(0, str(ROOT / "scripts"))
+    sys.path.insert(0, str(ROOT / "scripts" / "profile"))
     try:
         from warp_tail import key_order, launch_share
     finally:
-        sys.path.remove(str(ROOT / "scripts"))
+        sys.path.remove(str(ROOT / "scripts" / "profile"))
     work = np.array([1, 1, 1, 1, 4])
     assert launch_share(work, np.arange(5), sms=2, block=1) == pytest.approx(8 / 12)  # 4 starts at 2: ends at 6
     assert launch_share(work, np.arange(5)[::-1], sms=2, block=1) == 1.0
@@ -205,11 +205,11 @@ def test_launch_share_models_blocks_going_to_the_first_free_sm():
 
 
 def test_warp_tail_reports_work_shares_per_frame(tmp_path):
-    """scripts/warp_tail.py on the CPU device: a share per frame in (0, 1], the oracle order never below the
+    """scripts/profile/warp_tail.py on the CPU device: a share per frame in (0, 1], the oracle order never below the
     launch's or env order; a missing game is one error line and exit 1."""
     manifest, games = _one_game_and_a_missing_one(tmp_path)
     out = tmp_path / "tail.json"
-    r = _run(ROOT / "scripts/warp_tail.py", "--manifest", manifest, "--games", games, "--device", "cpu",
+    r = _run(ROOT / "scripts/profile/warp_tail.py", "--manifest", manifest, "--games", games, "--device", "cpu",
              "--envs", 40, "--spread", 2, "--frames", 4, "--state-frames", 30, "--out", out)
     assert r.returncode == 1 and r.stderr.count("warp_tail: missing:") == 1, r.stderr
     data = json.loads(out.read_text())
@@ -224,7 +224,7 @@ def test_warp_tail_reports_work_shares_per_frame(tmp_path):
     assert "launch_heavy2" in row["frames"][2] and "launch_heavy2" not in row["frames"][1]
     assert "launch_heavy_smooth3" in row["frames"][3] and "launch_heavy_smooth3" not in row["frames"][2]
     assert "ow" in r.stdout and "artifact:" in r.stdout
-    r = _run(ROOT / "scripts/warp_tail.py", "--manifest", manifest, "--games", games, "--only", "ow,nope")
+    r = _run(ROOT / "scripts/profile/warp_tail.py", "--manifest", manifest, "--games", games, "--only", "ow,nope")
     assert r.returncode == 2 and r.stderr == "warp_tail: unknown slug(s): nope\n", r.stderr
 
 

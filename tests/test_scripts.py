@@ -1,5 +1,5 @@
 """Smoke test of the scripts: every Python script and example starts (`--help`), every `from gbxcule... import`
-in them names something that exists, the scripts README.md lists exist, and scripts/gpu.sh lists its
+in them names something that exists, the scripts README.md lists exist, and scripts/gpu/gpu.sh lists its
 subcommands. Nothing here compiles a kernel: a removed function or a broken import fails in seconds."""
 
 import argparse
@@ -18,7 +18,8 @@ import pytest
 from gbxcule.core.errors import GbxculeError
 
 ROOT = Path(__file__).resolve().parent.parent
-PY_SCRIPTS = sorted(p.relative_to(ROOT).as_posix() for p in [*ROOT.glob("scripts/*.py"), *ROOT.glob("examples/*.py")])
+PY_SCRIPTS = sorted(p.relative_to(ROOT).as_posix()
+                    for p in [*ROOT.glob("scripts/*.py"), *ROOT.glob("scripts/*/*.py"), *ROOT.glob("examples/*.py")])
 
 
 def run(args, timeout=120):
@@ -27,10 +28,28 @@ def run(args, timeout=120):
 
 def test_the_scripts_readme_lists_exist_and_are_covered():
     named = set(re.findall(r"\b((?:scripts|examples)/[\w./-]+\.(?:py|sh))", (ROOT / "README.md").read_text()))
-    assert {"scripts/gpu.sh", "scripts/dev.sh", "scripts/profile_step.py", "scripts/bench_games.py"} <= named
+    assert {"scripts/gpu/gpu.sh", "scripts/dev.sh", "scripts/profile/profile_step.py",
+            "scripts/bench/bench_games.py"} <= named
     missing = sorted(n for n in named if not (ROOT / n).is_file())
     assert not missing, f"README.md names scripts that do not exist: {missing}"
     assert {n for n in named if n.endswith(".py")} <= set(PY_SCRIPTS)
+
+
+def test_scripts_readme_has_one_line_per_script():
+    """scripts/README.md: one `- `NAME`: ...` line per script, under its group's heading; nothing else lies loose."""
+    group, listed = None, set()
+    for line in (ROOT / "scripts/README.md").read_text().splitlines():
+        head = re.match(r"^(?:`(\w+)/`: |Top level:)", line)
+        if head:
+            group = head.group(1)
+        item = re.match(r"^- `([\w.-]+)`: \S", line)
+        if item:
+            listed.add(f"scripts/{group}/{item.group(1)}" if group else f"scripts/{item.group(1)}")
+    have = {p.relative_to(ROOT).as_posix() for p in (ROOT / "scripts").rglob("*")
+            if p.is_file() and p.suffix in (".py", ".sh") and "__pycache__" not in p.parts}
+    assert listed == have, f"unlisted: {sorted(have - listed)}; listed but missing: {sorted(listed - have)}"
+    groups = {p.parent.name for p in (ROOT / "scripts").glob("*/*") if p.is_file()}
+    assert groups == {"bench", "profile", "check", "gpu"}
 
 
 @pytest.mark.parametrize("script", PY_SCRIPTS)
@@ -61,24 +80,24 @@ def test_script_imports_from_gbxcule_exist(script):
 
 
 def test_gpu_sh_lists_every_subcommand():
-    r = run(["bash", "scripts/gpu.sh", "help"])
+    r = run(["bash", "scripts/gpu/gpu.sh", "help"])
     assert r.returncode == 0, r.stderr
     listed = [line.split()[0].rstrip(":") for line in r.stdout.splitlines()[1:]]
-    text = (ROOT / "scripts/gpu.sh").read_text()
+    text = (ROOT / "scripts/gpu/gpu.sh").read_text()
     assert listed == re.findall(r"^cmd_(\w+)\(\) \{", text, re.M)  # one help line per subcommand, in order
     for sub in ("setup", "bench", "games", "train", "adapters", "cold", "ab", "ncu", "devcheck", "kernel_report",
                 "resume_check", "breakdown"):
         assert sub in listed
     assert "/root/gpu" not in text.replace("GPU_ROOT=${GPU_ROOT:-/root/gpu}", "", 1).split("set -uo pipefail", 1)[1]
-    r = run(["bash", "scripts/gpu.sh", "help", "games"])
+    r = run(["bash", "scripts/gpu/gpu.sh", "help", "games"])
     assert r.returncode == 0 and r.stdout.startswith("games:") and "PARTNAME" in r.stdout
 
 
 def test_gpu_sh_refuses_what_it_cannot_do(tmp_path):
-    r = run(["bash", "scripts/gpu.sh", "no-such-subcommand"])
+    r = run(["bash", "scripts/gpu/gpu.sh", "no-such-subcommand"])
     assert r.returncode == 1 and r.stderr.strip().endswith("unknown subcommand 'no-such-subcommand'")
     env = {"PATH": "/usr/bin:/bin", "GPU_ROOT": str(tmp_path / "gpu"), "OUT": str(tmp_path / "out")}
-    r = subprocess.run(["bash", "scripts/gpu.sh", "bench"], cwd=ROOT, capture_output=True, text=True, env=env,
+    r = subprocess.run(["bash", "scripts/gpu/gpu.sh", "bench"], cwd=ROOT, capture_output=True, text=True, env=env,
                        timeout=60)
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "setup" in r.stderr  # no install: one line
     assert not (tmp_path / "out").exists()
@@ -97,7 +116,7 @@ def test_gpu_sh_jobs_outlive_the_call_and_wait_packs_them(tmp_path):
     jobs.write_text("a: sleep 2; echo done > $JOB_OUT/result.txt; echo x > $JOB_OUT/checkpoint.pt\n")
 
     def gpu(*args):
-        return subprocess.run(["bash", "scripts/gpu.sh", *args], cwd=ROOT, capture_output=True, text=True, env=env,
+        return subprocess.run(["bash", "scripts/gpu/gpu.sh", *args], cwd=ROOT, capture_output=True, text=True, env=env,
                               timeout=120)
 
     assert gpu("jobs_wait", "5").returncode == 1  # nothing started: one line
@@ -120,11 +139,11 @@ def test_dev_sh_without_a_command_prints_its_usage():
 def test_profile_step_names_every_step_kernel_variant():
     """--breakdown labels each step-kernel launch by the variant the backend launched (the modules the backend
     loads through gbxcule.kernels.step.load_kernels, cached): distinct names for lean/drawn x nested/flat."""
-    sys.path.insert(0, str(ROOT / "scripts"))
+    sys.path.insert(0, str(ROOT / "scripts" / "profile"))
     try:
         profile_step = importlib.import_module("profile_step")
     finally:
-        sys.path.remove(str(ROOT / "scripts"))
+        sys.path.remove(str(ROOT / "scripts" / "profile"))
     from gbxcule.kernels.step import load_kernels
 
     variants = [(False, False), (True, False), (False, True), (True, True)]
@@ -137,7 +156,7 @@ def test_gpu_jobs_packs_jobs_onto_gpus_with_barriers(tmp_path):
     jobs = tmp_path / "jobs.txt"
     jobs.write_text("# two GPUs\na: echo $CUDA_VISIBLE_DEVICES > $JOB_OUT/ids; sleep 1\n"
                     "[2] b: echo $CUDA_VISIBLE_DEVICES > $JOB_OUT/ids; exit 3\n---\nc: echo after > $JOB_OUT/ids\n")
-    r = run([sys.executable, "scripts/gpu_jobs.py", str(jobs), "--out", str(tmp_path / "out"), "--gpus", "2"])
+    r = run([sys.executable, "scripts/gpu/gpu_jobs.py", str(jobs), "--out", str(tmp_path / "out"), "--gpus", "2"])
     assert r.returncode == 1, r.stderr  # job b failed; the others ran
     got = {n: (tmp_path / "out" / n / "ids").read_text().strip() for n in "abc"}
     assert got == {"a": "0", "b": "0,1", "c": "after"}  # b waited for both GPUs
@@ -146,7 +165,7 @@ def test_gpu_jobs_packs_jobs_onto_gpus_with_barriers(tmp_path):
     rows = {j["name"]: j for j in json.loads((tmp_path / "out" / "jobs.json").read_text())}
     assert rows["b"]["rc"] == 3 and rows["a"]["rc"] == 0 and list(rows) == ["a", "b", "c"]
     jobs.write_text("oops no colon here\n")
-    r = run([sys.executable, "scripts/gpu_jobs.py", str(jobs), "--out", str(tmp_path / "o2"), "--gpus", "1"])
+    r = run([sys.executable, "scripts/gpu/gpu_jobs.py", str(jobs), "--out", str(tmp_path / "o2"), "--gpus", "1"])
     assert r.returncode == 2 and "line 1" in r.stderr and r.stderr.count("\n") == 1
 
 
@@ -156,7 +175,7 @@ def test_gpu_jobs_nested_in_another_runner_use_its_gpus(tmp_path, monkeypatch):
     jobs = tmp_path / "jobs.txt"
     echo = "echo $CUDA_VISIBLE_DEVICES > $JOB_OUT/ids"
     jobs.write_text(f"a: {echo}\n---\n[2] b: {echo}\n")
-    r = subprocess.run([sys.executable, "scripts/gpu_jobs.py", str(jobs), "--out", str(tmp_path / "out")], cwd=ROOT,
+    r = subprocess.run([sys.executable, "scripts/gpu/gpu_jobs.py", str(jobs), "--out", str(tmp_path / "out")], cwd=ROOT,
                        capture_output=True, text=True, timeout=120, env={**os.environ, "CUDA_VISIBLE_DEVICES": "5,7"})
     assert r.returncode == 0, r.stderr
     assert [(tmp_path / "out" / n / "ids").read_text().strip() for n in "ab"] == ["5", "5,7"]
@@ -173,7 +192,7 @@ def test_gpu_jobs_nested_in_another_runner_use_its_gpus(tmp_path, monkeypatch):
 def test_bench_archive_cost_times_whole_step_limits():
     """`bench_archive.py cost` rounds its window up to whole step limits: the `off` variant's episodes all end on
     one step, and a shorter window could time it without any of its resets."""
-    spec = importlib.util.spec_from_file_location("bench_archive", ROOT / "scripts/bench_archive.py")
+    spec = importlib.util.spec_from_file_location("bench_archive", ROOT / "scripts/bench/bench_archive.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.whole_limits(None, 200) == 200
@@ -185,7 +204,7 @@ def test_bench_archive_cost_times_whole_step_limits():
 def test_bench_archive_cost_variants_and_backend_options(capsys):
     """`bench_archive.py cost --variants` times a subset (in the fixed order) and `--backend` puts tuning options
     into every variant (gpu.sh ncu_cost: the sort tuner off so `off` and `spread` launch alike); bad values exit 2."""
-    spec = importlib.util.spec_from_file_location("bench_archive", ROOT / "scripts/bench_archive.py")
+    spec = importlib.util.spec_from_file_location("bench_archive", ROOT / "scripts/bench/bench_archive.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.backend_options("sort_parts=1,stream_groups=1,loop=nested") == {
@@ -261,3 +280,68 @@ def test_install_pufferlib_fails_in_one_line_naming_its_log(tmp_path):
     assert "pip: no network" in log.read_text()
     log.unlink()
     assert not (tmp_path / "site").exists()
+
+
+def _fake_run(folder: Path, seed: int, evals: list[float]) -> None:
+    """A run folder as `gbxcule train` writes one: a periodic eval each update, the last at the final weights."""
+    import json
+
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"algo": "ppo", "env": {"num_envs": 8},
+                                                    "run": {"seed": seed, "stop_at_success": None}}))
+    (folder / "facts.json").write_text(json.dumps({"git": "0123456789abcdef", "gpu": "NVIDIA H200", "host": "box",
+                                                   "started": "2026-11-29T10:00:00+0000"}))
+    rows = [{"env_steps": 100 * (i + 1), "sps": 1000.0 + i, "wall_s": 2.0 * (i + 1), "eval/greedy_success": g,
+             "eval/env_steps": 100 * (i + 1), "eval/wall_s": 2.0 * (i + 1), "eval/elapsed_s": 10.0 + 2 * (i + 1)}
+            for i, g in enumerate(evals)]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "summary.json").write_text(json.dumps({"wall_s": 2.0 * len(evals), "startup_s": 10.0, "stopped": "done",
+                                                     "final_policy": {"source": "last"}}))
+    (folder / "eval.json").write_text(json.dumps({"greedy": {"success_rate": evals[-1]},
+                                                  "sampled": {"success_rate": 0.5}}))
+
+
+def test_summarize_writes_one_summary_json_per_figure(tmp_path):
+    """scripts/bench/summarize.py on fabricated run folders and a bench JSON: the keys every summary has, each run's
+    first eval at the target, its evals, final eval and median SPS, and the tree, machine and date they recorded."""
+    import json
+
+    _fake_run(tmp_path / "runs" / "a_s0", 0, [0.0, 0.95, 1.0, 1.0])
+    _fake_run(tmp_path / "runs" / "a_s1", 1, [0.0, 0.5, 0.25])
+    bench = tmp_path / "ow.json"
+    bench.write_text(json.dumps({"results": [{"envs": 64, "env_steps_per_s": 123.5}],
+                                 "environment": {"git_sha": "fedcba9876543210", "host": "vm",
+                                                 "date": "2026-11-20T01:02:03+0000"}}))
+    root = tmp_path / "benchmarks"
+    r = run([sys.executable, "scripts/bench/summarize.py", "--topic", "training", "--name", "fake_ppo", "--command",
+             "gbxcule train --config x.toml", "--root", str(root), "--plot", str(tmp_path / "runs" / "a_s0"),
+             str(tmp_path / "runs" / "a_s1")])
+    assert r.returncode == 0, r.stderr
+    data = json.loads((root / "training" / "fake_ppo.json").read_text())
+    assert list(data) == ["figure", "command", "tree", "machine", "date", "numbers", "from"]
+    assert (data["tree"], data["machine"], data["date"]) == ("0123456", "NVIDIA H200 (host box)", "2026-11-29")
+    a, b = data["numbers"]["runs"]
+    assert (a["seed"], a["num_envs"], a["target"], a["env_steps"], a["training_s"]) == (0, 8, 0.9, 400, 8.0)
+    assert a["to_target"] == {"elapsed_s": 14.0, "training_s": 4.0, "env_steps": 200}
+    assert a["greedy_evals"] == [0.0, 0.95, 1.0, 1.0] and a["final_greedy"] == 1.0 and a["final_sampled"] == 0.5
+    assert a["sps_median"] == 1002.5 and a["final_policy"] == {"source": "last"}  # the first two updates left out
+    assert b["to_target"] is None and b["best_greedy"] == 0.5 and b["final_greedy"] == 0.25
+    assert (root / "training" / "fake_ppo.png").stat().st_size > 1000
+
+    r = run([sys.executable, "scripts/bench/summarize.py", "--topic", "emulator", "--name", "overworld", "--command",
+             "gbxcule bench", "--root", str(root), "--machine", "one H100", str(bench)])
+    assert r.returncode == 0, r.stderr
+    data = json.loads((root / "emulator" / "overworld.json").read_text())
+    assert data["numbers"] == {"ow": {"results": [{"envs": 64, "env_steps_per_s": 123.5}]}}
+    assert (data["tree"], data["machine"], data["date"]) == ("fedcba9", "one H100", "2026-11-20")
+
+    for t in ("c", "d", "e", "f", "g", "h"):
+        (root / t).mkdir()
+    r = run([sys.executable, "scripts/bench/summarize.py", "--topic", "ninth", "--name", "x", "--command", "c",
+             "--root", str(root), str(bench)])
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "8 folders" in r.stderr
+    (tmp_path / "nofacts").mkdir()
+    (tmp_path / "nofacts" / "metrics.jsonl").write_text('{"env_steps": 1, "sps": 1.0}\n')
+    r = run([sys.executable, "scripts/bench/summarize.py", "--topic", "training", "--name", "y", "--command", "c",
+             "--root", str(root), str(tmp_path / "nofacts")])
+    assert r.returncode == 1 and "give --tree" in r.stderr

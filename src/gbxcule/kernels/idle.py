@@ -2,8 +2,8 @@
 
 Games that do not HALT wait in loops such as `.w: ld a,[flag]; and a; jr z,.w` (a flag the VBlank handler sets),
 `ldh a,[rLY]; cp 144; jr nz` or `ldh a,[rSTAT]; and 2; jr nz`. Airaki and Carazu spend four fifths of their
-instructions in one (`scripts/pc_profile.py`). Inside a CPU batch nothing but the CPU changes what such a loop reads:
-interrupts are dispatched only at a batch's start, the PPU changes LY and STAT only at its events, which end
+instructions in one (`scripts/profile/pc_profile.py`). Inside a CPU batch nothing but the CPU changes what such a
+loop reads: interrupts are dispatched only at a batch's start, the PPU changes LY and STAT only at its events, which end
 batches, and WRAM and HRAM change only by CPU writes (the loop makes none; an OAM DMA writes only OAM, and no
 round is skipped while one runs). ("Batch" here is the reference's: `end` is `g.batch_end`, the next of its
 batch ends, also where the kernel's batch goes on over them, frame.py `batch_boundary`.) So once one round leaves

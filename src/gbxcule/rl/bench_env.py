@@ -8,13 +8,13 @@ clock starts (as a sampler would hand them over), synchronising only at the end.
   with no episode ending (terminate_on="none", no step limit).
 - `env_reset`: the same with max_steps=1, so every env is restored from a start slot on every step.
 - `env_task`: the env as its task defines it (goals, step limit: episodes end and restart as in training), with
-  `env_options` (e.g. a state archive, spread clocks); scripts/bench_archive.py compares it with and without.
+  `env_options` (e.g. a state archive, spread clocks); scripts/bench/bench_archive.py compares it with and without.
 
 On CUDA, torch's allocator is read before and after the timed steps: `alloc_delta` (bytes still allocated),
 `peak_delta` (the peak above the start) and `reserved_delta` (new memory torch took from the driver).
 
 With `count_work`, the emulated work of the timed steps is counted too (`StepWork`): `instructions_per_step`
-(emulated instructions per env-step, skipped wait-loop rounds included, as scripts/bench_games.py's
+(emulated instructions per env-step, skipped wait-loop rounds included, as scripts/bench/bench_games.py's
 `instr/step`) and `executed_per_step` (those executed one by one, its `exec/step`). The same on every device,
 so two variants' work compares where their timings may not. It adds four small device ops a step to the clock.
 """

@@ -1,0 +1,278 @@
+"""The state archive's cost and its exploration (docs/training.md "State archive"; BENCHMARKS.md).
+
+    python scripts/bench/bench_archive.py cost --config configs/reach_lab_archive.toml --envs 16384 --device cuda \\
+        --repeat 2
+    python scripts/bench/bench_archive.py cost --config configs/reach_lab_archive.toml --envs 128 --device cpu \\
+        --warmup 5 --repeat 1
+    python scripts/bench/bench_archive.py explore --config configs/talk_to_hiker_archive.toml --envs 16384 \\
+        --device cuda --steps 1500 --runs bench_out/learning/hiker_archive_s0 bench_out/learning/hiker_novelty_s0
+
+`cost`: env-steps/s of the env as its task defines it (goals, step limit, episodes ending and restarting; random
+actions drawn on the device), timed over whole step limits (so that `off`, whose episodes all end on one step, pays
+its resets in the window), in four variants, in turn, `--repeat` times each (rl/bench_env.py kind `env_task`), each
+adding one thing to the one before: `off` (no archive, no spread clocks), `spread` (spread clocks only), `counting`
+(the config's `[env.archive]` table with p_start = 1: all of its per-step machinery runs, but every episode starts
+from the task's start, so the envs emulate bit for bit what `spread`'s do) and `archive` (the table as it is: starts
+from cells, shorter episodes, swarming). So `counting` against `spread` is the archive's own cost and `archive`
+against `counting` is the emulated work of where the envs play (other rooms and maps, other game code). Each row
+also counts that work: emulated instructions per env-step (`instr/step`, and `exec/step` less the skipped wait-loop
+rounds, as scripts/bench/bench_games.py), the same on every device. Prints the variants against `off`, the steps between
+them (time per env-step added, in % of off's, and the instruction ratio), the slowdown and its split; writes JSON
+(`median`, `slowdown_vs_off`, `steps`, `machinery`, `workload`).
+
+`explore`: distinct cells reached against env-steps under random actions, from the task's start only
+("random": the archive counts cells but never starts an episode) and with starts from the archive ("archive");
+`--runs` adds training runs' `archive/cells` curves from their metrics.jsonl (a run without an archive of its own
+can count cells with `--set env.archive.p_start=1.0`, e.g. a novelty run). Prints a table, writes JSON and a PNG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+
+def env_section(args) -> dict:
+    """The config file's [env] section with the task and archive the command line asks for."""
+    from gbxcule.rl.config import read_toml
+
+    env = dict(read_toml(args.config).get("env", {})) if args.config else {}
+    if args.task:
+        env["task"] = args.task
+    if args.backend:
+        env["backend"] = {**env.get("backend", {}), **args.backend}
+    env.setdefault("task", "talk_to_hiker")
+    if not env.get("archive"):
+        env["archive"] = {"capacity": 4096}
+    return env
+
+
+# `cost`'s variants, in order: each adds one thing to the one before, so each step's difference has one cause
+COST_VARIANTS = ("off", "spread", "counting", "archive")
+# what each variant's difference from the one before it is, for the table and the JSON
+COST_STEPS = {"spread": "spread clocks (episodes end at different steps)",
+              "counting": "the archive's machinery (same emulation as spread, bit for bit)",
+              "archive": "where envs play (starts from cells, their shorter episodes, swarming): emulated work"}
+
+
+def cost_variants(e: dict) -> dict[str, dict]:
+    """GameEnv options of each `cost` variant. `counting` is the config's archive with every episode from the
+    task's start (p_start 1: no env ever starts from a cell, so none is ever a swarm destination either): every
+    per-step part of the archive runs (cell keys, lookup, insertion and its masked save, the start draw, the
+    milestone test, the masked clone and the restore path) while the envs emulate exactly what `spread`'s do.
+    Every variant takes the config's [env.backend] options (with --backend's over them)."""
+    table, common = e["archive"], ({"backend_options": e["backend"]} if e.get("backend") else {})
+    return {"off": {**common}, "spread": {"spread_clocks": True, **common},
+            "counting": {"archive": {**table, "p_start": 1.0}, "spread_clocks": True, **common},
+            "archive": {"archive": table, "spread_clocks": True, **common}}
+
+
+def whole_limits(steps: int | None, step_limit: int) -> int:
+    """`cost`'s timed steps: `steps` (default one step limit) rounded up to whole step limits. In `off` every
+    episode ends on the same step, once a step limit; a window of whole limits holds those resets, as the spread
+    variants' windows hold theirs (a shorter window could miss them all and time `off` without any reset)."""
+    steps = steps or step_limit
+    return -(-steps // step_limit) * step_limit
+
+
+def cost(args) -> dict:
+    from gbxcule.core.action_codec import get_codec
+    from gbxcule.core.cartridge import load_rom
+    from gbxcule.core.schedule import ActionSchedule
+    from gbxcule.rl.bench_env import measure_env
+    from gbxcule.rl.tasks import load_task
+    from gbxcule.roms import resolve_rom
+
+    e = env_section(args)
+    task = load_task(e["task"])
+    rom = load_rom(resolve_rom(task.rom))
+    codec, schedule = get_codec(task.codec), ActionSchedule(task.frames_per_step, task.release_after_frames)
+    variants = {name: opts for name, opts in cost_variants(e).items() if name in args.variants}
+    steps = whole_limits(args.steps, task.step_limit)
+    if steps != args.steps:
+        print(f"timing {steps} steps a variant: whole step limits of {task.id} ({task.step_limit})", flush=True)
+    rows = []
+    for rep in range(args.repeat):
+        for name, opts in variants.items():
+            r = measure_env("env_task", args.envs, steps, args.warmup, rom, codec, schedule, device=args.device,
+                            task=task, info_mode="none", seed=args.seed + rep, env_options=opts, count_work=True)
+            r["resets_per_env_step"] = r["resets_per_step"] / args.envs  # (measure_env's is per step of all envs)
+            rows.append({"variant": name, "repeat": rep, **r})
+            print(f"{name:9s} repeat {rep}: {r['env_steps_per_s']:12,.0f} env-steps/s, "
+                  f"{r['instructions_per_step']:9,.0f} instr/env-step, {r['resets_per_env_step']:.4f} resets/env-step"
+                  f" ({r.get('archive_cells', '-')} cells)", flush=True)
+    med = {name: {key: statistics.median(r[key] for r in rows if r["variant"] == name)
+                  for key in ("env_steps_per_s", "instructions_per_step", "executed_per_step", "resets_per_env_step")}
+           for name in variants}
+    data = {"mode": "cost", "task": task.id, "envs": args.envs, "steps": steps, "archive": e["archive"], "rows": rows,
+            "median": med, **(cost_breakdown(med) if len(med) == len(COST_VARIANTS) else {})}
+    print_cost(data, args.device)
+    return data
+
+
+def cost_breakdown(med: dict) -> dict:
+    """Each variant against `off` (`slowdown`: 1 - its env-steps/s over off's), and the steps between variants
+    (`steps`: what each adds, as seconds per env-step added in % of off's and its instructions per env-step over
+    the one before's). Time per env-step adds up where slowdowns do not: the steps sum to archive's total."""
+    sec = {name: 1.0 / m["env_steps_per_s"] for name, m in med.items()}
+    slowdown = {name: 1.0 - med[name]["env_steps_per_s"] / med["off"]["env_steps_per_s"] for name in med}
+    steps = {}
+    for prev, name in itertools.pairwise(COST_VARIANTS):
+        steps[name] = {"vs": prev, "cause": COST_STEPS[name], "time_added": (sec[name] - sec[prev]) / sec["off"],
+                       "instr_ratio": med[name]["instructions_per_step"] / med[prev]["instructions_per_step"],
+                       "executed_ratio": med[name]["executed_per_step"] / med[prev]["executed_per_step"]}
+    same = med["counting"]["instructions_per_step"] == med["spread"]["instructions_per_step"]
+    return {"slowdown": slowdown["archive"], "slowdown_vs_off": slowdown, "steps": steps,
+            "machinery": steps["counting"]["time_added"], "workload": steps["archive"]["time_added"],
+            "counting_same_emulation": same}
+
+
+def print_cost(data: dict, device: str) -> None:
+    """The variants' table; with all of them, the steps between them and the archive's cost."""
+    med = data["median"]
+    ref = next(iter(med))  # `off` unless --variants leaves it out
+    print(f"\n{'variant':9s} {'env-steps/s':>12s} {'vs ' + ref:>12s} {'instr/step':>10s} {'exec/step':>10s} "
+          f"{'resets':>7s}  (medians, per env-step)")
+    for name, m in med.items():
+        print(f"{name:9s} {m['env_steps_per_s']:12,.0f} "
+              f"{100 * (m['env_steps_per_s'] / med[ref]['env_steps_per_s'] - 1):+11.1f}% "
+              f"{m['instructions_per_step']:10,.0f} {m['executed_per_step']:10,.0f} {m['resets_per_env_step']:7.4f}")
+    if "slowdown" not in data:  # not all variants: no steps between them
+        return
+    steps = data["steps"]
+    print(f"\n{'step':20s} {'time/env-step':>13s} {'instr':>7s}  cause")
+    for name, st in steps.items():
+        print(f"{st['vs'] + ' -> ' + name:20s} {100 * st['time_added']:+12.1f}% {st['instr_ratio']:6.2f}x  "
+              f"{st['cause']}")
+    print(f"(time/env-step: seconds per env-step added, in % of off's; the steps add up to archive's "
+          f"{100 * sum(st['time_added'] for st in steps.values()):+.1f}%. instr: emulated instructions per env-step "
+          f"over the variant before's)")
+    if not data["counting_same_emulation"]:
+        print("warning: counting and spread emulated different work (they should match bit for bit)")
+    print(f"\narchive cost: {100 * data['slowdown']:.1f}% slower than off ({data['envs']:,} envs, {data['task']}, "
+          f"{device}); of its time added per env-step, the archive's machinery {100 * data['machinery']:+.1f}% "
+          f"of off's, the emulated work of where envs play {100 * data['workload']:+.1f}%")
+
+
+def explore_curves(args) -> dict:
+    import torch
+
+    from gbxcule.rl.env import GameEnv
+    from gbxcule.rl.plot import read_metrics
+
+    e = env_section(args)
+    table = dict(e["archive"])
+    curves: dict[str, list] = {}
+    for name, arch in (("random", {**table, "p_start": 1.0, "swarm": 0.0}), ("archive", table)):
+        env = GameEnv(num_envs=args.envs, device=args.device, task=e["task"], start_states=e.get("start_states"),
+                      seed=args.seed, info_mode="none", archive=arch, spread_clocks=True)
+        env.reset(seed=args.seed)
+        gen = torch.Generator(device=env.device).manual_seed(args.seed)
+        pts, t0 = [], time.perf_counter()
+        for t in range(1, args.steps + 1):
+            env.step(torch.randint(0, env.num_actions, (env.num_envs,), device=env.device, generator=gen))
+            if t % args.every == 0 or t == args.steps:
+                pts.append((t * env.num_envs, int(env.archive.count.item())))
+        curves[name] = pts
+        print(f"{name:8s} {pts[-1][1]:6d} cells after {pts[-1][0]:,} env-steps ({time.perf_counter() - t0:.0f} s)",
+              flush=True)
+        env.close()
+    for run in args.runs or ():
+        rows = read_metrics(run)
+        curves[Path(run).name] = [(r["env_steps"], r["archive/cells"]) for r in rows if r.get("archive/cells")]
+    return {"mode": "explore", "task": e["task"], "envs": args.envs, "archive": table, "curves": curves}
+
+
+def plot_curves(data: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=110)
+    for name, pts in data["curves"].items():
+        if pts:
+            ax.plot(*zip(*pts, strict=True), lw=1.4, label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("env-steps")
+    ax.set_ylabel("distinct cells")
+    ax.set_title(f"cells reached: {data['task']}, {data['envs']:,} envs", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def backend_options(text: str) -> dict:
+    """`--backend`'s KEY=VALUE,... (values read as `--set`'s are: integers where a value is one)."""
+    from gbxcule.rl.config import ConfigError, parse_sets
+
+    try:
+        return parse_sets(list(filter(None, text.split(","))))
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("mode", choices=("cost", "explore"))
+    ap.add_argument("--config", help="a training config whose [env] (task, start states, [env.archive]) is used")
+    ap.add_argument("--task", help="over the config's task (default talk_to_hiker)")
+    ap.add_argument("--envs", type=int, default=16384)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--steps", type=int, default=None, help="timed steps (cost: rounded up to whole step limits "
+                    "of the task, default one) or steps (explore, default 1500)")
+    ap.add_argument("--warmup", type=int, default=20, help="cost: untimed steps first")
+    ap.add_argument("--repeat", type=int, default=3, help="cost: measurements of each variant, alternating")
+    ap.add_argument("--every", type=int, default=25, help="explore: steps between points")
+    ap.add_argument("--runs", nargs="*", help="explore: training run folders whose archive/cells to add")
+    ap.add_argument("--variants", type=lambda v: v.split(","), default=list(COST_VARIANTS),
+                    help=f"cost: the variants to time, comma-separated (default all: {','.join(COST_VARIANTS)}); "
+                    "the split of the archive's cost needs all")
+    ap.add_argument("--backend", type=backend_options, default={}, metavar="KEY=VALUE,...",
+                    help="cost: backend options over the config's [env.backend], e.g. sort_parts=1,stream_groups=1 "
+                    "(the sort tuner off: every variant launches alike)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default="bench_out/archive", help="folder for the JSON (and the PNG)")
+    args = ap.parse_args()
+    bad = sorted(set(args.variants) - set(COST_VARIANTS))
+    if bad or not args.variants:
+        print(f"error: --variants takes {', '.join(COST_VARIANTS)}, got {','.join(args.variants)}", file=sys.stderr)
+        return 2
+    args.variants = [v for v in COST_VARIANTS if v in args.variants]
+    if args.backend:
+        from gbxcule.backends.warp_vec import TUNING_OPTIONS
+
+        if unknown := sorted(set(args.backend) - set(TUNING_OPTIONS)):
+            print(f"error: --backend takes {', '.join(TUNING_OPTIONS)}, got {', '.join(unknown)}", file=sys.stderr)
+            return 2
+    if args.mode == "explore":
+        args.steps = args.steps or 1500
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    data = cost(args) if args.mode == "cost" else explore_curves(args)
+    from gbxcule.harness.bench import environment
+
+    data["environment"] = environment()
+    data["command"] = " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
+    (out / f"archive_{args.mode}.json").write_text(json.dumps(data, indent=1) + "\n")
+    if args.mode == "explore":
+        plot_curves(data, out / "archive_explore.png")
+        steps = sorted({x for pts in data["curves"].values() for x, _ in pts})
+        marks = [steps[min(len(steps) - 1, int(q * (len(steps) - 1)))] for q in (0.1, 0.25, 0.5, 1.0)] if steps else []
+        print(f"\n{'curve':24s} " + " ".join(f"{m:>14,}" for m in marks))
+        for name, pts in data["curves"].items():
+            at = [max((c for x, c in pts if x <= m), default=0) for m in marks]
+            print(f"{name:24s} " + " ".join(f"{c:>14,}" for c in at))
+    print(f"wrote {out / f'archive_{args.mode}.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""Learning benchmark: how fast each training setup reaches a greedy success rate, over seeds.
+
+Each (setup, seed) is one `gbxcule train` process with a periodic greedy eval (`--eval-every`, 64 episodes from
+distinct start states) that stops the run at `--target` (`--stop-at-success`) or at `--time-limit`; the jobs
+are packed onto the host's GPUs, one job per GPU at a time (CUDA_VISIBLE_DEVICES), or run one after another on
+the CPU. From each run's metrics.jsonl: the first eval at or above the target (seconds since the process
+started, start-up included; training seconds; env-steps), the best and last greedy success, the median SPS.
+Prints one table, writes JSON and the curves (`gbxcule plot` of each setup's seeds, and of every setup's first
+seed together).
+
+    python scripts/bench/bench_learning.py --out bench_out/learning --seeds 0,1,2 --time-limit 300 \\
+        --setup ppo "--config configs/leave_house.toml" --setup a2c "--config configs/leave_house_a2c.toml"
+
+A setup's flags are `gbxcule train` flags; a setup that needs several GPUs per job says so with
+`--gpus-per-job NAME=G` (its flags should then carry `--gpus G`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from gbxcule.core.errors import GbxculeError
+from gbxcule.core.outputs import check_output_dir, write_output
+from gbxcule.harness.bench import child_gpus
+
+
+def gpu_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except ImportError:
+        return 0
+
+
+def job_command(args, flags: str, seed: int, run_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "gbxcule", "train", *shlex.split(flags), "--seed", str(seed),
+            "--run-dir", str(run_dir), "--eval-every", str(args.eval_every), "--eval-episodes", str(args.episodes),
+            "--stop-at-success", str(args.target), "--time-limit", str(args.time_limit), "--no-progress",
+            *(["--device", "cuda"] if args.gpus else ["--device", "cpu"])]
+
+
+def run_jobs(args, jobs: list[dict]) -> None:
+    """Run every job, as many at a time as there are free GPUs (one per job, or the job's count)."""
+    free = list(range(args.gpus)) if args.gpus else [None]
+    pending, running = list(jobs), []
+    while pending or running:
+        for job in list(pending):
+            need = job["gpus"] if args.gpus else 1
+            if len(free) >= need:
+                ids, free[:] = free[:need], free[need:]
+                env = dict(os.environ)
+                if args.gpus:
+                    env["CUDA_VISIBLE_DEVICES"] = child_gpus(ids)  # nested in a job runner: its GPUs
+                log = open(job["dir"].with_suffix(".log"), "w")  # noqa: SIM115 (closed when the job ends)
+                job["t0"] = time.time()
+                proc = subprocess.Popen(job["cmd"], stdout=log, stderr=subprocess.STDOUT, env=env)
+                running.append((job, proc, ids, log))
+                pending.remove(job)
+                print(f"[{time.strftime('%H:%M:%S')}] start {job['name']} seed {job['seed']} on "
+                      f"{'GPU ' + ','.join(map(str, ids)) if args.gpus else 'the CPU'}", flush=True)
+        time.sleep(1.0)
+        for item in list(running):
+            job, proc, ids, log = item
+            if proc.poll() is not None:
+                log.close()
+                job["rc"], job["seconds"] = proc.returncode, time.time() - job["t0"]
+                free.extend(ids)
+                free.sort(key=lambda i: -1 if i is None else i)
+                running.remove(item)
+                print(f"[{time.strftime('%H:%M:%S')}] done  {job['name']} seed {job['seed']} rc {proc.returncode} "
+                      f"in {job['seconds']:.0f} s", flush=True)
+
+
+def read_run(run_dir: Path, target: float) -> dict:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return {"error": "no metrics.jsonl"}
+    rows = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError):  # a torn last line of a killed run
+            rows.append(json.loads(line))
+    evals = [r for r in rows if r.get("eval/greedy_success") is not None]
+    hit = next((r for r in evals if r["eval/greedy_success"] >= target), None)
+    summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").is_file() else {}
+    final = json.loads((run_dir / "eval.json").read_text()) if (run_dir / "eval.json").is_file() else {}
+    sps = [r["sps"] for r in rows[2:] if r.get("sps")] or [r["sps"] for r in rows if r.get("sps")]
+    return {"updates": len(rows), "env_steps": rows[-1]["env_steps"] if rows else 0,
+            "startup_s": summary.get("startup_s"), "train_s": summary.get("wall_s"), "stopped": summary.get("stopped"),
+            "to_target_elapsed_s": hit and hit.get("eval/elapsed_s"),
+            "to_target_train_s": hit and hit.get("eval/wall_s"),
+            "to_target_env_steps": hit and hit.get("eval/env_steps"),
+            "best_greedy": max((r["eval/greedy_success"] for r in evals), default=None),
+            "last_greedy": evals[-1]["eval/greedy_success"] if evals else None,
+            "final_eval_greedy": final.get("success_rate"), "sps_median": statistics.median(sps) if sps else None,
+            "curve": [(r["eval/env_steps"], r["eval/elapsed_s"], r["eval/greedy_success"]) for r in evals]}
+
+
+def fmt(x, spec: str) -> str:
+    """`x` in `spec`, or "-" right-aligned to the spec's width."""
+    width = int("".join(c for c in spec.split(".")[0].split(",")[0] if c.isdigit()) or 0)
+    return "-".rjust(width) if x is None else format(x, spec)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--setup", nargs=2, action="append", required=True, metavar=("NAME", "FLAGS"),
+                    help="a named training setup: `gbxcule train` flags (repeatable)")
+    ap.add_argument("--seeds", default="0,1,2", help="seeds per setup (default 0,1,2)")
+    ap.add_argument("--target", type=float, default=0.9, help="greedy success that counts as solved (default 0.9)")
+    ap.add_argument("--eval-every", type=int, default=1_048_576, help="env-steps between greedy evals")
+    ap.add_argument("--episodes", type=int, default=64, help="episodes per greedy eval (default 64)")
+    ap.add_argument("--time-limit", type=float, default=300, help="training seconds per run (default 300)")
+    ap.add_argument("--gpus", type=int, default=None, help="GPUs to pack jobs onto (default: all torch sees)")
+    ap.add_argument("--gpus-per-job", action="append", default=[], metavar="NAME=G")
+    ap.add_argument("--out", default="bench_out/learning")
+    ap.add_argument("--summarize-only", action="store_true", help="read the run folders under --out, run nothing")
+    args = ap.parse_args()
+    try:  # each setup's runs are folders under --out: a run's own folder (or an entry of one) cannot hold them
+        check_output_dir(args.out)
+    except GbxculeError as exc:
+        sys.stderr.write(f"bench_learning: {exc}\n")
+        return 2
+    args.gpus = gpu_count() if args.gpus is None else args.gpus
+    per_job = {k: int(v) for k, v in (x.split("=", 1) for x in args.gpus_per_job)}
+    seeds = [int(s) for s in args.seeds.split(",")]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = [{"name": name, "flags": flags, "seed": s, "gpus": per_job.get(name, 1),
+             "dir": out / f"{name}_s{s}", "cmd": job_command(args, flags, s, out / f"{name}_s{s}")}
+            for name, flags in args.setup for s in seeds]
+    if not args.summarize_only:
+        pending = [j for j in jobs if not (j["dir"] / "summary.json").is_file()]
+        run_jobs(args, sorted(pending, key=lambda j: seeds.index(j["seed"])))  # seed by seed: a cut run loses seeds
+    results = []
+    for j in jobs:
+        r = read_run(j["dir"], args.target)
+        results.append({"setup": j["name"], "flags": j["flags"], "seed": j["seed"], "gpus": j["gpus"],
+                        "command": shlex.join(j["cmd"]), "rc": j.get("rc"), **r})
+    from gbxcule.harness.bench import environment
+
+    data = {"target": args.target, "eval_every": args.eval_every, "episodes": args.episodes,
+            "time_limit_s": args.time_limit, "gpus": args.gpus, "results": results, "environment": environment()}
+    write_output(out / "learning.json", json.dumps(data, indent=1), ())
+    try:
+        from gbxcule.rl.plot import plot_runs
+
+        for name, _ in args.setup:
+            dirs = [j["dir"] for j in jobs if j["name"] == name and (j["dir"] / "metrics.jsonl").is_file()]
+            if dirs:
+                plot_runs(dirs, out / f"curves_{name}")
+        firsts = [j["dir"] for j in jobs if j["seed"] == seeds[0] and (j["dir"] / "metrics.jsonl").is_file()]
+        if len(firsts) > 1:
+            plot_runs(firsts, out / "curves_all")
+    except Exception as exc:  # the table and JSON matter more than the pictures
+        print(f"plots failed: {exc}", file=sys.stderr)
+    print(f"\ntarget: greedy success >= {args.target:.0%} over {args.episodes} episodes; time limit "
+          f"{args.time_limit:.0f} s of training; {args.gpus or 'no'} GPU(s)")
+    print(f"{'setup':14s} {'seed':>4s} {'to target (s)':>13s} {'train s':>8s} {'env-steps':>11s} {'best':>6s} "
+          f"{'last':>6s} {'final':>6s} {'SPS':>9s}  stopped")
+    for r in results:
+        if "error" in r:
+            print(f"{r['setup'][:14]:14s} {r['seed']:>4d}  {r['error']} (rc {r['rc']})")
+            continue
+        print(f"{r['setup'][:14]:14s} {r['seed']:>4d} {fmt(r['to_target_elapsed_s'], '13.1f')} "
+              f"{fmt(r['to_target_train_s'], '8.1f')} {fmt(r['to_target_env_steps'], '11,d')} "
+              f"{fmt(r['best_greedy'], '6.1%')} {fmt(r['last_greedy'], '6.1%')} {fmt(r['final_eval_greedy'], '6.1%')} "
+              f"{fmt(r['sps_median'], '9,.0f')}  {r['stopped']}")
+    print(f"artifact: {out / 'learning.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

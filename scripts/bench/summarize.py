@@ -1,0 +1,207 @@
+"""One summary JSON of a cited figure, `benchmarks/TOPIC/NAME.json`, from run folders or bench JSON artifacts.
+
+    python scripts/bench/summarize.py --topic training --name ppo_leave_house --command "gbxcule train --config \\
+        configs/leave_house.toml --seed S --time-limit 150" runs/lh_s0 runs/lh_s1 runs/lh_s2 --plot
+    python scripts/bench/summarize.py --topic emulator --name overworld --command "gbxcule bench --rom OVERWORLD \\
+        ..." bench_out/ow_262144.json bench_out/ow_65536.json
+
+The file holds `figure`, `command`, `tree` (the commit the figure was measured on), `machine`, `date`
+(YYYY-MM-DD), `numbers` and `from` (the sources). A run folder (config.json, summary.json, metrics.jsonl,
+eval.json, facts.json) is one entry of numbers["runs"]: seed, envs, env-steps, training and start-up seconds, why it
+stopped, the first periodic greedy eval at the target (seconds since the process started, training seconds,
+env-steps; null if none reached it), every periodic eval's greedy success, the final eval's greedy and sampled
+success, the final policy's source, and the median training SPS (the first two updates left out, as
+bench_learning.py). A bench JSON is copied under its file name, less its `environment`. Tree, machine and date
+come from the sources (facts.json's git, gpu and host, its start; a bench JSON's environment) unless given;
+BENCHMARKS.md cites the file. `--plot` also draws NAME.png: each run's periodic greedy success against seconds
+since its process started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from bench_learning import read_run
+
+ROOT = Path(__file__).resolve().parents[2]
+MAX_TOPICS = 8  # benchmarks/ holds at most this many folders (tests/test_benchmarks.py)
+KEYS = ("figure", "command", "tree", "machine", "date", "numbers", "from")
+
+
+class SummaryError(Exception):
+    """A source that cannot be summarized (one line)."""
+
+
+def read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SummaryError(f"cannot read {path}: {exc}") from None
+
+
+def run_entry(folder: Path, target: float | None) -> tuple[dict, list]:
+    """One run folder's numbers, with its own tree, machine and date where it recorded them."""
+    if not (folder / "metrics.jsonl").is_file():
+        raise SummaryError(f"{folder} is not a run folder (no metrics.jsonl)")
+    config = read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
+    run_cfg = config.get("run", {})
+    goal = target if target is not None else run_cfg.get("stop_at_success") or 0.9
+    r = read_run(folder, goal)
+    summary = read_json(folder / "summary.json") if (folder / "summary.json").is_file() else {}
+    final = read_json(folder / "eval.json") if (folder / "eval.json").is_file() else {}
+    hit = r["to_target_env_steps"] is not None
+    entry = {"run": folder.name, "algo": config.get("algo"), "seed": run_cfg.get("seed"),
+             "num_envs": config.get("env", {}).get("num_envs"), "target": goal, "env_steps": r["env_steps"],
+             "updates": r["updates"], "training_s": r["train_s"], "startup_s": r["startup_s"], "stopped": r["stopped"],
+             "to_target": {"elapsed_s": r["to_target_elapsed_s"], "training_s": r["to_target_train_s"],
+                           "env_steps": r["to_target_env_steps"]} if hit else None,
+             "greedy_evals": [c[2] for c in r["curve"]], "best_greedy": r["best_greedy"],
+             "final_greedy": final.get("greedy", {}).get("success_rate", final.get("success_rate")),
+             "final_sampled": final.get("sampled", {}).get("success_rate"),
+             "final_policy": summary.get("final_policy"), "sps_median": r["sps_median"]}
+    entry.update(provenance(folder))
+    return entry, [(c[1], c[2]) for c in r["curve"]]
+
+
+def provenance(folder: Path) -> dict:
+    """tree, machine and date a run folder recorded: facts.json (gbxcule train), else learning.json's environment
+    (scripts/bench/bench_learning.py)."""
+    out = {}
+    if (folder / "facts.json").is_file():
+        f = read_json(folder / "facts.json")
+        out["tree"] = (f.get("git") or "")[:7] or None
+        out["machine"] = f"{f.get('gpu') or 'CPU device'} (host {f.get('host')})"
+        out["date"] = (f.get("started") or "")[:10] or None
+    elif (folder / "learning.json").is_file():
+        e = read_json(folder / "learning.json").get("environment", {})
+        out["tree"] = (e.get("git_sha") or "")[:7] or None
+        out["machine"] = f"host {e.get('host')}" if e.get("host") else None
+        out["date"] = (e.get("date") or "")[:10] or None
+    return {k: v for k, v in out.items() if v}
+
+
+def bench_entry(path: Path) -> tuple[dict, dict]:
+    """A bench JSON artifact less its `environment`, and what that environment says (tree, machine, date)."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise SummaryError(f"{path} is not a JSON object")
+    env = data.get("environment") or {}
+    prov = {"tree": (env.get("git_sha") or "")[:7] or None, "machine": f"host {env['host']}" if env.get("host")
+            else None, "date": (env.get("date") or "")[:10] or None}
+    return {k: v for k, v in data.items() if k != "environment"}, {k: v for k, v in prov.items() if v}
+
+
+def one(values: list, name: str, given: str | None) -> str:
+    """The figure's tree, machine or date: the one given, else the sources' (several: listed; dates: the last)."""
+    if given:
+        return given
+    found = sorted({v for v in values if v})
+    if not found:
+        raise SummaryError(f"the sources do not say the {name}: give --{name}")
+    return found[-1] if name == "date" else ", ".join(found)
+
+
+def summarize(sources: list[Path], figure: str, command: str, target: float | None = None, tree: str | None = None,
+              machine: str | None = None, date: str | None = None) -> tuple[dict, dict]:
+    """(the summary, each run's greedy eval curve)."""
+    numbers: dict = {}
+    curves: dict = {}
+    prov: list[dict] = []
+    for src in sources:
+        if src.is_dir():
+            entry, curve = run_entry(src, target)
+            numbers.setdefault("runs", []).append(entry)
+            curves[src.name] = curve
+            prov.append(entry)
+        elif src.suffix == ".json":
+            data, p = bench_entry(src)
+            numbers[src.stem] = data
+            prov.append(p)
+        else:
+            raise SummaryError(f"{src}: give a run folder or a bench JSON file")
+    if date is not None and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", date):
+        raise SummaryError(f"--date must be YYYY-MM-DD, got {date!r}")
+    out = {"figure": figure, "command": command,
+           "tree": one([p.get("tree") for p in prov], "tree", tree),
+           "machine": one([p.get("machine") for p in prov], "machine", machine),
+           "date": one([p.get("date") for p in prov], "date", date),
+           "numbers": numbers, "from": [display(s) for s in sources]}
+    return out, curves
+
+
+def display(path: Path) -> str:
+    p = path.resolve()
+    return p.relative_to(ROOT).as_posix() if p.is_relative_to(ROOT) else str(path)
+
+
+def plot(curves: dict, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3), dpi=80)
+    for name, pts in curves.items():
+        if pts:
+            ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], marker="o", markersize=3, label=name)
+    ax.set_xlabel("seconds since the process started")
+    ax.set_ylabel("greedy success (%)")
+    ax.set_ylim(-3, 103)
+    ax.set_title(title, fontsize=9)
+    if curves:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("sources", nargs="+", type=Path, metavar="RUN_DIR_OR_JSON")
+    ap.add_argument("--topic", required=True, help="benchmarks/ folder, named by what it measures (e.g. training)")
+    ap.add_argument("--name", required=True, help="file name without .json (what the figure is, not a date)")
+    ap.add_argument("--command", required=True, help="the command that measured it")
+    ap.add_argument("--figure", help="what the figure is, in a line (default: NAME)")
+    ap.add_argument("--target", type=float, help="greedy success that counts as reached (default: each run's "
+                    "run.stop_at_success, else 0.9)")
+    ap.add_argument("--tree", help="the commit measured (default: the sources')")
+    ap.add_argument("--machine", help="the machine (default: the sources' GPU and host)")
+    ap.add_argument("--date", help="YYYY-MM-DD (default: the sources' last)")
+    ap.add_argument("--plot", action="store_true", help="also NAME.png: periodic greedy success against time")
+    ap.add_argument("--root", type=Path, default=ROOT / "benchmarks", help="the benchmarks folder")
+    args = ap.parse_args(argv)
+    try:
+        for name, what in ((args.topic, "--topic"), (args.name, "--name")):
+            if not re.fullmatch(r"[a-z0-9][a-z0-9_]*", name):
+                raise SummaryError(f"{what} must be lower-case letters, digits and _, got {name!r}")
+        folder = args.root / args.topic
+        topics = {p.name for p in args.root.iterdir() if p.is_dir()} if args.root.is_dir() else set()
+        if args.topic not in topics and len(topics) >= MAX_TOPICS:
+            raise SummaryError(f"{args.root} holds {len(topics)} folders, the most it may: use one of "
+                               f"{', '.join(sorted(topics))}")
+        for src in args.sources:
+            if not src.exists():
+                raise SummaryError(f"{src} does not exist")
+        summary, curves = summarize(args.sources, args.figure or args.name, args.command, args.target, args.tree,
+                                    args.machine, args.date)
+        folder.mkdir(parents=True, exist_ok=True)
+        out = folder / f"{args.name}.json"
+        out.write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n")
+        print(f"wrote {display(out)}")
+        if args.plot:
+            if not curves:
+                raise SummaryError("--plot needs run folders")
+            plot(curves, folder / f"{args.name}.png", summary["figure"])
+            print(f"wrote {display(folder / f'{args.name}.png')}")
+    except SummaryError as exc:
+        print(f"summarize: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
