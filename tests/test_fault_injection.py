@@ -62,7 +62,7 @@ def save_checkpoint(self, state, policy):
     saving["update"] = state["update"]
     return real_save(self, state, policy)
 
-def write_output(path, write, inputs=()):
+def write_output(path, write, inputs=None):
     name = Path(path).name
     now = saving["update"] == when
     if now and isinstance(write, bytes) and (event, name) in (("mid_policy", "policy.pt"),

@@ -206,19 +206,20 @@ def snapshot(root: Path) -> dict[str, str]:
 
 
 def run_script(name: str, argv: list[str]) -> tuple[int, str]:
-    spec = importlib.util.spec_from_file_location(f"_guard_{name}", ROOT / "scripts" / f"{name}.py")
+    (path,) = (ROOT / "scripts").glob(f"*/{name}.py")  # scripts/bench, scripts/gpu, scripts/profile, ...
+    spec = importlib.util.spec_from_file_location(f"_guard_{name}", path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     old, err = sys.argv, io.StringIO()
     sys.argv = [name, *argv]
-    sys.path.insert(0, str(ROOT / "scripts"))  # as when run: a script's folder is on the path
+    sys.path.insert(0, str(path.parent))  # as when run: a script's folder is on the path
     try:
         spec.loader.exec_module(module)
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             rc = module.main()
     finally:
         sys.argv = old
-        sys.path.remove(str(ROOT / "scripts"))
+        sys.path.remove(str(path.parent))
     return rc, err.getvalue()
 
 

@@ -326,7 +326,7 @@ def test_best_policy_keeps_the_weights_of_the_best_periodic_eval(tmp_path, monke
     rates = iter([0.5, 0.25, 0.75, 0.75])
     seen = []
 
-    def fake_eval(model, env, modes, seed):  # the eval's verdicts, and the weights it was shown
+    def fake_eval(model, env, modes, seed, amp):  # the eval's verdicts, and the weights it was shown
         seen.append([p.detach().clone() for p in model.parameters()])
         return {"success_rate": next(rates), "mean_return": 0.0, "median_steps": None, "starts_skipped": 0}
 
@@ -344,7 +344,7 @@ def test_the_final_policy_is_the_best_evals_where_the_last_eval_did_worse(tmp_pa
     import gbxcule.rl.session as session
 
     rates = iter([0.5, 0.75, 0.25, 0.0])
-    monkeypatch.setattr(session, "evaluate_model", lambda model, env, modes, seed: {
+    monkeypatch.setattr(session, "evaluate_model", lambda model, env, modes, seed, amp: {
         "success_rate": next(rates), "mean_return": 0.0, "median_steps": None, "starts_skipped": 0})
     lines = []
     s = train(tiny(tmp_path, eval_every=48, eval_episodes=2, checkpoint_every=50), echo=lines.append)
@@ -360,7 +360,7 @@ def test_periodic_evals_are_on_by_default_and_the_last_weights_are_always_judged
     import gbxcule.rl.session as session
 
     seen = []
-    monkeypatch.setattr(session, "evaluate_model", lambda model, env, modes, seed: seen.append(1) or {
+    monkeypatch.setattr(session, "evaluate_model", lambda model, env, modes, seed, amp: seen.append(1) or {
         "success_rate": 0.5, "mean_return": 0.0, "median_steps": None, "starts_skipped": 0})
     cfg = tiny(tmp_path, eval_episodes=2)
     cfg.run.evals = 2  # two evals spread over the run's 4 updates (the default is 10)

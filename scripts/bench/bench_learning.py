@@ -51,7 +51,7 @@ def job_command(args, flags: str, seed: int, run_dir: Path) -> list[str]:
 
 def run_jobs(args, jobs: list[dict]) -> None:
     """Run every job, as many at a time as there are free GPUs (one per job, or the job's count)."""
-    free = list(range(args.gpus)) if args.gpus else [None]
+    free = list(range(args.gpus)) * max(1, args.jobs_per_gpu) if args.gpus else [None]
     pending, running = list(jobs), []
     while pending or running:
         for job in list(pending):
@@ -75,7 +75,8 @@ def run_jobs(args, jobs: list[dict]) -> None:
                 log.close()
                 job["rc"], job["seconds"] = proc.returncode, time.time() - job["t0"]
                 free.extend(ids)
-                free.sort(key=lambda i: -1 if i is None else i)
+                # the GPU with the most free places first (the least loaded), then the lowest
+                free.sort(key=lambda i: (-free.count(i), -1 if i is None else i))
                 running.remove(item)
                 print(f"[{time.strftime('%H:%M:%S')}] done  {job['name']} seed {job['seed']} rc {proc.returncode} "
                       f"in {job['seconds']:.0f} s", flush=True)
@@ -122,6 +123,8 @@ def main() -> int:
     ap.add_argument("--time-limit", type=float, default=300, help="training seconds per run (default 300)")
     ap.add_argument("--gpus", type=int, default=None, help="GPUs to pack jobs onto (default: all torch sees)")
     ap.add_argument("--gpus-per-job", action="append", default=[], metavar="NAME=G")
+    ap.add_argument("--jobs-per-gpu", type=int, default=1, metavar="K",
+                    help="runs sharing each GPU at once (default 1; their seconds then count the sharing)")
     ap.add_argument("--out", default="bench_out/learning")
     ap.add_argument("--summarize-only", action="store_true", help="read the run folders under --out, run nothing")
     args = ap.parse_args()

@@ -58,18 +58,30 @@ def env_input_files(env: dict) -> list[Path]:
     return files + task_files(env.get("task"))
 
 
+def acting_precision(device: str, amp: str):
+    """The autocast a policy acts under: bf16 for an algorithm's `amp` "bf16" or "auto" on CUDA, none on the CPU or
+    with "off". Training acts under it and evaluation plays under it too, so an evaluated argmax is the one that
+    acted (a Q-network's action gaps can be smaller than bf16's rounding of its values)."""
+    if str(device).startswith("cuda"):
+        return torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp in ("bf16", "auto"))
+    return torch.autocast("cpu", enabled=False)
+
+
 class PolicyRunner:
     """Acts with a model in one mode: "greedy" (argmax), "sampled" (a categorical over the logits, or
-    epsilon-greedy for a Q-network). Keeps a recurrent model's state, reset where an episode ended."""
+    epsilon-greedy for a Q-network), under the precision it was trained to act in (`amp`, `acting_precision`).
+    Keeps a recurrent model's state, reset where an episode ended."""
 
-    def __init__(self, model, mode: str, num_envs: int, device, epsilon: float = Q_SAMPLED_EPSILON):
+    def __init__(self, model, mode: str, num_envs: int, device, epsilon: float = Q_SAMPLED_EPSILON,
+                 amp: str = "off"):
         if mode not in ("greedy", "sampled"):
             raise ValueError(f"mode must be greedy or sampled, got {mode!r}")
         self.model, self.mode, self.epsilon = model, mode, epsilon
+        self.device, self.amp = device, amp
         self.state = model.initial_state(num_envs, device)
 
     def __call__(self, obs: torch.Tensor, done: torch.Tensor | None = None) -> torch.Tensor:
-        with torch.no_grad():
+        with torch.no_grad(), acting_precision(self.device, self.amp):
             out, self.state = self.model.policy_step(obs, self.state, done)
         out = out.float()
         if self.mode == "greedy":
@@ -162,12 +174,12 @@ class BackgroundEval:
     stopping it (`backends.on_stream`); `poll` reads the report once the last step has run, `finish` plays the
     rest at once and waits. On a CPU device each tick runs in turn, with the same results."""
 
-    def __init__(self, model, env):
+    def __init__(self, model, env, amp: str = "off"):
         import copy
 
         from gbxcule.backends import new_stream
 
-        self.env = env
+        self.env, self.amp = env, amp
         self.model = copy.deepcopy(model).requires_grad_(False).eval()
         for p in self.model.parameters():
             p.grad = None
@@ -192,7 +204,8 @@ class BackgroundEval:
             with torch.no_grad():
                 for dst, src in zip(self.model.state_dict().values(), model.state_dict().values(), strict=True):
                     dst.copy_(src)
-            self.run = Episodes(self.env, PolicyRunner(self.model, "greedy", self.env.num_envs, self.env.device))
+            self.run = Episodes(self.env, PolicyRunner(self.model, "greedy", self.env.num_envs, self.env.device,
+                                                       amp=self.amp))
         self._join()  # the training changes its weights only after they were copied
         self.left = self.env.max_steps
 
@@ -268,13 +281,13 @@ def summarize(res: dict, success_source: str | None, template: bool) -> dict:
 
 
 def evaluate_model(model, env, modes=("greedy", "sampled"), seed: int = 1, random_baseline: bool = False,
-                   gif: str | Path | None = None, gif_envs: int = 16) -> dict:
-    """Run `model` over every env's first episode in each mode; a report with one summary per mode and the
-    first mode's figures at the top level."""
+                   gif: str | Path | None = None, gif_envs: int = 16, amp: str = "off") -> dict:
+    """Run `model` over every env's first episode in each mode (acting under `amp`, its trainer's precision); a
+    report with one summary per mode and the first mode's figures at the top level."""
     templ = env.terminate_on == "template"
     report: dict = {"task": env.task.id if env.task else None, "device": env.device, "start_states": env.num_slots,
                     "success_source": env.success_source}
-    policies = {mode: PolicyRunner(model, mode, env.num_envs, env.device) for mode in modes}
+    policies = {mode: PolicyRunner(model, mode, env.num_envs, env.device, amp=amp) for mode in modes}
     if random_baseline:
         policies["random"] = random_policy(env.num_actions, seed)
     gif_frames, gif_successes = {}, {}

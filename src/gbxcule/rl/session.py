@@ -52,7 +52,7 @@ from gbxcule.core.outputs import write_output
 from gbxcule.rl import explore
 from gbxcule.rl.config import make_env, obs_bytes, portable, resolve_device, to_dict
 from gbxcule.rl.dist import RankFailure, World, quiet
-from gbxcule.rl.evaluate import BackgroundEval, env_input_files, evaluate_model, make_eval_env
+from gbxcule.rl.evaluate import BackgroundEval, acting_precision, env_input_files, evaluate_model, make_eval_env
 from gbxcule.rl.rundir import ARCHIVE_NAME, BEST_NAME, POLICY_NAME, CheckpointError, Run, check_run_dir
 
 ENV_STATE_AUTO_LIMIT = 512 * 2**20
@@ -333,10 +333,9 @@ class Session:
         return self.update < self.num_updates and self.summary == {}
 
     def autocast(self, amp: str):
-        """bf16 autocast for an algorithm's `amp` setting: "bf16", "auto" (on CUDA) or "off"; none on the CPU."""
-        if self.cuda:
-            return torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp in ("bf16", "auto"))
-        return torch.autocast("cpu", enabled=False)
+        """bf16 autocast for an algorithm's `amp` setting: "bf16", "auto" (on CUDA) or "off"; none on the CPU
+        (`evaluate.acting_precision`: evaluations act under the same)."""
+        return acting_precision(self.device, amp)
 
     def wrap(self, model):
         """What the trainer runs its training forwards through: with `run.grad_sync = "ddp"` on several
@@ -529,7 +528,7 @@ class Session:
                 self._next_eval_step += self.eval_every
         if not last and self.cfg.run.eval_background:
             if bg is None:
-                bg = self._background = BackgroundEval(self._model, self._make_eval_env())
+                bg = self._background = BackgroundEval(self._model, self._make_eval_env(), self.cfg.section.amp)
                 self.env.after_step = bg.tick
             bg.start(self._model, self.global_step)
             self._last_eval_t = now
@@ -570,7 +569,8 @@ class Session:
         rng = torch.get_rng_state()
         cuda_rng = torch.cuda.get_rng_state() if self.cuda else None
         try:
-            return evaluate_model(self._model, self._eval_env, modes=("greedy",), seed=self.cfg.run.seed + 1)
+            return evaluate_model(self._model, self._eval_env, modes=("greedy",), seed=self.cfg.run.seed + 1,
+                                  amp=self.cfg.section.amp)
         finally:  # the eval draws nothing from the training's random streams
             torch.set_rng_state(rng)
             if cuda_rng is not None:

@@ -272,7 +272,7 @@ def evaluate(source: str | Path, episodes: int = 64, device: str = "auto", task:
             raise CheckpointError(f"checkpoint is for codec {ck.get('codec')} and observations {ck.get('obs_shape')}, "
                                   f"the env has {env.codec.name} and {list(env.single_obs_shape)}")
         model = load_model(ck, env, device)
-        report = evaluate_model(model, env, modes, seed, random_baseline, gif, gif_envs)
+        report = evaluate_model(model, env, modes, seed, random_baseline, gif, gif_envs, amp=cfg.section.amp)
     finally:
         env.close()
     return {"checkpoint": str(source), "algo": cfg.algo, "env_steps_trained": ck.get("global_step"), **report}
