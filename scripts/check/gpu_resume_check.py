@@ -33,7 +33,7 @@ def sections(setup: str, n: int) -> dict:
     if setup == "a2c":  # configs/leave_house_a2c.toml's path: n-step windows, the adaptive entropy weight
         return {"algo": "a2c", "total_steps": 4 * n * 8, "env": {"num_envs": n},
                 "a2c": {"steps_per_update": 8, "n_step": 4, "update_every": 4, "gae_lambda": 0.95,
-                        "target_entropy": 0.33}}
+                        "ent_coef": 0.01}}
     if setup == "pqn":
         return {"algo": "pqn", "total_steps": 4 * n * 6, "env": {"num_envs": n, "max_steps": 10},
                 "pqn": {"rollout_steps": 6, "epochs": 2, "minibatches": 2, "exploration_fraction": 0.5}}
