@@ -226,3 +226,19 @@ def test_w_progress_weighs_the_cells_that_hold_more_milestones():
     table_one = int(a._table[0])  # 1 / sqrt(1 + 0 chosen)
     w = a.weights().tolist()
     assert w[:3] == [16 * table_one, 16 * table_one + 16 * WEIGHT_ONE, 16 * table_one + 32 * WEIGHT_ONE] and w[3] == 0
+
+
+def test_plot_draws_how_far_runs_get(tmp_path):
+    import json
+
+    from gbxcule.rl.plot import plot_runs
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"update": u, "env_steps": 100 * u, "milestone_rates": [0.5, 0.1 * u], "milestone_deepest": min(2, u),
+             "milestone/town": 0.5, "milestone/lab": 0.1 * u, **({"eval/mean_deepest": 1.5} if u == 3 else {})}
+            for u in (1, 2, 3)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    written = {p.name for p in plot_runs([run], tmp_path / "out")}
+    assert "milestones.png" in written
+    assert (tmp_path / "out" / "milestones.png").stat().st_size > 10_000

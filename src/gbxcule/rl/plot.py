@@ -123,6 +123,34 @@ def plot_runs(runs, out: str | Path | None = None, x: str = "env_steps") -> list
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         save(fig, "greedy_success_vs_time")
+    # how far runs get: the deepest milestone any ended episode held per update, and each milestone's share of the
+    # ended episodes (and of the periodic greedy eval's episodes, from the task's start)
+    far = {run: rows for run, rows in data.items() if any(r.get("milestone_rates") for r in rows)}
+    if far:
+        fig, (top, low) = plt.subplots(2, 1, figsize=(6.4, 6.0), dpi=110, sharex=True)
+        for run, rows in far.items():
+            label = Path(run).name
+            deep = _points(rows, x, "milestone_deepest")
+            if deep:
+                top.step(*zip(*deep, strict=True), where="post", lw=1.4, label=f"{label}: training")
+            greedy = _points(rows, x, "eval/mean_deepest")
+            if greedy:
+                top.plot(*zip(*greedy, strict=True), marker="o", ms=3, lw=1.0, label=f"{label}: greedy eval (mean)")
+            names = list(dict.fromkeys(k.split("/", 1)[1] for r in rows for k in r if k.startswith("milestone/")))
+            for name in names:
+                pts = _points(rows, x, f"milestone/{name}")
+                if pts:
+                    low.plot(*zip(*pts, strict=True), lw=1.0, label=name if len(far) == 1 else f"{label}: {name}")
+        top.set_title("how far runs get: the deepest milestone reached", fontsize=9)
+        top.set_ylabel("milestone (1-based)")
+        top.grid(alpha=0.3)
+        top.legend(fontsize=7)
+        low.set_title("share of ended episodes that reached each milestone", fontsize=9)
+        low.set_xlabel(xlabel)
+        low.set_ylim(-0.02, 1.02)
+        low.grid(alpha=0.3)
+        low.legend(fontsize=6, ncol=2)
+        save(fig, "milestones")
     for run, rows in data.items():  # the action histogram over training, as shares
         hist = [(r[x], r["actions"]) for r in rows if isinstance(r.get("actions"), list) and r.get(x) is not None]
         if not hist or not any(sum(h) for _, h in hist):
