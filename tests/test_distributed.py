@@ -195,9 +195,10 @@ def test_a_dead_process_ends_the_run_and_the_run_resumes_bit_for_bit(reference, 
                  "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "trained on 2 process(es)" in err
-    # on 2 processes it continues to the reference's end, and every logged metric and weight is the same
+    # on 2 processes it continues to the reference's end, and every logged metric and weight is the same (no
+    # --device: a resume takes the run's, here the CPU, and --gpus does not look for GPUs)
     with in_process_launcher():
-        assert main(["train", "--resume", str(d), "--gpus", "2", "--device", "cpu", "--no-progress",
+        assert main(["train", "--resume", str(d), "--gpus", "2", "--no-progress",
                      "--total-steps", str(UPDATES * 2 * ENVS * STEPS)]) == 0
     assert rows(d) == rows(ref)
     a, b = load_checkpoint(ref)["model"], load_checkpoint(d)["model"]
