@@ -183,3 +183,21 @@ def test_unknown_algo_and_foreign_section_are_one_line(tmp_path, capsys):
     assert main(["train", "--algo", "a2c", "--epochs", "3", "--device", "cpu", "--run-dir", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--epochs is not a setting of a2c" in err[0]
+
+
+def test_a_checkpoint_of_the_windowed_a2c_reads_as_the_ppo_it_is_for_eval_and_is_not_resumed(tmp_path):
+    """Runs made before A2C and PPO were named for what they are (`--algo a2c` with clipped minibatch windows):
+    their checkpoints are evaluated as PPO with one epoch, and a resume is refused in one line."""
+    from gbxcule.rl.rundir import CheckpointError
+    from gbxcule.rl.training import config_from_dict, resume_config
+
+    old = {"algo": "a2c", "total_steps": 1000, "env": {"num_envs": 4},
+           "a2c": {"n_step": 8, "update_every": 8, "gae_lambda": 0.95, "minibatches": 4, "learn_share": 0.5,
+                   "clip": 0.1, "clip_vloss": True, "channels_last": True, "lr": 2.5e-4, "model": "small"},
+           "run": {"device": "cpu"}}
+    cfg = config_from_dict(old, evaluate_only=True)
+    assert cfg.algo == "ppo" and cfg.ppo.epochs == 1 and cfg.ppo.rollout_steps == 8 and cfg.ppo.minibatches == 4
+    assert cfg.ppo.learn_share == 0.5 and cfg.ppo.clip == 0.1 and cfg.ppo.model == "small"
+    with pytest.raises(CheckpointError, match="can be evaluated, not resumed"):
+        resume_config({"config": old, "update": 1, "global_step": 8}, {})
+    assert config_from_dict({**old, "a2c": {"n_step": 1, "model": "small"}}).algo == "a2c"  # a plain A2C run stays
