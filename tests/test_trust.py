@@ -224,6 +224,24 @@ def test_resume_cuts_a_torn_log_line_removes_stale_temps_and_rewrites_the_policy
     assert same_weights(weights(d / "policy.pt"), weights(straight[0] / "policy.pt"))
 
 
+def test_a_resume_that_fails_changes_no_file_of_the_run(straight, tmp_path, monkeypatch):
+    import gbxcule.rl.session as session
+
+    d = copy_run(straight[0], tmp_path / "run")
+    before = files(d)
+
+    real = session.Session._resume
+
+    def oom(self, *a, **k):  # the resumed run dies once it has loaded its checkpoint (an OOM kill, a lost GPU)
+        real(self, *a, **k)
+        raise MemoryError
+
+    monkeypatch.setattr(session.Session, "_resume", oom)
+    rc, _, err = train_cli("--resume", d, "--total-steps", "288", "--no-progress")
+    assert rc == 2 and one_error_line(err), err
+    assert files(d) == before  # policy.pt included: it was the checkpoint's already
+
+
 # --- typed configs ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("toml, needle", [
     ('[ppo]\nent_coef = "0.01"', "ppo.ent_coef must be a number, got '0.01' (str)"),

@@ -176,6 +176,16 @@ class Run:
             write_output(self.dir / POLICY_NAME, policy_bytes)
         return write_output(self.dir / CHECKPOINT_NAME, state_bytes)
 
+    def policy_ahead(self, global_step: int) -> bool:
+        """Whether policy.pt is missing, unreadable or of weights later than `global_step` (a kill between a save's
+        two writes left it one save ahead of checkpoint.pt): the only case a resume rewrites it before its own
+        first save. A policy.pt of the checkpoint's weights, or of a best eval's earlier ones, is left as it is (a
+        resume that fails changes no file)."""
+        try:
+            return load_checkpoint(self.dir / POLICY_NAME).get("global_step", -1) > global_step
+        except CheckpointError:
+            return True
+
     def write_torch(self, name: str, state: dict) -> Path:
         return write_output(self.dir / name, torch_bytes(state))
 

@@ -324,7 +324,7 @@ class Session:
         self.last = ck.get("metrics", {})
         if self.lead:
             self.run.truncate_log(self.update, warn=self.echo)
-            if self.grad_steps:  # a kill may have left it one save ahead
+            if self.grad_steps and self.run.policy_ahead(ck["global_step"]):  # a kill between a save's two writes
                 self.run.write_torch(POLICY_NAME, self._policy_state(ck))
         return extra
 
