@@ -282,9 +282,8 @@ class RamGoal:
         import torch
 
         v = ram.index_select(0, self.rows).to(self.mask.dtype) & self.mask
-        return torch.stack([{"eq": col == val, "ne": col != val, "ge": col >= val, "gt": col > val,
-                             "le": col <= val, "lt": col < val}[op]
-                            for col, val, op in zip(v, self.value, self.ops, strict=True)])
+        # OPS are torch's comparison names: one comparison per condition (not all six, then one picked)
+        return torch.stack([getattr(torch, op)(col, val) for col, val, op in zip(v, self.value, self.ops, strict=True)])
 
     def evaluate(self, ram):
         """bool [N]: whether every condition holds in each env."""
