@@ -57,6 +57,19 @@ def render_map(m: Map, world: World = WORLD) -> np.ndarray:
     return img
 
 
+def compose(places, world: World = WORLD) -> np.ndarray:
+    """Shade indices of the maps of `world` at their places ((map, x, y): each map's top-left pixel), each with its
+    name above it."""
+    width = max(x + m.width * MT for m, x, _ in places)
+    height = max(y + m.height * MT for m, _, y in places)
+    img = np.zeros((height, width), dtype=np.uint8)
+    for m, x, y in places:
+        pic = render_map(m, world)
+        img[y:y + pic.shape[0], x:x + pic.shape[1]] = pic
+        draw_text(img, x, y - LABEL + 1, m.title)
+    return img
+
+
 def render_world() -> np.ndarray:
     """Shade indices (0 white .. 3 black) of the world picture."""
     route, town, home, lab = (MAP_BY_KEY[k] for k in ("route", "town", "home", "lab"))
@@ -64,22 +77,19 @@ def render_world() -> np.ndarray:
     route_x = -offset * MT
     town_y = LABEL + route.height * MT + 2 * MT
     right_x = town.width * MT + 2 * MT
-    width = right_x + max(home.width, lab.width) * MT
-    height = town_y + town.height * MT
-    img = np.zeros((height, width), dtype=np.uint8)
-    places = ((route, route_x, LABEL), (town, 0, town_y), (home, right_x, town_y),
-              (lab, right_x, town_y + home.height * MT + LABEL + MT))
-    for m, x, y in places:
-        pic = render_map(m)
-        img[y:y + pic.shape[0], x:x + pic.shape[1]] = pic
-        draw_text(img, x, y - LABEL + 1, m.title)
-    return img
+    return compose(((route, route_x, LABEL), (town, 0, town_y), (home, right_x, town_y),
+                    (lab, right_x, town_y + home.height * MT + LABEL + MT)))
+
+
+def write_picture(img: np.ndarray, path: str) -> None:
+    """A world picture as a PNG, each pixel doubled."""
+    from gbxcule.core.screen import write_png
+
+    write_png(np.kron(img, np.ones((2, 2), dtype=np.uint8)), path)
 
 
 def main(argv: list[str]) -> int:
-    from gbxcule.core.screen import write_png
-
-    write_png(np.kron(render_world(), np.ones((2, 2), dtype=np.uint8)), argv[0])
+    write_picture(render_world(), argv[0])
     return 0
 
 

@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from gbxcule.roms.overworld.picture import LABEL, MT, draw_text, render_map
+from gbxcule.roms.overworld.picture import LABEL, MT, compose, write_picture
 from gbxcule.roms.overworld.tables import UP, Warp
 from gbxcule.roms.quest.world import WORLD
 
@@ -45,22 +45,11 @@ def _places() -> list[tuple[str, int, int]]:
 
 def render_world() -> np.ndarray:
     """Shade indices (0 white .. 3 black) of the world picture."""
-    places = _places()
-    maps = WORLD.map_by_key
-    width = max(x + maps[k].width * MT for k, x, _ in places)
-    height = max(y + maps[k].height * MT for k, _, y in places)
-    img = np.zeros((height, width), dtype=np.uint8)
-    for key, x, y in places:
-        pic = render_map(maps[key], WORLD)
-        img[y:y + pic.shape[0], x:x + pic.shape[1]] = pic
-        draw_text(img, x, y - LABEL + 1, maps[key].title)
-    return img
+    return compose([(WORLD.map_by_key[k], x, y) for k, x, y in _places()], WORLD)
 
 
 def main(argv: list[str]) -> int:
-    from gbxcule.core.screen import write_png
-
-    write_png(np.kron(render_world(), np.ones((2, 2), dtype=np.uint8)), argv[0])
+    write_picture(render_world(), argv[0])
     return 0
 
 
