@@ -242,3 +242,50 @@ def test_plot_draws_how_far_runs_get(tmp_path):
     written = {p.name for p in plot_runs([run], tmp_path / "out")}
     assert "milestones.png" in written
     assert (tmp_path / "out" / "milestones.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("stack_k, obs", [(1, "pixels"), (3, "pixels"), (2, "packed")])
+def test_shown_milestones_are_the_flags_held_now_in_the_last_row_and_change_nothing_else(stack_k, obs):
+    """show_milestones: every observation's last row is the flags held at that frame (4 pixels, or one packed byte,
+    each), on every stacked frame, after resets too; the screen above it is the env's without the option."""
+    plain = game_env("from_bed", stack_k=stack_k, obs=obs, max_steps=16)
+    shown = game_env("from_bed", stack_k=stack_k, obs=obs, max_steps=16, show_milestones=True)
+    per, ink = (4, 3) if obs == "pixels" else (1, 0xFF)
+
+    def row(flags):
+        r = torch.zeros(80 if obs == "pixels" else 20, dtype=torch.uint8)
+        for i, f in enumerate(flags):
+            r[i * per:(i + 1) * per] = ink * int(f)
+        return r
+
+    o_plain, _ = plain.reset(seed=0)
+    o_shown, _ = shown.reset(seed=0)
+    history = [[(False, False)] * stack_k, [(False, False)] * stack_k]  # per env, the flags of each stacked frame
+    seen, ends = set(), 0
+    for a in actions(LEAVE + " U N2 D N2 N3"):  # env 0 reaches town (flag 0); both are truncated at step 16
+        assert torch.equal(o_plain[..., :71, :], o_shown[..., :71, :])
+        for e in range(2):
+            for f in range(stack_k):
+                assert torch.equal(o_shown[e, f, 71], row(history[e][f])), (e, f)
+        o_plain, _, term, trunc, _ = plain.step(torch.tensor([a, 0]))
+        o_shown, _, _, _, _ = shown.step(torch.tensor([a, 0]))
+        now = [tuple(bool(x) for x in shown._milestones.each(shown.ram)[:, e]) for e in range(2)]
+        for e in range(2):
+            ended = bool(term[e] or trunc[e])
+            history[e] = [now[e]] * stack_k if ended else history[e][1:] + [now[e]]
+            seen |= {(e, f) for f in now[e] if f}
+            ends += ended
+    assert seen == {(0, True)} and ends == 2  # the flag was drawn for env 0 only, and both episodes restarted
+    assert shown.describe()["show_milestones"] is True
+
+
+def test_show_milestones_needs_a_task_with_milestones():
+    from gbxcule.rl.env import GameEnv
+    from gbxcule.rl.starts import EnvConfigError
+
+    with pytest.raises(EnvConfigError, match="show_milestones needs a task with 1 to 20 milestones"):
+        GameEnv(num_envs=1, task="leave_house", show_milestones="on")
+    with pytest.raises(EnvConfigError, match="show_milestones must be on, off or auto"):
+        GameEnv(num_envs=1, task="leave_house", show_milestones="yes")
+    assert not GameEnv(num_envs=1, task="leave_house", show_milestones="auto").show_milestones
+    assert game_env("from_bed", n=1, show_milestones="auto").show_milestones

@@ -47,6 +47,8 @@ class EnvConfig:
     backend: dict = knob(default_factory=dict, resume=CHANGE)
     archive: dict = knob(default_factory=dict)  # the state archive's knobs (rl/archive.py ArchiveConfig); {}: none
     spread_clocks: bool = False  # first episodes end at seeded steps, so truncations do not all fall on one step
+    # the task's milestone flags drawn over each observation's last row (GameEnv); auto: where the task has some
+    show_milestones: str = knob("off", choices=("off", "on", "auto"))
 
 
 @dataclass
@@ -254,7 +256,8 @@ def make_env(e: EnvConfig, device: str, seed: int, num_envs: int | None = None, 
     try:
         env = GameEnv(e.rom, num_envs or e.num_envs, device, task=e.task, start_states=e.start_states,
                       stack_k=e.stack_k, obs=e.obs, max_steps=e.max_steps, reward=e.reward, goal=e.goal, seed=seed,
-                      backend_options=e.backend, archive=e.archive, spread_clocks=e.spread_clocks, **kw)
+                      backend_options=e.backend, archive=e.archive, spread_clocks=e.spread_clocks,
+                      show_milestones=e.show_milestones, **kw)
     except (TypeError, ValueError) as exc:  # a backend option of the wrong type or value
         if isinstance(exc, GbxculeError):
             raise

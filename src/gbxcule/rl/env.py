@@ -59,6 +59,7 @@ from gbxcule.rl.starts import (
 from gbxcule.rl.tasks import Task, load_task
 
 INFO_MODES = ("none", "stats", "full")
+MAX_SHOWN = 20  # show_milestones: 4 pixels each in an 80-pixel row
 _STAT_NAMES = ("episodes", "return_sum", "length_sum", "success_sum", "truncated", "terminated", "steps",
                "template_fired", "template_fired_ok", "ram_goal_reached", "bad_actions")
 
@@ -100,6 +101,11 @@ class GameEnv:
         docs/training.md "State archive"); None or {}: none.
     spread_clocks: each env's first episode after a reset ends at a seeded step in [1, max_steps], so
         truncations do not all fall on one step.
+    show_milestones: draw the task's milestone flags (its RAM event flags, as they are now) over the last row
+        of every observation, 4 pixels each (shade 3 where held, 0 where not; the rest of the row 0): the
+        game's hidden progress made visible, as Pokemon Red agents observe event flags. True ("on") needs a
+        task with milestones (at most 20); "auto" draws them where the task has some; goal templates are
+        scored on the frame without them.
     """
 
     def __init__(self, rom: str | Path | Rom | None = None, num_envs: int = 1, device: str = "cpu",
@@ -108,7 +114,8 @@ class GameEnv:
                  codec: str | None = None, max_steps: int | None = None, reward: dict | RewardConfig | None = None,
                  goal: str | Path | GoalTemplate | None = None, info_mode: str = "stats", seed: int = 0,
                  keep_final_obs: bool = False, obs_view: str = "stride", backend_options: dict | None = None,
-                 memory_reserve=None, archive: dict | ArchiveConfig | None = None, spread_clocks: bool = False):
+                 memory_reserve=None, archive: dict | ArchiveConfig | None = None, spread_clocks: bool = False,
+                 show_milestones: bool | str = False):
         import torch
         import warp as wp
 
@@ -147,6 +154,16 @@ class GameEnv:
                                          backend_options=backend_options)
         self.rom, self.codec, self.schedule = be.rom, be.codec, be.schedule
         self._setup_goals(goal)  # what ends an episode and what it earns
+        if show_milestones not in (True, False, "on", "off", "auto"):
+            self.close()
+            raise EnvConfigError(f"show_milestones must be on, off or auto, got {show_milestones!r}")
+        self.show_milestones = (bool(self.milestone_names) if show_milestones == "auto"
+                                else show_milestones in (True, "on"))
+        if self.show_milestones and not 1 <= len(self.milestone_names) <= MAX_SHOWN:
+            self.close()
+            raise EnvConfigError(f"show_milestones needs a task with 1 to {MAX_SHOWN} milestones (4 pixels each in "
+                                 f"the observation's last row); task {t.name if t else None!r} has "
+                                 f"{len(self.milestone_names)}")
         self.archive = self._limit = self._clone_bufs = None
         self.after_step: Callable[[], None] | None = None  # called at the end of every step (the shell's eval)
         extra = 0 if self.archive_cfg is None else self.archive_cfg.capacity + 1  # the cells, and a scratch slot
@@ -270,6 +287,11 @@ class GameEnv:
         self.failed = torch.zeros(n, dtype=torch.bool, device=dev)  # the task became unwinnable this step
         # per milestone: ended episodes that held it, then ended episodes that hit the dead end (float64 sums)
         self._ms_stats = torch.zeros(k_ms + 1, dtype=torch.float64, device=dev)
+        if self.show_milestones:  # the shown row: per column the milestone drawn there (4 pixels, or 1 packed byte)
+            per = 4 if self.obs_mode == "pixels" else 1
+            self._strip_cols = torch.arange(k_ms, device=dev).repeat_interleave(per)
+            self._strip = torch.zeros(n, w, dtype=torch.uint8, device=dev)
+            self._strip_ink = 3 if self.obs_mode == "pixels" else 0xFF
         self._near = torch.zeros(n, dtype=torch.int32, device=dev)
         self._fired = torch.zeros(n, dtype=torch.bool, device=dev)  # the template's test (k steps under tau)
         self._stats = torch.zeros(len(_STAT_NAMES), dtype=torch.float64, device=dev)
@@ -329,6 +351,8 @@ class GameEnv:
         self._restore_done(seed)
         if self.archive is not None:
             self.archive.mark_areas(self.cell_keys())
+        if self.show_milestones:
+            self._draw_milestones(self._done)
         if self._limit is not None and self.archive is None:
             self._limit.fill_(self.max_steps)
         if self.spread_clocks:  # first episodes end at a seeded step in [1, max_steps] (or sooner)
@@ -404,6 +428,20 @@ class GameEnv:
             buf.copy_(buf.index_select(0, idx))
         if self.milestone_names:
             self.milestones.copy_(self.milestones.index_select(1, idx))
+
+    def _draw_milestones(self, restored=None) -> None:
+        """show_milestones: the flags held now over the last row of the newest frame, or of every stacked frame
+        of the envs in `restored` (bool [N]: their whole stack is their start's first frame)."""
+        torch, strip = self.torch, self._strip
+        held = self._milestones.each(self._ram)  # [M, N]
+        strip[:, :len(self._strip_cols)] = held.t().index_select(1, self._strip_cols).to(torch.uint8) * self._strip_ink
+        row = self._ring[:, :, 71]  # [N, ring frames, W]
+        if restored is None:
+            k = self.stack_k
+            for pos in ((0,) if k == 1 else (self._pos, self._pos + k)):
+                row[:, pos].copy_(strip)
+        else:
+            row.copy_(torch.where(restored.view(-1, 1, 1), strip.unsqueeze(1), row))
 
     @property
     def ram(self):
@@ -499,6 +537,8 @@ class GameEnv:
             self._pos = (self._pos + 1) % self.stack_k
             self._ring[:, self._pos].copy_(latest)
             self._ring[:, self._pos + self.stack_k].copy_(latest)
+        if self.show_milestones:
+            self._draw_milestones()
         if self.final_obs is not None:
             self.final_obs.copy_(self.obs)
         torch.where(self._done, self.ep_return, self.final_return, out=self.final_return)
@@ -511,6 +551,8 @@ class GameEnv:
         self._restore_done(self.seed)
         if self._milestones is not None:  # a new episode holds what its start holds
             torch.where(self._done, self._milestones.each(self._ram), self.milestones, out=self.milestones)
+        if self.show_milestones:
+            self._draw_milestones(self._done)
         keep = ~self._done
         self.steps *= keep
         self._near *= keep
@@ -789,5 +831,5 @@ class GameEnv:
                 "success_source": self.success_source,
                 "archive": None if self.archive is None else {**self.archive_cfg.to_dict(), "cells": self.cell_mode,
                                                               "bytes": self.archive_bytes},
-                "spread_clocks": self.spread_clocks,
+                "spread_clocks": self.spread_clocks, "show_milestones": self.show_milestones,
                 "reward": {k: v for k, v in vars(self.reward_cfg).items() if k != "extra"}}
