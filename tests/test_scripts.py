@@ -345,3 +345,27 @@ def test_summarize_writes_one_summary_json_per_figure(tmp_path):
     r = run([sys.executable, "scripts/bench/summarize.py", "--topic", "training", "--name", "y", "--command", "c",
              "--root", str(root), str(tmp_path / "nofacts")])
     assert r.returncode == 1 and "give --tree" in r.stderr
+
+
+def test_summarize_gives_each_milestones_first_reach_in_the_tasks_chain_order(tmp_path):
+    """A run whose updates logged milestone_episodes: the summary names each milestone by the task pack's chain
+    order with the seconds and env-steps of the first update whose ended episodes held it; unreached ones are left
+    out."""
+    import json
+
+    folder = tmp_path / "q_s0"
+    _fake_run(folder, 0, [0.0, 0.0])
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.setdefault("env", {})["task"] = "quest"
+    (folder / "config.json").write_text(json.dumps(cfg))
+    held = [[0] * 11, [3] + [0] * 10, [5, 0, 1] + [0] * 8, [9, 2, 4] + [0] * 8]
+    (folder / "metrics.jsonl").write_text("".join(
+        json.dumps({"env_steps": 100 * (i + 1), "wall_s": 2.0 * (i + 1), "sps": 1.0, "milestone_episodes": h}) + "\n"
+        for i, h in enumerate(held)))
+    root = tmp_path / "benchmarks"
+    r = run([sys.executable, "scripts/bench/summarize.py", "--topic", "tasks", "--name", "q", "--command", "c",
+             "--root", str(root), str(folder)])
+    assert r.returncode == 0, r.stderr
+    run_entry = json.loads((root / "tasks" / "q.json").read_text())["numbers"]["runs"][0]
+    assert run_entry["milestone_first"] == {"MOM": [4.0, 200], "ELDER": [8.0, 400], "CLUB": [6.0, 300]}
+    assert list(run_entry["milestone_first"]) == ["MOM", "ELDER", "CLUB"]

@@ -63,8 +63,35 @@ def run_entry(folder: Path, target: float | None) -> tuple[dict, list]:
              "final_greedy": final.get("greedy", {}).get("success_rate", final.get("success_rate")),
              "final_sampled": final.get("sampled", {}).get("success_rate"),
              "final_policy": summary.get("final_policy"), "sps_median": r["sps_median"]}
+    first = milestone_first(folder, config)
+    if first:
+        entry["milestone_first"] = first
     entry.update(provenance(folder))
     return entry, [(c[1], c[2]) for c in r["curve"]]
+
+
+def milestone_first(folder: Path, config: dict) -> dict:
+    """Each milestone's first reach in a run's training episodes: {name: [wall seconds, env-steps]} in the task's
+    chain order (the update whose ended episodes first held it); milestones never reached are left out."""
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()
+            if line.startswith("{") and line.rstrip().endswith("}")]
+    rows = [r for r in rows if isinstance(r.get("milestone_episodes"), list)]
+    if not rows:
+        return {}
+    try:
+        from gbxcule.rl.tasks import load_task
+
+        names = [m.name for m in load_task(config["env"]["task"]).milestones]
+    except Exception:  # noqa: BLE001 (a pack not found here: number them)
+        names = []
+    first: dict = {}
+    for r in rows:
+        for i, held in enumerate(r["milestone_episodes"]):
+            name = names[i] if i < len(names) else f"milestone_{i + 1}"
+            if held and name not in first:
+                first[name] = [r.get("wall_s"), r.get("env_steps")]
+    order = names or list(first)
+    return {n: first[n] for n in order if n in first}
 
 
 def provenance(folder: Path) -> dict:

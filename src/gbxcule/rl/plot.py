@@ -55,6 +55,16 @@ def read_metrics(run: str | Path) -> list[dict]:
     return rows
 
 
+def first_reached(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """(x, deepest milestone of that update) as (x, deepest so far): a staircase that climbs where each milestone
+    was first reached."""
+    out, best = [], 0.0
+    for px, depth in points:
+        best = max(best, depth)
+        out.append((px, best))
+    return out
+
+
 def _points(rows: list[dict], x: str, key: str) -> list[tuple[float, float]]:
     return [(r[x], r[key]) for r in rows if isinstance(r.get(key), int | float) and r.get(x) is not None]
 
@@ -131,8 +141,8 @@ def plot_runs(runs, out: str | Path | None = None, x: str = "env_steps") -> list
         for run, rows in far.items():
             label = Path(run).name
             deep = _points(rows, x, "milestone_deepest")
-            if deep:
-                top.step(*zip(*deep, strict=True), where="post", lw=1.4, label=f"{label}: training")
+            if deep:  # the deepest so far: each milestone's first-reach time is where the staircase climbs to it
+                top.step(*zip(*first_reached(deep), strict=True), where="post", lw=1.4, label=f"{label}: training")
             greedy = _points(rows, x, "eval/mean_deepest")
             if greedy:
                 top.plot(*zip(*greedy, strict=True), marker="o", ms=3, lw=1.0, label=f"{label}: greedy eval (mean)")
@@ -141,7 +151,7 @@ def plot_runs(runs, out: str | Path | None = None, x: str = "env_steps") -> list
                 pts = _points(rows, x, f"milestone/{name}")
                 if pts:
                     low.plot(*zip(*pts, strict=True), lw=1.0, label=name if len(far) == 1 else f"{label}: {name}")
-        top.set_title("how far runs get: the deepest milestone reached", fontsize=9)
+        top.set_title("how far runs get: the deepest milestone reached so far (first-reach times)", fontsize=9)
         top.set_ylabel("milestone (1-based)")
         top.grid(alpha=0.3)
         top.legend(fontsize=7)
