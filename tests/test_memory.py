@@ -162,3 +162,116 @@ def test_a_fixed_part_too_large_alone_is_said_so():
     need = memory.Need.device("buffers", 1 << 20) + memory.Need.device("table", 0, 8 << 30)
     with pytest.raises(GbxculeError, match=r"table 8\.00 GiB.*does not fit alone"):
         memory.check(10, need, None, Available(4 << 30, "a test's card"))
+
+
+def tensor_peak(fn, *args) -> int:
+    """The most bytes of tensors that `fn(*args)` made were alive at once, counted by torch's dispatcher: each op's new
+    storages (not its inputs' or their views), dropped once freed."""
+    torch = pytest.importorskip("torch")
+    from torch.multiprocessing.reductions import StorageWeakRef
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    def storages(tree):
+        return [t.untyped_storage() for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.live, self.peak = {}, 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            given = {StorageWeakRef(s).cdata for s in storages((args, kwargs))}
+            self.live = {k: v for k, v in self.live.items() if not v[0].expired()}
+            for s in storages(out):
+                ref = StorageWeakRef(s)
+                if ref.cdata not in given:
+                    self.live.setdefault(ref.cdata, (ref, s.nbytes()))
+            self.peak = max(self.peak, sum(n for _, n in self.live.values()))
+            return out
+
+    with Count() as count:
+        fn(*args)
+    return count.peak
+
+
+@pytest.mark.parametrize("kind,arch,k,packed", [("ac", "nature", 1, False), ("ac", "small", 4, True),
+                                                ("q_ln", "nature", 2, False), ("gru", "small", 1, True)])
+def test_activation_bytes_covers_what_a_forward_and_backward_keeps(kind, arch, k, packed):
+    """`activation_bytes` against torch's own count of a model's tensors per sample (the slope between two batch
+    sizes: weights and their gradients drop out), float32 within 15% above it, bf16 autocast below it."""
+    torch = pytest.importorskip("torch")
+    from gbxcule.rl.models import ActorCritic, QNetwork, activation_bytes
+
+    torch.manual_seed(0)
+    gru = 64 if kind == "gru" else None
+    model = (QNetwork(8, k, packed, arch, layer_norm=True) if kind == "q_ln"
+             else ActorCritic(8, k, packed, arch, gru=gru))
+    state = torch.zeros(192, gru) if gru else None
+
+    def step(obs, train, amp):
+        ids = torch.arange(obs.shape[0])
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp), torch.set_grad_enabled(train):
+            x = obs[ids] if train else obs  # a minibatch gathered from storage; acting reads the env's buffer
+            out = model.forward_step(x, state[:len(ids)])[:2] if gru else model(x)
+        if train:
+            out = out if isinstance(out, tuple) else (out,)
+            sum(o.float().logsumexp(-1).mean() if o.dim() > 1 else o.float().mean() for o in out).backward()
+            model.zero_grad(set_to_none=True)
+
+    for train in (True, False):
+        for amp in (False, True):
+            peaks = []
+            for b in (64, 192):
+                obs = torch.randint(0, 256 if packed else 4, (b, k, 72, 20 if packed else 80), dtype=torch.uint8)
+                peaks.append(tensor_peak(step, obs, train, amp))
+            per_sample = (peaks[1] - peaks[0]) / 128
+            est = activation_bytes(arch, k, packed, train, layer_norm=kind == "q_ln", gru=gru)
+            assert per_sample <= est, (train, amp, per_sample, est)
+            if not amp:
+                assert est <= 1.15 * per_sample, (train, per_sample, est)
+
+
+def test_the_learners_working_memory_is_counted_before_anything_is_allocated(tmp_path, capsys, monkeypatch):
+    """A PPO minibatch whose forward and backward does not fit is refused with the env's own check (one line,
+    "learner working memory" named); more minibatches of the same run fit it."""
+    pytest.importorskip("torch")
+    import gbxcule.backends.warp_vec as warp_vec
+    from gbxcule.rl.algos import get
+    from gbxcule.rl.models import activation_bytes
+    from gbxcule.rl.training import make_config
+
+    def never(*a, **k):
+        raise AssertionError("envs were allocated")
+
+    monkeypatch.setattr(warp_vec.WarpVecBackend, "__init__", never)
+    monkeypatch.setattr(memory, "host_available", lambda: Available(400 << 20, "cgroup limit in test"))
+    cfg = make_config(None, {"env": {"num_envs": 256}, "ppo": {"minibatches": 1}})
+    per_env, fixed = get("ppo").working_bytes(cfg)
+    assert fixed == 0 and per_env == 32 * activation_bytes("nature", 1, False, True)  # 8,192 samples a minibatch
+    args = ["train", "--device", "cpu", "--num-envs", "256", "--run-dir", str(tmp_path / "run"), "--set"]
+    assert main([*args, "ppo.minibatches=1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "256 envs need" in err and "learner working memory 1.17 GiB" in err
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(AssertionError, match="envs were allocated"):  # past the check: the emulators are built
+        main([*args, "ppo.minibatches=64"])
+
+
+def test_an_out_of_memory_error_outside_training_is_one_line(tmp_path, capsys, monkeypatch):
+    """torch's out-of-memory error in any command (here eval) is one line with what was asked, never a traceback."""
+    torch = pytest.importorskip("torch")
+    from gbxcule.rl import training
+
+    def oom(*a, **k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 512.00 MiB. GPU 0 has a total capacity "
+                                     "of 79.10 GiB of which 20.00 MiB is free. Including non-PyTorch memory, ...")
+
+    monkeypatch.setattr(training, "evaluate", oom)
+    assert main(["eval", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("gbxcule eval: error: out of memory (tried to allocate 512.00 MiB; 20.00 MiB free of 79.10 GiB); "
+                   "try fewer envs")
+    assert memory.oom_summary("DefaultCPUAllocator: not enough memory: you tried to allocate 3019898880 bytes.") \
+        == "tried to allocate 2.81 GiB"

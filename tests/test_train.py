@@ -145,6 +145,31 @@ def test_nonfinite_loss_stops_with_a_snapshot(tmp_path, monkeypatch):
     assert snap["update"] == 1 and "batch_stats" in snap
 
 
+def test_out_of_device_memory_in_training_is_one_line_and_keeps_the_checkpoint(tmp_path, capsys, monkeypatch):
+    """torch's out-of-memory error in an update (the start-up check passed, then the GPU, shared, filled up): one
+    line saying what was asked, why, and which settings lower it; exit 2, no traceback, the checkpoint as it was."""
+    import gbxcule.rl.algos.ppo as ppo_mod
+
+    train(tiny(tmp_path, stop_after_updates=1))
+    good = (tmp_path / "checkpoint.pt").read_bytes()
+
+    def oom(*a, **k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.81 GiB. GPU 0 has a total capacity of "
+                                     "139.81 GiB of which 1.05 GiB is free. Process 7 has 33.87 GiB memory in use.")
+
+    monkeypatch.setattr(ppo_mod, "ppo_loss", oom)
+    assert main(["train", "--resume", str(tmp_path), "--json"]) == 2  # --json: no start-up lines
+    err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    line = err[0]
+    assert line.startswith("gbxcule train: error: training stopped at update 2: cpu ran out of memory")
+    for said in ("tried to allocate 2.81 GiB; 1.05 GiB free of 139.81 GiB", "shared with other processes or too small",
+                 "learner working memory planned at", "lower env.num_envs or raise ppo.minibatches",
+                 "the last good checkpoint (update 1) is kept"):
+        assert said in line, (said, line)
+    assert (tmp_path / "checkpoint.pt").read_bytes() == good
+
+
 def test_set_overrides_merge_tables_and_reject_bad_items(tmp_path, capsys):
     from gbxcule.rl.config import merge_overrides, parse_sets
 

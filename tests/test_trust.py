@@ -666,6 +666,7 @@ def test_the_checkpoints_host_copies_are_counted_before_anything_runs(tmp_path, 
     rc, _, err = train_cli("--algo", "dqn", "--device", "cpu", "--num-envs", "4", "--total-steps", "640",
                            "--max-steps", "10", "--model", "small", "--eval-episodes", "0", "--no-progress",
                            "--run-dir", d, "--set", "dqn.buffer_size=4000", "--set", "dqn.learning_starts=8",
+                           "--set", "dqn.batch_size=32",  # a learner's working memory that fits too
                            "--set", "dqn.checkpoint_buffer=true", "--set", "run.checkpoint_env_state=\"never\"")
     monkeypatch.undo()
     assert rc == 2 and err.count("\n") == 1 and "a checkpoint of this run takes" in err, err

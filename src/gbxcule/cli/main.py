@@ -62,10 +62,16 @@ def main(argv: list[str] | None = None) -> int:
     except MemoryError:
         sys.stderr.write(f"gbxcule {args.command}: error: out of memory; try fewer envs\n")
         return EXIT_ERROR
-    except RuntimeError as exc:  # Warp's allocator: "Failed to allocate N bytes on device ..."
-        if "Failed to allocate" not in str(exc):
+    except RuntimeError as exc:  # Warp's allocator ("Failed to allocate N bytes on device ..."), or torch's
+        text = str(exc)
+        if "Failed to allocate" in text:
+            sys.stderr.write(f"gbxcule {args.command}: error: {text.splitlines()[0]}; try fewer envs\n")
+        elif "out of memory" in text or "not enough memory" in text:
+            from gbxcule.core.memory import oom_summary
+
+            sys.stderr.write(f"gbxcule {args.command}: error: out of memory ({oom_summary(text)}); try fewer envs\n")
+        else:
             raise
-        sys.stderr.write(f"gbxcule {args.command}: error: {str(exc).splitlines()[0]}; try fewer envs\n")
         return EXIT_ERROR
     except KeyboardInterrupt:
         sys.stderr.write("gbxcule: interrupted\n")

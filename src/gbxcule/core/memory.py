@@ -5,16 +5,19 @@ anything is allocated (pure Python; the callers pass in what they measured).
   stage outputs, observation, frame buffer, sort buffers); `env_bytes` what `rl/env.py GameEnv` adds per env
   (frame ring, final observation, counters, novelty tables); `slot_bytes` its start-slot store (fixed).
 - `Need` adds them up per env and fixed, on the host and on the device; a trainer adds its rollout or replay
-  storage. On the CPU device, device bytes are host bytes (`Need.on`).
+  storage and its learner's working memory (`rl/models.py activation_bytes`). On the CPU device, device bytes
+  are host bytes (`Need.on`).
 - `host_available` is the smallest of MemAvailable and what the process's cgroup may still take (cgroup v2
   `memory.max` less usage, v1 `memory.limit_in_bytes` less usage, over the cgroup and its parents);
   free device memory comes from the caller (cudaMemGetInfo).
-- `check` raises one line with the numbers and the largest env count that fits.
+- `check` raises one line with the numbers and the largest env count that fits; `oom_summary` shortens an
+  allocator's out-of-memory message for the line that reports one after all.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +29,10 @@ OBS_ROWS = 72
 OBS_WIDTH = {"pixels": 80, "packed": 20}  # bytes of an observation row
 PYBOY_BYTES_PER_ENV = 2 << 20  # a PyBoy instance with its buffers (~1 MB on PyBoy 2.8), doubled
 ENV_COUNTER_BYTES = 128  # GameEnv's per-env counters and flags (steps, returns, slots, distances, ...)
-MODEL_ALLOWANCE = 1 << 30  # a trainer's model, optimizer state and activations on a GPU
+MODEL_ALLOWANCE = 1 << 30  # a trainer's model, optimizer state and CUDA context on a GPU
+# a learner's bytes on a GPU over its tensors' own (rl/models.py activation_bytes): cuDNN's layout copies and
+# workspace; float32 passes of the nature model at 131,072 and 16,384 samples took 1.20x and 1.24x on an H200
+CUDA_WORKING_FACTOR = 1.25
 NO_LIMIT = 1 << 60  # cgroup "unlimited" values are near 2**63
 
 
@@ -223,3 +229,14 @@ def check(envs: int, need: Need, host: Available | None, device: Available | Non
                 else "what does not grow with the env count does not fit alone")
         raise MemoryLimitError(f"{envs:,} {what} need " + "; and ".join(lines) + "; " + tail)
 
+
+
+def oom_summary(text: str) -> str:
+    """An allocator's out-of-memory message in a few words ("tried to allocate 2.81 GiB; 1.05 GiB free of
+    139.72 GiB"), or its first sentence."""
+    asked = re.search(r"[Tt]ried to allocate ([\d.]+ ?[KMGT]i?B|\d+ bytes)", text)
+    free = re.search(r"total capacity of ([\d.]+ ?[KMGT]i?B) of which ([\d.]+ ?[KMGT]i?B) is free", text)
+    if asked is None:
+        return (text.strip().splitlines() or ["out of memory"])[0].split(". ")[0]
+    size = gib(int(asked[1].split()[0])) if asked[1].endswith("bytes") else asked[1]
+    return f"tried to allocate {size}" + (f"; {free[2]} free of {free[1]}" if free else "")

@@ -15,6 +15,8 @@ from torch import nn
 from gbxcule.rl.goals import unpack_shades
 
 MODELS = ("nature", "small")
+TORSO = {"nature": (32, 64, 64, 512), "small": (16, 32, 32, 256)}  # conv filters and hidden width
+CONV_OUT = ((17, 19), (7, 8), (5, 6))  # 72x80 through the three convolutions
 
 
 def _init(layer: nn.Module, gain: float = math.sqrt(2)) -> nn.Module:
@@ -91,7 +93,7 @@ def cnn_torso(stack_k: int, arch: str, layer_norm: bool = False) -> tuple[nn.Seq
     layer's output over (C, H, W) (GroupNorm with one group) and the hidden layer (LayerNorm) before the ReLU."""
     if arch not in MODELS:
         raise ValueError(f"model must be one of {', '.join(MODELS)}, got {arch!r}")
-    c1, c2, c3, hidden = (32, 64, 64, 512) if arch == "nature" else (16, 32, 32, 256)
+    c1, c2, c3, hidden = TORSO[arch]
 
     def norm(c: int, conv: bool) -> list[nn.Module]:
         return [(nn.GroupNorm(1, c) if conv else nn.LayerNorm(c))] if layer_norm else []
@@ -102,6 +104,27 @@ def cnn_torso(stack_k: int, arch: str, layer_norm: bool = False) -> tuple[nn.Seq
         _init(nn.Conv2d(c2, c3, 3, stride=1)), *norm(c3, True), nn.ReLU(),  # -> 5x6
         nn.Flatten(), _init(nn.Linear(c3 * 5 * 6, hidden)), *norm(hidden, False), nn.ReLU())
     return body, hidden
+
+
+def activation_bytes(arch: str, stack_k: int, packed: bool, train: bool, layer_norm: bool = False,
+                     gru: int | None = None) -> int:
+    """Peak bytes of tensors one sample adds to a float32 pass of a model here: with `train` a forward and backward
+    of a batch gathered from storage, else a forward under no_grad. The larger of: the shades' two float copies;
+    the forward's kept tensors (the input, each ReLU's output, a norm's input); in backward, the first layer's kept
+    tensors beside two gradients of its size. bf16 autocast keeps less (an upper bound there); cuDNN's own copies
+    are core/memory.py's CUDA_WORKING_FACTOR. tests/test_memory.py measures it against torch's tensors."""
+    c1, c2, c3, hidden = TORSO[arch]
+    px = stack_k * 72 * 80
+    outs = [c * h * w for c, (h, w) in zip((c1, c2, c3), CONV_OUT, strict=True)] + [hidden]
+    copy = (px // 4 if packed else px) if train else 0  # the minibatch's uint8 copy
+    cast = copy + (px if packed else 0) + 8 * px  # (unpacked) shades, converted then scaled
+    gates = 4 * 8 * (gru or 0)  # a GRU cell's gate products
+    if not train:
+        return max(cast, 4 * px + 8 * outs[0], 4 * outs[-1] + gates) + 1024
+    keep = 2 if layer_norm else 1
+    forward = copy + 4 * px + 4 * keep * sum(outs) + gates
+    backward = copy + 4 * px + 4 * (2 + keep) * outs[0] + 4 * (gru or 0)
+    return max(cast, forward, backward) + 1024  # 1 KiB: the heads, the loss and their gradients
 
 
 def scaled(obs: torch.Tensor, packed: bool, dtype: torch.dtype) -> torch.Tensor:

@@ -47,7 +47,7 @@ import torch
 
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.fmt import num, pct
-from gbxcule.core.memory import MODEL_ALLOWANCE, Need
+from gbxcule.core.memory import CUDA_WORKING_FACTOR, MODEL_ALLOWANCE, MemoryLimitError, Need, gib, oom_summary
 from gbxcule.core.outputs import write_output
 from gbxcule.rl import explore
 from gbxcule.rl.config import make_env, obs_bytes, portable, resolve_device, to_dict
@@ -120,7 +120,7 @@ class Session:
 
     def __init__(self, cfg, checkpoint: dict | None = None, echo: Callable[[str], None] | None = None,
                  device_bytes: Callable[[int], int] | int = 0, host_bytes: int = 0, env_kwargs: dict | None = None,
-                 steps_per_update: int = 1, checkpoint_bytes: int = 0):
+                 steps_per_update: int = 1, checkpoint_bytes: int = 0, working_bytes: tuple[int, int] = (0, 0)):
         self.t_process = process_age_s()
         self.t_init = time.perf_counter()
         self.cfg, self.checkpoint = cfg, checkpoint
@@ -148,7 +148,8 @@ class Session:
         self.num_updates = max(1, cfg.total_steps // self.update_steps)
         self.seed = cfg.run.seed + self.world.rank  # each process its own env and sampling streams
         try:
-            self.world.agree(lambda: self._open(device, device_bytes, host_bytes, env_kwargs, checkpoint_bytes))
+            self.world.agree(lambda: self._open(device, device_bytes, host_bytes, env_kwargs, checkpoint_bytes,
+                                                working_bytes))
         except BaseException as exc:
             self._restore_signals()
             self._close_resources()
@@ -180,9 +181,12 @@ class Session:
                       f"{cfg.env.num_envs:,} envs each, {cfg.env.num_envs * self.world.size:,} in all; rank 0 on "
                       f"{self.device} writes {cfg.run.run_dir}")
 
-    def _open(self, device: str, device_bytes, host_bytes: int, env_kwargs: dict | None, checkpoint_bytes: int) -> None:
+    def _open(self, device: str, device_bytes, host_bytes: int, env_kwargs: dict | None, checkpoint_bytes: int,
+              working_bytes: tuple[int, int]) -> None:
         """The checks and resources of one process (every process runs it; `World.agree` makes a failure on one
-        a failure on all): the device, resume fits the world, memory, the run folder (rank 0), seeds, the env."""
+        a failure on all): the device, resume fits the world, memory, the run folder (rank 0), seeds, the env.
+        `working_bytes`: (per env, fixed) bytes of the learner's peak working memory (its largest forward and
+        backward, or acting for every env)."""
         cfg, ck = self.cfg, self.checkpoint
         self.device = self.world.place(device)
         self.cuda = self.device.startswith("cuda")
@@ -197,9 +201,13 @@ class Session:
                                   f"its checkpoint holds each process's envs")
         need = device_bytes(obs_bytes(cfg.env)) if callable(device_bytes) else int(device_bytes)
         self.storage_bytes = need
-        # the trainer's storage (taken to grow with the env count) and model, checked with the env's own need
-        # before anything is allocated (core/memory.py); the run folder is touched only once the env is built
+        per, fixed = (math.ceil(b * (CUDA_WORKING_FACTOR if self.cuda else 1)) for b in working_bytes)
+        self.working_bytes = per * cfg.env.num_envs + fixed
+        # the trainer's storage (taken to grow with the env count), model and learner's working memory, checked
+        # with the env's own need before anything is allocated (core/memory.py); the run folder is touched only
+        # once the env is built
         reserve = (Need.device("trainer storage", -(-need // cfg.env.num_envs), MODEL_ALLOWANCE if self.cuda else 0)
+                   + Need.device("learner working memory", per, fixed)
                    + Need.host("trainer host buffers", 0, host_bytes))
         if self.lead:
             check_run_dir(cfg.run.run_dir, resume=ck is not None, inputs=env_input_files(to_dict(cfg.env)))
@@ -264,6 +272,13 @@ class Session:
                 err = RankFailure(f"training stopped at update {self._ended + 1}: {exc}; {self._kept()} in "
                                   f"{self.cfg.run.run_dir}")
                 raise (err if self.lead else quiet(err)) from None
+            if isinstance(exc, torch.OutOfMemoryError):  # the check at start-up passed, yet memory ran out
+                where = "the GPU" if self.cuda else "the host"
+                raise MemoryLimitError(
+                    f"training stopped at update {self.update + 1}: {self.device} ran out of memory "
+                    f"({oom_summary(str(exc))}): {where} is shared with other processes or too small for this run "
+                    f"(learner working memory planned at {gib(self.working_bytes)}); {memory_hint(self.cfg)}; "
+                    f"{self._kept()} in {self.cfg.run.run_dir}") from None
         finally:
             self._close_resources()
             self.world.close(clean=not isinstance(exc, RankFailure))
@@ -293,7 +308,7 @@ class Session:
             self.env.reset(seed=self.seed)
         self.world.broadcast_module(model)
         if describe:
-            self.echo(describe)
+            self.echo(f"{describe}; learner working memory {gib(self.working_bytes)}")
         if not self.cuda:
             self.echo(f"{self.num_updates - self.update} updates of {self.update_steps:,} env-steps planned on "
                       f"the CPU device (an estimate of the time follows the first update)")
@@ -697,6 +712,17 @@ def no_learning_hint(cfg) -> str:
     return "the run ended before its first update's learning step"
 
 
+def memory_hint(cfg) -> str:
+    """The settings that lower a run's memory: its env count, and its learner's batch."""
+    s, algo = cfg.section, cfg.algo
+    hint = "lower env.num_envs"
+    if hasattr(s, "minibatches"):
+        hint += f" or raise {algo}.minibatches"
+    if hasattr(s, "batch_size"):
+        hint += f" or {algo}.batch_size"
+    return hint
+
+
 def eval_interval(cfg, update_steps: int) -> int | None:
     """Env-steps between periodic greedy evals: `run.eval_every`, else `run.evals` of them spread over the run
     (None: none by env-steps)."""
@@ -711,7 +737,6 @@ def eval_interval(cfg, update_steps: int) -> int | None:
 def check_checkpoint_memory(need: int, device: str) -> None:
     """Refuse (one line) a run whose checkpoints' host copies (`need` bytes) do not fit in the host's memory now."""
     from gbxcule.backends import memory_available
-    from gbxcule.core.memory import MemoryLimitError
 
     host, _ = memory_available(device)
     if host is not None and need > host.bytes:
@@ -871,7 +896,9 @@ class AlgoSpec:
     build_model(section, num_actions, stack_k, packed) -> a `rl/models.py` model; steps_per_update(cfg) -> this
     process's env-steps per logged update; train(cfg, checkpoint, echo) -> the summary (its loop inside a
     `Session`); check(cfg): cross-field checks of a whole config (one ConfigError line); summary: one line for
-    --help; env_defaults: env settings it prefers under the user's."""
+    --help; env_defaults: env settings it prefers under the user's; working_bytes(cfg) -> (per env, fixed) device
+    bytes of its learner's peak working memory (`rl/models.py activation_bytes`; its train passes them to the
+    `Session`'s memory check)."""
 
     name: str
     config: type
@@ -881,3 +908,4 @@ class AlgoSpec:
     summary: str
     check: Any = None
     env_defaults: dict = field(default_factory=dict)
+    working_bytes: Any = None

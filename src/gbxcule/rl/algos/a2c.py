@@ -24,7 +24,7 @@ import torch
 from gbxcule.core.typed import knob
 from gbxcule.rl import returns
 from gbxcule.rl.config import ConfigError
-from gbxcule.rl.models import MODELS, ActorCritic
+from gbxcule.rl.models import MODELS, ActorCritic, activation_bytes
 from gbxcule.rl.session import AlgoSpec, Session
 
 STAT_NAMES = ("pg_loss", "v_loss", "entropy", "adv_mean", "adv_std", "value_mean")
@@ -86,6 +86,15 @@ def storage_bytes(cfg, obs_bytes: int) -> int:
     return a.n_step * n * (2 * obs_bytes + 8 + 4 * 4 + 2)
 
 
+def working_bytes(cfg) -> tuple[int, int]:
+    """(per env, fixed) device bytes of the learner's peak: streaming, a forward and backward over every env with
+    the bootstrap value's forward beside it; windows, a window's forward and backward, or acting."""
+    a, e = cfg.a2c, cfg.env
+    kw = (a.model, e.stack_k, e.obs == "packed")
+    train, act = activation_bytes(*kw, True, gru=a.gru), activation_bytes(*kw, False, gru=a.gru)
+    return (train + act if a.n_step == 1 else max(a.n_step * train, act)), 0
+
+
 # --- the loss ----------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class A2CCoefs:
@@ -135,7 +144,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
     """Train (or continue from `checkpoint`) in cfg.run.run_dir; returns the summary."""
     a = cfg.a2c
     with Session(cfg, checkpoint, echo, device_bytes=lambda ob: storage_bytes(cfg, ob),
-                 steps_per_update=steps_per_update(cfg)) as s:
+                 steps_per_update=steps_per_update(cfg), working_bytes=working_bytes(cfg)) as s:
         env = s.env
         n, dev, obs_shape = env.num_envs, env.device, env.single_obs_shape
         model = build_model(a, env.num_actions, env.stack_k, env.obs_mode == "packed").to(s.device)
@@ -252,5 +261,5 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
     return s.summary
 
 
-ALGO = AlgoSpec("a2c", A2CConfig, build_model, steps_per_update, train, check=check,
+ALGO = AlgoSpec("a2c", A2CConfig, build_model, steps_per_update, train, check=check, working_bytes=working_bytes,
                 summary="A2C: streaming TD(0) or n-step windows, one gradient per update_every env-steps")

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from gbxcule.core.typed import knob
 from gbxcule.rl import returns
 from gbxcule.rl.config import ConfigError, obs_bytes, resolve_device
-from gbxcule.rl.models import MODELS, QNetwork, epsilon_greedy
+from gbxcule.rl.models import MODELS, QNetwork, activation_bytes, epsilon_greedy
 from gbxcule.rl.replay import ReplayBuffer, ReplayError, check_memory, plan
 from gbxcule.rl.session import AlgoSpec, Session
 from gbxcule.rl.tasks import load_task
@@ -97,6 +97,15 @@ def check(cfg) -> None:
                           f"transitions)")
 
 
+def working_bytes(cfg) -> tuple[int, int]:
+    """(per env, fixed) device bytes of the learner's peak: acting for every env at once, and a batch's forward
+    and backward with the next observations' forwards beside it."""
+    d, e = cfg.dqn, cfg.env
+    kw = (d.model, e.stack_k, e.obs == "packed")
+    act = activation_bytes(*kw, False)
+    return act, d.batch_size * (activation_bytes(*kw, True) + act)
+
+
 # --- the loss --------------------------------------------------------------------------------------------------
 def q_target(ret: torch.Tensor, discount: torch.Tensor, next_q_online: torch.Tensor | None,
              next_q_target: torch.Tensor) -> torch.Tensor:
@@ -142,7 +151,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
     plan = replay_plan(cfg)
     check_memory(plan, resolve_device(cfg.run.device), what="dqn.buffer_size")  # one line, before any allocation
     with Session(cfg, checkpoint, echo, device_bytes=plan.bytes, steps_per_update=steps_per_update(cfg),
-                 checkpoint_bytes=plan.bytes if d.checkpoint_buffer else 0) as s:
+                 checkpoint_bytes=plan.bytes if d.checkpoint_buffer else 0, working_bytes=working_bytes(cfg)) as s:
         env = s.env
         n, num_actions = env.num_envs, env.num_actions
         model = build_model(d, num_actions, env.stack_k, env.obs_mode == "packed").to(s.device)
@@ -237,5 +246,5 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
     return s.summary
 
 
-ALGO = AlgoSpec("dqn", DQNConfig, build_model, steps_per_update, train, check=check,
+ALGO = AlgoSpec("dqn", DQNConfig, build_model, steps_per_update, train, check=check, working_bytes=working_bytes,
                 summary="Double DQN with n-step returns and a device replay buffer")

@@ -21,7 +21,7 @@ import torch
 from gbxcule.core.typed import knob
 from gbxcule.rl import returns
 from gbxcule.rl.config import ConfigError
-from gbxcule.rl.models import MODELS, ActorCritic
+from gbxcule.rl.models import MODELS, ActorCritic, activation_bytes
 from gbxcule.rl.session import AlgoSpec, NonFiniteError, Session
 
 
@@ -80,6 +80,16 @@ def rollout_bytes(cfg, obs_bytes: int) -> int:
     return batch_size(cfg) * (2 * obs_bytes + 8 + 4 * 6 + 2)
 
 
+def working_bytes(cfg) -> tuple[int, int]:
+    """(per env, fixed) device bytes of the learner's peak: a minibatch's forward and backward, or acting for
+    every env at once."""
+    p, e = cfg.ppo, cfg.env
+    kw = (p.model, e.stack_k, e.obs == "packed")
+    peak = max(-(-batch_size(cfg) // p.minibatches) * activation_bytes(*kw, True),
+               e.num_envs * activation_bytes(*kw, False))
+    return -(-peak // e.num_envs), 0
+
+
 # --- the loss ----------------------------------------------------------------------------------------------------
 def normalize(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     return (x - x.mean()) / (x.std() + eps)
@@ -118,7 +128,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
     """Train (or continue from `checkpoint`) in cfg.run.run_dir; returns the summary."""
     p = cfg.ppo
     with Session(cfg, checkpoint, echo, device_bytes=lambda ob: rollout_bytes(cfg, ob),
-                 steps_per_update=steps_per_update(cfg)) as s:
+                 steps_per_update=steps_per_update(cfg), working_bytes=working_bytes(cfg)) as s:
         env = s.env
         model = build_model(p, env.num_actions, env.stack_k, env.obs_mode == "packed").to(s.device)
         if p.channels_last:
@@ -224,5 +234,5 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
     return s.summary
 
 
-ALGO = AlgoSpec("ppo", PPOConfig, build_model, steps_per_update, train, check=check,
+ALGO = AlgoSpec("ppo", PPOConfig, build_model, steps_per_update, train, check=check, working_bytes=working_bytes,
                 summary="PPO: rollouts of rollout_steps x num_envs, minibatch epochs (the default)")

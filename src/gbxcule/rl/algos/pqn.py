@@ -15,7 +15,7 @@ import torch
 from gbxcule.core.typed import knob
 from gbxcule.rl import returns
 from gbxcule.rl.config import ConfigError
-from gbxcule.rl.models import MODELS, QNetwork, epsilon_greedy
+from gbxcule.rl.models import MODELS, QNetwork, activation_bytes, epsilon_greedy
 from gbxcule.rl.session import AlgoSpec, Session
 
 
@@ -66,11 +66,21 @@ def rollout_bytes(cfg, obs_bytes: int) -> int:
     return t * n * (2 * obs_bytes + 8 + 4 * 4 + 2)
 
 
+def working_bytes(cfg) -> tuple[int, int]:
+    """(per env, fixed) device bytes of the learner's peak: a minibatch's forward and backward, or acting for
+    every env at once."""
+    p, e = cfg.pqn, cfg.env
+    kw = (p.model, e.stack_k, e.obs == "packed")
+    peak = max(-(-steps_per_update(cfg) // p.minibatches) * activation_bytes(*kw, True, p.layer_norm),
+               e.num_envs * activation_bytes(*kw, False, p.layer_norm))
+    return -(-peak // e.num_envs), 0
+
+
 def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
     """Train (or continue from `checkpoint`) in cfg.run.run_dir; returns the summary."""
     p = cfg.pqn
     with Session(cfg, checkpoint, echo, device_bytes=lambda ob: rollout_bytes(cfg, ob),
-                 steps_per_update=steps_per_update(cfg)) as s:
+                 steps_per_update=steps_per_update(cfg), working_bytes=working_bytes(cfg)) as s:
         env = s.env
         model = build_model(p, env.num_actions, env.stack_k, env.obs_mode == "packed").to(s.device)
         optimizer = torch.optim.Adam(model.parameters(), lr=p.lr)
@@ -151,5 +161,5 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
     return s.summary
 
 
-ALGO = AlgoSpec("pqn", PQNConfig, build_model, steps_per_update, train, check=check,
+ALGO = AlgoSpec("pqn", PQNConfig, build_model, steps_per_update, train, check=check, working_bytes=working_bytes,
                 summary="PQN: Q(lambda) over rollouts of rollout_steps x num_envs, LayerNorm, no replay or target")
