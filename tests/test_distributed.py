@@ -132,6 +132,23 @@ def test_ppo_one_epoch_on_a_share_of_the_envs_stays_in_step_on_two_processes(tmp
     assert steps == {3 * 2}  # 3 updates x 1 epoch (the KL stop) x 2 minibatches, on rank 0's Adam
 
 
+def test_a_recurrent_ppo_stays_in_step_on_two_processes(tmp_path):
+    # ppo.gru unrolls each minibatch's envs outside DDP; the flat all-reduce still averages every gradient, so the
+    # weights agree on both processes after every update (run.check_sync) and each keeps its own carried state
+    d = tmp_path / "gru"  # episodes of 10 steps: the 24th step leaves a state that is not a reset one
+    argv = ["train", "--algo", "ppo", "--device", "cpu", "--num-envs", str(ENVS), "--max-steps", "10",
+            "--total-steps", str(3 * 2 * ENVS * 8), "--run-dir", str(d), "--eval-episodes", "0", "--no-progress",
+            "--set", "ppo.rollout_steps=8", "--set", "ppo.epochs=2", "--set", "ppo.minibatches=2",
+            "--set", "ppo.gru=8", "--set", "ppo.model=\"small\"", "--set", "run.tensorboard=false",
+            "--set", "run.check_sync=true", "--gpus", "2"]
+    with in_process_launcher():
+        assert main(argv) == 0
+    ck = load_checkpoint(d, need_training=True)
+    assert ck["world_size"] == 2 and ck["update"] == 3
+    mine, other = ck["extra"]["state"], ck["ranks"][0]["extra"]["state"]
+    assert mine.shape == other.shape == (ENVS, 8) and not torch.equal(mine, other)
+
+
 def test_launcher_flags_are_checked(tmp_path, capsys):
     assert main(["train", "--gpus", "0", "--run-dir", str(tmp_path)]) == 2
     assert "--gpus must be >= 1" in capsys.readouterr().err

@@ -37,6 +37,41 @@ def test_double_dqn_target_and_losses():
     assert torch.equal(a.weight, b.weight)
 
 
+def test_epsilon_ladder_spreads_exploration_over_the_envs():
+    """Ape-X's ladder: env i of N explores with epsilon ** (1 + alpha * i / (N - 1)); epsilon_greedy takes one epsilon
+    per row; alpha 0 is every env at epsilon."""
+    from gbxcule.rl.models import epsilon_greedy, epsilon_ladder, ladder_epsilons
+
+    n = 4096
+    exps = epsilon_ladder(n, 7.0, "cpu")
+    assert exps[0] == 1.0 and exps[-1] == pytest.approx(8.0) and bool((exps[1:] > exps[:-1]).all())
+    assert torch.equal(epsilon_ladder(n, 0.0, "cpu"), torch.ones(n)) and torch.equal(epsilon_ladder(1, 7.0, "cpu"),
+                                                                                     torch.ones(1))
+    eps = ladder_epsilons(0.4, exps, torch.empty(n))
+    assert eps[0] == pytest.approx(0.4) and eps[-1] == pytest.approx(0.4 ** 8) and bool((eps[1:] < eps[:-1]).all())
+    assert torch.equal(ladder_epsilons(1.0, exps, torch.empty(n)), torch.ones(n))
+    torch.manual_seed(0)
+    q = torch.zeros(n, 8)
+    q[:, 3] = 1.0  # the argmax is action 3 everywhere
+    off = torch.stack([epsilon_greedy(q, eps) != 3 for _ in range(64)]).float().mean(0)  # share of non-argmax acts
+    quarter = n // 4
+    # a random action is the argmax one time in 8: the expected share is 7/8 of each env's epsilon
+    assert off[:quarter].mean() == pytest.approx(7 / 8 * float(eps[:quarter].mean()), rel=0.05)
+    assert off[-quarter:].mean() < 0.002 and off[-quarter:].mean() == pytest.approx(
+        7 / 8 * float(eps[-quarter:].mean()), abs=5e-4)
+
+
+def test_a_run_on_the_ladder_acts_otherwise_and_logs_the_schedules_epsilon(straight, tmp_path):
+    d, _ = straight
+    cfg = tiny(tmp_path / "ladder")
+    cfg.dqn.epsilon_ladder = 7.0
+    s = train(cfg)
+    assert s["updates"] == 4 and s["stopped"] == "done"
+    base, ladder = metrics(d), metrics(tmp_path / "ladder")
+    assert [r["epsilon"] for r in ladder] == [r["epsilon"] for r in base]  # the ladder's top: the schedule
+    assert [r["actions"] for r in ladder] != [r["actions"] for r in base]
+
+
 def tiny(run_dir, keep_buffer=True, **run):
     return make_config(None, {
         "algo": "dqn", "total_steps": 4 * 4 * 6, "env": {"num_envs": 4, "max_steps": 10},
@@ -118,6 +153,7 @@ def test_eval_through_the_registry(straight, capsys):
 @pytest.mark.parametrize("sets,needle", [
     (["dqn.epsilon_end=1.5"], "dqn.epsilon_end must be <= 1"),
     (["dqn.epsilon_start=-0.1"], "dqn.epsilon_start must be >= 0"),
+    (["dqn.epsilon_ladder=-1"], "dqn.epsilon_ladder must be >= 0"),
     (["dqn.replay_ratio=0"], "dqn.replay_ratio must be > 0"),
     (["dqn.n_step=11"], "dqn.n_step (11) is larger than the episode limit (10 steps)"),
     (["dqn.buffer_size=12"], "needs at least 4"),

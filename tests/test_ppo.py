@@ -1,6 +1,6 @@
 """PPO's math (gbxcule.rl.algos.ppo; GAE in gbxcule.rl.returns) on tiny tensors checked by hand or loops, and its
-one-epoch learner on a share of the envs (`learn_share`, `channels_last`) trained, checkpointed and resumed bit for
-bit on the CPU device."""
+one-epoch learner on a share of the envs (`learn_share`, `channels_last`) and its recurrent policy (`gru`) trained,
+checkpointed and resumed bit for bit on the CPU device."""
 
 import json
 import math
@@ -9,6 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from gbxcule.cli.main import main  # noqa: E402
 from gbxcule.rl import returns  # noqa: E402
 from gbxcule.rl.algos import ppo  # noqa: E402
 from gbxcule.rl.config import ConfigError  # noqa: E402
@@ -207,5 +208,72 @@ def test_the_learning_block_moves_on_each_update_so_every_env_takes_its_turn(tmp
                                        ({"learn_share": 0.2, "minibatches": 17}, "exceeds"),
                                        ({"channels_last": "yes"}, "channels_last")])
 def test_bad_knobs_are_one_line(tmp_path, bad, word):
+    with pytest.raises(ConfigError, match=word):
+        tiny(tmp_path, bad)
+
+
+def test_unroll_replays_acting_with_resets_at_episode_ends():
+    """ppo.unroll (the recurrent update's forward) against acting step by step with the state reset before the step
+    after an episode's end, as the eval's `policy_step` does: the same logits and values at every step, and the
+    resets matter."""
+    from gbxcule.rl.models import ActorCritic
+
+    torch.manual_seed(1)
+    model = ActorCritic(5, 1, False, "small", gru=8)
+    for head in (model.pi, model.v):  # weights large enough that the state shows in the outputs
+        torch.nn.init.normal_(head.weight, std=1.0)
+    t_len, n = 6, 3
+    obs = torch.randint(0, 4, (t_len, n, 1, 72, 80), dtype=torch.uint8) * 60
+    dones = torch.zeros(t_len, n, dtype=torch.bool)
+    dones[1, 0] = dones[3, 2] = True
+    h0 = torch.randn(n, 8)
+    with torch.no_grad():
+        logits, values = ppo.unroll(model, obs, h0, dones)
+        state, done, h = h0, None, h0
+        for t in range(t_len):
+            eval_logits, state = model.policy_step(obs[t], state, done)
+            if t:
+                h = h * (~dones[t - 1]).unsqueeze(-1).float()
+            lg, v, h = model.forward_step(obs[t], h)
+            assert torch.allclose(logits[t], eval_logits, atol=1e-6) and torch.allclose(logits[t], lg, atol=1e-6)
+            assert torch.allclose(values[t], v, atol=1e-6)
+            done = dones[t]
+        no_reset, _ = ppo.unroll(model, obs, h0, torch.zeros_like(dones))
+    assert torch.equal(no_reset[:2], logits[:2]) and not torch.allclose(no_reset[2, 0], logits[2, 0], atol=1e-3)
+
+
+def test_a_recurrent_policy_trains_evaluates_and_resumes_bit_for_bit(tmp_path, capsys):
+    """ppo.gru: minibatches of whole env rollouts; the carried state is checkpointed, so a killed run resumes to the
+    same bits; the policy evaluates through the registry with its state."""
+    knobs = {"gru": 16, "minibatches": 3, "epochs": 2}
+    straight = tmp_path / "straight"
+    s = train(tiny(straight, knobs, eval_every=48, eval_episodes=2))  # a periodic eval each update
+    assert s["updates"] == 3 and s["stopped"] == "done"
+    rows = metrics(straight)
+    assert sum(rows[-1]["actions"]) == 8 * 6 and all(0 <= r["approx_kl"] < 10 for r in rows)
+    assert [r.get("eval/greedy_success") is not None for r in rows] == [True] * 3  # the periodic eval, recurrent
+    ck = torch.load(straight / "checkpoint.pt", weights_only=False)
+    assert ck["model_desc"]["gru"] == 16 and ck["extra"]["state"].shape == (6, 16)
+    assert bool(ck["extra"]["state"].abs().sum() > 0)
+    assert all(st["step"].item() == 3 * 2 * 3 for st in ck["optimizer"]["state"].values())
+    assert main(["eval", str(straight), "--device", "cpu", "--episodes", "2", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["algo"] == "ppo" and rep["greedy"]["episodes"] == 2 and "sampled" in rep
+    part = tmp_path / "part"
+    evals = {"eval_every": 48, "eval_episodes": 2}
+    assert train(tiny(part, knobs, **evals, stop_after_updates=1))["stopped"] == "stop_after_updates"
+    assert train(tiny(part, knobs, **evals), resume=True)["updates"] == 3
+    clock = {"eval/elapsed_s", "eval/seconds", "eval/wall_s", "time_eval_s"}
+    assert [{k: v for k, v in r.items() if k not in clock} for r in metrics(part)] == [
+        {k: v for k, v in r.items() if k not in clock} for r in rows]
+    b = torch.load(part / "checkpoint.pt", weights_only=False)
+    assert all(torch.equal(ck["model"][k], b["model"][k]) for k in ck["model"])
+    assert torch.equal(ck["extra"]["state"], b["extra"]["state"])
+
+
+@pytest.mark.parametrize("bad, word", [({"gru": 8, "learn_share": 0.5}, "learn_share"),
+                                       ({"gru": 8, "minibatches": 7}, "groups of envs|num_envs"),
+                                       ({"gru": 0}, "gru")])
+def test_recurrent_knobs_that_cannot_work_are_one_line(tmp_path, bad, word):
     with pytest.raises(ConfigError, match=word):
         tiny(tmp_path, bad)

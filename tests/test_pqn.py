@@ -72,6 +72,18 @@ def test_tiny_run_trains_and_writes_everything(straight):
     assert any("body.1." in k for k in ck["model"])  # the normalisation after the first conv layer
 
 
+def test_a_run_on_the_epsilon_ladder_acts_otherwise(straight, tmp_path):
+    """pqn.epsilon_ladder (tests/test_dqn.py tests the ladder): the logged epsilon stays the schedule's, the acts
+    change."""
+    d, _ = straight
+    cfg = tiny(tmp_path / "ladder")
+    cfg.pqn.epsilon_ladder = 7.0
+    assert train(cfg)["updates"] == 4
+    base, ladder = metrics(d), metrics(tmp_path / "ladder")
+    assert [r["epsilon"] for r in ladder] == [r["epsilon"] for r in base]
+    assert [r["actions"] for r in ladder] != [r["actions"] for r in base]
+
+
 def test_killed_run_resumes_bit_for_bit(straight, tmp_path):
     d, _ = straight
     assert train(tiny(tmp_path, stop_after_updates=2))["updates"] == 2
@@ -89,6 +101,7 @@ def test_eval_through_the_registry(straight, capsys):
 
 
 @pytest.mark.parametrize("item,needle", [("pqn.epsilon_end=2", "pqn.epsilon_end must be <= 1"),
+                                         ("pqn.epsilon_ladder=17", "pqn.epsilon_ladder must be <= 16"),
                                          ("pqn.q_lambda=1.5", "pqn.q_lambda must be <= 1"),
                                          ("pqn.minibatches=100", "exceeds the batch")])
 def test_bad_input_is_one_line(tmp_path, capsys, item, needle):

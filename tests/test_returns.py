@@ -129,3 +129,7 @@ def test_truncated_values_evaluate_only_truncated_steps_in_chunks():
     count = int(truncated.sum())
     assert sum(seen) == count and max(seen) <= 3  # only the truncated steps, at most a chunk at a time
     assert not returns.truncated_values(value, final_obs, torch.zeros(5, 7, dtype=torch.bool)).any()
+    # a recurrent model's value reads each truncated step's own state beside its last observation
+    states = torch.randn(5, 7, 4, generator=g)
+    out = returns.truncated_values(lambda o, h: o.sum(-1) * h[:, 0], final_obs, truncated, chunk=2, states=states)
+    assert torch.equal(out, torch.where(truncated, final_obs.sum(-1) * states[..., 0], torch.zeros(())))

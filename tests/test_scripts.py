@@ -306,7 +306,7 @@ def test_summarize_writes_one_summary_json_per_figure(tmp_path):
     first eval at the target, its evals, final eval and median SPS, and the tree, machine and date they recorded."""
     import json
 
-    _fake_run(tmp_path / "runs" / "a_s0", 0, [0.0, 0.95, 1.0, 1.0])
+    _fake_run(tmp_path / "runs" / "a_s0", 0, [0.0, 0.95, 1.0, 0.875, 1.0])
     _fake_run(tmp_path / "runs" / "a_s1", 1, [0.0, 0.5, 0.25])
     bench = tmp_path / "ow.json"
     bench.write_text(json.dumps({"results": [{"envs": 64, "env_steps_per_s": 123.5}],
@@ -321,11 +321,14 @@ def test_summarize_writes_one_summary_json_per_figure(tmp_path):
     assert list(data) == ["figure", "command", "tree", "machine", "date", "numbers", "from"]
     assert (data["tree"], data["machine"], data["date"]) == ("0123456", "NVIDIA H200 (host box)", "2026-11-29")
     a, b = data["numbers"]["runs"]
-    assert (a["seed"], a["num_envs"], a["target"], a["env_steps"], a["training_s"]) == (0, 8, 0.9, 400, 8.0)
+    assert (a["seed"], a["num_envs"], a["target"], a["env_steps"], a["training_s"]) == (0, 8, 0.9, 500, 10.0)
     assert a["to_target"] == {"elapsed_s": 14.0, "training_s": 4.0, "env_steps": 200}
-    assert a["greedy_evals"] == [0.0, 0.95, 1.0, 1.0] and a["final_greedy"] == 1.0 and a["final_sampled"] == 0.5
-    assert a["sps_median"] == 1002.5 and a["final_policy"] == {"source": "last"}  # the first two updates left out
-    assert b["to_target"] is None and b["best_greedy"] == 0.5 and b["final_greedy"] == 0.25
+    assert a["greedy_evals"] == [0.0, 0.95, 1.0, 0.875, 1.0] and a["final_greedy"] == 1.0 and a["final_sampled"] == 0.5
+    # the evals after the first at the target: how a run that trained on past success held it
+    assert a["after_target"] == {"evals": 3, "min_greedy": 0.875, "env_steps_past": 300}
+    assert a["sps_median"] == 1003.0 and a["final_policy"] == {"source": "last"}  # the first two updates left out
+    assert b["to_target"] is None and b["after_target"] is None
+    assert b["best_greedy"] == 0.5 and b["final_greedy"] == 0.25
     assert (root / "training" / "fake_ppo.png").stat().st_size > 1000
 
     r = run([sys.executable, "scripts/bench/summarize.py", "--topic", "emulator", "--name", "overworld", "--command",

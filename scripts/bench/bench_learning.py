@@ -1,10 +1,12 @@
 """Learning benchmark: how fast each training setup reaches a greedy success rate, over seeds.
 
 Each (setup, seed) is one `gbxcule train` process with a periodic greedy eval (`--eval-every`, 64 episodes from
-distinct start states) that stops the run at `--target` (`--stop-at-success`) or at `--time-limit`; the jobs
+distinct start states) that stops the run at `--target` (`--stop-at-success`; with `--keep-training` the run goes
+on to its config's total_steps, to show whether the policy stays learned) or at `--time-limit`; the jobs
 are packed onto the host's GPUs, one job per GPU at a time (CUDA_VISIBLE_DEVICES), or run one after another on
 the CPU. From each run's metrics.jsonl: the first eval at or above the target (seconds since the process
-started, start-up included; training seconds; env-steps), the best and last greedy success, the median SPS.
+started, start-up included; training seconds; env-steps), the best and last greedy success, the evals after that
+first hit (their count and lowest, and the env-steps trained past it), the median SPS.
 Prints one table, writes JSON and the curves (`gbxcule plot` of each setup's seeds, and of every setup's first
 seed together).
 
@@ -45,7 +47,8 @@ def gpu_count() -> int:
 def job_command(args, flags: str, seed: int, run_dir: Path) -> list[str]:
     return [sys.executable, "-m", "gbxcule", "train", *shlex.split(flags), "--seed", str(seed),
             "--run-dir", str(run_dir), "--eval-every", str(args.eval_every), "--eval-episodes", str(args.episodes),
-            "--stop-at-success", str(args.target), "--time-limit", str(args.time_limit), "--no-progress",
+            *([] if args.keep_training else ["--stop-at-success", str(args.target)]),
+            "--time-limit", str(args.time_limit), "--no-progress",
             *(["--device", "cuda"] if args.gpus else ["--device", "cpu"])]
 
 
@@ -95,6 +98,7 @@ def read_run(run_dir: Path, target: float) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").is_file() else {}
     final = json.loads((run_dir / "eval.json").read_text()) if (run_dir / "eval.json").is_file() else {}
     sps = [r["sps"] for r in rows[2:] if r.get("sps")] or [r["sps"] for r in rows if r.get("sps")]
+    after = [r["eval/greedy_success"] for r in evals if hit and r["eval/env_steps"] > hit["eval/env_steps"]]
     return {"updates": len(rows), "env_steps": rows[-1]["env_steps"] if rows else 0,
             "startup_s": summary.get("startup_s"), "train_s": summary.get("wall_s"), "stopped": summary.get("stopped"),
             "to_target_elapsed_s": hit and hit.get("eval/elapsed_s"),
@@ -102,6 +106,8 @@ def read_run(run_dir: Path, target: float) -> dict:
             "to_target_env_steps": hit and hit.get("eval/env_steps"),
             "best_greedy": max((r["eval/greedy_success"] for r in evals), default=None),
             "last_greedy": evals[-1]["eval/greedy_success"] if evals else None,
+            "after_target": hit and {"evals": len(after), "min_greedy": min(after, default=None),
+                                     "env_steps_past": rows[-1]["env_steps"] - hit["eval/env_steps"]},
             "final_eval_greedy": final.get("success_rate"), "sps_median": statistics.median(sps) if sps else None,
             "curve": [(r["eval/env_steps"], r["eval/elapsed_s"], r["eval/greedy_success"]) for r in evals]}
 
@@ -120,6 +126,8 @@ def main() -> int:
     ap.add_argument("--target", type=float, default=0.9, help="greedy success that counts as solved (default 0.9)")
     ap.add_argument("--eval-every", type=int, default=1_048_576, help="env-steps between greedy evals")
     ap.add_argument("--episodes", type=int, default=64, help="episodes per greedy eval (default 64)")
+    ap.add_argument("--keep-training", action="store_true",
+                    help="do not stop a run at the target: it trains on to total_steps or the time limit")
     ap.add_argument("--time-limit", type=float, default=300, help="training seconds per run (default 300)")
     ap.add_argument("--gpus", type=int, default=None, help="GPUs to pack jobs onto (default: all torch sees)")
     ap.add_argument("--gpus-per-job", action="append", default=[], metavar="NAME=G")
@@ -169,15 +177,17 @@ def main() -> int:
     print(f"\ntarget: greedy success >= {args.target:.0%} over {args.episodes} episodes; time limit "
           f"{args.time_limit:.0f} s of training; {args.gpus or 'no'} GPU(s)")
     print(f"{'setup':14s} {'seed':>4s} {'to target (s)':>13s} {'train s':>8s} {'env-steps':>11s} {'best':>6s} "
-          f"{'last':>6s} {'final':>6s} {'SPS':>9s}  stopped")
+          f"{'last':>6s} {'after':>6s} {'final':>6s} {'SPS':>9s}  stopped")
     for r in results:
         if "error" in r:
             print(f"{r['setup'][:14]:14s} {r['seed']:>4d}  {r['error']} (rc {r['rc']})")
             continue
         print(f"{r['setup'][:14]:14s} {r['seed']:>4d} {fmt(r['to_target_elapsed_s'], '13.1f')} "
               f"{fmt(r['to_target_train_s'], '8.1f')} {fmt(r['to_target_env_steps'], '11,d')} "
-              f"{fmt(r['best_greedy'], '6.1%')} {fmt(r['last_greedy'], '6.1%')} {fmt(r['final_eval_greedy'], '6.1%')} "
+              f"{fmt(r['best_greedy'], '6.1%')} {fmt(r['last_greedy'], '6.1%')} "
+              f"{fmt((r['after_target'] or {}).get('min_greedy'), '6.1%')} {fmt(r['final_eval_greedy'], '6.1%')} "
               f"{fmt(r['sps_median'], '9,.0f')}  {r['stopped']}")
+    print("after: the lowest greedy success of the evals after the first at the target")
     print(f"artifact: {out / 'learning.json'}")
     return 0
 

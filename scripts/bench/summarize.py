@@ -60,6 +60,7 @@ def run_entry(folder: Path, target: float | None) -> tuple[dict, list]:
              "to_target": {"elapsed_s": r["to_target_elapsed_s"], "training_s": r["to_target_train_s"],
                            "env_steps": r["to_target_env_steps"]} if hit else None,
              "greedy_evals": [c[2] for c in r["curve"]], "best_greedy": r["best_greedy"],
+             "after_target": r["after_target"],
              "final_greedy": final.get("greedy", {}).get("success_rate", final.get("success_rate")),
              "final_sampled": final.get("sampled", {}).get("success_rate"),
              "final_policy": summary.get("final_policy"), "sps_median": r["sps_median"]}

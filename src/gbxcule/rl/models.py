@@ -173,8 +173,22 @@ class QNetwork(nn.Module):
         return self(obs), None
 
 
-def epsilon_greedy(q: torch.Tensor, epsilon: float) -> torch.Tensor:
-    """Actions [B] from action values [B, A]: uniformly random with probability `epsilon`, else the argmax."""
+def epsilon_greedy(q: torch.Tensor, epsilon: float | torch.Tensor) -> torch.Tensor:
+    """Actions [B] from action values [B, A]: uniformly random with probability `epsilon` (one for all, or [B], one
+    per row), else the argmax."""
     explore = torch.rand(q.shape[0], device=q.device) < epsilon
     random = torch.randint(q.shape[1], (q.shape[0],), device=q.device)
     return torch.where(explore, random, q.argmax(-1))
+
+
+def epsilon_ladder(num_envs: int, alpha: float, device) -> torch.Tensor:
+    """Exponents [num_envs] of the epsilon ladder: env i explores with epsilon ** (1 + alpha * i / (num_envs - 1)),
+    from epsilon itself at env 0 to epsilon ** (1 + alpha) at the last (Ape-X's actors, with epsilon 0.4 and alpha 7:
+    0.4 to 0.00066). alpha 0: every env at epsilon. Envs of a process span the whole ladder."""
+    return 1.0 + alpha * torch.linspace(0.0, 1.0, num_envs, device=device) if num_envs > 1 else \
+        torch.ones(num_envs, device=device)
+
+
+def ladder_epsilons(epsilon: float, exponents: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Each env's epsilon (`epsilon` ** its ladder exponent) written into `out`, on the device."""
+    return torch.pow(epsilon, exponents, out=out)

@@ -136,12 +136,14 @@ def minibatches(batch_size: int, num_minibatches: int, generator: torch.Generato
     return list(perm.tensor_split(num_minibatches))
 
 
-def truncated_values(value_fn, final_obs: torch.Tensor, truncated: torch.Tensor, chunk: int = 8192) -> torch.Tensor:
+def truncated_values(value_fn, final_obs: torch.Tensor, truncated: torch.Tensor, chunk: int = 8192,
+                     states: torch.Tensor | None = None) -> torch.Tensor:
     """float32 [T, N]: `value_fn` of the finished episode's last observation (`final_obs[t, n]`) where step t of
     env n was truncated, 0 elsewhere: the `final_values` of `gae` and `lambda_returns`. Only the truncated steps
-    are evaluated, at most `chunk` at a time (finding them is one host sync: call it once per rollout)."""
+    are evaluated, at most `chunk` at a time (finding them is one host sync: call it once per rollout). A recurrent
+    model's `states[t, n]` (the state step t left) go with them: `value_fn(obs, state)`."""
     out = torch.zeros(truncated.shape, dtype=torch.float32, device=truncated.device)
     for part in truncated.nonzero().split(chunk):
         at = part[:, 0], part[:, 1]
-        out[at] = value_fn(final_obs[at]).float()
+        out[at] = (value_fn(final_obs[at]) if states is None else value_fn(final_obs[at], states[at])).float()
     return out

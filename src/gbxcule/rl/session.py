@@ -318,6 +318,11 @@ class Session:
         self.t_start = self._last_ckpt_t = self._last_eval_t = self._t_update = now
         return extra
 
+    def plan_line(self, model) -> str:
+        """The start-up line of a rollout learner (`start`'s describe): its storage, updates and model size."""
+        return (f"rollout storage {self.storage_bytes / 2**20:,.0f} MiB on {self.device}; {self.num_updates} updates "
+                f"of {self.update_steps:,} env-steps; model {model.describe()['params']:,} parameters")
+
     def _resume(self, model, optimizer) -> dict:
         ck = self.checkpoint
         mine = ck if self.world.rank == 0 else ck["ranks"][self.world.rank - 1]

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from gbxcule.core.typed import knob
 from gbxcule.rl import returns
 from gbxcule.rl.config import ConfigError, obs_bytes, resolve_device
-from gbxcule.rl.models import MODELS, QNetwork, activation_bytes, epsilon_greedy
+from gbxcule.rl.models import MODELS, QNetwork, activation_bytes, epsilon_greedy, epsilon_ladder, ladder_epsilons
 from gbxcule.rl.replay import ReplayBuffer, ReplayError, check_memory, plan
 from gbxcule.rl.session import AlgoSpec, Session
 from gbxcule.rl.tasks import load_task
@@ -44,6 +44,9 @@ class DQNConfig:
     epsilon_start: float = knob(1.0, min=0, max=1)
     epsilon_end: float = knob(0.01, min=0, max=1)
     exploration_fraction: float = knob(0.1, gt=0, max=1)  # of total_steps, over which epsilon falls linearly
+    # Ape-X's ladder: env i of N explores with epsilon ** (1 + epsilon_ladder * i / (N - 1)), epsilon the schedule's
+    # (with epsilon_end 0.4 and 7: from 0.4 to 0.00066 at the end); 0: every env at epsilon
+    epsilon_ladder: float = knob(0.0, min=0, max=16)
     loss: str = knob("huber", choices=("huber", "mse"))
     dueling: bool = False
     prioritized: bool = False  # proportional prioritized replay (a sum-tree on the device)
@@ -193,6 +196,8 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         compute = torch.compile(losses) if d.compile else losses
         ratio = Fraction(d.replay_ratio).limit_denominator(10**6)
         decay_steps = d.exploration_fraction * cfg.total_steps
+        ladder = epsilon_ladder(n, d.epsilon_ladder, s.device) if d.epsilon_ladder else None
+        env_eps = torch.empty(n, device=s.device) if ladder is not None else None
         ones = torch.ones(n, dtype=torch.int64, device=s.device)
         timer = s.timer
 
@@ -210,7 +215,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                 mark = timer.start("inference")
                 with torch.no_grad(), s.autocast(d.amp):
                     q = act(env.obs)
-                action = epsilon_greedy(q.float(), eps)
+                action = epsilon_greedy(q.float(), eps if ladder is None else ladder_epsilons(eps, ladder, env_eps))
                 actions.scatter_add_(0, action, ones)  # bincount would read the device (its size)
                 timer.stop(mark)
                 mark = timer.start("env")

@@ -9,6 +9,10 @@ eval, checkpoints, stop rules) `rl/session.py`.
 With `learn_share` s < 1 every env acts, but only a block of ceil(s x num_envs) envs (moving on by its size each
 update, so every env takes its turn) is stored and trained on: at 16-65K envs the learner, not the emulator, sets
 the pace, and `epochs = 1` with minibatches is then PPO's update with each sample used once (docs/training.md).
+
+With `gru = H` the policy is recurrent (a GRU of H over the CNN features, reset where an episode ends): the state
+each env starts a rollout with is kept, and the update's minibatches are groups of envs whose whole rollouts are
+unrolled again from it (backpropagation through the rollout's steps), as CleanRL's LSTM PPO does.
 """
 
 from __future__ import annotations
@@ -48,10 +52,11 @@ class PPOConfig:
     channels_last: bool = False  # the CNN's weights and activations channels-last (NHWC): fewer cuDNN layout copies
     compile: bool = False
     amp: str = knob("auto", choices=("auto", "bf16", "off"))  # auto: bf16 autocast on CUDA
+    gru: int | None = knob(None, min=1, max=4096)  # a recurrent policy: a GRU of this size over the CNN features
 
 
 def build_model(p: PPOConfig, num_actions: int, stack_k: int, packed: bool) -> ActorCritic:
-    return ActorCritic(num_actions, stack_k, packed, p.model)
+    return ActorCritic(num_actions, stack_k, packed, p.model, gru=p.gru)
 
 
 def learn_envs(cfg) -> int:
@@ -70,14 +75,25 @@ def batch_size(cfg) -> int:
 
 
 def check(cfg) -> None:
-    if cfg.ppo.minibatches > batch_size(cfg):
-        raise ConfigError(f"ppo.minibatches ({cfg.ppo.minibatches}) exceeds the batch ({batch_size(cfg)})")
+    p = cfg.ppo
+    if p.minibatches > batch_size(cfg):
+        raise ConfigError(f"ppo.minibatches ({p.minibatches}) exceeds the batch ({batch_size(cfg)})")
+    if p.gru is not None:
+        if p.learn_share < 1:
+            raise ConfigError("ppo.gru needs ppo.learn_share = 1 (every env's rollout is unrolled again)")
+        if p.minibatches > cfg.env.num_envs:
+            raise ConfigError(f"ppo.gru: a minibatch is a group of envs, so ppo.minibatches ({p.minibatches}) may "
+                              f"not exceed env.num_envs ({cfg.env.num_envs})")
+        if cfg.run.grad_sync == "ddp":
+            raise ConfigError("ppo.gru unrolls the model outside DDP's forward: use run.grad_sync = \"allreduce\"")
 
 
 def rollout_bytes(cfg, obs_bytes: int) -> int:
     """Device bytes of the rollout storage: observations twice (the obs and the finished episodes' last obs,
-    for truncation bootstraps), plus actions, log-probs, values, rewards, flags, advantages, returns."""
-    return batch_size(cfg) * (2 * obs_bytes + 8 + 4 * 6 + 2)
+    for truncation bootstraps), plus actions, log-probs, values, rewards, flags, advantages, returns; with a GRU its
+    state after every step and at the rollout's start."""
+    h = 4 * (cfg.ppo.gru or 0)
+    return batch_size(cfg) * (2 * obs_bytes + 8 + 4 * 6 + 2 + h) + learn_envs(cfg) * h
 
 
 def working_bytes(cfg) -> tuple[int, int]:
@@ -85,8 +101,8 @@ def working_bytes(cfg) -> tuple[int, int]:
     every env at once."""
     p, e = cfg.ppo, cfg.env
     kw = (p.model, e.stack_k, e.obs == "packed")
-    peak = max(-(-batch_size(cfg) // p.minibatches) * activation_bytes(*kw, True),
-               e.num_envs * activation_bytes(*kw, False))
+    peak = max(-(-batch_size(cfg) // p.minibatches) * activation_bytes(*kw, True, gru=p.gru),
+               e.num_envs * activation_bytes(*kw, False, gru=p.gru))
     return -(-peak // e.num_envs), 0
 
 
@@ -123,6 +139,20 @@ def ppo_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, 
                   "approx_kl": approx_kl, "clipfrac": clipfrac}
 
 
+def unroll(model: ActorCritic, obs: torch.Tensor, state: torch.Tensor, dones: torch.Tensor
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits [T, N, A], values [T, N]) of a recurrent model over a rollout's observations [T, N, ...] from the
+    state its envs started it with [N, H], the state reset after each step where the episode ended (dones [T, N]),
+    as acting did. Tests: tests/test_ppo.py."""
+    logits, values = [], []
+    for t in range(obs.shape[0]):
+        lg, v, h = model.forward_step(obs[t], state)
+        logits.append(lg)
+        values.append(v)
+        state = h * (~dones[t]).unsqueeze(-1).to(h.dtype)
+    return torch.stack(logits), torch.stack(values)
+
+
 # --- the loop ------------------------------------------------------------------------------------------------------
 def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
     """Train (or continue from `checkpoint`) in cfg.run.run_dir; returns the summary."""
@@ -138,12 +168,14 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         learner = s.wrap(model)  # DDP over the model with run.grad_sync = "ddp" on several processes
         train_fwd = fwd if learner is model else (torch.compile(learner) if p.compile else learner)
         sampler = torch.Generator().manual_seed(cfg.run.seed)
-        extra = s.start(model, optimizer, state=lambda: {"sampler": sampler.get_state()},
-                        describe=f"rollout storage {s.storage_bytes / 2**20:,.0f} MiB on {s.device}; {s.num_updates} "
-                                 f"updates of {s.update_steps:,} env-steps; model "
-                                 f"{model.describe()['params']:,} parameters")
+        state = model.initial_state(env.num_envs, env.device)  # a GRU's state, carried across updates (else None)
+        extra = s.start(model, optimizer, state=lambda: {"sampler": sampler.get_state(),
+                                                         "state": None if state is None else state.cpu().clone()},
+                        describe=s.plan_line(model))
         if extra:
             sampler.set_state(extra["sampler"])
+            if state is not None:
+                state.copy_(extra["state"])
 
         t_len, n, dev, obs_shape = p.rollout_steps, env.num_envs, env.device, env.single_obs_shape
         n_learn = learn_envs(cfg)
@@ -162,6 +194,9 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         rew_buf = torch.zeros((t_len, n_learn), dtype=torch.float32, device=dev)
         term_buf = torch.zeros((t_len, n_learn), dtype=torch.bool, device=dev)
         trunc_buf = torch.zeros((t_len, n_learn), dtype=torch.bool, device=dev)
+        if state is not None:  # the state each env starts the rollout with, and each step's (for truncations)
+            h0 = torch.zeros_like(state)
+            h_buf = torch.zeros((t_len, *state.shape), dtype=torch.float32, device=dev)
         coefs = LossCoefs(p.clip, p.vf_coef, p.ent_coef, p.clip_vloss)
         timer = s.timer
 
@@ -171,11 +206,17 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                 g["lr"] = lr
             if ids is not None:  # this update's block of learning envs (its start known on the host)
                 torch.add(block, s.update * n_learn % n, out=ids).remainder_(n)
+            if state is not None:
+                h0.copy_(state)
             for t in range(t_len):
                 mark = timer.start("inference")
                 x = put(obs_buf[t], env.obs) if ids is None else env.obs  # every env acts
                 with torch.no_grad(), s.autocast(p.amp):
-                    logits, value = fwd(x)
+                    if state is None:
+                        logits, value = fwd(x)
+                    else:
+                        logits, value, h = model.forward_step(x, state)
+                        h_buf[t].copy_(h)
                 dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
                 action = dist.sample()
                 if ids is not None:
@@ -190,12 +231,16 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                 put(term_buf[t], term)
                 put(trunc_buf[t], trunc)
                 put(final_buf[t], env.final_obs)
+                if state is not None:
+                    torch.mul(h_buf[t], (~(term | trunc)).unsqueeze(-1), out=state)
                 timer.stop(mark)
             mark = timer.start("update")
             with torch.no_grad(), s.autocast(p.amp):
                 last_obs = env.obs if ids is None else env.obs.index_select(0, ids)
-                last_value = model.value(last_obs).float()
-                final_values = returns.truncated_values(model.value, final_buf, trunc_buf)  # one sync an update
+                last_value = model.value(last_obs, state).float()
+                # one sync an update; a GRU reads a finished episode's last observation with its last step's state
+                final_values = returns.truncated_values(model.value, final_buf, trunc_buf,
+                                                        states=None if state is None else h_buf)
                 dones = term_buf | trunc_buf
                 adv, ret = returns.gae(rew_buf, val_buf, dones, last_value, p.gamma, p.gae_lambda, trunc_buf,
                                        final_values)
@@ -204,9 +249,16 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             b_adv, b_ret, b_val = adv.reshape(-1), ret.reshape(-1), val_buf.reshape(-1)
             stats = []
             for _epoch in range(p.epochs):
-                for mb in returns.minibatches(t_len * n_learn, p.minibatches, sampler, dev):
+                groups = returns.minibatches(n_learn if state is not None else t_len * n_learn, p.minibatches,
+                                             sampler, dev)
+                for mb in groups:
                     with s.autocast(p.amp):
-                        logits, new_v = train_fwd(b_obs[mb])
+                        if state is None:
+                            logits, new_v = train_fwd(b_obs[mb])
+                        else:  # a group of envs' whole rollouts, unrolled from their start states
+                            logits, new_v = unroll(model, obs_buf[:, mb], h0[mb], dones[:, mb])
+                            logits, new_v = logits.flatten(0, 1), new_v.flatten(0, 1)
+                            mb = (torch.arange(t_len, device=dev)[:, None] * n_learn + mb).reshape(-1)
                     dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
                     a = b_adv[mb]
                     if p.norm_adv:

@@ -15,7 +15,7 @@ import torch
 from gbxcule.core.typed import knob
 from gbxcule.rl import returns
 from gbxcule.rl.config import ConfigError
-from gbxcule.rl.models import MODELS, QNetwork, activation_bytes, epsilon_greedy
+from gbxcule.rl.models import MODELS, QNetwork, activation_bytes, epsilon_greedy, epsilon_ladder, ladder_epsilons
 from gbxcule.rl.session import AlgoSpec, Session
 
 
@@ -32,6 +32,9 @@ class PQNConfig:
     epsilon_start: float = knob(1.0, min=0, max=1)
     epsilon_end: float = knob(0.01, min=0, max=1)
     exploration_fraction: float = knob(0.1, gt=0, max=1)  # of total_steps, over which epsilon falls linearly
+    # Ape-X's ladder: env i of N explores with epsilon ** (1 + epsilon_ladder * i / (N - 1)), epsilon the schedule's
+    # (with epsilon_end 0.4 and 7: from 0.4 to 0.00066 at the end); 0: every env at epsilon
+    epsilon_ladder: float = knob(0.0, min=0, max=16)
     layer_norm: bool = True  # normalisation in the torso: what lets PQN learn without a target network
     dueling: bool = False
     model: str = knob("nature", choices=MODELS)
@@ -87,9 +90,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         fwd = torch.compile(model) if p.compile else model
         sampler = torch.Generator().manual_seed(cfg.run.seed)
         extra = s.start(model, optimizer, state=lambda: {"sampler": sampler.get_state()},
-                        describe=f"rollout storage {s.storage_bytes / 2**20:,.0f} MiB on {s.device}; {s.num_updates} "
-                                 f"updates of {s.update_steps:,} env-steps; model "
-                                 f"{model.describe()['params']:,} parameters")
+                        describe=s.plan_line(model))
         if extra:
             sampler.set_state(extra["sampler"])
 
@@ -104,6 +105,8 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         term_buf = torch.zeros((t_len, n), dtype=torch.bool, device=dev)
         trunc_buf = torch.zeros((t_len, n), dtype=torch.bool, device=dev)
         decay_steps = p.exploration_fraction * cfg.total_steps
+        ladder = epsilon_ladder(n, p.epsilon_ladder, dev) if p.epsilon_ladder else None
+        env_eps = torch.empty(n, device=dev) if ladder is not None else None
         timer = s.timer
 
         while s.running:
@@ -117,7 +120,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                 obs_buf[t].copy_(env.obs)
                 with torch.no_grad(), s.autocast(p.amp):
                     q = fwd(obs_buf[t]).float()
-                action = epsilon_greedy(q, eps)
+                action = epsilon_greedy(q, eps if ladder is None else ladder_epsilons(eps, ladder, env_eps))
                 act_buf[t] = action
                 qmax_buf[t] = q.max(-1).values
                 qsel_buf[t] = q.gather(1, action[:, None]).squeeze(1)
