@@ -47,6 +47,9 @@ def test_epsilon_ladder_spreads_exploration_over_the_envs():
     assert exps[0] == 1.0 and exps[-1] == pytest.approx(8.0) and bool((exps[1:] > exps[:-1]).all())
     assert torch.equal(epsilon_ladder(n, 0.0, "cpu"), torch.ones(n)) and torch.equal(epsilon_ladder(1, 7.0, "cpu"),
                                                                                      torch.ones(1))
+    # on 2 processes of n envs each the ladder runs over all 2n: rank 0 the top half, rank 1 the rest
+    both = torch.cat([epsilon_ladder(n, 7.0, "cpu", rank=r, world=2) for r in (0, 1)])
+    assert torch.allclose(both, epsilon_ladder(2 * n, 7.0, "cpu")) and both[n - 1] < 4.5 < both[n]
     eps = ladder_epsilons(0.4, exps, torch.empty(n))
     assert eps[0] == pytest.approx(0.4) and eps[-1] == pytest.approx(0.4 ** 8) and bool((eps[1:] < eps[:-1]).all())
     assert torch.equal(ladder_epsilons(1.0, exps, torch.empty(n)), torch.ones(n))

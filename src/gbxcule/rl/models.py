@@ -181,12 +181,16 @@ def epsilon_greedy(q: torch.Tensor, epsilon: float | torch.Tensor) -> torch.Tens
     return torch.where(explore, random, q.argmax(-1))
 
 
-def epsilon_ladder(num_envs: int, alpha: float, device) -> torch.Tensor:
-    """Exponents [num_envs] of the epsilon ladder: env i explores with epsilon ** (1 + alpha * i / (num_envs - 1)),
+def epsilon_ladder(num_envs: int, alpha: float, device, rank: int = 0, world: int = 1) -> torch.Tensor:
+    """Exponents [num_envs] of the epsilon ladder: env i of all N explores with epsilon ** (1 + alpha * i / (N - 1)),
     from epsilon itself at env 0 to epsilon ** (1 + alpha) at the last (Ape-X's actors, with epsilon 0.4 and alpha 7:
-    0.4 to 0.00066). alpha 0: every env at epsilon. Envs of a process span the whole ladder."""
-    return 1.0 + alpha * torch.linspace(0.0, 1.0, num_envs, device=device) if num_envs > 1 else \
-        torch.ones(num_envs, device=device)
+    0.4 to 0.00066). alpha 0: every env at epsilon. On several processes (`rank` of `world`, num_envs each) the
+    ladder runs over every process's envs, rank 0's on its top rungs."""
+    total = num_envs * world
+    if total == 1:
+        return torch.ones(num_envs, device=device)
+    i = torch.arange(rank * num_envs, (rank + 1) * num_envs, device=device, dtype=torch.float32)
+    return 1.0 + alpha * i / (total - 1)
 
 
 def ladder_epsilons(epsilon: float, exponents: torch.Tensor, out: torch.Tensor) -> torch.Tensor:

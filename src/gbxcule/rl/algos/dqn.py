@@ -196,7 +196,8 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         compute = torch.compile(losses) if d.compile else losses
         ratio = Fraction(d.replay_ratio).limit_denominator(10**6)
         decay_steps = d.exploration_fraction * cfg.total_steps
-        ladder = epsilon_ladder(n, d.epsilon_ladder, s.device) if d.epsilon_ladder else None
+        ladder = (epsilon_ladder(n, d.epsilon_ladder, s.device, s.world.rank, s.world.size)
+                  if d.epsilon_ladder else None)
         env_eps = torch.empty(n, device=s.device) if ladder is not None else None
         ones = torch.ones(n, dtype=torch.int64, device=s.device)
         timer = s.timer

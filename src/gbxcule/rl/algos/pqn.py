@@ -105,7 +105,8 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         term_buf = torch.zeros((t_len, n), dtype=torch.bool, device=dev)
         trunc_buf = torch.zeros((t_len, n), dtype=torch.bool, device=dev)
         decay_steps = p.exploration_fraction * cfg.total_steps
-        ladder = epsilon_ladder(n, p.epsilon_ladder, dev) if p.epsilon_ladder else None
+        ladder = (epsilon_ladder(n, p.epsilon_ladder, dev, s.world.rank, s.world.size)
+                  if p.epsilon_ladder else None)
         env_eps = torch.empty(n, device=dev) if ladder is not None else None
         timer = s.timer
 
