@@ -622,3 +622,64 @@ def test_the_untuned_benchmark_tasks_are_solved_by_their_solutions(task):
         assert not bool(trunc[0])
         ended.append(bool(term[0]) and bool(info["success"][0]))
     assert ended == [False] * (len(t.solution) - 1) + [True]
+
+
+def test_explorers_act_at_random_start_from_cells_and_are_not_counted():
+    from gbxcule.rl.archive import explorer_envs
+
+    assert explorer_envs(None, 8) == explorer_envs({}, 8) == 0
+    assert explorer_envs({"explorers": 0.25}, 8) == 2 and explorer_envs(ArchiveConfig(explorers=0.9), 10) == 9
+    assert explorer_envs({"explorers": 0.5}, 1) == 0  # at least one env is left to the policy
+    with pytest.raises(EnvConfigError, match="explorers"):
+        ArchiveConfig(explorers=0.95)
+    n, e = 8, 4
+    table = {"capacity": 64, "p_start": 1.0, "schedule": "fixed", "max_steps": 6, "explorers": 0.5}
+    envs = [GameEnv(task="leave_house", num_envs=n, max_steps=20, info_mode="full", archive=table) for _ in range(2)]
+    for env in envs:
+        env.reset(seed=3)
+    assert envs[0].archive.n_explore == e and envs[0].archive.explorer.tolist() == [False] * (n - e) + [True] * e
+    seen, ended, counted = set(), 0, 0
+    for t in range(40):
+        # the two envs are given different actions: the policy's envs part, the explorers act alike (at random)
+        envs[0].step(np.full(n, t % 8))
+        _, _, _, _, info = envs[1].step(np.full(n, (t + 3) % 8))
+        seen |= set(envs[0]._act32[n - e:].tolist())
+        if t == 10:  # before any episode ended (then starts come from cells, which the policy's envs found)
+            a, b = (env.backend.env_states() for env in envs)
+            assert all(np.array_equal(a[i].ram, b[i].ram) for i in range(n - e, n))
+            assert not all(np.array_equal(a[i].ram, b[i].ram) for i in range(n - e))
+        assert torch.equal(envs[0]._act32[:n - e], torch.full((n - e,), t % 8, dtype=torch.int32))
+        done = info["done"]
+        ended += int(done[:n - e].sum())
+        counted += int(done.sum())
+        # an explorer's episode starts from a cell once the archive holds any (p_start 1 holds the others at the
+        # task's start)
+        arch = envs[1].archive.from_archive
+        assert not bool(arch[:n - e].any())
+        assert bool(arch[n - e:][done[n - e:]].all()) or int(envs[1].archive.count) == 0
+    assert len(seen) >= 4  # random actions, not one
+    assert counted > ended > 0
+    s = envs[1].episode_stats()  # the policy's episodes alone; explorer episodes feed no cell's tries either
+    assert s["episodes"] == ended and envs[1].archive.snapshot()["tries"].sum() == 0
+    assert s["archive/cells"] > 0
+
+
+def test_only_a_trainer_that_leaves_the_explorers_out_takes_them(tmp_path):
+    from gbxcule.rl.algos.ppo import batch_size
+    from gbxcule.rl.config import ConfigError
+    from gbxcule.rl.training import make_config, train
+
+    table = {**ARCHIVE_TABLE, "explorers": 0.5}
+    cfg = make_config(None, {"total_steps": 2 * 6 * 8,
+                             "env": {"num_envs": 6, "task": "talk_to_hiker", "max_steps": 12, "archive": table},
+                             "ppo": {"rollout_steps": 8, "epochs": 1, "minibatches": 2, "model": "small"},
+                             "run": {"run_dir": str(tmp_path), "device": "cpu", "progress": False, "evals": 0,
+                                     "tensorboard": False, "eval_episodes": 2}})
+    assert batch_size(cfg) == 3 * 8  # the policy's 3 envs' rollouts; the explorers' 3 are not stored
+    s = train(cfg)
+    assert s["updates"] == 2 and s["env_steps"] == 2 * 6 * 8 and sum(s["last"]["actions"]) == 3 * 8
+    for algo in ("a2c", "dqn", "pqn"):
+        with pytest.raises(ConfigError, match="explorers"):
+            make_config(None, {"algo": algo, "env": {"num_envs": 6, "archive": table}})
+    with pytest.raises(ConfigError, match="explorers"):
+        make_config(None, {"env": {"num_envs": 6, "archive": table}, "ppo": {"gru": 16, "minibatches": 2}})

@@ -295,7 +295,8 @@ def test_plots_heat_maps_have_axes_a_colour_bar_and_a_readable_size(tmp_path):
     plt.close(fig)
 
 
-def test_the_eval_beside_training_plays_the_waiting_evals_episodes_on_its_snapshot(tmp_path):
+@pytest.mark.parametrize("per_tick,ticks", [(1, 12), (5, 3)])
+def test_the_eval_beside_training_plays_the_waiting_evals_episodes_on_its_snapshot(tmp_path, per_tick, ticks):
     from gbxcule.rl.algos import get
     from gbxcule.rl.evaluate import BackgroundEval, evaluate_model, make_eval_env
 
@@ -306,17 +307,17 @@ def test_the_eval_beside_training_plays_the_waiting_evals_episodes_on_its_snapsh
     model = get("ppo").build_model(cfg.ppo, env.num_actions, env.stack_k, env.obs_mode == "packed")
     want = evaluate_model(model, env, modes=("greedy",))["greedy"]
     before = [p.clone() for p in model.parameters()]
-    bg = BackgroundEval(model, env)
+    bg = BackgroundEval(model, env, steps_per_tick=per_tick)
     bg.start(model, 123)
     with torch.no_grad():  # the live model goes on learning: the eval plays the weights it started with
         for p in model.parameters():
             p.mul_(-3.0)
     assert bg.busy and bg.started_step == 123
-    ticks = 0
+    played = 0
     while (rep := bg.poll()) is None:
         bg.tick()
-        ticks += 1
-    assert ticks == 12 and not bg.busy
+        played += 1
+    assert played == ticks and not bg.busy  # the step limit's 12 steps, steps_per_tick after each training step
     for key in ("episodes", "starts_skipped", "success_rate", "median_steps", "mean_return", "mean_length"):
         assert rep[key] == want[key], key
     assert all(torch.equal(p, q) for p, q in zip(bg.model.parameters(), before, strict=True))
@@ -335,6 +336,13 @@ def test_periodic_eval_beside_training_logs_each_result_at_its_weights_env_steps
     # 1) ends in update 3, which starts the next one (the one due at 96 waited for it); the last update waits
     # for that and then evaluates the final weights, which the row keeps
     assert s["stopped"] == "done" and evals == [(3, 144, 48), (4, 192, 192)]
+    # with all 12 eval steps after one training step each eval is read at the end of the update after its start
+    cfg2 = tiny(tmp_path / "fast", eval_every=48, eval_episodes=2, eval_background=True, checkpoint_every=50)
+    cfg2.env.max_steps, cfg2.run.eval_background_steps = 12, 12
+    train(cfg2)
+    rows2 = [json.loads(x) for x in (tmp_path / "fast" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["update"], r["eval/env_steps"]) for r in rows2 if "eval/greedy_success" in r] == [(2, 48), (3, 96),
+                                                                                                 (4, 192)]
     assert "time_eval_s" in rows[-1] and "time_eval_s" not in rows[2]
     # best_policy.pt: the weights of the first eval with the best greedy success (ties keep the earlier)
     from gbxcule.rl.training import evaluate

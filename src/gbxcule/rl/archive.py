@@ -55,7 +55,7 @@ MAX_ENVS = 1 << 24
 STAT_NAMES = ("inserted", "improved", "dropped", "swarms", "start_episodes", "start_successes", "archive_episodes",
               "archive_successes", "chosen_depth_sum", "chosen")
 # salts of the hashed uniforms (`hashed_bits`): a start (and which cell), swarm or not, a spread clock
-SALT_START, SALT_SWARM, SALT_CLOCK = 0x51A7, 0x5A53, 0xC10C
+SALT_START, SALT_SWARM, SALT_CLOCK, SALT_EXPLORE = 0x51A7, 0x5A53, 0xC10C, 0xE4A1
 
 
 @dataclass
@@ -88,6 +88,10 @@ class ArchiveConfig:
     swarm: float = knob(0.0, min=0, max=1)  # share of the archive-started envs cloned at a milestone (0: off)
     swarm_on: str = knob("auto", choices=("auto", "area", "depth"))  # auto: area for RAM cells, else depth
     swarm_depth: int = knob(32, min=1)  # depth milestones: each time the deepest new cell passes another this many
+    # explorers: this share of the envs (the last ones) act uniformly at random, start only from cells and feed
+    # only the archive: Go-Explore's exploration beside the policy's, which heads where it has been rewarded. The
+    # trainer learns from the other envs; their episodes alone are counted in the logs and the cells' tries
+    explorers: float = knob(0.0, min=0, max=0.9)
 
     def __post_init__(self) -> None:
         try:
@@ -130,6 +134,15 @@ def weight_table(device):
 
     c = np.arange(TABLE, dtype=np.float64)
     return torch.tensor(np.rint(WEIGHT_ONE / np.sqrt(1.0 + c)).astype(np.int64), device=device)
+
+
+def explorer_envs(archive: dict | ArchiveConfig | None, num_envs: int) -> int:
+    """How many of `num_envs` envs are the archive's explorers (`explorers` share, rounded down: at least one env
+    is left to learn from): the last ones."""
+    if not archive:
+        return 0
+    share = archive.explorers if isinstance(archive, ArchiveConfig) else float(archive.get("explorers", 0.0))
+    return int(share * num_envs)
 
 
 def hashed_bits(seed: int, ids, counter, salt: int, bits: int = U_BITS):
@@ -196,6 +209,9 @@ class StateArchive:
         self.swarm_src = torch.zeros(n, dtype=torch.int32, device=dev)
         self.new = torch.zeros(n, dtype=torch.bool, device=dev)  # this step: envs in a cell the archive lacked
         self.env_ids = torch.arange(n, **i64)
+        self.n_explore = explorer_envs(cfg, n)
+        self.explorer = self.env_ids >= n - self.n_explore  # the explorers: the last n_explore envs
+        self.counted = ~self.explorer  # the envs whose episodes are counted (the policy's)
         self._low_first = n - self.env_ids  # n..1: lower envs rank first in a priority's low bits
         self._ones = torch.ones(n, **i64)
         b = min(cfg.inserts, n)
@@ -262,8 +278,16 @@ class StateArchive:
         return mask, slot, self.swarm_dst
 
     def ended(self, done, success) -> None:
-        """Count the episodes that ended this step by where they started (`account`)."""
-        self.account(done, success, self.from_archive, self.off_steps, self.start_row)
+        """Count the episodes that ended this step by where they started (`account`); explorers' are not."""
+        self.account(done & self.counted, success, self.from_archive, self.off_steps, self.start_row)
+
+    def explore_actions(self, actions, num_actions: int, seed: int) -> None:
+        """Write uniformly random actions (hashed from the seed, env and archive clock: the same bits on every
+        device) into the explorers' rows of `actions` (an int tensor [N], in place)."""
+        torch = self.torch
+        bits = hashed_bits(seed, self.env_ids, self.clock, SALT_EXPLORE)
+        pick = ((bits * num_actions) >> U_BITS).to(actions.dtype)
+        torch.where(self.explorer, pick, actions, out=actions)
 
     def jumped(self, dst, steps, ep_return) -> None:
         """Swarm destinations, just cloned from their sources (the clone copied these records too): their
@@ -430,7 +454,7 @@ class StateArchive:
         total = cdf[-1]
         target = (u_cell * total) >> U_BITS
         row = torch.searchsorted(cdf, target, right=True).clamp_(max=m - 1)
-        use = done & (u_start >= int(self.p * (1 << U_BITS))) & (total > 0)
+        use = done & ((u_start >= int(self.p * (1 << U_BITS))) | self.explorer) & (total > 0)  # explorers: cells
         row = torch.where(use, row, m)
         self.chosen.index_add_(0, row, self._ones)
         depth = self.steps.gather(0, row)

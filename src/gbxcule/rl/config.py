@@ -71,6 +71,9 @@ class RunConfig:
     # the periodic eval beside training (one eval step after each training step, on a CUDA stream of its own;
     # logged when it ends, at the env-steps of its weights) instead of training waiting for it (docs/training.md)
     eval_background: bool = knob(False, resume=CHANGE)
+    # eval steps played after each training step: an eval of a long step limit beside a large training env (whose
+    # step takes several times the eval's) ends that many times sooner, the eval's small launches filling the GPU
+    eval_background_steps: int = knob(1, min=1, max=64, resume=CHANGE)
     cudnn_benchmark: bool = knob(False, resume=CHANGE)  # CUDA: cuDNN times its conv algorithms, keeps the fastest
     deterministic: bool = knob(False, resume=CHANGE)  # CUDA: deterministic algorithms (ops without one warn)
     success_window: int = knob(256, min=1, resume=CHANGE)  # the progress bar's success: over >= this many episodes

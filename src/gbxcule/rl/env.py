@@ -326,6 +326,7 @@ class GameEnv:
                                             milestones=self._milestones)
         self.cell_mode = self.archive.cell_mode
         self._rmask_wp = self._wp.from_torch(self.archive.restore_mask)
+        self._n_const.fill_(float(self.num_envs - self.archive.n_explore))  # the rates are over the counted envs
 
     def cell_keys(self):
         """int64 [N]: each env's archive cell now (its RAM cell bytes packed, or a coarse hash of its frame)."""
@@ -493,7 +494,10 @@ class GameEnv:
     def step(self, actions):
         """Advance every env one step; see the module docstring."""
         torch, cfg = self.torch, self.reward_cfg
-        self.backend.step(self._actions(actions))
+        act = self._actions(actions)
+        if self.archive is not None and self.archive.n_explore:  # the archive's explorers act at random
+            self.archive.explore_actions(self._act32, self.codec.num_actions, self.seed)
+        self.backend.step(act)
         latest = self._latest
         self.steps += 1
         reward = self.rewards.fill_(cfg.step_cost)
@@ -583,16 +587,18 @@ class GameEnv:
     def _accumulate(self) -> None:
         """Add this step's totals to the device stats (one stack, one add; `_STAT_NAMES` order)."""
         torch, d, v = self.torch, self._done, self._stat_vals
-        fired = self._fired
+        fired, trunc, term, success, failed = self._fired, self.truncated, self.terminated, self.success, self.failed
+        if self.archive is not None and self.archive.n_explore:  # the archive's explorers are not counted
+            c = self.archive.counted
+            d, fired, trunc, term, success, failed = d & c, fired & c, trunc & c, term & c, success & c, failed & c
         vals = (d.sum(), (self.ep_return * d).sum(), (self.steps * d).sum(), (self.ep_success & d).sum(),
-                self.truncated.sum(), self.terminated.sum(), self._n_const, fired.sum(), (fired & self.success).sum(),
-                self.success.sum())
+                trunc.sum(), term.sum(), self._n_const, fired.sum(), (fired & success).sum(), success.sum())
         torch.stack([x.to(torch.float64) for x in vals], out=v)
         self._stats[:len(vals)] += v
         if self._milestones is not None:
             self._ms_stats[:-1] += (self.milestones & d).sum(1)
         if self._dead_end is not None:
-            self._ms_stats[-1:] += self.failed.sum()
+            self._ms_stats[-1:] += failed.sum()
         if self.num_slots > 1:  # `_slots` still holds the slot each ending episode started from
             pair = self._slot_pair
             slots = self._slots

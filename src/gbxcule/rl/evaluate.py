@@ -169,17 +169,20 @@ def run_episodes(env, act, max_steps: int, gif_envs: int = 0) -> dict:
 
 class BackgroundEval:
     """The periodic greedy eval beside training: `start` copies the live model's weights into a model of its
-    own and resets the eval env, each `tick` (called after every training env-step) plays one eval step, both
+    own and resets the eval env, each `tick` (called after every training env-step) plays `steps_per_tick` eval
+    steps, both
     on a CUDA stream of their own, so the eval's small launches fill the GPU beside the training's instead of
     stopping it (`backends.on_stream`); `poll` reads the report once the last step has run, `finish` plays the
     rest at once and waits. On a CPU device each tick runs in turn, with the same results."""
 
-    def __init__(self, model, env, amp: str = "off"):
+    def __init__(self, model, env, amp: str = "off", steps_per_tick: int = 1):
         import copy
 
         from gbxcule.backends import new_stream
 
-        self.env, self.amp = env, amp
+        if steps_per_tick < 1:
+            raise ValueError(f"steps_per_tick must be >= 1, got {steps_per_tick}")
+        self.env, self.amp, self.steps_per_tick = env, amp, steps_per_tick
         self.model = copy.deepcopy(model).requires_grad_(False).eval()
         for p in self.model.parameters():
             p.grad = None
@@ -214,9 +217,11 @@ class BackgroundEval:
             return
         from gbxcule.backends import on_stream
 
+        n = min(self.steps_per_tick, self.left)
         with on_stream(self.env.device, self.stream):
-            self.run.step()
-        self.left -= 1
+            for _ in range(n):
+                self.run.step()
+        self.left -= n
         if self.left == 0 and self.stream is not None:
             self._done = torch.cuda.Event()
             self._done.record(self.stream)

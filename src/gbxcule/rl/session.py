@@ -548,7 +548,8 @@ class Session:
                 self._next_eval_step += self.eval_every
         if not last and self.cfg.run.eval_background:
             if bg is None:
-                bg = self._background = BackgroundEval(self._model, self._make_eval_env(), self.cfg.section.amp)
+                bg = self._background = BackgroundEval(self._model, self._make_eval_env(), self.cfg.section.amp,
+                                                       r.eval_background_steps)
                 self.env.after_step = bg.tick
             bg.start(self._model, self.global_step)
             self._last_eval_t = now
@@ -903,7 +904,8 @@ class AlgoSpec:
     `Session`); check(cfg): cross-field checks of a whole config (one ConfigError line); summary: one line for
     --help; env_defaults: env settings it prefers under the user's; working_bytes(cfg) -> (per env, fixed) device
     bytes of its learner's peak working memory (`rl/models.py activation_bytes`; its train passes them to the
-    `Session`'s memory check)."""
+    `Session`'s memory check); explorers: its loop leaves the state archive's explorer envs out of learning
+    (`env.archive.explorers`; a config with them is refused where it does not)."""
 
     name: str
     config: type
@@ -914,3 +916,4 @@ class AlgoSpec:
     check: Any = None
     env_defaults: dict = field(default_factory=dict)
     working_bytes: Any = None
+    explorers: bool = False

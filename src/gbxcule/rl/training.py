@@ -13,6 +13,7 @@ from pathlib import Path
 
 from gbxcule.core.errors import GbxculeError
 from gbxcule.rl.algos import ALGOS, DEFAULT_ALGO, get
+from gbxcule.rl.archive import explorer_envs
 from gbxcule.rl.config import (
     CHANGE,
     ONCE,
@@ -61,6 +62,9 @@ def make_config(path=None, overrides: dict | None = None):
     if update > cfg.total_steps:
         raise ConfigError(f"one update of {cfg.algo} is {update:,} env-steps ({cfg.env.num_envs:,} envs), more than "
                           f"total_steps ({cfg.total_steps:,}): lower the update's steps or raise total_steps")
+    if explorer_envs(cfg.env.archive, cfg.env.num_envs) and not spec.explorers:
+        raise ConfigError(f"env.archive.explorers: {algo} would learn from the explorers' random actions as its "
+                          f"own (ppo leaves them out); set it to 0")
     if spec.check is not None:
         spec.check(cfg)
     return cfg

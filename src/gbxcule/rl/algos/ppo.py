@@ -24,6 +24,7 @@ import torch
 
 from gbxcule.core.typed import knob
 from gbxcule.rl import returns
+from gbxcule.rl.archive import explorer_envs
 from gbxcule.rl.config import ConfigError
 from gbxcule.rl.models import MODELS, ActorCritic, activation_bytes
 from gbxcule.rl.session import AlgoSpec, NonFiniteError, Session
@@ -59,9 +60,14 @@ def build_model(p: PPOConfig, num_actions: int, stack_k: int, packed: bool) -> A
     return ActorCritic(num_actions, stack_k, packed, p.model, gru=p.gru)
 
 
+def acting_envs(cfg) -> int:
+    """The envs the policy acts in: all but the state archive's explorers (`env.archive.explorers`), the last."""
+    return cfg.env.num_envs - explorer_envs(cfg.env.archive, cfg.env.num_envs)
+
+
 def learn_envs(cfg) -> int:
-    """How many envs' rollouts are stored and trained on (all of them unless `ppo.learn_share` < 1)."""
-    n = cfg.env.num_envs
+    """How many envs' rollouts are stored and trained on (every acting env unless `ppo.learn_share` < 1)."""
+    n = acting_envs(cfg)
     return n if cfg.ppo.learn_share >= 1 else max(1, math.ceil(cfg.ppo.learn_share * n))
 
 
@@ -81,6 +87,8 @@ def check(cfg) -> None:
     if p.gru is not None:
         if p.learn_share < 1:
             raise ConfigError("ppo.gru needs ppo.learn_share = 1 (every env's rollout is unrolled again)")
+        if acting_envs(cfg) < cfg.env.num_envs:
+            raise ConfigError("ppo.gru needs env.archive.explorers = 0 (every env's rollout is unrolled again)")
         if p.minibatches > cfg.env.num_envs:
             raise ConfigError(f"ppo.gru: a minibatch is a group of envs, so ppo.minibatches ({p.minibatches}) may "
                               f"not exceed env.num_envs ({cfg.env.num_envs})")
@@ -178,8 +186,9 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                 state.copy_(extra["state"])
 
         t_len, n, dev, obs_shape = p.rollout_steps, env.num_envs, env.device, env.single_obs_shape
-        n_learn = learn_envs(cfg)
-        # the envs that feed the learner: all, or a block of n_learn that moves on by n_learn envs each update
+        n_learn, n_act = learn_envs(cfg), acting_envs(cfg)
+        # the envs that feed the learner: all, or a block of n_learn of the n_act acting ones (the archive's
+        # explorers never) that moves on by n_learn envs each update
         block = None if n_learn == n else torch.arange(n_learn, device=dev)
         ids = None if n_learn == n else torch.empty(n_learn, dtype=torch.int64, device=dev)
 
@@ -205,7 +214,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             for g in optimizer.param_groups:
                 g["lr"] = lr
             if ids is not None:  # this update's block of learning envs (its start known on the host)
-                torch.add(block, s.update * n_learn % n, out=ids).remainder_(n)
+                torch.add(block, s.update * n_learn % n_act, out=ids).remainder_(n_act)
             if state is not None:
                 h0.copy_(state)
             for t in range(t_len):
@@ -287,4 +296,5 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
 
 
 ALGO = AlgoSpec("ppo", PPOConfig, build_model, steps_per_update, train, check=check, working_bytes=working_bytes,
+               explorers=True,
                 summary="PPO: rollouts of rollout_steps x num_envs, minibatch epochs (the default)")
