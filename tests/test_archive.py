@@ -674,10 +674,16 @@ def test_only_a_trainer_that_leaves_the_explorers_out_takes_them(tmp_path):
                              "env": {"num_envs": 6, "task": "talk_to_hiker", "max_steps": 12, "archive": table},
                              "ppo": {"rollout_steps": 8, "epochs": 1, "minibatches": 2, "model": "small"},
                              "run": {"run_dir": str(tmp_path), "device": "cpu", "progress": False, "evals": 0,
-                                     "tensorboard": False, "eval_episodes": 2}})
+                                     "tensorboard": False, "eval_episodes": 2, "checkpoint_every": 1}})
     assert batch_size(cfg) == 3 * 8  # the policy's 3 envs' rollouts; the explorers' 3 are not stored
     s = train(cfg)
     assert s["updates"] == 2 and s["env_steps"] == 2 * 6 * 8 and sum(s["last"]["actions"]) == 3 * 8
+    part = tmp_path / "part"  # a run stopped and resumed goes on bit for bit, the explorers' actions too
+    cfg.run.run_dir, cfg.run.stop_after_updates = str(part), 1
+    train(cfg)
+    cfg.run.stop_after_updates = None
+    train(cfg, resume=True)
+    assert _rows(part) == _rows(tmp_path)
     for algo in ("a2c", "dqn", "pqn"):
         with pytest.raises(ConfigError, match="explorers"):
             make_config(None, {"algo": algo, "env": {"num_envs": 6, "archive": table}})
