@@ -689,3 +689,35 @@ def test_only_a_trainer_that_leaves_the_explorers_out_takes_them(tmp_path):
             make_config(None, {"algo": algo, "env": {"num_envs": 6, "archive": table}})
     with pytest.raises(ConfigError, match="explorers"):
         make_config(None, {"env": {"num_envs": 6, "archive": table}, "ppo": {"gru": 16, "minibatches": 2}})
+
+
+def test_bench_archive_cells_counts_a_cells_bytes_and_the_pages_that_differ(tmp_path, capsys):
+    """`bench_archive.py cells`: a cell's bytes are its slot's parts; the pages that differ are counted against
+    a plain comparison, and the estimate of a compressed cell is never above its bytes."""
+    import importlib.util
+    import json
+    import sys
+    from pathlib import Path
+    from unittest import mock
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("bench_archive", root / "scripts/bench/bench_archive.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    base = torch.zeros(16, dtype=torch.uint8)
+    cells = torch.zeros((4, 16), dtype=torch.uint8)
+    cells[0, 0] = cells[1, 0] = cells[1, 9] = 1  # pages of 4 differing from base: row 0 page 0, row 1 pages 0 and 2
+    cells[3] = cells[1]  # row 2 none; row 3 as row 1. Nearest other row: 1 page away, 0 (row 3), 1, 0 (row 1)
+    assert mod.page_diffs(cells, base, 4, [0, 1, 2, 3]) == ((1 + 2 + 0 + 2) / 4, (1 + 0 + 1 + 0) / 4)
+    argv = ["bench_archive.py", "cells", "--task", "leave_house", "--envs", "8", "--steps", "40", "--sample", "4",
+            "--device", "cpu", "--out", str(tmp_path)]
+    with mock.patch.object(sys, "argv", argv):
+        assert mod.main() == 0
+    data = json.loads((tmp_path / "archive_cells.json").read_text())
+    parts = data["parts"]
+    assert data["cells"] > 1 and set(parts) == {"fields", "ram", "obs", "screen"}
+    assert data["bytes_per_cell"] == sum(p["bytes"] for p in parts.values())
+    assert all(p["compressed_estimate"] <= p["bytes"] for p in parts.values())
+    assert 0 < parts["ram"]["pages_differ_from_start"] < parts["ram"]["pages"]
+    assert parts["screen"]["pixel_values"] <= 4 and data["ratio"] > 1
+    assert "a cell: " in capsys.readouterr().out

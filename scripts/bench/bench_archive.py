@@ -24,6 +24,12 @@ them (time per env-step added, in % of off's, and the instruction ratio), the sl
 ("random": the archive counts cells but never starts an episode) and with starts from the archive ("archive");
 `--runs` adds training runs' `archive/cells` curves from their metrics.jsonl (a run without an archive of its own
 can count cells with `--set env.archive.p_start=1.0`, e.g. a novelty run). Prints a table, writes JSON and a PNG.
+
+`cells`: the bytes of one archive cell and how far they would compress, after `--steps` steps of random actions with
+the config's archive: for each part of a cell's slot (fields, RAM, observation, screen), its bytes, the share of its
+pages (256 bytes; 64 for the fields) that differ from the task's start state and from the nearest other cell (over
+`--sample` cells), the pixel values seen, and an estimate of a compressed cell: RAM and fields as the pages that
+differ from the start plus a page bitmap, pixels packed at the bits their values need. Prints a table, writes JSON.
 """
 
 from __future__ import annotations
@@ -188,6 +194,61 @@ def explore_curves(args) -> dict:
     return {"mode": "explore", "task": e["task"], "envs": args.envs, "archive": table, "curves": curves}
 
 
+def page_diffs(cells, base, page: int, sample) -> tuple[float, float]:
+    """Mean pages of `page` bytes (uint8 rows `cells` [C, B] against `base` [B]) that differ from `base`, and from
+    the nearest other row, over the rows `sample` (their indices)."""
+    whole = (cells.shape[1] // page) * page
+    pc = cells[:, :whole].reshape(cells.shape[0], -1, page)
+    from_base = (pc != base[:whole].reshape(1, -1, page)).any(-1).sum(-1).float().mean()
+    nearest = []
+    for i in sample:
+        d = (pc != pc[i:i + 1]).any(-1).sum(-1)
+        d[i] = d.max() + 1
+        nearest.append(int(d.min()))
+    return float(from_base), (sum(nearest) / len(nearest) if nearest else float("nan"))
+
+
+def cell_sizes(args) -> dict:
+    import math
+
+    import torch
+    import warp as wp
+
+    from gbxcule.rl.env import GameEnv
+
+    e = env_section(args)
+    env = GameEnv(num_envs=args.envs, device=args.device, task=e["task"], start_states=e.get("start_states"),
+                  seed=args.seed, info_mode="none", archive=dict(e["archive"]), spread_clocks=True)
+    env.reset(seed=args.seed)
+    gen = torch.Generator(device=env.device).manual_seed(args.seed)
+    for _ in range(args.steps):
+        env.step(torch.randint(0, env.num_actions, (env.num_envs,), device=env.device, generator=gen))
+    count, k = int(env.archive.count.item()), env.num_slots
+    sample = torch.randperm(count, generator=torch.Generator().manual_seed(args.seed))[:args.sample].tolist()
+    parts, raw, packed = {}, 0, 0
+    for name, arr in zip(("fields", "ram", "obs", "screen"), env.backend.slot_arrays(), strict=True):
+        if arr is None:
+            continue
+        t = wp.to_torch(arr)
+        rows = t.contiguous().view(torch.uint8).reshape(t.shape[0], -1).cpu()
+        cells, nbytes = rows[k:k + count], rows.shape[1]
+        page = 64 if nbytes < 4096 else 256
+        base_pages, near_pages = page_diffs(cells, rows[0], page, sample)
+        pixels = name in ("obs", "screen")
+        values = int(torch.unique(t[k:k + count]).numel()) if pixels and count else None
+        if pixels:
+            est = math.ceil(t[0].numel() * max(1, math.ceil(math.log2(max(values or 1, 2)))) / 8)
+        else:
+            est = math.ceil(base_pages * page + (nbytes // page) / 8)
+        parts[name] = {"bytes": nbytes, "page": page, "pages": nbytes // page, "pages_differ_from_start": base_pages,
+                       "pages_differ_from_nearest": near_pages, "pixel_values": values, "compressed_estimate": est}
+        raw, packed = raw + nbytes, packed + est
+    env.close()
+    return {"mode": "cells", "task": e["task"], "envs": args.envs, "steps": args.steps, "cells": count,
+            "sample": len(sample), "parts": parts, "bytes_per_cell": raw, "compressed_estimate": packed,
+            "ratio": raw / packed if packed else None}
+
+
 def plot_curves(data: dict, path: Path) -> None:
     import matplotlib
 
@@ -221,7 +282,7 @@ def backend_options(text: str) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=("cost", "explore"))
+    ap.add_argument("mode", choices=("cost", "explore", "cells"))
     ap.add_argument("--config", help="a training config whose [env] (task, start states, [env.archive]) is used")
     ap.add_argument("--task", help="over the config's task (default talk_to_hiker)")
     ap.add_argument("--envs", type=int, default=16384)
@@ -238,6 +299,7 @@ def main() -> int:
     ap.add_argument("--backend", type=backend_options, default={}, metavar="KEY=VALUE,...",
                     help="cost: backend options over the config's [env.backend], e.g. sort_parts=1,stream_groups=1 "
                     "(the sort tuner off: every variant launches alike)")
+    ap.add_argument("--sample", type=int, default=200, help="cells: cells whose nearest other cell is found")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="bench_out/archive", help="folder for the JSON (and the PNG)")
     args = ap.parse_args()
@@ -252,11 +314,11 @@ def main() -> int:
         if unknown := sorted(set(args.backend) - set(TUNING_OPTIONS)):
             print(f"error: --backend takes {', '.join(TUNING_OPTIONS)}, got {', '.join(unknown)}", file=sys.stderr)
             return 2
-    if args.mode == "explore":
-        args.steps = args.steps or 1500
+    if args.mode in ("explore", "cells"):
+        args.steps = args.steps or (1500 if args.mode == "explore" else 800)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    data = cost(args) if args.mode == "cost" else explore_curves(args)
+    data = {"cost": cost, "explore": explore_curves, "cells": cell_sizes}[args.mode](args)
     from gbxcule.harness.bench import environment
 
     data["environment"] = environment()
@@ -270,6 +332,15 @@ def main() -> int:
         for name, pts in data["curves"].items():
             at = [max((c for x, c in pts if x <= m), default=0) for m in marks]
             print(f"{name:24s} " + " ".join(f"{c:>14,}" for c in at))
+    if args.mode == "cells":
+        print(f"\n{data['cells']:,} cells of {data['task']}; pages differing (mean) from the start / the nearest cell")
+        print(f"{'part':8s} {'bytes':>8s} {'pages':>6s} {'start':>7s} {'nearest':>8s} {'values':>7s} {'estimate':>9s}")
+        for name, p in data["parts"].items():
+            values = p["pixel_values"] or "-"
+            print(f"{name:8s} {p['bytes']:>8,} {p['pages']:>6,} {p['pages_differ_from_start']:>7.1f} "
+                  f"{p['pages_differ_from_nearest']:>8.1f} {values:>7} {p['compressed_estimate']:>9,}")
+        print(f"a cell: {data['bytes_per_cell']:,} bytes; compressed (estimate) {data['compressed_estimate']:,} "
+              f"({data['ratio']:.1f}x)")
     print(f"wrote {out / f'archive_{args.mode}.json'}")
     return 0
 
