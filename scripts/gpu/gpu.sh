@@ -264,14 +264,19 @@ cmd_jobs_start() {
 }
 
 ## jobs_wait SECONDS: wait until the jobs of jobs_start end or SECONDS pass, then pack what is there (checkpoints,
-#    policies and archives left out) into $OUT/jobs.tgz and print the runner's log; exit status 0 once all ended
+#    policies and archives left out) into $OUT/jobs.tgz and print the runner's log; exit status 0 once all ended;
+#    KEEP [none]: of the names left out, those to pack after all (e.g. KEEP=policy.pt, a few MB a run)
 cmd_jobs_wait() {
   [[ $# -eq 1 && $1 =~ ^[0-9]+$ ]] || die "usage: bash $SELF jobs_wait SECONDS"
   local d=$RUNS/jobs t0; t0=$(date +%s)
   [[ -e $d/.started ]] || die "no jobs started in $d (jobs_start FILE first)"
   while [[ ! -e $d/.ended ]] && (( $(date +%s) - t0 < $1 )); do sleep 5; done
   mkdir -p "$OUT"
-  pack jobs checkpoint.pt policy.pt best_policy.pt archive.npz 'events.out.*'
+  local drop=() x
+  for x in checkpoint.pt policy.pt best_policy.pt archive.npz 'events.out.*'; do
+    [[ " ${KEEP:-} " == *" $x "* ]] || drop+=("$x")
+  done
+  pack jobs "${drop[@]}"
   cat "$d/runner.log"
   [[ -e $d/.ended ]] || { echo "still running after $1 s: call jobs_wait again within the idle release"; return 3; }
 }
