@@ -141,8 +141,7 @@ def explorer_envs(archive: dict | ArchiveConfig | None, num_envs: int) -> int:
     is left to learn from): the last ones."""
     if not archive:
         return 0
-    share = archive.explorers if isinstance(archive, ArchiveConfig) else float(archive.get("explorers", 0.0))
-    return int(share * num_envs)
+    return int(ArchiveConfig.from_dict(archive).explorers * num_envs)
 
 
 def hashed_bits(seed: int, ids, counter, salt: int, bits: int = U_BITS):
@@ -279,7 +278,8 @@ class StateArchive:
 
     def ended(self, done, success) -> None:
         """Count the episodes that ended this step by where they started (`account`); explorers' are not."""
-        self.account(done & self.counted, success, self.from_archive, self.off_steps, self.start_row)
+        self.account(done & self.counted if self.n_explore else done, success, self.from_archive, self.off_steps,
+                     self.start_row)
 
     def explore_actions(self, actions, num_actions: int, seed: int) -> None:
         """Write uniformly random actions (hashed from the seed, env and archive clock: the same bits on every
@@ -454,7 +454,10 @@ class StateArchive:
         total = cdf[-1]
         target = (u_cell * total) >> U_BITS
         row = torch.searchsorted(cdf, target, right=True).clamp_(max=m - 1)
-        use = done & ((u_start >= int(self.p * (1 << U_BITS))) | self.explorer) & (total > 0)  # explorers: cells
+        start = u_start >= int(self.p * (1 << U_BITS))
+        if self.n_explore:  # explorers start from a cell whenever the archive holds one
+            start |= self.explorer
+        use = done & start & (total > 0)
         row = torch.where(use, row, m)
         self.chosen.index_add_(0, row, self._ones)
         depth = self.steps.gather(0, row)

@@ -170,10 +170,9 @@ def run_episodes(env, act, max_steps: int, gif_envs: int = 0) -> dict:
 class BackgroundEval:
     """The periodic greedy eval beside training: `start` copies the live model's weights into a model of its
     own and resets the eval env, each `tick` (called after every training env-step) plays `steps_per_tick` eval
-    steps, both
-    on a CUDA stream of their own, so the eval's small launches fill the GPU beside the training's instead of
-    stopping it (`backends.on_stream`); `poll` reads the report once the last step has run, `finish` plays the
-    rest at once and waits. On a CPU device each tick runs in turn, with the same results."""
+    steps, both on a CUDA stream of their own, so the eval's small launches fill the GPU beside the training's
+    instead of stopping it (`backends.on_stream`); `poll` reads the report once the last step has run, `finish`
+    plays the rest at once and waits. On a CPU device each tick runs in turn, with the same results."""
 
     def __init__(self, model, env, amp: str = "off", steps_per_tick: int = 1):
         import copy

@@ -63,8 +63,8 @@ def make_config(path=None, overrides: dict | None = None):
         raise ConfigError(f"one update of {cfg.algo} is {update:,} env-steps ({cfg.env.num_envs:,} envs), more than "
                           f"total_steps ({cfg.total_steps:,}): lower the update's steps or raise total_steps")
     if explorer_envs(cfg.env.archive, cfg.env.num_envs) and not spec.explorers:
-        raise ConfigError(f"env.archive.explorers: {algo} would learn from the explorers' random actions as its "
-                          f"own (ppo leaves them out); set it to 0")
+        raise ConfigError(f"env.archive.explorers: {algo} would store the action it chose for an explorer, not the "
+                          f"random one taken (only ppo leaves explorers out); set it to 0 or train ppo")
     if spec.check is not None:
         spec.check(cfg)
     return cfg

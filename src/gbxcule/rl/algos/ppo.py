@@ -296,5 +296,4 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
 
 
 ALGO = AlgoSpec("ppo", PPOConfig, build_model, steps_per_update, train, check=check, working_bytes=working_bytes,
-               explorers=True,
-                summary="PPO: rollouts of rollout_steps x num_envs, minibatch epochs (the default)")
+                explorers=True, summary="PPO: rollouts of rollout_steps x num_envs, minibatch epochs (the default)")
