@@ -457,6 +457,40 @@ def test_state_dict_round_trip_with_the_archive_is_bit_exact():
     assert int(lean.archive.count) == 0
 
 
+def test_cells_kept_in_host_memory_are_the_same_bits_and_round_trip():
+    """store = "host": the slot store in host memory, which the kernels address through arrays of the device (on
+    the CPU device the same path: host arrays and the kernels' arrays at one address). The env plays bit for bit as
+    with the store on the device, its slots hold the same bytes, and a checkpoint of it continues bit for bit."""
+    table = {"capacity": 16, "p_start": 0.3, "swarm": 0.5, "swarm_on": "depth", "swarm_depth": 2}
+    kw = dict(task="talk_to_hiker", num_envs=4, stack_k=2, max_steps=4, spread_clocks=True)
+    rng = np.random.default_rng(7)
+    acts = [rng.integers(0, 8, size=4) for _ in range(14)]
+    envs = {}
+    for store in ("device", "host"):
+        env = GameEnv(**kw, archive={**table, "store": store})
+        env.reset(seed=3)
+        envs[store] = (env, _trajectory(env, acts))
+    (dev, ref), (host, got) = envs["device"], envs["host"]
+    assert host.backend._store.host and not dev.backend._store.host
+    assert all(all(torch.equal(x, y) for x, y in zip(s, t, strict=True)) for s, t in zip(got, ref, strict=True))
+    assert int(host.archive.count) == int(dev.archive.count) > 0
+    for a, b in zip(host.backend.slot_arrays(), dev.backend.slot_arrays(), strict=True):
+        assert np.array_equal(a.numpy(), b.numpy())
+    assert host.backend.slots_digest() == dev.backend.slots_digest()
+    f, r = host.backend.slot_state(host.num_slots)
+    assert np.array_equal(f, dev.backend.slot_state(dev.num_slots)[0]) and np.array_equal(r, dev.backend.slot_state(
+        dev.num_slots)[1])
+    sd = host.state_dict()
+    more = [rng.integers(0, 8, size=4) for _ in range(8)]
+    ref = _trajectory(host, more)
+    other = GameEnv(**kw, archive={**table, "store": "host"})
+    other.load_state_dict(sd)
+    assert all(all(torch.equal(x, y) for x, y in zip(s, t, strict=True))
+               for s, t in zip(_trajectory(other, more), ref, strict=True))
+    with pytest.raises(EnvConfigError, match="store"):
+        GameEnv(**kw, archive={**table, "store": "disk"})
+
+
 def test_archive_memory_and_cells_are_checked(monkeypatch):
     import gbxcule.backends as backends
     from gbxcule.core.memory import Available
@@ -464,6 +498,8 @@ def test_archive_memory_and_cells_are_checked(monkeypatch):
     monkeypatch.setattr(backends, "memory_available", lambda device: (Available(10 * 2**20, "a test's limit"), None))
     with pytest.raises(EnvConfigError, match="lower env.archive.capacity"):
         GameEnv(task="leave_house", num_envs=2, archive={"capacity": 1024})
+    with pytest.raises(EnvConfigError, match="host memory"):  # the cells' slots in host memory: the host's room
+        GameEnv(task="leave_house", num_envs=2, archive={"capacity": 1024, "store": "host"})
     monkeypatch.undo()
     with pytest.raises(EnvConfigError, match="names cell bytes"):
         GameEnv("OVERWORLD", num_envs=2, archive={"cells": "ram"})

@@ -214,6 +214,10 @@ def test_bench_archive_cost_variants_and_backend_options(capsys):
     opts = mod.cost_variants({"archive": {"capacity": 8}, "backend": {"sort_parts": 1}})
     assert all(v["backend_options"] == {"sort_parts": 1} for v in opts.values())
     assert "backend_options" not in mod.cost_variants({"archive": {"capacity": 8}})["spread"]
+    host = mod.cost_variants({"archive": {"capacity": 8}})["host"]  # `archive` with the cells in host memory
+    assert host["archive"] == {"capacity": 8, "store": "host"} and list(mod.COST_VARIANTS)[-1] == "host"
+    args = argparse.Namespace(config=None, task="quest", backend={}, archive={"capacity": 99, "store": "host"})
+    assert mod.env_section(args)["archive"] == {"capacity": 99, "store": "host"}  # --archive over the table
     for argv in (["cost", "--variants", "off,nope"], ["cost", "--backend", "sort_part=1"]):
         with mock.patch.object(sys, "argv", ["bench_archive.py", *argv, "--device", "cpu"]):
             assert mod.main() == 2

@@ -14,7 +14,8 @@ adding one thing to the one before: `off` (no archive, no spread clocks), `sprea
 (the config's `[env.archive]` table with p_start = 1: all of its per-step machinery runs, but every episode starts
 from the task's start, so the envs emulate bit for bit what `spread`'s do) and `archive` (the table as it is: starts
 from cells, shorter episodes, swarming). So `counting` against `spread` is the archive's own cost and `archive`
-against `counting` is the emulated work of where the envs play (other rooms and maps, other game code). Each row
+against `counting` is the emulated work of where the envs play (other rooms and maps, other game code); `--variants
+...,host` adds `host`, `archive` with the cells' slots in host memory (`env.archive.store`). Each row
 also counts that work: emulated instructions per env-step (`instr/step`, and `exec/step` less the skipped wait-loop
 rounds, as scripts/bench/bench_games.py), the same on every device. Prints the variants against `off`, the steps between
 them (time per env-step added, in % of off's, and the instruction ratio), the slowdown and its split; writes JSON
@@ -55,15 +56,20 @@ def env_section(args) -> dict:
     env.setdefault("task", "talk_to_hiker")
     if not env.get("archive"):
         env["archive"] = {"capacity": 4096}
+    if args.archive:
+        env["archive"] = {**env["archive"], **args.archive}
     return env
 
 
-# `cost`'s variants, in order: each adds one thing to the one before, so each step's difference has one cause
-COST_VARIANTS = ("off", "spread", "counting", "archive")
+# `cost`'s variants, in order: each adds one thing to the one before, so each step's difference has one cause;
+# `host` (asked for by name) is `archive` with the cells' slots in host memory
+COST_CHAIN = ("off", "spread", "counting", "archive")
+COST_VARIANTS = (*COST_CHAIN, "host")
 # what each variant's difference from the one before it is, for the table and the JSON
 COST_STEPS = {"spread": "spread clocks (episodes end at different steps)",
               "counting": "the archive's machinery (same emulation as spread, bit for bit)",
-              "archive": "where envs play (starts from cells, their shorter episodes, swarming): emulated work"}
+              "archive": "where envs play (starts from cells, their shorter episodes, swarming): emulated work",
+              "host": "the cells' slots in host memory (env.archive.store = host), read and written over the bus"}
 
 
 def cost_variants(e: dict) -> dict[str, dict]:
@@ -75,7 +81,8 @@ def cost_variants(e: dict) -> dict[str, dict]:
     table, common = e["archive"], ({"backend_options": e["backend"]} if e.get("backend") else {})
     return {"off": {**common}, "spread": {"spread_clocks": True, **common},
             "counting": {"archive": {**table, "p_start": 1.0}, "spread_clocks": True, **common},
-            "archive": {"archive": table, "spread_clocks": True, **common}}
+            "archive": {"archive": table, "spread_clocks": True, **common},
+            "host": {"archive": {**table, "store": "host"}, "spread_clocks": True, **common}}
 
 
 def whole_limits(steps: int | None, step_limit: int) -> int:
@@ -116,7 +123,7 @@ def cost(args) -> dict:
                   for key in ("env_steps_per_s", "instructions_per_step", "executed_per_step", "resets_per_env_step")}
            for name in variants}
     data = {"mode": "cost", "task": task.id, "envs": args.envs, "steps": steps, "archive": e["archive"], "rows": rows,
-            "median": med, **(cost_breakdown(med) if len(med) == len(COST_VARIANTS) else {})}
+            "median": med, **(cost_breakdown(med) if set(COST_CHAIN) <= set(med) else {})}
     print_cost(data, args.device)
     return data
 
@@ -128,7 +135,7 @@ def cost_breakdown(med: dict) -> dict:
     sec = {name: 1.0 / m["env_steps_per_s"] for name, m in med.items()}
     slowdown = {name: 1.0 - med[name]["env_steps_per_s"] / med["off"]["env_steps_per_s"] for name in med}
     steps = {}
-    for prev, name in itertools.pairwise(COST_VARIANTS):
+    for prev, name in itertools.pairwise([v for v in COST_VARIANTS if v in med]):
         steps[name] = {"vs": prev, "cause": COST_STEPS[name], "time_added": (sec[name] - sec[prev]) / sec["off"],
                        "instr_ratio": med[name]["instructions_per_step"] / med[prev]["instructions_per_step"],
                        "executed_ratio": med[name]["executed_per_step"] / med[prev]["executed_per_step"]}
@@ -155,9 +162,9 @@ def print_cost(data: dict, device: str) -> None:
     for name, st in steps.items():
         print(f"{st['vs'] + ' -> ' + name:20s} {100 * st['time_added']:+12.1f}% {st['instr_ratio']:6.2f}x  "
               f"{st['cause']}")
-    print(f"(time/env-step: seconds per env-step added, in % of off's; the steps add up to archive's "
-          f"{100 * sum(st['time_added'] for st in steps.values()):+.1f}%. instr: emulated instructions per env-step "
-          f"over the variant before's)")
+    print(f"(time/env-step: seconds per env-step added, in % of off's; the steps to archive add up to its "
+          f"{100 * sum(st['time_added'] for name, st in steps.items() if name in COST_CHAIN):+.1f}%. instr: "
+          f"emulated instructions per env-step over the variant before's)")
     if not data["counting_same_emulation"]:
         print("warning: counting and spread emulated different work (they should match bit for bit)")
     print(f"\narchive cost: {100 * data['slowdown']:.1f}% slower than off ({data['envs']:,} envs, {data['task']}, "
@@ -293,12 +300,14 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="cost: measurements of each variant, alternating")
     ap.add_argument("--every", type=int, default=25, help="explore: steps between points")
     ap.add_argument("--runs", nargs="*", help="explore: training run folders whose archive/cells to add")
-    ap.add_argument("--variants", type=lambda v: v.split(","), default=list(COST_VARIANTS),
-                    help=f"cost: the variants to time, comma-separated (default all: {','.join(COST_VARIANTS)}); "
-                    "the split of the archive's cost needs all")
+    ap.add_argument("--variants", type=lambda v: v.split(","), default=list(COST_CHAIN),
+                    help=f"cost: the variants to time, comma-separated (default {','.join(COST_CHAIN)}; also host); "
+                    "the split of the archive's cost needs the first four")
     ap.add_argument("--backend", type=backend_options, default={}, metavar="KEY=VALUE,...",
                     help="cost: backend options over the config's [env.backend], e.g. sort_parts=1,stream_groups=1 "
                     "(the sort tuner off: every variant launches alike)")
+    ap.add_argument("--archive", type=backend_options, default={}, metavar="KEY=VALUE,...",
+                    help="settings over the config's [env.archive] (e.g. capacity=163840,store=host)")
     ap.add_argument("--sample", type=int, default=200, help="cells: cells whose nearest other cell is found")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="bench_out/archive", help="folder for the JSON (and the PNG)")

@@ -1,5 +1,6 @@
 """What a killed-then-resumed training run reproduces on a device (docs/training.md, "Checkpoints, resume and
-determinism"), for each trainer and for PPO with the state archive. Per setup, three tiny runs: A straight
+determinism"), for each trainer and for PPO with the state archive (`archive_host`: with its cells' slots in host
+memory, also compared with `archive`, whose bits it must equal). Per setup, three tiny runs: A straight
 through, B straight through again (is training on this device itself repeatable?), C stopped after 2 updates and
 resumed. Prints, per setup, how many logged metrics B and C match A in bit for bit (and which do not), and the
 largest weight difference; writes the tables as JSON. The runs set `run.deterministic` (torch's deterministic
@@ -42,14 +43,15 @@ def sections(setup: str, n: int) -> dict:
                 "dqn": {"buffer_size": n * 20, "batch_size": 64, "learning_starts": 5 * n, "log_every": 6,
                         "replay_ratio": 0.5, "target_every": 2, "dueling": True, "prioritized": True,
                         "exploration_fraction": 0.5, "checkpoint_buffer": True}}
-    if setup == "archive":
+    if setup in ("archive", "archive_host"):
+        table = ARCHIVE if setup == "archive" else {**ARCHIVE, "store": "host"}
         return {"total_steps": 4 * n * 8, "env": {"num_envs": n, "task": "talk_to_hiker", "max_steps": 12,
-                                                  "spread_clocks": True, "archive": ARCHIVE},
+                                                  "spread_clocks": True, "archive": table},
                 "ppo": {"rollout_steps": 8, "epochs": 1, "minibatches": 2}}
     raise ValueError(setup)
 
 
-SETUPS = ("ppo", "ppo_share", "a2c", "pqn", "dqn", "archive")
+SETUPS = ("ppo", "ppo_share", "a2c", "pqn", "dqn", "archive", "archive_host")
 
 
 def timing(key: str) -> bool:
@@ -88,6 +90,18 @@ def check(setup: str, device: str, n: int, root: Path, deterministic: bool = Tru
     return {"updates": len(ra), "resumed_updates": len(rc), "metrics": table, "max_weight_diff": weights}
 
 
+def same_runs(a: Path, b: Path) -> dict:
+    """How far two straight runs agree: metrics equal at every update, and the largest weight difference."""
+    from gbxcule.rl.rundir import load_checkpoint
+
+    ra, rb = rows(a), rows(b)
+    keys = sorted(set(ra[0]) - {"update"})
+    differ = [k for k in keys if [r.get(k) for r in ra] != [r.get(k) for r in rb]]
+    wa, wb = (load_checkpoint(d)["model"] for d in (a, b))
+    return {"equal": len(keys) - len(differ), "of": len(keys), "differ": differ,
+            "max_weight_diff": max(float((wa[k].float() - wb[k].float()).abs().max()) for k in wa)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda")
@@ -106,19 +120,25 @@ def main() -> int:
 
     root = Path(tempfile.mkdtemp(prefix="resume_check_"))
     results = {s: check(s, args.device, args.envs, root, not args.default_cudnn) for s in setups}
+    if "archive" in results and "archive_host" in results:  # the cells in host memory: the same bits
+        results["archive_host"]["same_as_archive"] = same_runs(root / "archive" / "a", root / "archive_host" / "a")
     out = {"device": args.device, "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
            "envs": args.envs, "deterministic": not args.default_cudnn, "setups": results}
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    print(f"\n{'setup':8s} {'updates':>7s} {'repeat':>9s} {'resume':>9s} {'weights: repeat':>16s} {'resume':>8s}  "
+    print(f"\n{'setup':12s} {'updates':>7s} {'repeat':>9s} {'resume':>9s} {'weights: repeat':>16s} {'resume':>8s}  "
           "metrics that differ from the straight run (resume)")
     for s, r in results.items():
         m, w = r["metrics"], r["max_weight_diff"]
         same = {k: sum(v[k] for v in m.values()) for k in ("repeat", "resume")}
         differ = [k for k, v in m.items() if not v["resume"]]
-        print(f"{s:8s} {r['updates']:7d} {same['repeat']:4d}/{len(m):<4d} {same['resume']:4d}/{len(m):<4d} "
+        print(f"{s:12s} {r['updates']:7d} {same['repeat']:4d}/{len(m):<4d} {same['resume']:4d}/{len(m):<4d} "
               f"{w['repeat']:16.2g} {w['resume']:8.2g}  {', '.join(differ) or '-'}")
     print(f"(metrics equal bit for bit to the straight run's, of those logged; {args.device}, {args.envs} envs, "
           f"run.deterministic {'off' if args.default_cudnn else 'on'})")
+    if "same_as_archive" in results.get("archive_host", {}):
+        r = results["archive_host"]["same_as_archive"]
+        print(f"archive_host against archive: {r['equal']}/{r['of']} metrics equal, weights differ by at most "
+              f"{r['max_weight_diff']:.2g}{' (' + ', '.join(r['differ']) + ')' if r['differ'] else ''}")
     return 0
 
 

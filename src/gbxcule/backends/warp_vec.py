@@ -749,14 +749,16 @@ class WarpVecBackend:
     # torch tensor on the backend's device (used in place), or a host array (copied: for setup, not a hot path).
     # Masks are int32, uint8 or bool (non-zero: the env takes part); slot and env numbers int32, reduced into
     # range. Each call is one or two launches and never synchronises.
-    def alloc_slots(self, num_slots: int, seed: int = 0) -> None:
-        """A device store of `num_slots` zeroed env states (replacing any store); with an observation stage
+    def alloc_slots(self, num_slots: int, seed: int = 0, host: bool = False) -> None:
+        """A store of `num_slots` zeroed env states (replacing any store); with an observation stage
         (stage "obs_only"/"full_step") each slot also holds the observation and screen saved with it. `seed`
-        keys the seeded rule of `restore`."""
+        keys the seeded rule of `restore`. `host`: the slots live in host memory (pinned), which the device's
+        kernels read and write over the bus (kernels/slots.py): the same bits, room for many more slots."""
         from gbxcule.kernels.slots import SlotStore
 
         width = self.obs.shape[2] if self.stage in OBS_STAGES else 0
-        self._store = SlotStore(num_slots, NUM_FIELDS, self.layout.total, self.device, seed, obs_width=width)
+        self._store = SlotStore(num_slots, NUM_FIELDS, self.layout.total, self.device, seed, obs_width=width,
+                                host=host)
 
     def load_slots(self, state, seed: int = 0) -> None:
         """The reset cache: a slot store holding the M states of a saved state (PyBoy or native); their
@@ -826,18 +828,21 @@ class WarpVecBackend:
                               int(self._frame is not None)])
 
     def slot_frames(self):
-        """(observations uint8 [K, 72, W], screens uint8 [K, 144, 160]) of the slots, device arrays, or None
-        when the store holds no frames."""
-        store = self._slot_store()
-        return None if store.obs is None else (store.obs, store.screen)
+        """(observations uint8 [K, 72, W], screens uint8 [K, 144, 160]) of the slots, or None when the store
+        holds no frames: device arrays, or host arrays (after the device's queued work) for a store in host
+        memory."""
+        _, _, obs, screen = self._slot_store().views()
+        return None if obs is None else (obs, screen)
 
     def slot_arrays(self) -> tuple:
-        """The slot store's device arrays, as views for copying many slots at once (checkpoints of slots saved
-        during a run): fields int32 [K, NUM_FIELDS], RAM uint32 [K, words] (4 bytes a word, as `slot_state`
-        unpacks them), and the observations [K, 72, W] and screens [K, 144, 160] (None without frames)."""
+        """The slot store's arrays, as views for copying many slots at once (checkpoints of slots saved during a
+        run): fields int32 [K, NUM_FIELDS], RAM uint32 [K, words] (4 bytes a word, as `slot_state` unpacks them),
+        and the observations [K, 72, W] and screens [K, 144, 160] (None without frames). Device arrays, or host
+        arrays (after the device's queued work) for a store in host memory (`alloc_slots(host=True)`)."""
         store = self._slot_store()
-        return (store.fields.reshape((store.num_slots, store.num_fields)),
-                store.ram.reshape((store.num_slots, store.ram_words)), store.obs, store.screen)
+        fields, ram, obs, screen = store.views()
+        return (fields.reshape((store.num_slots, store.num_fields)), ram.reshape((store.num_slots, store.ram_words)),
+                obs, screen)
 
     def slot_state(self, slot: int) -> tuple[np.ndarray, np.ndarray]:
         """(fields int32 [NUM_FIELDS], RAM uint8 [bytes]) of slot `slot` on the host (synchronises)."""
@@ -850,10 +855,10 @@ class WarpVecBackend:
 
         store = self._slot_store()
         k = store.num_slots if count is None else store.check_slot(count - 1) + 1
-        data = (store.fields.numpy()[:k * store.num_fields].tobytes()
-                + store.ram.numpy()[:k * store.ram_words].tobytes())
-        if store.obs is not None:
-            data += store.obs.numpy()[:k].tobytes()
+        fields, ram, obs, _ = store.views()
+        data = fields.numpy()[:k * store.num_fields].tobytes() + ram.numpy()[:k * store.ram_words].tobytes()
+        if obs is not None:
+            data += obs.numpy()[:k].tobytes()
         return hashlib.sha1(data).hexdigest()
 
     def _slot_store(self):

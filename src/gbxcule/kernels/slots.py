@@ -23,7 +23,10 @@ into range before use.
 - `gather_kernel`: the rows of a few envs, for reading them on the host.
 - `serial_scatter_kernel`: uploaded SB rings into a few envs.
 
-`SlotStore` owns a store's device arrays and launches these; `WarpVecBackend` is the door to them.
+`SlotStore` owns a store's arrays and launches these; `WarpVecBackend` is the door to them. A store made with
+`host=True` keeps its arrays in host memory (pinned where the device is a GPU) and hands the kernels arrays of the
+device at the same addresses (CUDA's unified addressing maps pinned host memory into every device), so the kernels
+read and write the slots over the bus and the store's size is bounded by the host's memory, not the GPU's.
 """
 
 from typing import Any
@@ -238,21 +241,45 @@ class SlotStore:
     slot's observation [72, obs_width] and screen [144, 160])."""
 
     def __init__(self, num_slots: int, num_fields: int, ram_bytes: int, device: str, seed: int = 0,
-                 obs_width: int = 0):
+                 obs_width: int = 0, host: bool = False):
         if num_slots < 1:
             raise ValueError(f"a slot store needs at least one slot, got {num_slots}")
         self.num_slots, self.num_fields, self.ram_bytes, self.device = num_slots, num_fields, ram_bytes, device
-        self.seed = seed
+        self.seed, self.host = seed, bool(host)
         self.ram_words = (ram_bytes + 3) // 4
         self.words = num_fields + self.ram_words
-        self.fields = wp.zeros(num_slots * num_fields, dtype=wp.int32, device=device)
-        self.ram = wp.zeros(num_slots * self.ram_words, dtype=wp.uint32, device=device)
+        self._host_views: dict[str, Any] = {}  # with `host`: each array's host array (the same memory)
+        self.fields = self._zeros("fields", num_slots * num_fields, wp.int32)
+        self.ram = self._zeros("ram", num_slots * self.ram_words, wp.uint32)
         self.obs = self.screen = None
         if obs_width:
-            self.obs = wp.zeros((num_slots, 72, obs_width), dtype=wp.uint8, device=device)
-            self.screen = wp.zeros((num_slots, 144, 160), dtype=wp.uint8, device=device)
+            self.obs = self._zeros("obs", (num_slots, 72, obs_width), wp.uint8)
+            self.screen = self._zeros("screen", (num_slots, 144, 160), wp.uint8)
         self._dummy_slots = wp.zeros(1, dtype=wp.int32, device=device)
         self.epoch = 0  # seeded restores so far: the rule's third input
+
+    def _zeros(self, name: str, shape, dtype):
+        """A zeroed array for the kernels: on the device, or with `host` in host memory (pinned on a GPU) seen
+        through an array of the device at the same address, the host array kept for `views`."""
+        if not self.host:
+            return wp.zeros(shape, dtype=dtype, device=self.device)
+        dev = wp.get_device(self.device)
+        mem = wp.zeros(shape, dtype=dtype, device="cpu", pinned=dev.is_cuda)
+        self._host_views[name] = mem
+        return wp.array(ptr=mem.ptr, dtype=dtype, shape=mem.shape, device=dev)
+
+    def views(self) -> tuple:
+        """(fields, ram, obs, screen): the arrays to read or write many slots at once from outside the kernels.
+        The device arrays; with `host` the host arrays, once the device's queued work is done (synchronises)."""
+        if not self.host:
+            return self.fields, self.ram, self.obs, self.screen
+        wp.synchronize_device(self.device)
+        v = self._host_views
+        return v["fields"], v["ram"], v.get("obs"), v.get("screen")
+
+    def nbytes(self) -> int:
+        """Bytes the store's slots take (on the device, or with `host` in host memory)."""
+        return sum(a.capacity for a in (self.fields, self.ram, self.obs, self.screen) if a is not None)
 
     def check_slot(self, slot: int) -> int:
         if not 0 <= slot < self.num_slots:
@@ -264,16 +291,23 @@ class SlotStore:
         fields = np.atleast_2d(np.asarray(fields, dtype=np.int32))
         self.check_slot(first)
         self.check_slot(first + len(fields) - 1)
+        words = pack_ram(ram, self.ram_words).reshape(-1)
+        if self.host:  # straight into the host memory, once the device is done with it
+            vf, vr = self.views()[:2]
+            vf.numpy()[first * self.num_fields:first * self.num_fields + fields.size] = fields.reshape(-1)
+            vr.numpy()[first * self.ram_words:first * self.ram_words + words.size] = words
+            return
         f = wp.array(fields.reshape(-1), dtype=wp.int32, device=self.device)
-        r = wp.array(pack_ram(ram, self.ram_words).reshape(-1), dtype=wp.uint32, device=self.device)
+        r = wp.array(words, dtype=wp.uint32, device=self.device)
         wp.copy(self.fields, f, dest_offset=first * self.num_fields, count=f.shape[0])
         wp.copy(self.ram, r, dest_offset=first * self.ram_words, count=r.shape[0])
 
     def download(self, slot: int) -> tuple[np.ndarray, np.ndarray]:
         """(fields int32 [F], RAM uint8 [ram_bytes]) of `slot` on the host (synchronises)."""
         self.check_slot(slot)
-        f = self.fields.numpy()[slot * self.num_fields:(slot + 1) * self.num_fields].copy()
-        words = self.ram.numpy()[slot * self.ram_words:(slot + 1) * self.ram_words]
+        vf, vr = self.views()[:2]
+        f = vf.numpy()[slot * self.num_fields:(slot + 1) * self.num_fields].copy()
+        words = vr.numpy()[slot * self.ram_words:(slot + 1) * self.ram_words]
         return f, words.astype("<u4").view(np.uint8)[:self.ram_bytes].copy()
 
     def save(self, fields, ram, n: int, mask, slots, chunk: int | None = None, obs=None, screen=None) -> None:

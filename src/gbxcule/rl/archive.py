@@ -92,6 +92,10 @@ class ArchiveConfig:
     # only the archive: Go-Explore's exploration beside the policy's, which heads where it has been rewarded. The
     # trainer learns from the other envs; their episodes alone are counted in the logs and the cells' tries
     explorers: float = knob(0.0, min=0, max=0.9)
+    # where the cells' emulator states, observations and screens (about 79 KB a cell on the quest) are kept: the
+    # GPU's memory, or "host": pinned host memory that the GPU's kernels read and write over the bus, so the
+    # capacity is bounded by the host's memory (the same bits either way; the records stay on the device)
+    store: str = knob("device", choices=("device", "host"))
 
     def __post_init__(self) -> None:
         try:
@@ -627,20 +631,21 @@ def progress_key(place, bits, place_bits: int, count: int):
 
 
 def cell_bytes(backend) -> int:
-    """Device bytes of one archive cell: its slot in the backend's store (machine state words, observation,
-    screen) and its records."""
+    """Bytes of one archive cell: its slot in the backend's store (machine state words, observation, screen;
+    on the device or, with `store = "host"`, in host memory) and its records (on the device)."""
     return 4 * backend.slot_words + 72 * backend.obs.shape[2] + 144 * 160 + CELL_RECORD_BYTES
 
 
-def check_archive_memory(capacity: int, per_cell: int, device: str) -> int:
-    """The archive's bytes (`per_cell` each); an EnvConfigError when they exceed the free memory of `device`
-    now (checked before the emulators exist; the env's whole need is checked next)."""
+def check_archive_memory(capacity: int, per_cell: int, device: str, host: bool = False) -> int:
+    """The archive's bytes (`per_cell` each); an EnvConfigError when they exceed the free memory of `device`, or
+    with `host` (the cells' slots in host memory) the host's, now (checked before the emulators exist; the env's
+    whole need is checked next)."""
     need = capacity * per_cell
     from gbxcule.backends import memory_available
 
-    host, dev = memory_available(str(device))
-    room = dev if str(device).startswith("cuda") else host
-    free, where = (None, "") if room is None else (room.bytes, ("GPU" if room is dev else "host") + " memory, "
+    free_host, free_dev = memory_available(str(device))
+    room = free_dev if str(device).startswith("cuda") and not host else free_host
+    free, where = (None, "") if room is None else (room.bytes, ("GPU" if room is free_dev else "host") + " memory, "
                                                     + room.source)
     if free is not None and need > free:
         raise EnvConfigError(f"the state archive's {capacity:,} cells need {need / 2**30:.2f} GiB of memory "

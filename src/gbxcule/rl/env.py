@@ -168,8 +168,8 @@ class GameEnv:
         self.after_step: Callable[[], None] | None = None  # called at the end of every step (the shell's eval)
         extra = 0 if self.archive_cfg is None else self.archive_cfg.capacity + 1  # the cells, and a scratch slot
         self.archive_bytes = extra * cell_bytes(be)
-        self.num_slots = build_starts(be, spec, self.seed, t.base_dir if t else ".",
-                                      extra_slots=extra)
+        self.num_slots = build_starts(be, spec, self.seed, t.base_dir if t else ".", extra_slots=extra,
+                                      host_slots=self.archive_cfg is not None and self.archive_cfg.store == "host")
         self._build_buffers()  # the device buffers
         self.spread_clocks = bool(spread_clocks)
         if spread_clocks or (self.archive_cfg is not None and self.archive_cfg.max_steps):  # per-env step limits
@@ -242,9 +242,13 @@ class GameEnv:
                 + Need.device("env buffers", env_bytes(self.obs_mode, self.stack_k, self.keep_final_obs, tables,
                                                        cfg.novelty_size), slot_bytes(slots, ram, self.obs_mode)))
         if self.archive_cfg is not None:  # its cells are slots of the backend's slot store too
-            cap = self.archive_cfg.capacity
-            per_cell = slot_bytes(1, ram, self.obs_mode) + CELL_RECORD_BYTES
-            need = need + Need.device("state archive", 0, check_archive_memory(cap, per_cell, self.device))
+            cap, host = self.archive_cfg.capacity, self.archive_cfg.store == "host"
+            slot = slot_bytes(1, ram, self.obs_mode)
+            need = need + Need.device("state archive", 0, cap * CELL_RECORD_BYTES)
+            if host:  # the slots in host memory, the records on the device
+                need = need + Need.host("state archive's slots", 0, check_archive_memory(cap, slot, self.device, True))
+            else:
+                need = need + Need.device("state archive's slots", 0, check_archive_memory(cap, slot, self.device))
         check_memory(self.num_envs, need if reserve is None else need + reserve, self.device)
 
     def _build_buffers(self) -> None:
@@ -312,7 +316,7 @@ class GameEnv:
         # since the last episode_stats() (a demonstration start's slot i replays i/K of the solution: how far
         # back success has spread)
         k, be = self.num_slots, self.backend
-        self.slot_obs = wp.to_torch(be.slot_frames()[0])[:k]
+        self.slot_obs = wp.to_torch(be.slot_frames()[0])[:k].to(dev)  # a copy only from a store in host memory
         self.slot_sum = (self.scorer.distance_sum(self.slot_obs) if self.scorer is not None
                          else torch.zeros(k, dtype=torch.int32, device=dev))
         self._slots_sha1 = be.slots_digest(k)
@@ -742,7 +746,8 @@ class GameEnv:
         of them at most): [valid (int32), records (int64), fields, RAM words, observations, screens], fixed shapes,
         device work only."""
         rows, valid, rec = self.archive.outbox(self.archive_cfg.share)
-        return [valid.to(self.torch.int32), rec] + [v.index_select(0, rows) for v in self._cell_slots(self.archive.m)]
+        return [valid.to(self.torch.int32), rec] + [v.index_select(0, rows.to(v.device)).to(self.device)
+                                                    for v in self._cell_slots(self.archive.m)]
 
     def archive_inbox(self, parts: list) -> None:
         """Other processes' `archive_outbox` parts (concatenated along their first dimension): their cells join this
@@ -751,7 +756,7 @@ class GameEnv:
         rows, write = self.archive.merge(valid.bool(), rec)
         target = self.torch.where(write, rows, self.archive.m)  # the rest into the scratch slot
         for view, data in zip(self._cell_slots(self.archive.m + 1), states, strict=True):
-            view.index_copy_(0, target, data)
+            view.index_copy_(0, target.to(view.device), data.to(view.device))
 
     def load_state_dict(self, d: dict) -> None:
         if d.get("slots_sha1") != self._slots_sha1:

@@ -37,7 +37,8 @@ def snapshot(env, screens: int = SCREENS) -> dict[str, np.ndarray]:
         out["ram_cells"] = np.array(int(env.cell_mode == "ram"))
         deepest = np.argsort(-cells["steps"], kind="stable")[:screens]
         slots = torch.as_tensor(deepest + env.num_slots, dtype=torch.int64, device=env.device)
-        out["frontier"] = wp.to_torch(env.backend.slot_frames()[1]).index_select(0, slots).cpu().numpy()
+        shots = wp.to_torch(env.backend.slot_frames()[1])  # on the host where the store is
+        out["frontier"] = shots.index_select(0, slots.to(shots.device)).cpu().numpy()
     return out
 
 

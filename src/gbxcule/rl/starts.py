@@ -170,8 +170,10 @@ def load_start_files(paths, rom: Rom, base_dir: str | Path = ".") -> list:
     return states
 
 
-def build_starts(backend, spec: StartSpec, seed: int, base_dir: str | Path = ".", extra_slots: int = 0) -> int:
-    """Give `backend` a slot store of K + `extra_slots` slots and fill slots 0..K-1 with the start states of
+def build_starts(backend, spec: StartSpec, seed: int, base_dir: str | Path = ".", extra_slots: int = 0,
+                 host_slots: bool = False) -> int:
+    """Give `backend` a slot store of K + `extra_slots` slots (in host memory with `host_slots`: the backend's
+    `alloc_slots`) and fill slots 0..K-1 with the start states of
     `spec`, each with its first frame and screen; returns K. A start slot is the state reached from its
     source (power-on, a state file) by the spec's script and one NOOP step (so every slot has a drawn
     frame), then for a generator a random number of extra steps (`seed` draws them). The backend's envs are
@@ -179,7 +181,7 @@ def build_starts(backend, spec: StartSpec, seed: int, base_dir: str | Path = "."
     be, n = backend, backend.num_envs
     states = load_start_files(spec.states, be.rom, base_dir) if spec.states else None
     k = spec.count if spec.generator else (len(states) if states else 1)
-    be.alloc_slots(k + extra_slots)
+    be.alloc_slots(k + extra_slots, host=host_slots)
     rng = np.random.default_rng([seed, 0x5EED])
     for first in range(0, k, n):
         count = min(n, k - first)
