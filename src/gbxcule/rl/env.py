@@ -242,13 +242,13 @@ class GameEnv:
                 + Need.device("env buffers", env_bytes(self.obs_mode, self.stack_k, self.keep_final_obs, tables,
                                                        cfg.novelty_size), slot_bytes(slots, ram, self.obs_mode)))
         if self.archive_cfg is not None:  # its cells are slots of the backend's slot store too
-            cap, host = self.archive_cfg.capacity, self.archive_cfg.store == "host"
-            slot = slot_bytes(1, ram, self.obs_mode)
-            need = need + Need.device("state archive", 0, cap * CELL_RECORD_BYTES)
-            if host:  # the slots in host memory, the records on the device
-                need = need + Need.host("state archive's slots", 0, check_archive_memory(cap, slot, self.device, True))
+            cap, slot = self.archive_cfg.capacity, slot_bytes(1, ram, self.obs_mode)
+            if self.archive_cfg.store == "host":  # the slots in host memory, the records on the device
+                need = need + Need.device("state archive", 0, cap * CELL_RECORD_BYTES) + Need.host(
+                    "state archive's slots", 0, check_archive_memory(cap, slot, self.device, host=True))
             else:
-                need = need + Need.device("state archive's slots", 0, check_archive_memory(cap, slot, self.device))
+                need = need + Need.device("state archive", 0,
+                                          check_archive_memory(cap, slot + CELL_RECORD_BYTES, self.device))
         check_memory(self.num_envs, need if reserve is None else need + reserve, self.device)
 
     def _build_buffers(self) -> None:
