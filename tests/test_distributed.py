@@ -253,10 +253,12 @@ def test_a_shared_archive_holds_every_processs_cells_on_each_process(tmp_path):
     assert keys[0] == keys[1] and len(keys[0]) > 3
 
 
-def test_a_cell_of_another_process_starts_an_env_here_in_its_state():
+@pytest.mark.parametrize("store", ["device", "host"])
+def test_a_cell_of_another_process_starts_an_env_here_in_its_state(store):
     from gbxcule.rl.env import GameEnv
 
-    kw = dict(task="talk_to_hiker", num_envs=2, max_steps=8, archive={"capacity": 64, "share": 64, "p_start": 0.0})
+    kw = dict(task="talk_to_hiker", num_envs=2, max_steps=8,
+              archive={"capacity": 64, "share": 64, "p_start": 0.0, "store": store})
     one, two = GameEnv(seed=1, **kw), GameEnv(seed=2, **kw)
     rng = torch.Generator().manual_seed(0)
     for _ in range(7):  # "rank 1" explores; "rank 0" stands still

@@ -277,10 +277,6 @@ class SlotStore:
         v = self._host_views
         return v["fields"], v["ram"], v.get("obs"), v.get("screen")
 
-    def nbytes(self) -> int:
-        """Bytes the store's slots take (on the device, or with `host` in host memory)."""
-        return sum(a.capacity for a in (self.fields, self.ram, self.obs, self.screen) if a is not None)
-
     def check_slot(self, slot: int) -> int:
         if not 0 <= slot < self.num_slots:
             raise IndexError(f"slot {slot} out of range for a store of {self.num_slots} slots")

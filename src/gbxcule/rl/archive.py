@@ -410,7 +410,7 @@ class StateArchive:
         its key is new (while there is room) or it reaches the cell in fewer steps; among repeats of one key the
         fewest steps win. Returns (row of each, written bool): the caller copies their states into those rows."""
         torch = self.torch
-        keys, steps = rec[:, 0], rec[:, 1]
+        keys, steps = rec[:, 0].contiguous(), rec[:, 1]  # (searchsorted wants contiguous keys)
         found, row = self.lookup(keys)
         cand = valid & (~found | (steps < self.steps.gather(0, row)))
         # one per key, the fewest steps: sort by (key, steps), keep each key's first
