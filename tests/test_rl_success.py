@@ -121,6 +121,25 @@ def test_eval_skips_starts_where_the_goal_holds(tmp_path, pixel_pack, task):
     env.close()
 
 
+def test_eval_counts_failed_episodes_that_end_on_a_still_screen():
+    """`stuck_rate`: the failed episodes whose observation stood still over their last STUCK_STEPS steps or more
+    (a greedy policy walking into a wall for good). Standing still (NOOP) is stuck in every episode; a walk that
+    keeps the screen moving is not; the solution succeeds, and a success is never stuck."""
+    from gbxcule.rl.evaluate import STUCK_STEPS, random_policy
+
+    env = GameEnv(task="leave_house", num_envs=8, max_steps=STUCK_STEPS + 8, start_states=["random_actions", 8, 8])
+    idle = run_episodes(env, scripted([]), env.max_steps)
+    assert (idle["still"] >= STUCK_STEPS).all() and not idle["success"].any()
+    assert summarize(idle, env.success_source, False)["stuck_rate"] == 1.0
+    walk = run_episodes(env, random_policy(env.num_actions, 0), env.max_steps)
+    assert (walk["still"] < STUCK_STEPS).all()
+    assert summarize(walk, env.success_source, False)["stuck_rate"] == 0.0
+    env = GameEnv(task="leave_house", num_envs=2, max_steps=STUCK_STEPS + 20)  # the task's start: the solution works
+    solved = run_episodes(env, scripted(SOLUTION), env.max_steps)
+    assert solved["success"].all() and summarize(solved, env.success_source, False)["stuck_rate"] == 0.0
+    env.close()
+
+
 def test_training_logs_and_eval_label_template_success(pixel_pack, tmp_path, capsys):
     from gbxcule.cli.main import main
     from gbxcule.rl.training import make_config, train

@@ -45,7 +45,7 @@ def run(args) -> int:
     def line(name: str, r: dict) -> str:
         return (f"  {name:8s} {success_label(r.get('success_source'))} {pct(r['success_rate']):>6s}  median steps "
                 f"{num(r['median_steps'], '.0f')}  p90 {num(r['p90_steps'], '.0f')}  mean return "
-                f"{num(r['mean_return'])}")
+                f"{num(r['mean_return'])}" + (f"  stuck {pct(r['stuck_rate'])}" if r.get("stuck_rate") else ""))
 
     def text(r: dict) -> str:
         out = [f"{r['task']}: {r['episodes']} episodes from {r['start_states']} start states ({r['device']})"

@@ -192,7 +192,8 @@ def run(args) -> int:
             skipped = f" ({e['starts_skipped']} starts at the goal skipped)" if e.get("starts_skipped") else ""
             lines.append(f"eval over {e['episodes']} episodes{skipped}: greedy "
                          f"{success_label(e.get('success_source'))} {pct(e['success_rate'])}, median steps "
-                         f"{num(e['median_steps'], '.0f')}, mean return {num(e['mean_return'])}")
+                         f"{num(e['median_steps'], '.0f')}, mean return {num(e['mean_return'])}"
+                         + (f", stuck {pct(e['stuck_rate'])}" if e.get("stuck_rate") else ""))
         said = achievement(last, s.get("eval"))
         if said:
             lines.append(said)

@@ -19,6 +19,7 @@ from gbxcule.core.errors import GbxculeError
 from gbxcule.rl.models import epsilon_greedy
 
 EVAL_PREFIX_LEN = 8  # eval start states: random action prefixes of 0..8 steps from the task's start
+STUCK_STEPS = 16  # a failed episode whose observation did not change over its last this many steps is "stuck"
 Q_SAMPLED_EPSILON = 0.05  # "sampled" for a Q-network: epsilon-greedy with this epsilon
 
 
@@ -104,7 +105,8 @@ class Episodes:
     """Every env's first episode, played one env-step per `step` with no host read until `result`: the results
     per env. Each run starts from the same start states (a seeded reset: the env's slot sequence starts over),
     so evals of one env differ only by the policy. `skipped`: envs whose start state already passed the success
-    test (not counted by `summarize`)."""
+    test (not counted by `summarize`). `still`: per env, the steps at its episode's end over which the observation
+    did not change (a policy without memory whose argmax walks into a wall sees one frame for good)."""
 
     def __init__(self, env, act):
         self.env, self.act, self.steps = env, act, 0
@@ -119,6 +121,9 @@ class Episodes:
         self.fired = torch.zeros_like(self.finished)
         self.milestones = env.milestones.clone()  # [K, N]: the milestones each episode held (its start's too)
         self.done = None
+        self.prev = self.obs.clone()  # the observation before this step's
+        self.static = torch.zeros(n, dtype=torch.int64, device=env.device)  # steps it has not changed, so far
+        self.still = torch.zeros(n, dtype=torch.int64, device=env.device)  # ... at the end of the finished episode
 
     def step(self) -> None:
         env = self.env
@@ -134,6 +139,11 @@ class Episodes:
         if env.terminate_on == "template":
             self.fired |= term & live
         self.done = term | trunc
+        # an episode that ended keeps how long its screen had stood still; the next observation is a new episode's
+        torch.where(self.done & live, self.static, self.still, out=self.still)
+        same = (self.obs == self.prev).flatten(1).all(1)
+        self.static.add_(1).mul_(same & ~self.done)
+        self.prev.copy_(self.obs)
         if env.milestone_names:  # an env that ended holds its finished episode's in final_milestones
             now = torch.where(self.done, env.final_milestones, env.milestones)
             torch.where(live, now, self.milestones, out=self.milestones)
@@ -144,7 +154,8 @@ class Episodes:
                 "return": self.ret.cpu().numpy(), "length": self.length.cpu().numpy(),
                 "finished": self.finished.cpu().numpy(), "template_fired": self.fired.cpu().numpy(),
                 "skipped": self.skipped.cpu().numpy(), "milestones": self.milestones.cpu().numpy(),
-                "milestone_names": list(self.env.milestone_names)}
+                "milestone_names": list(self.env.milestone_names),
+                "still": torch.where(self.finished, self.still, self.static).cpu().numpy()}
 
 
 def run_episodes(env, act, max_steps: int, gif_envs: int = 0) -> dict:
@@ -270,6 +281,9 @@ def summarize(res: dict, success_source: str | None, template: bool) -> dict:
            "p90_steps": float(np.percentile(steps, 90)) if steps.size else None,
            "mean_return": float(res["return"][keep].mean()) if succ.size else None,
            "mean_length": float(res["length"][keep].mean()) if succ.size else None}
+    if "still" in res:  # failed episodes that ended on a screen unchanged for STUCK_STEPS steps or more
+        stuck = (res["still"][keep] >= STUCK_STEPS) & ~succ
+        out["stuck_rate"] = float(stuck.mean()) if stuck.size else None
     names = res.get("milestone_names") or []
     if names:  # how far the episodes got: the share that held each milestone, and the deepest held per episode
         held = res["milestones"][:, keep]
@@ -316,7 +330,7 @@ def evaluate_model(model, env, modes=("greedy", "sampled"), seed: int = 1, rando
     primary = report[modes[0]]
     report.update({k: primary[k] for k in ("success_rate", "median_steps", "p90_steps", "mean_return", "episodes",
                                            "starts_skipped")})
-    for k in ("milestone_rates", "mean_deepest"):
+    for k in ("milestone_rates", "mean_deepest", "stuck_rate"):
         if k in primary:
             report[k] = primary[k]
     if "template_agreement" in primary:
