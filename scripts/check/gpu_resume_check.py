@@ -65,6 +65,11 @@ def rows(run_dir: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if not timing(k)} for r in out]
 
 
+def weight_diff(a: dict, b: dict) -> float:
+    """The largest absolute difference between two state dicts' tensors."""
+    return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+
+
 def check(setup: str, device: str, n: int, root: Path, deterministic: bool = True) -> dict:
     from gbxcule.rl.rundir import load_checkpoint
     from gbxcule.rl.training import make_config, train
@@ -85,8 +90,7 @@ def check(setup: str, device: str, n: int, root: Path, deterministic: bool = Tru
     table = {k: {"repeat": [r.get(k) for r in rb] == [r.get(k) for r in ra],
                  "resume": [r.get(k) for r in rc] == [r.get(k) for r in ra]} for k in keys}
     wa, wb, wc = (load_checkpoint(d)["model"] for d in (a, b, c))
-    weights = {"repeat": max(float((wa[k].float() - wb[k].float()).abs().max()) for k in wa),
-               "resume": max(float((wa[k].float() - wc[k].float()).abs().max()) for k in wa)}
+    weights = {"repeat": weight_diff(wa, wb), "resume": weight_diff(wa, wc)}
     return {"updates": len(ra), "resumed_updates": len(rc), "metrics": table, "max_weight_diff": weights}
 
 
@@ -99,7 +103,7 @@ def same_runs(a: Path, b: Path) -> dict:
     differ = [k for k in keys if [r.get(k) for r in ra] != [r.get(k) for r in rb]]
     wa, wb = (load_checkpoint(d)["model"] for d in (a, b))
     return {"equal": len(keys) - len(differ), "of": len(keys), "differ": differ,
-            "max_weight_diff": max(float((wa[k].float() - wb[k].float()).abs().max()) for k in wa)}
+            "max_weight_diff": weight_diff(wa, wb)}
 
 
 def main() -> int:
