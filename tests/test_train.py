@@ -295,6 +295,24 @@ def test_plots_heat_maps_have_axes_a_colour_bar_and_a_readable_size(tmp_path):
     plt.close(fig)
 
 
+@pytest.mark.parametrize("seed", [0, 3])
+def test_periodic_evals_never_play_the_final_evals_start_states(tmp_path, seed):
+    """The periodic evals choose the final policy; the final eval (and `gbxcule eval`) plays other start states, the
+    same for every run, so its figure is not the one the choice was made on (run seed 0 included)."""
+    from gbxcule.rl.evaluate import EVAL_SEED, make_eval_env, periodic_eval_seed
+
+    cfg = tiny(tmp_path, seed=seed)
+    assert periodic_eval_seed(seed) != EVAL_SEED
+    digests = []
+    for s in (periodic_eval_seed(seed), EVAL_SEED):
+        env = make_eval_env(cfg.env, 4, "cpu", s)
+        try:
+            digests.append(env.state_dict(emulator=False)["slots_sha1"])
+        finally:
+            env.close()
+    assert digests[0] != digests[1]
+
+
 @pytest.mark.parametrize("per_tick,ticks", [(1, 12), (5, 3)])
 def test_the_eval_beside_training_plays_the_waiting_evals_episodes_on_its_snapshot(tmp_path, per_tick, ticks):
     from gbxcule.rl.algos import get

@@ -21,6 +21,13 @@ from gbxcule.rl.models import epsilon_greedy
 EVAL_PREFIX_LEN = 8  # eval start states: random action prefixes of 0..8 steps from the task's start
 STUCK_STEPS = 16  # a failed episode whose observation did not change over its last this many steps is "stuck"
 Q_SAMPLED_EPSILON = 0.05  # "sampled" for a Q-network: epsilon-greedy with this epsilon
+EVAL_SEED = 1  # the start states of a run's final eval and of `gbxcule eval`: the same for every run
+
+
+def periodic_eval_seed(run_seed: int) -> int:
+    """The start states of a run's periodic evals, which choose its final policy: never EVAL_SEED's, so the final
+    eval's figure is not the one the choice was made on."""
+    return run_seed + 2
 
 
 def make_eval_env(env_cfg, episodes: int, device: str, seed: int, task: str | None = None):

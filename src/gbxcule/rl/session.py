@@ -52,7 +52,14 @@ from gbxcule.core.outputs import write_output
 from gbxcule.rl import explore
 from gbxcule.rl.config import make_env, obs_bytes, portable, resolve_device, to_dict
 from gbxcule.rl.dist import RankFailure, World, quiet
-from gbxcule.rl.evaluate import BackgroundEval, acting_precision, env_input_files, evaluate_model, make_eval_env
+from gbxcule.rl.evaluate import (
+    BackgroundEval,
+    acting_precision,
+    env_input_files,
+    evaluate_model,
+    make_eval_env,
+    periodic_eval_seed,
+)
 from gbxcule.rl.rundir import ARCHIVE_NAME, BEST_NAME, POLICY_NAME, CheckpointError, Run, check_run_dir
 
 ENV_STATE_AUTO_LIMIT = 512 * 2**20
@@ -581,7 +588,8 @@ class Session:
 
     def _make_eval_env(self):
         if self._eval_env is None:
-            self._eval_env = make_eval_env(self.cfg.env, self.cfg.run.eval_episodes, self.device, self.cfg.run.seed + 1)
+            self._eval_env = make_eval_env(self.cfg.env, self.cfg.run.eval_episodes, self.device,
+                                           periodic_eval_seed(self.cfg.run.seed))
         return self._eval_env
 
     def evaluate(self) -> dict:
@@ -591,8 +599,8 @@ class Session:
         rng = torch.get_rng_state()
         cuda_rng = torch.cuda.get_rng_state() if self.cuda else None
         try:
-            return evaluate_model(self._model, self._eval_env, modes=("greedy",), seed=self.cfg.run.seed + 1,
-                                  amp=self.cfg.section.amp)
+            return evaluate_model(self._model, self._eval_env, modes=("greedy",),
+                                  seed=periodic_eval_seed(self.cfg.run.seed), amp=self.cfg.section.amp)
         finally:  # the eval draws nothing from the training's random streams
             torch.set_rng_state(rng)
             if cuda_rng is not None:

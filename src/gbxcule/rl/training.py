@@ -30,6 +30,7 @@ from gbxcule.rl.config import (
     to_dict,
     train_config_class,
 )
+from gbxcule.rl.evaluate import EVAL_SEED
 from gbxcule.rl.rundir import CHECKPOINT_NAME, CheckpointError, dumps, final_policy, load_checkpoint
 
 
@@ -256,7 +257,7 @@ def load_model(checkpoint: dict, env, device: str):
 
 
 def evaluate(source: str | Path, episodes: int = 64, device: str = "auto", task: str | None = None,
-             modes=("greedy", "sampled"), gif: str | Path | None = None, gif_envs: int = 16, seed: int = 1,
+             modes=("greedy", "sampled"), gif: str | Path | None = None, gif_envs: int = 16, seed: int = EVAL_SEED,
              random_baseline: bool = False, rom: str | None = None) -> dict:
     """Evaluate the policy at `source` (a run folder: its final policy.pt; a checkpoint or a policy file) over
     `episodes` episodes from `episodes` start states (reached by random prefixes from the task's start; starts at
