@@ -123,17 +123,23 @@ def test_eval_skips_starts_where_the_goal_holds(tmp_path, pixel_pack, task):
 
 def test_eval_counts_failed_episodes_that_end_on_a_still_screen():
     """`stuck_rate`: the failed episodes whose observation stood still over their last STUCK_STEPS steps or more
-    (a greedy policy walking into a wall for good). Standing still (NOOP) is stuck in every episode; a walk that
-    keeps the screen moving is not; the solution succeeds, and a success is never stuck."""
+    (a greedy policy walking into a wall for good), and `stuck_actions`, what they kept pressing. Standing still
+    (NOOP) is stuck in every episode, and so is walking left into the wall; a walk that keeps the screen moving is
+    not; the solution succeeds, and a success is never stuck."""
     from gbxcule.rl.evaluate import STUCK_STEPS, random_policy
 
     env = GameEnv(task="leave_house", num_envs=8, max_steps=STUCK_STEPS + 8, start_states=["random_actions", 8, 8])
     idle = run_episodes(env, scripted([]), env.max_steps)
     assert (idle["still"] >= STUCK_STEPS).all() and not idle["success"].any()
-    assert summarize(idle, env.success_source, False)["stuck_rate"] == 1.0
+    rep = summarize(idle, env.success_source, False)
+    assert rep["stuck_rate"] == 1.0 and rep["stuck_actions"] == {"noop": 8}  # what the stuck episodes kept pressing
+    left = env.codec.actions.index(("left",))  # into the room's wall, in every start
+    wall = run_episodes(env, scripted([left] * env.max_steps), env.max_steps)
+    assert summarize(wall, env.success_source, False)["stuck_actions"] == {"left": 8}
     walk = run_episodes(env, random_policy(env.num_actions, 0), env.max_steps)
     assert (walk["still"] < STUCK_STEPS).all()
-    assert summarize(walk, env.success_source, False)["stuck_rate"] == 0.0
+    rep = summarize(walk, env.success_source, False)
+    assert rep["stuck_rate"] == 0.0 and rep["stuck_actions"] == {}
     env = GameEnv(task="leave_house", num_envs=2, max_steps=STUCK_STEPS + 20)  # the task's start: the solution works
     solved = run_episodes(env, scripted(SOLUTION), env.max_steps)
     assert solved["success"].all() and summarize(solved, env.success_source, False)["stuck_rate"] == 0.0

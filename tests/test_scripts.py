@@ -301,7 +301,8 @@ def _fake_run(folder: Path, seed: int, evals: list[float]) -> None:
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (folder / "summary.json").write_text(json.dumps({"wall_s": 2.0 * len(evals), "startup_s": 10.0, "stopped": "done",
                                                      "final_policy": {"source": "last"}}))
-    (folder / "eval.json").write_text(json.dumps({"greedy": {"success_rate": evals[-1], "stuck_rate": 0.25},
+    (folder / "eval.json").write_text(json.dumps({"greedy": {"success_rate": evals[-1], "stuck_rate": 0.25,
+                                                              "stuck_actions": {"up": 2}},
                                                   "sampled": {"success_rate": 0.5}}))
 
 
@@ -332,6 +333,7 @@ def test_summarize_writes_one_summary_json_per_figure(tmp_path):
     assert a["after_target"] == {"evals": 3, "min_greedy": 0.875, "env_steps_past": 300}
     assert a["sps_median"] == 1003.0 and a["final_policy"] == {"source": "last"}  # the first two updates left out
     assert a["final_greedy_stuck"] == 0.25  # the failed greedy episodes that ended on a still screen
+    assert a["final_greedy_stuck_actions"] == {"up": 2}  # and what they kept pressing
     assert b["to_target"] is None and b["after_target"] is None
     assert b["best_greedy"] == 0.5 and b["final_greedy"] == 0.25
     assert (root / "training" / "fake_ppo.png").stat().st_size > 1000

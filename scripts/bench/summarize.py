@@ -10,7 +10,8 @@ The file holds `figure`, `command`, `tree` (the commit the figure was measured o
 eval.json, facts.json) is one entry of numbers["runs"]: seed, envs, env-steps, training and start-up seconds, why it
 stopped, the first periodic greedy eval at the target (seconds since the process started, training seconds,
 env-steps; null if none reached it), every periodic eval's greedy success, the final eval's greedy and sampled
-success (and the greedy episodes that failed on a still screen, `final_greedy_stuck`, where the eval reports it),
+success (and the greedy episodes that failed on a still screen, `final_greedy_stuck`, and what they kept
+pressing, `final_greedy_stuck_actions`, where the eval reports them),
 the final policy's source, and the median training SPS (the first two updates left out, as
 bench_learning.py). A bench JSON is copied under its file name, less its `environment`. Tree, machine and date
 come from the sources (facts.json's git, gpu and host, its start; a bench JSON's environment) unless given;
@@ -65,9 +66,11 @@ def run_entry(folder: Path, target: float | None) -> tuple[dict, list]:
              "final_greedy": final.get("greedy", {}).get("success_rate", final.get("success_rate")),
              "final_sampled": final.get("sampled", {}).get("success_rate"),
              "final_policy": summary.get("final_policy"), "sps_median": r["sps_median"]}
-    stuck = final.get("greedy", {}).get("stuck_rate")
-    if stuck is not None:  # failed greedy episodes that ended on a still screen (evaluate.STUCK_STEPS)
-        entry["final_greedy_stuck"] = stuck
+    greedy = final.get("greedy", {})
+    if greedy.get("stuck_rate") is not None:  # failed greedy episodes that ended on a still screen (STUCK_STEPS)
+        entry["final_greedy_stuck"] = greedy["stuck_rate"]
+    if greedy.get("stuck_actions"):  # what they kept pressing
+        entry["final_greedy_stuck_actions"] = greedy["stuck_actions"]
     first = milestone_first(folder, config)
     if first:
         entry["milestone_first"] = first

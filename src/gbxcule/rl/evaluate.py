@@ -113,7 +113,8 @@ class Episodes:
     per env. Each run starts from the same start states (a seeded reset: the env's slot sequence starts over),
     so evals of one env differ only by the policy. `skipped`: envs whose start state already passed the success
     test (not counted by `summarize`). `still`: per env, the steps at its episode's end over which the observation
-    did not change (a policy without memory whose argmax walks into a wall sees one frame for good)."""
+    did not change (a policy without memory whose argmax walks into a wall sees one frame for good); `last_action`:
+    the action its episode ended on."""
 
     def __init__(self, env, act):
         self.env, self.act, self.steps = env, act, 0
@@ -131,6 +132,8 @@ class Episodes:
         self.prev = self.obs.clone()  # the observation before this step's
         self.static = torch.zeros(n, dtype=torch.int64, device=env.device)  # steps it has not changed, so far
         self.still = torch.zeros(n, dtype=torch.int64, device=env.device)  # ... at the end of the finished episode
+        self.action = torch.zeros(n, dtype=torch.int64, device=env.device)  # the last action played, so far
+        self.end_action = torch.zeros_like(self.action)  # ... the finished episode's last
 
     def step(self) -> None:
         env = self.env
@@ -148,6 +151,8 @@ class Episodes:
         self.done = term | trunc
         # an episode that ended keeps how long its screen had stood still; the next observation is a new episode's
         torch.where(self.done & live, self.static, self.still, out=self.still)
+        self.action.copy_(a)
+        torch.where(self.done & live, self.action, self.end_action, out=self.end_action)
         same = (self.obs == self.prev).flatten(1).all(1)
         self.static.add_(1).mul_(same & ~self.done)
         self.prev.copy_(self.obs)
@@ -162,7 +167,14 @@ class Episodes:
                 "finished": self.finished.cpu().numpy(), "template_fired": self.fired.cpu().numpy(),
                 "skipped": self.skipped.cpu().numpy(), "milestones": self.milestones.cpu().numpy(),
                 "milestone_names": list(self.env.milestone_names),
-                "still": torch.where(self.finished, self.still, self.static).cpu().numpy()}
+                "still": torch.where(self.finished, self.still, self.static).cpu().numpy(),
+                "last_action": torch.where(self.finished, self.end_action, self.action).cpu().numpy(),
+                "action_names": action_names(self.env.codec)}
+
+
+def action_names(codec) -> list[str]:
+    """Each action's name: its buttons joined by "+", or "noop"."""
+    return ["+".join(b) if b else "noop" for b in codec.actions]
 
 
 def run_episodes(env, act, max_steps: int, gif_envs: int = 0) -> dict:
@@ -291,6 +303,11 @@ def summarize(res: dict, success_source: str | None, template: bool) -> dict:
     if "still" in res:  # failed episodes that ended on a screen unchanged for STUCK_STEPS steps or more
         stuck = (res["still"][keep] >= STUCK_STEPS) & ~succ
         out["stuck_rate"] = float(stuck.mean()) if stuck.size else None
+        if "last_action" in res:  # what the stuck episodes kept pressing: a direction into a wall, or a button
+            acts, counts = np.unique(res["last_action"][keep][stuck], return_counts=True)
+            labels = res.get("action_names") or []
+            out["stuck_actions"] = {(labels[a] if a < len(labels) else str(a)): int(c)
+                                    for c, a in sorted(zip(counts, acts, strict=True), key=lambda x: (-x[0], x[1]))}
     names = res.get("milestone_names") or []
     if names:  # how far the episodes got: the share that held each milestone, and the deepest held per episode
         held = res["milestones"][:, keep]
@@ -303,6 +320,11 @@ def summarize(res: dict, success_source: str | None, template: bool) -> dict:
         out["template_agreement"] = float((fired == succ).mean()) if succ.size else None
         out["template_false_fires"] = int((fired & ~succ).sum())
     return out
+
+
+def stuck_on(rep: dict) -> str:
+    """A report's stuck episodes by the action they kept pressing, most first: "up 20, a 11"."""
+    return ", ".join(f"{k} {v}" for k, v in (rep.get("stuck_actions") or {}).items())
 
 
 def evaluate_model(model, env, modes=("greedy", "sampled"), seed: int = 1, random_baseline: bool = False,
