@@ -146,6 +146,23 @@ def test_eval_counts_failed_episodes_that_end_on_a_still_screen():
     env.close()
 
 
+def test_eval_report_says_what_a_stuck_greedy_policy_kept_pressing():
+    """A policy whose argmax is "left" walks into the room's wall from every start: the report's top level (what the
+    train summary prints) and the greedy mode's both name it, and `stuck_on` prints it."""
+    from gbxcule.rl.algos import get
+    from gbxcule.rl.evaluate import STUCK_STEPS, evaluate_model, stuck_on
+
+    env = GameEnv(task="leave_house", num_envs=8, max_steps=STUCK_STEPS + 8, start_states=["random_actions", 8, 8])
+    model = get("ppo").build_model(get("ppo").config(), env.num_actions, env.stack_k, env.obs_mode == "packed")
+    left = env.codec.actions.index(("left",))
+    with torch.no_grad():
+        model.pi.bias[left] = 100.0
+    rep = evaluate_model(model, env, modes=("greedy",))
+    assert rep["stuck_rate"] == 1.0 and rep["stuck_actions"] == rep["greedy"]["stuck_actions"] == {"left": 8}
+    assert stuck_on(rep) == "left 8"
+    env.close()
+
+
 def test_training_logs_and_eval_label_template_success(pixel_pack, tmp_path, capsys):
     from gbxcule.cli.main import main
     from gbxcule.rl.training import make_config, train

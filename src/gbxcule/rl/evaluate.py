@@ -359,7 +359,7 @@ def evaluate_model(model, env, modes=("greedy", "sampled"), seed: int = 1, rando
     primary = report[modes[0]]
     report.update({k: primary[k] for k in ("success_rate", "median_steps", "p90_steps", "mean_return", "episodes",
                                            "starts_skipped")})
-    for k in ("milestone_rates", "mean_deepest", "stuck_rate"):
+    for k in ("milestone_rates", "mean_deepest", "stuck_rate", "stuck_actions"):
         if k in primary:
             report[k] = primary[k]
     if "template_agreement" in primary:
