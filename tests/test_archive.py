@@ -18,6 +18,7 @@ from gbxcule.rl.archive import (  # noqa: E402
     ArchiveConfig,
     StateArchive,
 )
+from gbxcule.rl.config import ConfigError  # noqa: E402
 from gbxcule.rl.starts import EnvConfigError  # noqa: E402
 
 
@@ -558,6 +559,18 @@ def test_training_with_the_archive_logs_it_and_resumes_bit_for_bit(tmp_path):
     assert _rows(part) == _rows(straight)
     a, b = load_checkpoint(straight)["model"], load_checkpoint(part)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
+    # where the cells live is not what they are: a run resumed with them in host memory goes on bit for bit
+    moved = tmp_path / "moved"
+    train(_tiny(moved, stop_after_updates=2))
+    host = _tiny(moved)
+    host.env.archive = {**ARCHIVE_TABLE, "store": "host"}
+    train(host, resume=True)
+    assert _rows(moved) == _rows(straight)
+    assert load_checkpoint(moved)["config"]["env"]["archive"]["store"] == "host"
+    bad = _tiny(moved, stop_after_updates=1)
+    bad.env.archive = {**ARCHIVE_TABLE, "capacity": 128}
+    with pytest.raises(ConfigError, match="env.archive.capacity"):  # what the cells are stays
+        train(bad, resume=True)
     names = {p.name for p in plot_runs([straight], tmp_path / "png")}
     assert {"exploration.png", "archive_starts.png", "explore_screens.png", "explore_frontier.png",
             "explore_visits.png", "explore_depth.png"} <= names
@@ -566,6 +579,23 @@ def test_training_with_the_archive_logs_it_and_resumes_bit_for_bit(tmp_path):
     ev = EventAccumulator(str(straight / "tb"), size_guidance={"images": 0})
     ev.Reload()
     assert {"explore/screens", "explore/visits"} <= set(ev.Tags()["images"])
+
+
+def test_resume_may_move_an_archives_cells_but_not_make_one():
+    """--resume may change env.archive.store (a table key whose field says so) where the run has an archive; a run
+    without one is refused one that would appear, and the archive's other keys must stay."""
+    from gbxcule.rl.config import to_dict
+    from gbxcule.rl.training import resume_config
+
+    with_archive = {"config": to_dict(_tiny("r")), "update": 0}
+    cfg = resume_config(with_archive, {"env": {"archive": {"store": "host"}}})
+    assert cfg.env.archive == {**ARCHIVE_TABLE, "store": "host"}
+    plain = _tiny("r")
+    plain.env.archive = {}
+    with pytest.raises(ConfigError, match="no state archive"):
+        resume_config({"config": to_dict(plain), "update": 0}, {"env": {"archive": {"store": "host"}}})
+    with pytest.raises(ConfigError, match="env.archive.inserts"):
+        resume_config(with_archive, {"env": {"archive": {"inserts": 9}}})
 
 
 def test_eval_env_and_bad_archive_settings(tmp_path):

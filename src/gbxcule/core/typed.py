@@ -16,6 +16,9 @@ from typing import Any
 
 from gbxcule.core.errors import GbxculeError
 
+CHANGE = "change"  # a `resume` rule: continuing a run takes a new value
+ONCE = "once"  # ... a setting of one invocation: continuing takes a new value, and the run does not keep it
+
 
 class SettingError(GbxculeError, ValueError):
     """A setting of the wrong type or out of range."""
@@ -23,19 +26,22 @@ class SettingError(GbxculeError, ValueError):
 
 def knob(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING, min: float | None = None,
          max: float | None = None, gt: float | None = None, choices: tuple | None = None, doc: str = "",
-         resume: str | None = None):
+         resume: str | None = None, table: str | None = None):
     """A dataclass field with its limits: `min`/`max` inclusive, `gt` exclusive, `choices` for strings; `resume`:
-    what continuing a run may do with it (the trainer's rule, read by `field_rule`; None: it must stay)."""
+    what continuing a run may do with it (the trainer's rule, read by `field_rule`; None: it must stay); `table`:
+    for a table (dict) field whose keys a dataclass describes, that class as "module:Name" (`field_rule` reads the
+    rules of the table's keys from it)."""
     meta = {k: v for k, v in (("min", min), ("max", max), ("gt", gt), ("choices", choices), ("doc", doc),
-                              ("resume", resume)) if v not in (None, "")}
+                              ("resume", resume), ("table", table)) if v not in (None, "")}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
 
 
 def field_rule(cls: Any, path: str, key: str) -> Any:
-    """The `key` metadata of the field at dotted `path` in the dataclass `cls` (nested dataclasses followed; a path
-    that goes on inside a table field, e.g. `env.backend.sort_key`, gets the table's), or None."""
+    """The `key` metadata of the field at dotted `path` in the dataclass `cls` (nested dataclasses followed, and a
+    table field's `table` class; a path that goes on inside a table field without one, e.g. `env.backend.sort_key`,
+    gets the table's), or None."""
     node: Any = cls
     for part in path.split("."):
         if not dataclasses.is_dataclass(node):
@@ -47,8 +53,16 @@ def field_rule(cls: Any, path: str, key: str) -> Any:
         meta = dict(match[0].metadata)
         if key in meta:
             return meta[key]
-        node = hints.get(part)
+        node = _table_class(meta["table"]) if "table" in meta else hints.get(part)
     return None
+
+
+def _table_class(where: str) -> Any:
+    """The dataclass at "module:Name" (imported when a rule is asked for: the module may be heavier than this one)."""
+    import importlib
+
+    module, _, name = where.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def _describe(value: Any) -> str:

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from gbxcule.core.typed import SettingError, check_fields, knob
+from gbxcule.core.typed import CHANGE, SettingError, check_fields, knob
 from gbxcule.rl.goals import frame_key, mix64, ram_key, ram_rows
 from gbxcule.rl.starts import EnvConfigError
 
@@ -94,8 +94,9 @@ class ArchiveConfig:
     explorers: float = knob(0.0, min=0, max=0.9)
     # where the cells' emulator states, observations and screens (about 79 KB a cell on the quest) are kept: the
     # GPU's memory, or "host": pinned host memory that the GPU's kernels read and write over the bus, so the
-    # capacity is bounded by the host's memory (the same bits either way; the records stay on the device)
-    store: str = knob("device", choices=("device", "host"))
+    # capacity is bounded by the host's memory (the same bits either way; the records stay on the device). Where
+    # cells live is not what they are, so a resumed run may move them (--resume --set env.archive.store=host)
+    store: str = knob("device", choices=("device", "host"), resume=CHANGE)
 
     def __post_init__(self) -> None:
         try:
@@ -124,11 +125,13 @@ class ArchiveConfig:
 
     def same(self, saved: dict | None) -> bool:
         """Whether a checkpoint's archive settings are these (a knob the checkpoint predates counts as its
-        default)."""
+        default; where the cells live, a knob --resume may change, does not count)."""
         if not isinstance(saved, dict):
             return False
-        mine = self.to_dict()
+        placement = {f.name for f in fields(self) if f.metadata.get("resume") == CHANGE}
+        mine = {k: v for k, v in self.to_dict().items() if k not in placement}
         defaults = ArchiveConfig().to_dict()
+        saved = {k: v for k, v in saved.items() if k not in placement}
         return {**{k: defaults[k] for k in mine.keys() - saved.keys()}, **saved} == mine
 
 

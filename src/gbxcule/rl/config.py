@@ -18,11 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from gbxcule.core.errors import GbxculeError
-from gbxcule.core.typed import SettingError, check_fields, field_rule, knob, unsettable
+from gbxcule.core.typed import CHANGE, ONCE, SettingError, check_fields, field_rule, knob, unsettable
 from gbxcule.rl.tasks import START_GENERATORS
-
-CHANGE = "change"  # --resume takes a new value
-ONCE = "once"  # a setting of one invocation: --resume takes a new value, and the run does not keep it
 
 
 class ConfigError(SettingError):
@@ -45,7 +42,8 @@ class EnvConfig:
     reward: dict = knob(default_factory=dict)
     # emulator speed knobs (backends/warp_vec.py TUNING_OPTIONS): the same bits whatever their values
     backend: dict = knob(default_factory=dict, resume=CHANGE)
-    archive: dict = knob(default_factory=dict)  # the state archive's knobs (rl/archive.py ArchiveConfig); {}: none
+    # the state archive's knobs (rl/archive.py ArchiveConfig, whose fields say what --resume may change); {}: none
+    archive: dict = knob(default_factory=dict, table="gbxcule.rl.archive:ArchiveConfig")
     spread_clocks: bool = False  # first episodes end at seeded steps, so truncations do not all fall on one step
     # the task's milestone flags drawn over each observation's last row (GameEnv); auto: where the task has some
     show_milestones: str = knob("off", choices=("off", "on", "auto"))

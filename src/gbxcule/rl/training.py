@@ -3,7 +3,7 @@
 
 Settings are read in the documented order: defaults, the algorithm's env defaults, `--config`, the flags (an
 algorithm's own flags such as `--lr` go into its section), then `--set` over all of them. What `--resume` may
-change is each field's own metadata (`rl/config.py` CHANGE and ONCE); everything else must equal the run's value.
+change is each field's own metadata (`core/typed.py` CHANGE and ONCE); everything else must equal the run's value.
 """
 
 from __future__ import annotations
@@ -12,11 +12,10 @@ import json
 from pathlib import Path
 
 from gbxcule.core.errors import GbxculeError
+from gbxcule.core.typed import CHANGE, ONCE
 from gbxcule.rl.algos import ALGOS, DEFAULT_ALGO, get
 from gbxcule.rl.archive import explorer_envs
 from gbxcule.rl.config import (
-    CHANGE,
-    ONCE,
     ConfigError,
     check_env_config,
     drop_none,
@@ -154,6 +153,9 @@ def resume_config(checkpoint: dict, given: dict):
         raise ConfigError(f"--resume: {path} is {have!r} in the run, not {value!r}; a resumed run keeps its algo, "
                           f"env and model (only total_steps and run settings such as time_limit_s, eval_episodes, "
                           f"device may change; start a new run for the rest)")
+    if changes.get("env", {}).get("archive") and not stored.env.archive:
+        raise ConfigError("--resume: the run has no state archive, so env.archive settings have nothing to apply to "
+                          "(start a new run with one)")
     cfg = make_config(None, merge_overrides(stored_dict, changes))
     if _task_name(cfg.env.task) != _task_name(stored.env.task):
         raise ConfigError(f"--resume: the run's task is {_task_name(stored.env.task)!r}, not "
