@@ -108,7 +108,10 @@ def read_run(run_dir: Path, target: float) -> dict:
             "last_greedy": evals[-1]["eval/greedy_success"] if evals else None,
             "after_target": hit and {"evals": len(after), "min_greedy": min(after, default=None),
                                      "env_steps_past": rows[-1]["env_steps"] - hit["eval/env_steps"]},
-            "final_eval_greedy": final.get("success_rate"), "sps_median": statistics.median(sps) if sps else None,
+            "final_eval_greedy": final.get("success_rate"),
+            "final_eval_sampled": final.get("sampled", {}).get("success_rate"),
+            "final_eval_stuck": final.get("greedy", {}).get("stuck_rate"),  # greedy failures on a still screen
+            "sps_median": statistics.median(sps) if sps else None,
             "curve": [(r["eval/env_steps"], r["eval/elapsed_s"], r["eval/greedy_success"]) for r in evals]}
 
 
@@ -177,7 +180,7 @@ def main() -> int:
     print(f"\ntarget: greedy success >= {args.target:.0%} over {args.episodes} episodes; time limit "
           f"{args.time_limit:.0f} s of training; {args.gpus or 'no'} GPU(s)")
     print(f"{'setup':14s} {'seed':>4s} {'to target (s)':>13s} {'train s':>8s} {'env-steps':>11s} {'best':>6s} "
-          f"{'last':>6s} {'after':>6s} {'final':>6s} {'SPS':>9s}  stopped")
+          f"{'last':>6s} {'after':>6s} {'final':>6s} {'sampled':>7s} {'stuck':>6s} {'SPS':>9s}  stopped")
     for r in results:
         if "error" in r:
             print(f"{r['setup'][:14]:14s} {r['seed']:>4d}  {r['error']} (rc {r['rc']})")
@@ -186,8 +189,10 @@ def main() -> int:
               f"{fmt(r['to_target_train_s'], '8.1f')} {fmt(r['to_target_env_steps'], '11,d')} "
               f"{fmt(r['best_greedy'], '6.1%')} {fmt(r['last_greedy'], '6.1%')} "
               f"{fmt((r['after_target'] or {}).get('min_greedy'), '6.1%')} {fmt(r['final_eval_greedy'], '6.1%')} "
+              f"{fmt(r['final_eval_sampled'], '7.1%')} {fmt(r['final_eval_stuck'], '6.1%')} "
               f"{fmt(r['sps_median'], '9,.0f')}  {r['stopped']}")
-    print("after: the lowest greedy success of the evals after the first at the target")
+    print("after: the lowest greedy success of the evals after the first at the target; final, sampled: the final "
+          "policy's greedy and sampled success; stuck: its greedy episodes that failed on a still screen")
     print(f"artifact: {out / 'learning.json'}")
     return 0
 
