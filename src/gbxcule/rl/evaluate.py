@@ -132,8 +132,7 @@ class Episodes:
         self.prev = self.obs.clone()  # the observation before this step's
         self.static = torch.zeros(n, dtype=torch.int64, device=env.device)  # steps it has not changed, so far
         self.still = torch.zeros(n, dtype=torch.int64, device=env.device)  # ... at the end of the finished episode
-        self.action = torch.zeros(n, dtype=torch.int64, device=env.device)  # the last action played, so far
-        self.end_action = torch.zeros_like(self.action)  # ... the finished episode's last
+        self.last_action = torch.zeros(n, dtype=torch.int64, device=env.device)  # its episode's last, so far
 
     def step(self) -> None:
         env = self.env
@@ -151,8 +150,7 @@ class Episodes:
         self.done = term | trunc
         # an episode that ended keeps how long its screen had stood still; the next observation is a new episode's
         torch.where(self.done & live, self.static, self.still, out=self.still)
-        self.action.copy_(a)
-        torch.where(self.done & live, self.action, self.end_action, out=self.end_action)
+        torch.where(live, a, self.last_action, out=self.last_action)
         same = (self.obs == self.prev).flatten(1).all(1)
         self.static.add_(1).mul_(same & ~self.done)
         self.prev.copy_(self.obs)
@@ -168,7 +166,7 @@ class Episodes:
                 "skipped": self.skipped.cpu().numpy(), "milestones": self.milestones.cpu().numpy(),
                 "milestone_names": list(self.env.milestone_names),
                 "still": torch.where(self.finished, self.still, self.static).cpu().numpy(),
-                "last_action": torch.where(self.finished, self.end_action, self.action).cpu().numpy(),
+                "last_action": self.last_action.cpu().numpy(),
                 "action_names": action_names(self.env.codec)}
 
 
