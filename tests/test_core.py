@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from gbxcule.core.action_codec import BUTTONS, CODECS, get_codec
+from gbxcule.core.action_codec import BUTTONS, CODECS, ActionCodec, get_codec
 from gbxcule.core.schedule import ActionSchedule
 from gbxcule.harness.actions import make_action_gen
 
@@ -16,6 +16,13 @@ def test_codec_orders_and_sizes():
     assert v1.pyboy_buttons(0) == () and v1.pyboy_buttons(1) == ("a",)
     up = get_codec("pokemonred_upstream_v0")
     assert [up.pyboy_buttons(i)[0] for i in range(7)] == ["down", "left", "right", "up", "a", "b", "start"]
+
+
+def test_codec_names_its_actions_by_their_buttons():
+    v1 = get_codec("pokemonred_puffer_v1")
+    assert v1.names == ("noop", "a", "b", "start", "up", "down", "left", "right")
+    combo = ActionCodec("combo_test", 0, 99, ((), ("a", "right")))
+    assert combo.names == ("noop", "a+right")
 
 
 def test_kernel_ids_unique_and_masks_match_names():

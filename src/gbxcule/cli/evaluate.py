@@ -18,7 +18,8 @@ def register(sub) -> None:
     p.add_argument("--gif", metavar="OUT.gif", help="record a mosaic GIF of the first --gif-envs episodes")
     p.add_argument("--gif-envs", type=int, default=16, help="episodes in the GIF mosaic (default 16)")
     p.add_argument("--random", action="store_true", help="also a random policy (and its GIF) for comparison")
-    p.add_argument("--seed", type=int, default=1, help="seed of the start states and sampling (default 1)")
+    p.add_argument("--seed", type=int, help="seed of the start states and sampling (default: the final eval's, "
+                   "rl/evaluate.py EVAL_SEED, the same for every run)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -27,7 +28,7 @@ def run(args) -> int:
     from gbxcule.cli import checks
     from gbxcule.cli.report import emit
     from gbxcule.core.fmt import num, pct
-    from gbxcule.rl.evaluate import stuck_on
+    from gbxcule.rl.evaluate import EVAL_SEED, stuck_on
     from gbxcule.rl.session import success_label
     from gbxcule.rl.training import evaluate
 
@@ -41,7 +42,7 @@ def run(args) -> int:
                   *env_input_files(load_checkpoint(args.source)["config"].get("env", {}))]
         checks.check_outputs([args.gif, random_gif_path(args.gif) if args.random else None], inputs)
     rep = evaluate(args.source, args.episodes, args.device, args.task, gif=args.gif, gif_envs=args.gif_envs,
-                   seed=args.seed, random_baseline=args.random, rom=args.rom)
+                   seed=EVAL_SEED if args.seed is None else args.seed, random_baseline=args.random, rom=args.rom)
 
     def line(name: str, r: dict) -> str:
         return (f"  {name:8s} {success_label(r.get('success_source'))} {pct(r['success_rate']):>6s}  median steps "

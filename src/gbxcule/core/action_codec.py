@@ -45,6 +45,11 @@ class ActionCodec:
         return len(self.actions)
 
     @property
+    def names(self) -> tuple[str, ...]:
+        """Each action's name, as the codecs below are written: its buttons joined by "+", or "noop"."""
+        return tuple("+".join(b) if b else "noop" for b in self.actions)
+
+    @property
     def mask_table(self) -> np.ndarray:
         """int32 [num_actions, 2]: (dpad_mask, button_mask) per action, for kernels."""
         return self._masks

@@ -167,12 +167,7 @@ class Episodes:
                 "milestone_names": list(self.env.milestone_names),
                 "still": torch.where(self.finished, self.still, self.static).cpu().numpy(),
                 "last_action": self.last_action.cpu().numpy(),
-                "action_names": action_names(self.env.codec)}
-
-
-def action_names(codec) -> list[str]:
-    """Each action's name: its buttons joined by "+", or "noop"."""
-    return ["+".join(b) if b else "noop" for b in codec.actions]
+                "action_names": list(self.env.codec.names)}
 
 
 def run_episodes(env, act, max_steps: int, gif_envs: int = 0) -> dict:
@@ -325,7 +320,7 @@ def stuck_on(rep: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in (rep.get("stuck_actions") or {}).items())
 
 
-def evaluate_model(model, env, modes=("greedy", "sampled"), seed: int = 1, random_baseline: bool = False,
+def evaluate_model(model, env, modes=("greedy", "sampled"), seed: int = EVAL_SEED, random_baseline: bool = False,
                    gif: str | Path | None = None, gif_envs: int = 16, amp: str = "off") -> dict:
     """Run `model` over every env's first episode in each mode (acting under `amp`, its trainer's precision); a
     report with one summary per mode and the first mode's figures at the top level."""
