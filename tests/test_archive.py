@@ -787,3 +787,40 @@ def test_bench_archive_cells_counts_a_cells_bytes_and_the_pages_that_differ(tmp_
     assert 0 < parts["ram"]["pages_differ_from_start"] < parts["ram"]["pages"]
     assert parts["screen"]["pixel_values"] <= 4 and data["ratio"] > 1
     assert "a cell: " in capsys.readouterr().out
+
+
+def test_bench_archive_explore_counts_the_episodes_at_the_goal(tmp_path, capsys):
+    """`bench_archive.py explore` counts, at each point, the episodes that reached the task's goal so far: every
+    episode of a task whose goal always holds (each ends on its first step), none of one whose goal never does;
+    `--curves` runs the curves named, and a bad name exits 2."""
+    import importlib.util
+    import json
+    import sys
+    from pathlib import Path
+    from unittest import mock
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("bench_archive", root / "scripts/bench/bench_archive.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    pack = tmp_path / "goals.toml"
+    pack.write_text('[pack]\nname = "goals"\nrom = "OVERWORLD"\ncodec = "pokemonred_puffer_v1"\nframes_per_step = 24\n'
+                    'release_after_frames = 8\ncells = [0xC100, 0xC101, 0xC102]\n'
+                    '[tasks.always]\nstart = { script = "N5" }\nstep_limit = 20\n'
+                    'goal_ram = [{ addr = 0xC100, op = "ge", value = 0 }]\n'
+                    '[tasks.never]\nstart = { script = "N5" }\nstep_limit = 20\n'
+                    'goal_ram = [{ addr = 0xC100, op = "lt", value = 0 }]\n')
+    envs, steps = 4, 6
+    for task, curves, expected in (("always", "archive", envs * steps), ("never", "random,archive", 0)):
+        out = tmp_path / task
+        argv = ["bench_archive.py", "explore", "--task", f"{pack}:{task}", "--curves", curves, "--envs", str(envs),
+                "--steps", str(steps), "--every", "3", "--device", "cpu", "--out", str(out)]
+        with mock.patch.object(sys, "argv", argv):
+            assert mod.main() == 0
+        data = json.loads((out / "archive_explore.json").read_text())
+        assert sorted(data["goals"]) == sorted(curves.split(",")) == sorted(data["curves"])
+        for pts in data["goals"].values():
+            assert [x for x, _ in pts] == [3 * envs, 6 * envs] and pts[-1][1] == expected
+    with mock.patch.object(sys, "argv", ["bench_archive.py", "explore", "--curves", "nope", "--device", "cpu"]):
+        assert mod.main() == 2
+    assert capsys.readouterr().err.startswith("error: --curves")

@@ -22,7 +22,8 @@ them (time per env-step added, in % of off's, and the instruction ratio), the sl
 (`median`, `slowdown_vs_off`, `steps`, `machinery`, `workload`).
 
 `explore`: distinct cells reached against env-steps under random actions, from the task's start only
-("random": the archive counts cells but never starts an episode) and with starts from the archive ("archive");
+("random": the archive counts cells but never starts an episode) and with starts from the archive ("archive"), and
+the episodes that reached the task's goal (`goals`: so far, at each point); `--curves` runs one of the two;
 `--runs` adds training runs' `archive/cells` curves from their metrics.jsonl (a run without an archive of its own
 can count cells with `--set env.archive.p_start=1.0`, e.g. a novelty run). Prints a table, writes JSON and a PNG.
 
@@ -181,24 +182,30 @@ def explore_curves(args) -> dict:
     e = env_section(args)
     table = dict(e["archive"])
     curves: dict[str, list] = {}
+    goals: dict[str, list] = {}  # episodes that reached the goal so far, at each point
     for name, arch in (("random", {**table, "p_start": 1.0, "swarm": 0.0}), ("archive", table)):
+        if name not in args.curves:
+            continue
         env = GameEnv(num_envs=args.envs, device=args.device, task=e["task"], start_states=e.get("start_states"),
                       seed=args.seed, info_mode="none", archive=arch, spread_clocks=True)
         env.reset(seed=args.seed)
         gen = torch.Generator(device=env.device).manual_seed(args.seed)
-        pts, t0 = [], time.perf_counter()
+        pts, wins, t0 = [], [], time.perf_counter()
         for t in range(1, args.steps + 1):
             env.step(torch.randint(0, env.num_actions, (env.num_envs,), device=env.device, generator=gen))
             if t % args.every == 0 or t == args.steps:
                 pts.append((t * env.num_envs, int(env.archive.count.item())))
-        curves[name] = pts
-        print(f"{name:8s} {pts[-1][1]:6d} cells after {pts[-1][0]:,} env-steps ({time.perf_counter() - t0:.0f} s)",
-              flush=True)
+                s = env.episode_stats(clear=False)  # totals since the start; the start schedule left alone
+                wins.append((t * env.num_envs, round(s["success_rate"] * s["episodes"]) if s["episodes"] else 0))
+        curves[name], goals[name] = pts, wins
+        print(f"{name:8s} {pts[-1][1]:6d} cells, {wins[-1][1]:,} episodes at the goal after {pts[-1][0]:,} env-steps "
+              f"({time.perf_counter() - t0:.0f} s)", flush=True)
         env.close()
     for run in args.runs or ():
         rows = read_metrics(run)
         curves[Path(run).name] = [(r["env_steps"], r["archive/cells"]) for r in rows if r.get("archive/cells")]
-    return {"mode": "explore", "task": e["task"], "envs": args.envs, "archive": table, "curves": curves}
+    return {"mode": "explore", "task": e["task"], "envs": args.envs, "archive": table, "curves": curves,
+            "goals": goals}
 
 
 def page_diffs(cells, base, page: int, sample) -> tuple[float, float]:
@@ -300,6 +307,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="cost: measurements of each variant, alternating")
     ap.add_argument("--every", type=int, default=25, help="explore: steps between points")
     ap.add_argument("--runs", nargs="*", help="explore: training run folders whose archive/cells to add")
+    ap.add_argument("--curves", type=lambda v: v.split(","), default=["random", "archive"],
+                    help="explore: random, archive or both (default), comma-separated")
     ap.add_argument("--variants", type=lambda v: v.split(","), default=list(COST_CHAIN),
                     help=f"cost: the variants to time, comma-separated (default {','.join(COST_CHAIN)}; also host); "
                     "the split of the archive's cost needs the first four")
@@ -317,6 +326,9 @@ def main() -> int:
         print(f"error: --variants takes {', '.join(COST_VARIANTS)}, got {','.join(args.variants)}", file=sys.stderr)
         return 2
     args.variants = [v for v in COST_VARIANTS if v in args.variants]
+    if bad := sorted(set(args.curves) - {"random", "archive"}):
+        print(f"error: --curves takes random, archive, got {','.join(bad)}", file=sys.stderr)
+        return 2
     if args.backend:
         from gbxcule.backends.warp_vec import TUNING_OPTIONS
 
@@ -341,6 +353,10 @@ def main() -> int:
         for name, pts in data["curves"].items():
             at = [max((c for x, c in pts if x <= m), default=0) for m in marks]
             print(f"{name:24s} " + " ".join(f"{c:>14,}" for c in at))
+        for name, pts in data["goals"].items():
+            first = next((x for x, c in pts if c), None)
+            print(f"{name}: {pts[-1][1]:,} episodes reached the goal; the first by "
+                  f"{f'{first:,} env-steps' if first else 'none'}")
     if args.mode == "cells":
         print(f"\n{data['cells']:,} cells of {data['task']}; pages differing (mean) from the start / the nearest cell")
         print(f"{'part':8s} {'bytes':>8s} {'pages':>6s} {'start':>7s} {'nearest':>8s} {'values':>7s} {'estimate':>9s}")
