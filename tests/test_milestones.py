@@ -289,3 +289,75 @@ def test_show_milestones_needs_a_task_with_milestones():
         GameEnv(num_envs=1, task="leave_house", show_milestones="yes")
     assert not GameEnv(num_envs=1, task="leave_house", show_milestones="auto").show_milestones
     assert game_env("from_bed", n=1, show_milestones="auto").show_milestones
+
+
+DETAIL = 'cell_detail = { when = [{ addr = 0xC107, value = 4 }], cells = [0xC1C5, 0xC1C7, 0xC1C4] }'
+
+
+def test_cell_detail_applies_to_every_task_unless_the_task_names_its_own():
+    text = PACK.replace('[pack]\n', f'[pack]\n{DETAIL}\n').replace(
+        'fail_ram = []\n', 'fail_ram = []\ncell_detail = { when = [{ addr = 0xC10A, op = "ge", value = 1 }], '
+        'cells = [0xC1C0] }\n')
+    a, b = (parse_pack(text, "m.toml")[k] for k in ("a", "b"))
+    assert [(c.addr, c.value, c.op) for c in a.cell_detail.when] == [(0xC107, 4, "eq")]
+    assert a.cell_detail.cells == (0xC1C5, 0xC1C7, 0xC1C4)
+    assert [(c.addr, c.op) for c in b.cell_detail.when] == [(0xC10A, "ge")] and b.cell_detail.cells == (0xC1C0,)
+    assert parse_pack(PACK, "m.toml")["a"].cell_detail is None
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ('cell_detail = [0xC1C5]', "must be a table of when"),
+    ('cell_detail = { cells = [0xC1C5] }', "must be a table of when"),
+    ('cell_detail = { when = [], cells = [0xC1C5] }', "at least one condition"),
+    ('cell_detail = { when = [{ addr = 0xC107, value = 4 }], cells = [] }', "at least one condition"),
+    ('cell_detail = { when = [{ addr = 0xC107 }], cells = [0xC1C5] }', "needs addr and value"),
+    ('cell_detail = { when = [{ addr = 0xC107, value = 4 }], cells = [0x1234] }', "cell_detail"),
+    ('cells = [0xC100, 0xC101, 0xC102]\ncell_detail = { when = [{ addr = 0xC107, value = 4 }], '
+     'cells = [0xC1C5, 0xC1C6, 0xC1C7, 0xC1C8, 0xC1C9] }', "at most 7 together"),
+])
+def test_a_bad_cell_detail_is_one_task_error(bad, needle):
+    with pytest.raises(TaskError, match=needle):
+        parse_pack(PACK.replace('[pack]\n', f'[pack]\n{bad}\n'), "m.toml")
+
+
+def test_cell_detail_keeps_a_fights_states_apart_and_leaves_every_other_cell_as_it_was():
+    """The quest's fight with the brute (quest_m4's solution), cells against a plain Python reference: (map, x, y),
+    then, at the fight's menu (MODE 4) only, a set bit and the player's HP, the brute's and the berries, then the
+    milestones held. Each fight menu on the brute's tile is a cell of its own; walking states have the keys of the
+    pack without the detail."""
+    from importlib import resources
+
+    from gbxcule.rl.env import GameEnv
+    from gbxcule.rl.goals import ram_rows
+    from gbxcule.rl.tasks import load_task, parse_pack
+
+    text = (resources.files("gbxcule.rl") / "packs" / "quest.toml").read_text()
+    detail = load_task("quest_m4")
+    plain = parse_pack("\n".join(x for x in text.splitlines() if not x.startswith("cell_detail")), "q.toml")["quest_m4"]
+    assert detail.cell_detail is not None and plain.cell_detail is None
+    envs = [GameEnv(num_envs=1, task=t, archive={"capacity": 512, "inserts": 8, "p_start": 1.0}, max_steps=10**6)
+            for t in (detail, plain)]
+    rows = torch.tensor(ram_rows([0xC100, 0xC101, 0xC102, 0xC107, 0xC1C5, 0xC1C7, 0xC1C4, 0xC1C0, 0xC1C1],
+                                 envs[0].backend.layout))
+
+    def reference() -> tuple[int, int]:  # with the detail, without
+        m, x, y, mode, hp, foe, berries, e0, e1 = envs[0].ram.index_select(0, rows)[:, 0].tolist()
+        fight = ((hp | foe << 8 | berries << 16) << 1 | 1) if mode == 4 else 0
+        held = e0 | (e1 & 7) << 8  # the eleven milestones in chain order
+        return m | x << 8 | y << 16 | fight << 24 | held << 49, m | x << 8 | y << 16 | held << 24
+
+    menus = []
+    for a in actions("D4 L N L2 U8 L5 U L U A N A3 N A3 N A R A2 N A L A2 N A3 N"):  # to the last menu
+        for env in envs:
+            env.step(torch.tensor([a]))
+        with_detail, without = (int(env.cell_keys()[0]) for env in envs)
+        assert (with_detail, without) == reference()
+        if (with_detail >> 24) & 1:
+            menus.append(with_detail)
+        else:  # the same cell under both keys: the detail's bits clear
+            assert with_detail == (without & 0xFFFFFF) | (without >> 24) << 49
+    assert len(set(k & 0xFFFFFF for k in menus)) == 1 and len(set(menus)) == 5  # one tile, five fight menus
+    cells = set(envs[0].archive.keys[:int(envs[0].archive.count)].tolist())
+    assert set(menus) <= cells
+    for env in envs:
+        env.close()

@@ -19,7 +19,7 @@ from gbxcule.harness.verify import VerifyConfig, run_verify  # noqa: E402
 from gbxcule.rl.tasks import load_task  # noqa: E402
 from gbxcule.roms import write_rom  # noqa: E402
 from gbxcule.roms.overworld.game import MODE_WALK  # noqa: E402
-from gbxcule.roms.overworld.story import STORY_WRAM  # noqa: E402
+from gbxcule.roms.overworld.story import MODE_BATTLE, STORY_WRAM  # noqa: E402
 from gbxcule.roms.overworld.tables import PAD  # noqa: E402
 from gbxcule.roms.quest import ADDR  # noqa: E402
 from gbxcule.roms.quest.game import FAIL_FLAG, MILESTONE_CONDS, flag_cond  # noqa: E402
@@ -93,6 +93,9 @@ def test_the_pack_holds_the_solution_data():
             (name, *c.values()) for name, c in MILESTONE_CONDS]
         assert [(c.addr, c.mask, c.value) for c in t.fail_ram] == [tuple(flag_cond(FAIL_FLAG).values())]
         assert t.cells[:3] == (ADDR["MAP_ID"], ADDR["PLAYER_X"], ADDR["PLAYER_Y"])
+        d = t.cell_detail  # at a fight's menu: both HPs and the berries (docs/rl_env.md "Cell detail")
+        assert [(c.addr, c.mask, c.value, c.op) for c in d.when] == [(ADDR["MODE"], 0xFF, MODE_BATTLE, "eq")]
+        assert d.cells == (ADDR["HP"], ADDR["FOE_HP"], ADDR["BERRIES"])
     assert [m.condition for m in whole.milestones][-1] == whole.goal_ram[0]
 
 

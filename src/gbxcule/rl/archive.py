@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 
 from gbxcule.core.typed import CHANGE, SettingError, check_fields, knob
-from gbxcule.rl.goals import frame_key, mix64, ram_key, ram_rows
+from gbxcule.rl.goals import RamGoal, frame_key, mix64, ram_key, ram_rows
 from gbxcule.rl.starts import EnvConfigError
 
 INT64_MAX = 2**63 - 1  # the key of an empty row (a real key equal to it is stored as INT64_MAX - 1)
@@ -172,7 +172,7 @@ class StateArchive:
     the scratch row when none)."""
 
     def __init__(self, cfg: ArchiveConfig, num_envs: int, first_slot: int, device, seed: int = 0,
-                 area_keys: bool = True, max_steps: int = 1000, cell_rows=None, milestones=None):
+                 area_keys: bool = True, max_steps: int = 1000, cell_rows=None, milestones=None, detail=None):
         import torch
 
         if num_envs > MAX_ENVS:
@@ -236,7 +236,10 @@ class StateArchive:
         self._held = torch.zeros(n, **i64)  # how many each env holds (at its last cell_keys)
         k = 0 if self.milestones is None else len(self.milestones.conditions)
         self._bit = (torch.ones(k, 1, **i64) << torch.arange(k, **i64)[:, None]) if k else None
-        self._place_bits = 8 * (0 if cell_rows is None else int(cell_rows.numel()))
+        # a task's cell detail (RAM cells only): (a `goals.RamGoal`, the rows of its bytes), above the place's bytes
+        self.detail = detail if cell_rows is not None else None
+        self._detail_shift = 8 * (0 if cell_rows is None else int(cell_rows.numel()))
+        self._place_bits = self._detail_shift + (0 if self.detail is None else 8 * int(self.detail[1].numel()) + 1)
         self.off_steps = torch.zeros(n, **i64)  # steps from the task's start at the episode's start
         self.off_ret = torch.zeros(n, dtype=torch.float32, device=dev)  # and the return
         self.from_archive = torch.zeros(n, dtype=torch.bool, device=dev)  # the episode started from a cell
@@ -246,8 +249,9 @@ class StateArchive:
     @classmethod
     def for_env(cls, cfg: ArchiveConfig, task, layout, num_envs: int, first_slot: int, device, seed: int,
                 max_steps: int, milestones=None) -> StateArchive:
-        """The archive of an env of `task` (its `cells` bytes, else its novelty bytes, name a place; none: frames;
-        `milestones`: the task's, a `RamGoal` of one condition each, for progress-aware cells)."""
+        """The archive of an env of `task` (its `cells` bytes, else its novelty bytes, name a place, and its
+        `cell_detail` adds bytes while a condition holds; none: frames; `milestones`: the task's, a `RamGoal` of one
+        condition each, for progress-aware cells)."""
         import torch
 
         addrs = (task.cells or task.novelty_ram) if task is not None else ()
@@ -255,14 +259,20 @@ class StateArchive:
         if mode == "ram" and not addrs:
             raise EnvConfigError("archive cells = 'ram' needs a task that names cell bytes (cells = [...] in its pack)")
         rows = (torch.tensor(ram_rows(addrs, layout), dtype=torch.int64, device=device) if mode == "ram" else None)
+        d = getattr(task, "cell_detail", None)
+        detail = None if d is None or rows is None else (
+            RamGoal(d.when, layout, device), torch.tensor(ram_rows(d.cells, layout), dtype=torch.int64, device=device))
         return cls(cfg, num_envs, first_slot, device, seed, area_keys=mode == "ram", max_steps=max_steps,
-                   cell_rows=rows, milestones=milestones)
+                   cell_rows=rows, milestones=milestones, detail=detail)
 
     def cell_keys(self, ram, latest):
         """int64 [N]: each env's cell now: its RAM cell bytes packed (`ram`: [bytes, N]), or a coarse hash of its
         newest frame (`latest`: [N, 72, W]); with progress-aware cells also the milestones it holds (`progress_key`)."""
         place = (ram_key(ram, self.cell_rows) if self.cell_rows is not None
                  else frame_key(latest, self.cfg.pixel_cell, self.cfg.pixel_levels))
+        if self.detail is not None:  # where the condition holds: a set bit, then the detail bytes, above the place
+            on, rows = self.detail
+            place = place | ((((ram_key(ram, rows) << 1) | 1) * on.evaluate(ram)) << self._detail_shift)
         if self.milestones is None:
             return place
         held = self.milestones.each(ram)

@@ -80,6 +80,15 @@ class Milestone:
 
 
 @dataclass(frozen=True)
+class CellDetail:
+    """What a place alone does not tell: while every `when` condition holds (e.g. a fight), the `cells` bytes
+    (e.g. both sides' HP) are part of the state archive's cell as well (docs/rl_env.md "Cell detail")."""
+
+    when: tuple[RamCondition, ...]
+    cells: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Task:
     name: str
     pack: str
@@ -100,6 +109,7 @@ class Task:
     cells: tuple[int, ...] = ()  # RAM bytes naming a place, area first (the state archive's cells; rl/archive.py)
     milestones: tuple[Milestone, ...] = ()  # progress events in chain order, each rewarded once per episode
     fail_ram: tuple[RamCondition, ...] = ()  # the task can no longer be won: the episode ends, unsuccessful
+    cell_detail: CellDetail | None = None  # bytes added to the cell while a condition holds (rl/archive.py)
 
     @property
     def id(self) -> str:
@@ -144,6 +154,27 @@ def _milestones(items, where: str) -> tuple[Milestone, ...]:
     return tuple(out)
 
 
+MAX_KEY_BYTES = 7  # a cell's place and detail bytes together: one int64 key with a bit to spare
+
+
+def _cell_detail(task: dict, pack: dict, place: tuple[int, ...], where: str) -> CellDetail | None:
+    """`cell_detail = { when = [conditions], cells = [addresses] }` of the task, else of its pack."""
+    d = task.get("cell_detail", pack.get("cell_detail"))
+    if d is None:
+        return None
+    if not isinstance(d, dict) or set(d) != {"when", "cells"}:
+        raise TaskError(f"{where}: cell_detail must be a table of when (a list of RAM conditions) and cells (a list "
+                        "of addresses)")
+    when = _ram_conditions(d["when"], where, "cell_detail.when")
+    cells = _ram_bytes(d, {}, "cells", f"{where}: cell_detail")
+    if not when or not cells:
+        raise TaskError(f"{where}: cell_detail needs at least one condition in when and one address in cells")
+    if len(place) + len(cells) > MAX_KEY_BYTES:
+        raise TaskError(f"{where}: cell_detail's cells and the place's bytes ({len(place)}) are at most "
+                        f"{MAX_KEY_BYTES} together, got {len(place) + len(cells)}")
+    return CellDetail(when, cells)
+
+
 def _ram_bytes(task: dict, pack: dict, key: str, where: str) -> tuple[int, ...]:
     """A task's (else its pack's) list of at most 8 WRAM/HRAM addresses under `key`."""
     addrs = task.get(key, pack.get(key, ()))
@@ -157,9 +188,9 @@ def _ram_bytes(task: dict, pack: dict, key: str, where: str) -> tuple[int, ...]:
 
 
 _TASK_KEYS = {"description", "start", "step_limit", "solution", "goal_ram", "template", "reward", "novelty_ram",
-              "codec", "frames_per_step", "release_after_frames", "cells", "milestones", "fail_ram"}
+              "codec", "frames_per_step", "release_after_frames", "cells", "cell_detail", "milestones", "fail_ram"}
 _PACK_KEYS = {"name", "rom", "rom_sha1", "codec", "frames_per_step", "release_after_frames", "novelty_ram", "cells",
-              "milestones", "fail_ram"}
+              "cell_detail", "milestones", "fail_ram"}
 
 
 def parse_pack(text: str, where: str, base_dir: str = ".") -> dict[str, Task]:
@@ -199,6 +230,7 @@ def parse_pack(text: str, where: str, base_dir: str = ".") -> dict[str, Task]:
             sol = t.get("solution")
             novelty = _ram_bytes(t, pack, "novelty_ram", w)
             cells = _ram_bytes(t, pack, "cells", w)
+            detail = _cell_detail(t, pack, cells or novelty, w)
             reward = dict(t.get("reward", {}))
             RewardConfig.from_dict(reward)
             task = Task(tname, name, str(t.get("description", "")), pack.get("rom"), pack.get("rom_sha1"),
@@ -207,7 +239,7 @@ def parse_pack(text: str, where: str, base_dir: str = ".") -> dict[str, Task]:
                         int(t.get("step_limit", 1000)), None if sol is None else parse_script(sol, codec),
                         _ram_conditions(t.get("goal_ram"), w), t.get("template"), reward, novelty, base_dir, cells,
                         _milestones(t.get("milestones", pack.get("milestones", ())), w),
-                        _ram_conditions(t.get("fail_ram", pack.get("fail_ram")), w, "fail_ram"))
+                        _ram_conditions(t.get("fail_ram", pack.get("fail_ram")), w, "fail_ram"), detail)
         except GoalError as exc:
             raise TaskError(f"{w}: {exc}") from None
         if task.step_limit < 1:
