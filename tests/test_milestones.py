@@ -330,6 +330,7 @@ def test_cell_detail_keeps_a_fights_states_apart_and_leaves_every_other_cell_as_
     from gbxcule.rl.env import GameEnv
     from gbxcule.rl.goals import ram_rows
     from gbxcule.rl.tasks import load_task, parse_pack
+    from gbxcule.roms.overworld.story import MODE_BATTLE
 
     text = (resources.files("gbxcule.rl") / "packs" / "quest.toml").read_text()
     detail = load_task("quest_m4")
@@ -342,7 +343,7 @@ def test_cell_detail_keeps_a_fights_states_apart_and_leaves_every_other_cell_as_
 
     def reference() -> tuple[int, int]:  # with the detail, without
         m, x, y, mode, hp, foe, berries, e0, e1 = envs[0].ram.index_select(0, rows)[:, 0].tolist()
-        fight = ((hp | foe << 8 | berries << 16) << 1 | 1) if mode == 4 else 0
+        fight = ((hp | foe << 8 | berries << 16) << 1 | 1) if mode == MODE_BATTLE else 0
         held = e0 | (e1 & 7) << 8  # the eleven milestones in chain order
         return m | x << 8 | y << 16 | fight << 24 | held << 49, m | x << 8 | y << 16 | held << 24
 
