@@ -312,3 +312,20 @@ def test_task_actions_are_refused_in_one_line(capsys, args, needle):
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("task, needle", [("quest_m5", "does not start in a dark map"), ("quest_m99", "quest_m99")])
+def test_bench_maze_views_refuses_a_task_outside_the_dark_maze_in_one_line(tmp_path, capsys, task, needle):
+    """scripts/bench/bench_maze_views.py measures the dark maze's screens (BENCHMARKS.md "The quest"); a task that
+    does not start there, or no task, is one error line and exit 2, and no artifact."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("bench_maze_views", root / "scripts/bench/bench_maze_views.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "views.json"
+    assert mod.main(["--tasks", task, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1, err
+    assert not out.exists()
