@@ -177,3 +177,36 @@ def test_training_logs_and_eval_label_template_success(pixel_pack, tmp_path, cap
     assert main(["eval", str(tmp_path), "--device", "cpu", "--episodes", "2"]) == 0
     out = capsys.readouterr().out
     assert "greedy   success (template)" in out and "template's verdict" in out
+
+
+def test_eval_report_says_where_the_failed_episodes_ended():
+    """Where a task names cell bytes (leave_house: map, x, y), the report counts the places its failed episodes took
+    their last step from, most first: NOOPs fail where they started; the solution's first four steps (R4) fail
+    where those steps leave the player, read from RAM in an env of its own; `failed_on` prints them."""
+    from gbxcule.rl.evaluate import failed_on
+    from gbxcule.rl.goals import ram_rows
+
+    task = load_task("leave_house")
+
+    def place(env) -> str:
+        return ",".join(str(int(env.ram[r, 0])) for r in ram_rows(task.cells, env.backend.layout))
+
+    ref = GameEnv(task="leave_house", num_envs=1)
+    ref.reset(seed=ref.seed)
+    start = place(ref)
+    for a in SOLUTION[:4]:
+        ref.step(torch.tensor([a], dtype=torch.int32))
+    walked = place(ref)
+    ref.close()
+    assert walked != start
+    env = GameEnv(task="leave_house", num_envs=4, max_steps=12)
+    for actions, where in (([], start), (SOLUTION[:4], walked)):
+        rep = summarize(run_episodes(env, scripted(actions), env.max_steps), env.success_source, False)
+        assert rep["success_rate"] == 0.0 and rep["failed_at"] == {where: 4}, (actions, rep["failed_at"])
+        assert rep["failed_at_cells"] == ["0xC100", "0xC101", "0xC102"]
+        assert failed_on(rep) == f"C100,C101,C102 = {where} (4)"
+    env.close()
+    solved = GameEnv(task="leave_house", num_envs=2)  # episodes that succeed are not counted
+    rep = summarize(run_episodes(solved, scripted(SOLUTION), solved.max_steps), solved.success_source, False)
+    assert rep["success_rate"] == 1.0 and rep["failed_at"] == {} and failed_on(rep) == ""
+    solved.close()

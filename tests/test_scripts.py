@@ -302,7 +302,9 @@ def _fake_run(folder: Path, seed: int, evals: list[float]) -> None:
     (folder / "summary.json").write_text(json.dumps({"wall_s": 2.0 * len(evals), "startup_s": 10.0, "stopped": "done",
                                                      "final_policy": {"source": "last"}}))
     (folder / "eval.json").write_text(json.dumps({"greedy": {"success_rate": evals[-1], "stuck_rate": 0.25,
-                                                              "stuck_actions": {"up": 2}},
+                                                              "stuck_actions": {"up": 2},
+                                                              "failed_at": {"5,1,9": 3}, "failed_at_cells":
+                                                              ["0xC100", "0xC101", "0xC102"]},
                                                   "sampled": {"success_rate": 0.5}}))
 
 
@@ -334,11 +336,13 @@ def test_summarize_writes_one_summary_json_per_figure(tmp_path):
     assert a["sps_median"] == 1003.0 and a["final_policy"] == {"source": "last"}  # the first two updates left out
     assert a["final_greedy_stuck"] == 0.25  # the failed greedy episodes that ended on a still screen
     assert a["final_greedy_stuck_actions"] == {"up": 2}  # and what they kept pressing
+    assert a["final_greedy_failed_at"] == {"cells": ["0xC100", "0xC101", "0xC102"], "places": {"5,1,9": 3}}
     spec = importlib.util.spec_from_file_location("bench_learning", ROOT / "scripts/bench/bench_learning.py")
     bench_learning = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench_learning)
     row = bench_learning.read_run(tmp_path / "runs" / "a_s0", 0.9)  # its table's final columns
     assert (row["final_eval_sampled"], row["final_eval_stuck"]) == (0.5, 0.25)
+    assert row["final_eval_failed_at"] == {"5,1,9": 3}
     assert b["to_target"] is None and b["after_target"] is None
     assert b["best_greedy"] == 0.5 and b["final_greedy"] == 0.25
     assert (root / "training" / "fake_ppo.png").stat().st_size > 1000

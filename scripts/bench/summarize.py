@@ -11,7 +11,8 @@ eval.json, facts.json) is one entry of numbers["runs"]: seed, envs, env-steps, t
 stopped, the first periodic greedy eval at the target (seconds since the process started, training seconds,
 env-steps; null if none reached it), every periodic eval's greedy success, the final eval's greedy and sampled
 success (and the greedy episodes that failed on a still screen, `final_greedy_stuck`, and what they kept
-pressing, `final_greedy_stuck_actions`, where the eval reports them),
+pressing, `final_greedy_stuck_actions`, and where the failed ones ended, `final_greedy_failed_at`, where the eval
+reports them),
 the final policy's source, and the median training SPS (the first two updates left out, as
 bench_learning.py). A bench JSON is copied under its file name, less its `environment`. Tree, machine and date
 come from the sources (facts.json's git, gpu and host, its start; a bench JSON's environment) unless given;
@@ -71,6 +72,8 @@ def run_entry(folder: Path, target: float | None) -> tuple[dict, list]:
         entry["final_greedy_stuck"] = greedy["stuck_rate"]
     if greedy.get("stuck_actions"):  # what they kept pressing
         entry["final_greedy_stuck_actions"] = greedy["stuck_actions"]
+    if greedy.get("failed_at"):  # where the failed greedy episodes took their last step (the task's cell bytes)
+        entry["final_greedy_failed_at"] = {"cells": greedy.get("failed_at_cells"), "places": greedy["failed_at"]}
     first = milestone_first(folder, config)
     if first:
         entry["milestone_first"] = first

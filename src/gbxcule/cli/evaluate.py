@@ -28,7 +28,7 @@ def run(args) -> int:
     from gbxcule.cli import checks
     from gbxcule.cli.report import emit
     from gbxcule.core.fmt import num, pct
-    from gbxcule.rl.evaluate import EVAL_SEED, stuck_on
+    from gbxcule.rl.evaluate import EVAL_SEED, failed_on, stuck_on
     from gbxcule.rl.session import success_label
     from gbxcule.rl.training import evaluate
 
@@ -48,7 +48,7 @@ def run(args) -> int:
         return (f"  {name:8s} {success_label(r.get('success_source'))} {pct(r['success_rate']):>6s}  median steps "
                 f"{num(r['median_steps'], '.0f')}  p90 {num(r['p90_steps'], '.0f')}  mean return "
                 f"{num(r['mean_return'])}" + (f"  stuck {pct(r['stuck_rate'])} ({stuck_on(r)})" if r.get("stuck_rate")
-                                              else ""))
+                                              else "") + (f"  failed most at {failed_on(r)}" if failed_on(r) else ""))
 
     def text(r: dict) -> str:
         out = [f"{r['task']}: {r['episodes']} episodes from {r['start_states']} start states ({r['device']})"

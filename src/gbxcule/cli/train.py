@@ -142,7 +142,7 @@ def run(args) -> int:
     from gbxcule.rl import training
     from gbxcule.rl.config import parse_sets
     from gbxcule.rl.dist import launched_rank, launched_world_size, quiet
-    from gbxcule.rl.evaluate import stuck_on
+    from gbxcule.rl.evaluate import failed_on, stuck_on
     from gbxcule.rl.explore import achievement
     from gbxcule.rl.session import success_label
 
@@ -194,7 +194,8 @@ def run(args) -> int:
             lines.append(f"eval over {e['episodes']} episodes{skipped}: greedy "
                          f"{success_label(e.get('success_source'))} {pct(e['success_rate'])}, median steps "
                          f"{num(e['median_steps'], '.0f')}, mean return {num(e['mean_return'])}"
-                         + (f", stuck {pct(e['stuck_rate'])} ({stuck_on(e)})" if e.get("stuck_rate") else ""))
+                         + (f", stuck {pct(e['stuck_rate'])} ({stuck_on(e)})" if e.get("stuck_rate") else "")
+                         + (f"; failed most at {failed_on(e)}" if failed_on(e) else ""))
         said = achievement(last, s.get("eval"))
         if said:
             lines.append(said)

@@ -16,10 +16,12 @@ import numpy as np
 import torch
 
 from gbxcule.core.errors import GbxculeError
+from gbxcule.rl.goals import ram_key, ram_rows
 from gbxcule.rl.models import epsilon_greedy
 
 EVAL_PREFIX_LEN = 8  # eval start states: random action prefixes of 0..8 steps from the task's start
 STUCK_STEPS = 16  # a failed episode whose observation did not change over its last this many steps is "stuck"
+FAILED_AT_TOP = 8  # the places where most failed episodes ended, as many as this (`failed_at`)
 Q_SAMPLED_EPSILON = 0.05  # "sampled" for a Q-network: epsilon-greedy with this epsilon
 EVAL_SEED = 1  # the start states of a run's final eval and of `gbxcule eval`: the same for every run
 
@@ -114,7 +116,8 @@ class Episodes:
     so evals of one env differ only by the policy. `skipped`: envs whose start state already passed the success
     test (not counted by `summarize`). `still`: per env, the steps at its episode's end over which the observation
     did not change (a policy without memory whose argmax walks into a wall sees one frame for good); `last_action`:
-    the action its episode ended on."""
+    the action its episode ended on; `place`: where a task names cell bytes (its `cells`: map, x, y), their values
+    packed (`goals.ram_key`) at its episode's last step."""
 
     def __init__(self, env, act):
         self.env, self.act, self.steps = env, act, 0
@@ -133,13 +136,20 @@ class Episodes:
         self.static = torch.zeros(n, dtype=torch.int64, device=env.device)  # steps it has not changed, so far
         self.still = torch.zeros(n, dtype=torch.int64, device=env.device)  # ... at the end of the finished episode
         self.last_action = torch.zeros(n, dtype=torch.int64, device=env.device)  # its episode's last, so far
+        cells = list(env.task.cells) if env.task is not None and env.task.cells else []
+        self.cells = cells
+        self.cell_rows = torch.tensor(ram_rows(cells, env.backend.layout), dtype=torch.int64, device=env.device) \
+            if cells else None
+        self.place = torch.zeros(n, dtype=torch.int64, device=env.device)  # where its last step was taken, so far
 
     def step(self) -> None:
         env = self.env
         self.steps += 1
         a = self.act(self.obs, self.done)
-        self.obs, r, term, trunc, _ = env.step(a)
         live = ~self.finished
+        if self.cell_rows is not None:  # the place this step is taken from (after it, an ended env is reset)
+            torch.where(live, ram_key(env.ram, self.cell_rows), self.place, out=self.place)
+        self.obs, r, term, trunc, _ = env.step(a)
         hit = env.success & live & ~self.success
         self.steps_to_goal.masked_fill_(hit, self.steps)
         self.success |= env.success & live
@@ -167,7 +177,8 @@ class Episodes:
                 "milestone_names": list(self.env.milestone_names),
                 "still": torch.where(self.finished, self.still, self.static).cpu().numpy(),
                 "last_action": self.last_action.cpu().numpy(),
-                "action_names": list(self.env.codec.names)}
+                "action_names": list(self.env.codec.names),
+                **({"place": self.place.cpu().numpy(), "place_cells": self.cells} if self.cells else {})}
 
 
 def run_episodes(env, act, max_steps: int, gif_envs: int = 0) -> dict:
@@ -301,6 +312,9 @@ def summarize(res: dict, success_source: str | None, template: bool) -> dict:
             labels = res.get("action_names") or []
             out["stuck_actions"] = {(labels[a] if a < len(labels) else str(a)): int(c)
                                     for c, a in sorted(zip(counts, acts, strict=True), key=lambda x: (-x[0], x[1]))}
+    if "place" in res:  # where the failed episodes ended: the task's cell bytes (map, x, y), most first
+        out["failed_at"] = failed_places(res["place"][keep][~succ], len(res["place_cells"]))
+        out["failed_at_cells"] = [f"0x{a:04X}" for a in res["place_cells"]]
     names = res.get("milestone_names") or []
     if names:  # how far the episodes got: the share that held each milestone, and the deepest held per episode
         held = res["milestones"][:, keep]
@@ -313,6 +327,23 @@ def summarize(res: dict, success_source: str | None, template: bool) -> dict:
         out["template_agreement"] = float((fired == succ).mean()) if succ.size else None
         out["template_false_fires"] = int((fired & ~succ).sum())
     return out
+
+
+def failed_places(keys: np.ndarray, nbytes: int, top: int = FAILED_AT_TOP) -> dict[str, int]:
+    """The `top` commonest of packed place keys (`goals.ram_key` of `nbytes` bytes), most first (then by key):
+    {"5,3,9": episodes}, each byte in decimal, in the cells' order."""
+    vals, counts = np.unique(keys, return_counts=True)
+    order = sorted(zip(counts.tolist(), vals.tolist(), strict=True), key=lambda x: (-x[0], x[1]))[:top]
+    return {",".join(str((int(v) >> (8 * i)) & 0xFF) for i in range(nbytes)): int(c) for c, v in order}
+
+
+def failed_on(rep: dict) -> str:
+    """A report's commonest places of failure: "C100,C101,C102 = 5,3,9 (20), 5,1,1 (4)"; "" where it has none."""
+    places = rep.get("failed_at") or {}
+    if not places:
+        return ""
+    cells = ",".join(c[2:] for c in rep.get("failed_at_cells") or [])
+    return f"{cells} = " + ", ".join(f"{k} ({v})" for k, v in places.items())
 
 
 def stuck_on(rep: dict) -> str:
@@ -352,7 +383,7 @@ def evaluate_model(model, env, modes=("greedy", "sampled"), seed: int = EVAL_SEE
     primary = report[modes[0]]
     report.update({k: primary[k] for k in ("success_rate", "median_steps", "p90_steps", "mean_return", "episodes",
                                            "starts_skipped")})
-    for k in ("milestone_rates", "mean_deepest", "stuck_rate", "stuck_actions"):
+    for k in ("milestone_rates", "mean_deepest", "stuck_rate", "stuck_actions", "failed_at", "failed_at_cells"):
         if k in primary:
             report[k] = primary[k]
     if "template_agreement" in primary:
