@@ -824,3 +824,96 @@ def test_bench_archive_explore_counts_the_episodes_at_the_goal(tmp_path, capsys)
     with mock.patch.object(sys, "argv", ["bench_archive.py", "explore", "--curves", "nope", "--device", "cpu"]):
         assert mod.main() == 2
     assert capsys.readouterr().err.startswith("error: --curves")
+
+
+def test_each_cell_keeps_the_cell_its_path_came_through_and_the_route_is_the_goals_ancestors():
+    """`parent`: the cell an env was in before it stored a cell; `goal_hit`: the last cell of an episode that reached
+    the goal; `on_route`: the goal cells and their parents' chains. Env 0 walks keys 1-2-3-4 and reaches the goal;
+    env 1 walks 1-5-6, a dead end: the route is 1, 2, 3, 4, and 5, 6 hang off 1 without being on it."""
+    cfg = ArchiveConfig(capacity=16, inserts=2)
+    arch = StateArchive(cfg, 2, first_slot=0, device="cpu")
+    walks = [(1, 1), (2, 5), (3, 6), (4, 6)]  # each step's key of env 0 and env 1
+    for t, keys in enumerate(walks):
+        arch.observe(torch.tensor(keys), torch.full((2,), t, dtype=torch.int64), torch.zeros(2),
+                     torch.zeros(2, dtype=torch.int32), torch.ones(2, dtype=torch.bool))
+    row = {int(arch.keys[r]): r for r in range(int(arch.count))}
+    parent = {k: int(arch.parent[r]) for k, r in row.items()}
+    m = arch.m
+    assert parent == {1: m, 2: row[1], 3: row[2], 4: row[3], 5: row[1], 6: row[5]}
+    arch.ended(torch.tensor([True, False]), torch.tensor([True, False]))
+    assert not bool(arch.on_route.any())  # marked once per update
+    arch.read_stats()
+    on = {int(arch.keys[r]) for r in range(m) if bool(arch.on_route[r])}
+    assert on == {1, 2, 3, 4} and arch.read_stats()["archive/route_cells"] == 4
+    arch.clear()
+    assert int(arch.count) == 0 and not bool(arch.goal_hit.any()) and int(arch.parent.min()) == m
+
+
+def test_mark_route_matches_a_python_reference_on_random_trees():
+    """Pointer doubling over 300 cells whose parents have fewer steps (as stored paths' do) against walking each
+    goal cell's chain in Python."""
+    rng = np.random.default_rng(7)
+    m = 300
+    arch = StateArchive(ArchiveConfig(capacity=m), 1, first_slot=0, device="cpu")
+    for trial in range(5):
+        parent = [m] + [int(rng.integers(0, i)) if rng.random() < 0.9 else m for i in range(1, m)]
+        goals = set(rng.choice(m, size=trial + 1, replace=False).tolist())
+        arch.parent[:m] = torch.tensor(parent)
+        arch.goal_hit.zero_()
+        arch.goal_hit[list(goals)] = True
+        arch.mark_route()
+        want = set()
+        for g in goals:
+            while g != m and g not in want:
+                want.add(g)
+                g = parent[g]
+        assert {r for r in range(m) if bool(arch.on_route[r])} == want and not bool(arch.on_route[m])
+
+
+def test_route_share_draws_starts_among_the_routes_cells():
+    """`route` = 1: every cell start is drawn among the route's cells (by the usual weights) once there is a route,
+    and before it the draw is the usual one; `route` = 0 draws the same rows as before routes existed."""
+    n = 2048
+    g = torch.Generator().manual_seed(3)
+    u = [torch.randint(0, 1 << U_BITS, (n,), generator=g) for _ in range(3)]
+    rows = {}
+    for share in (0.0, 1.0):
+        arch = StateArchive(ArchiveConfig(capacity=8, p_start=0.0, route=share), n, first_slot=0, device="cpu")
+        keys = torch.arange(n) % 6
+        arch.observe(keys, torch.zeros(n, dtype=torch.int64), torch.zeros(n), torch.zeros(n, dtype=torch.int32),
+                     torch.ones(n, dtype=torch.bool))
+        before = arch.choose(torch.ones(n, dtype=torch.bool), *u)[1]
+        arch.chosen.zero_()
+        arch.goal_hit[2] = True
+        arch.parent[2] = 4
+        arch.mark_route()
+        use, rows[share] = arch.choose(torch.ones(n, dtype=torch.bool), *u)
+        assert bool(use.all()) and len(set(before.tolist())) == 6
+        if share == 0.0:  # route 0: the very rows drawn without a route
+            assert torch.equal(rows[share], before)
+    assert set(rows[1.0].tolist()) == {2, 4}  # the goal cell and its parent only
+
+
+def test_the_env_marks_the_route_a_solved_episode_walked():
+    """On leave_house, env 0 plays the solution and reaches the goal while env 1 stands still: after the update's
+    stats, the route is exactly the cells env 0 walked through before the goal (read from the env's cell keys at
+    each step), and env 1's cell (the start's place, where env 0 never stood after a step) is not on it."""
+    from gbxcule.rl.tasks import load_task
+
+    solution = load_task("leave_house").solution
+    env = GameEnv(task="leave_house", num_envs=2, max_steps=len(solution) + 4,
+                  archive={"capacity": 64, "p_start": 1.0, "inserts": 2, "route": 1.0})
+    env.reset(seed=0)
+    walked = set()
+    for a in solution:
+        _, _, term, _, _ = env.step(torch.tensor([a, 0], dtype=torch.int32))
+        if bool(term[0]):
+            break
+        walked.add(int(env.cell_keys()[0]))
+    assert bool(term[0])  # the goal ended env 0's episode
+    stats = env.episode_stats()
+    a = env.archive
+    on = {int(a.keys[r]) for r in range(int(a.count)) if bool(a.on_route[r])}
+    assert on == walked and stats["archive/route_cells"] == len(walked)
+    assert int(a.count) > len(walked)  # env 1's standing cell is kept but not on the route
+    env.close()

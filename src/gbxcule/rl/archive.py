@@ -23,9 +23,13 @@ Everything per step is torch on the env's device with fixed shapes and no host s
   last two: how often the episodes started from the cell failed, so starts go where the policy does not yet reach
   the goal; and how near their success is to one half, so starts go where the goal is within reach but not yet
   sure, and not to cells it is never reached from) by inverse CDF over fixed-point integer
-  weights (the same bits on every device).
+  weights (the same bits on every device); with probability `route`, among the route's cells only.
 - `milestone(keys, steps, eligible, u)`: a new area (the first cell byte) or a new depth reached: the source
   env, and a hash-chosen share `swarm` of the envs that started from the archive to clone from it.
+
+Each cell keeps its `parent`, the cell its stored path came through (each env's `last_row`); the last cell of an
+episode that reached the goal is a goal cell, and the route (`on_route`: the goal cells and their parents' chains)
+is marked once per update (`mark_route`, in `stat_vector`).
 
 Counters are read once per update (`read_stats`), where the start probability follows the success from the
 task's own start (`p = p_start + (1 - p_start) * ema`). `GameEnv(archive=...)` wires it in (rl/env.py).
@@ -55,7 +59,7 @@ MAX_ENVS = 1 << 24
 STAT_NAMES = ("inserted", "improved", "dropped", "swarms", "start_episodes", "start_successes", "archive_episodes",
               "archive_successes", "chosen_depth_sum", "chosen")
 # salts of the hashed uniforms (`hashed_bits`): a start (and which cell), swarm or not, a spread clock
-SALT_START, SALT_SWARM, SALT_CLOCK, SALT_EXPLORE = 0x51A7, 0x5A53, 0xC10C, 0xE4A1
+SALT_START, SALT_SWARM, SALT_CLOCK, SALT_EXPLORE, SALT_ROUTE = 0x51A7, 0x5A53, 0xC10C, 0xE4A1, 0x207E
 
 
 @dataclass
@@ -82,6 +86,11 @@ class ArchiveConfig:
     # before a gate and one after it on the same tile are two cells; "none": the place alone
     progress: str = knob("auto", choices=("auto", "none"))
     w_progress: float = knob(0.0, min=0, max=16)  # weight of the milestones the cell holds / the most any holds
+    # the route: once an episode has reached the task's goal, the cells on the stored paths that led there (each
+    # cell's parent is the cell its path came through); this share of the starts from cells is drawn among them
+    # (by the same weights), so training walks the found way back toward the task's start (Go-Explore's
+    # robustifying from a demonstration, with the archive's own paths) rather than from dead ends off it
+    route: float = knob(0.0, min=0, max=1)
     # several processes: each update every process offers up to this many of its new or improved cells (emulator
     # states included) to the others, so a cell found on one GPU starts envs on all (0: each keeps its own)
     share: int = knob(0, min=0, max=65536)
@@ -103,7 +112,7 @@ class ArchiveConfig:
             check_fields(self, "archive")
         except SettingError as exc:
             raise EnvConfigError(str(exc)) from None
-        for name in ("w_chosen", "w_visits", "w_recent", "w_depth", "w_fail", "w_mid", "w_progress"):
+        for name in ("w_chosen", "w_visits", "w_recent", "w_depth", "w_fail", "w_mid", "w_progress", "route"):
             setattr(self, name, float(getattr(self, name)))
         if self.w_chosen + self.w_visits + self.w_recent == 0:
             raise EnvConfigError("archive: w_chosen, w_visits and w_recent are all 0 (a new cell could weigh 0)")
@@ -201,6 +210,9 @@ class StateArchive:
         self.wins = torch.zeros(m + 1, **i64)  # and succeeded
         self.sums = torch.zeros(m + 1, dtype=torch.int32, device=dev)  # template distance sum of its first frame
         self.progress = torch.zeros(m + 1, **i64)  # milestones its state holds
+        self.parent = torch.full((m + 1,), m, **i64)  # the cell its stored path came through (m: none)
+        self.goal_hit = torch.zeros(m + 1, dtype=torch.bool, device=dev)  # an episode reached the goal from it
+        self.on_route = torch.zeros(m + 1, dtype=torch.bool, device=dev)  # on a stored path to a goal_hit cell
         self.fresh = torch.zeros(m + 1, dtype=torch.bool, device=dev)  # inserted or improved since the last outbox
         self.area_seen = torch.zeros(256, dtype=torch.bool, device=dev)
         self.next_depth = torch.full((), cfg.swarm_depth, **i64)
@@ -244,6 +256,7 @@ class StateArchive:
         self.off_ret = torch.zeros(n, dtype=torch.float32, device=dev)  # and the return
         self.from_archive = torch.zeros(n, dtype=torch.bool, device=dev)  # the episode started from a cell
         self.start_row = torch.full((n,), m, **i64)  # which cell (the scratch row: none)
+        self.last_row = torch.full((n,), m, **i64)  # the last cell the env was in this episode (m: none yet)
         self.restore_mask = torch.zeros(n, dtype=torch.bool, device=dev)  # envs restored from a start slot or a cell
 
     @classmethod
@@ -294,9 +307,12 @@ class StateArchive:
         return mask, slot, self.swarm_dst
 
     def ended(self, done, success) -> None:
-        """Count the episodes that ended this step by where they started (`account`); explorers' are not."""
+        """Count the episodes that ended this step by where they started (`account`); explorers' are not. The last
+        cell of every episode that reached the goal (explorers' too) is a goal cell, where the route ends."""
         self.account(done & self.counted if self.n_explore else done, success, self.from_archive, self.off_steps,
                      self.start_row)
+        self.goal_hit[self.torch.where(done & success, self.last_row, self.m)] = True
+        self.goal_hit[self.m] = False
 
     def explore_actions(self, actions, num_actions: int, seed: int) -> None:
         """Write uniformly random actions (hashed from the seed, env and archive clock: the same bits on every
@@ -321,18 +337,20 @@ class StateArchive:
         torch = self.torch
         r = torch.logical_and(done, ~self.swarm_dst, out=self.restore_mask)
         u = hashed_bits(seed, self.env_ids, episodes, SALT_START, 2 * U_BITS)  # two uniforms in one hash
-        use, row = self.choose(r, u & ((1 << U_BITS) - 1), u >> U_BITS)
+        u_route = hashed_bits(seed, self.env_ids, episodes, SALT_ROUTE) if self.cfg.route > 0 else None
+        use, row = self.choose(r, u & ((1 << U_BITS) - 1), u >> U_BITS, u_route)
         slot = torch.where(use, row + self.first, slots)
         sums = torch.where(use, self.sums.gather(0, row), slot_sums[slots])
         torch.where(r, self.steps.gather(0, row) * use, self.off_steps, out=self.off_steps)
         torch.where(r, self.ret.gather(0, row) * use, self.off_ret, out=self.off_ret)
         torch.where(r, use, self.from_archive, out=self.from_archive)
         torch.where(r, row, self.start_row, out=self.start_row)  # `row` is the scratch row where not `use`
+        torch.where(r, row, self.last_row, out=self.last_row)
         return r, slot, sums, use
 
     def env_records(self) -> list:
         """The per-env tensors an env clone copies from its source."""
-        return [self.off_steps, self.off_ret, self.from_archive, self.start_row]
+        return [self.off_steps, self.off_ret, self.from_archive, self.start_row, self.last_row]
 
     # --- per step ---------------------------------------------------------------------------------------------
     def lookup(self, keys):
@@ -365,16 +383,19 @@ class StateArchive:
         dup = ((key_b[:, None] == key_b[None, :]) & self._earlier & valid[None, :]).any(1)
         held = self._held[env_b] if self.milestones is not None else None
         slot_b, write = self._admit(valid & ~dup, found_b, row_b, key_b, steps[env_b], returns[env_b], sums[env_b],
-                                    held, (self.new & ~room).sum())
+                                    held, (self.new & ~room).sum(), self.last_row[env_b])
         self.save_mask.zero_()
         self.save_mask[env_b] = write
         self.save_slot[env_b] = (slot_b + self.first).to(torch.int32)
+        _, row = self.lookup(keys)  # each env's cell now, new ones included (m: none, the archive was full)
+        torch.where(row < m, row, self.last_row, out=self.last_row)
         return self.save_mask, self.save_slot
 
-    def _admit(self, keep, found_b, row_b, key_b, steps_b, ret_b, sums_b, held_b, dropped):
+    def _admit(self, keep, found_b, row_b, key_b, steps_b, ret_b, sums_b, held_b, dropped, parent_b):
         """Write the candidates `keep` (distinct keys; found ones at their row `row_b`, new ones into the next free
-        rows while there is room) with their records; count them. Returns (row of each candidate, the scratch row
-        where not written; written bool). Rows written are `fresh` (offered to other processes: `outbox`)."""
+        rows while there is room) with their records and the cell each path came through (`parent_b`; m: none);
+        count them. Returns (row of each candidate, the scratch row where not written; written bool). Rows written
+        are `fresh` (offered to other processes: `outbox`)."""
         torch, m = self.torch, self.m
         new_b = keep & ~found_b
         slot_new = self.count + torch.cumsum(new_b.to(torch.int64), 0) - 1
@@ -388,6 +409,8 @@ class StateArchive:
         self.sums[slot_b] = sums_b
         if held_b is not None:
             self.progress[slot_b] = held_b
+        self.parent[slot_b] = torch.where(parent_b == slot_b, m, parent_b)
+        self.parent[m] = m
         self.fresh[slot_b] = write
         fresh = torch.where(new_ok, slot_b, m)
         self.found[fresh] = self.clock
@@ -435,7 +458,8 @@ class StateArchive:
         keep = cand & first
         ret = rec[:, 2].to(torch.int32).view(torch.float32)
         held = rec[:, 4] if self.milestones is not None else None
-        return self._admit(keep, found, row, keys, steps, ret, rec[:, 3].to(torch.int32), held, 0)
+        return self._admit(keep, found, row, keys, steps, ret, rec[:, 3].to(torch.int32), held, 0,
+                           torch.full_like(row, self.m))  # another process's path: no parent here
 
     def weights(self):
         """int64 [capacity]: each cell's selection weight (0 for empty rows), fixed point."""
@@ -463,14 +487,23 @@ class StateArchive:
             w = w + torch.div(g * WEIGHT_ONE * held, held.max().clamp(min=1), rounding_mode="floor")
         return torch.where(used, w, 0)
 
-    def choose(self, done, u_start, u_cell):
-        """For envs whose episode ended (`done`): (from_archive bool [N], row int64 [N]). `u_start`, `u_cell`:
-        int64 [N] uniform in [0, 2**U_BITS) (hashed per env and episode). Counts the chosen cells."""
+    def choose(self, done, u_start, u_cell, u_route=None):
+        """For envs whose episode ended (`done`): (from_archive bool [N], row int64 [N]). `u_start`, `u_cell`,
+        `u_route` (with `route` > 0): int64 [N] uniform in [0, 2**U_BITS) (hashed per env and episode). With
+        probability `route` a cell start is drawn among the route's cells (`on_route`, by the same weights) where
+        there are any. Counts the chosen cells."""
         torch, m = self.torch, self.m
-        cdf = torch.cumsum(self.weights(), 0)
+        w = self.weights()
+        cdf = torch.cumsum(w, 0)
         total = cdf[-1]
         target = (u_cell * total) >> U_BITS
         row = torch.searchsorted(cdf, target, right=True).clamp_(max=m - 1)
+        if self.cfg.route > 0 and u_route is not None:
+            cdf_r = torch.cumsum(w * self.on_route[:m], 0)
+            total_r = cdf_r[-1]
+            row_r = torch.searchsorted(cdf_r, (u_cell * total_r) >> U_BITS, right=True).clamp_(max=m - 1)
+            take = (u_route < int(self.cfg.route * (1 << U_BITS))) & (total_r > 0)
+            row = torch.where(take, row_r, row)
         start = u_start >= int(self.p * (1 << U_BITS))
         if self.n_explore:  # explorers start from a cell whenever the archive holds one
             start |= self.explorer
@@ -531,14 +564,28 @@ class StateArchive:
         self.wins.index_add_(0, torch.where(d_arch & success, start_row, m), self._ones)
 
     # --- once per update ----------------------------------------------------------------------------------------
+    def mark_route(self) -> None:
+        """`on_route`: the goal cells and every cell on their stored paths (the parents' chains), found by pointer
+        doubling in ceil(log2(capacity + 1)) rounds of fixed shape (a stored path's parent always has fewer steps
+        from the task's start, so the chains have no cycles)."""
+        torch, m = self.torch, self.m
+        on = self.goal_hit.clone()
+        jump = self.parent.clone()
+        for _ in range(max(1, (m + 1).bit_length())):  # on: the cells within 2**k links of a goal cell
+            on[torch.where(on, jump, m)] = True
+            on[m] = False
+            jump = jump.gather(0, jump)
+        self.on_route.copy_(on)
+
     def stat_vector(self):
         """int64 device tensor of the counters since the last read (for `read_stats`, or to read together with
-        other device totals in one transfer)."""
+        other device totals in one transfer). Marks the route first (`mark_route`)."""
         torch = self.torch
         m = self.m
+        self.mark_route()
         used = self._rows < self.count
         extra = torch.stack([self.count, torch.where(used, self.steps[:m], 0).max(), (self.chosen[:m] > 0).sum(),
-                             self._areas(used)])
+                             self._areas(used), self.on_route[:m].sum()])
         return torch.cat([self.stats, extra, self.depth_stats.reshape(-1)])
 
     def read_stats(self, clear: bool = True, vals: list | None = None) -> dict:
@@ -547,14 +594,14 @@ class StateArchive:
         the start schedule moves: `p = p_start + (1 - p_start) * EMA(success from the task's start)`."""
         vals = self.stat_vector().tolist() if vals is None else [int(v) for v in vals]
         s = dict(zip(STAT_NAMES, vals[:len(STAT_NAMES)], strict=True))
-        cells, max_depth, ever_chosen, areas = vals[len(STAT_NAMES):len(STAT_NAMES) + 4]
-        depth = vals[len(STAT_NAMES) + 4:]
+        cells, max_depth, ever_chosen, areas, route = vals[len(STAT_NAMES):len(STAT_NAMES) + 5]
+        depth = vals[len(STAT_NAMES) + 5:]
         eps_s, eps_a = s["start_episodes"], s["archive_episodes"]
         from_start = s["start_successes"] / eps_s if eps_s else None
         out = {"archive/cells": int(cells), "archive/inserted": int(s["inserted"]),
                "archive/improved": int(s["improved"]), "archive/dropped": int(s["dropped"]),
                "archive/swarms": int(s["swarms"]), "archive/p_start": self.p, "archive/max_depth": int(max_depth),
-               "archive/cells_chosen": int(ever_chosen), "archive/chosen_depth":
+               "archive/cells_chosen": int(ever_chosen), "archive/route_cells": int(route), "archive/chosen_depth":
                    s["chosen_depth_sum"] / s["chosen"] if s["chosen"] else None,
                "archive/start_share": eps_s / (eps_s + eps_a) if eps_s + eps_a else None,
                "success_from_start": from_start,
@@ -584,11 +631,10 @@ class StateArchive:
 
     # --- state ------------------------------------------------------------------------------------------------
     TENSORS = ("keys", "sorted", "order", "count", "clock", "visits", "steps", "ret", "best", "chosen", "found", "sums",
-               "progress",
-               "area_seen", "next_depth", "stats", "depth_stats", "tries", "wins")
-    SINCE = {"tries", "wins", "progress"}  # added later: a checkpoint without them starts them at 0
+               "progress", "area_seen", "next_depth", "stats", "depth_stats", "tries", "wins", "parent", "goal_hit")
+    SINCE = {"tries", "wins", "progress", "parent", "goal_hit"}  # added later: a checkpoint without them has none
 
-    RECORDS = ("off_steps", "off_ret", "from_archive", "start_row")  # per env
+    RECORDS = ("off_steps", "off_ret", "from_archive", "start_row", "last_row")  # per env
 
     def state_dict(self) -> dict:
         d = {name: getattr(self, name).detach().cpu().clone() for name in self.TENSORS + self.RECORDS}
@@ -602,7 +648,7 @@ class StateArchive:
             if name in d or name not in self.SINCE:
                 getattr(self, name).copy_(d[name])
             else:
-                getattr(self, name).zero_()
+                getattr(self, name).fill_(self.m if name == "parent" else 0)
         self.p, self.ema = float(d["p"]), d["ema"]
         self.swarm_dst.zero_()
         for name in ("off_steps", "off_ret", "from_archive"):
@@ -611,6 +657,8 @@ class StateArchive:
             self.start_row.copy_(d["start_row"])
         else:  # a checkpoint from before the cells' tries: the running episodes count for none
             self.start_row.fill_(self.m)
+        self.last_row.copy_(d["last_row"]) if "last_row" in d else self.last_row.fill_(self.m)
+        self.mark_route()
 
     def clear(self) -> None:
         """Forget every cell (the counters and the schedule stay)."""
@@ -618,8 +666,11 @@ class StateArchive:
         self.sorted.fill_(INT64_MAX)
         self.order.copy_(self._rows)
         self.count.zero_()
-        for t in (self.visits, self.steps, self.ret, self.chosen, self.found, self.sums, self.tries, self.wins):
+        for t in (self.visits, self.steps, self.ret, self.chosen, self.found, self.sums, self.tries, self.wins,
+                  self.goal_hit, self.on_route):
             t.zero_()
+        self.parent.fill_(self.m)
+        self.last_row.fill_(self.m)
         self.best.fill_(-math.inf)
 
     def snapshot(self) -> dict[str, np.ndarray]:
@@ -630,7 +681,7 @@ class StateArchive:
                 for name in ("keys", "visits", "steps", "ret", "best", "chosen", "found", "tries", "wins")}
 
 
-CELL_RECORD_BYTES = 11 * 8 + 3 * 4  # a cell's records beside its slot: keys, steps, returns, counts, progress
+CELL_RECORD_BYTES = 12 * 8 + 3 * 4 + 2  # a cell's records beside its slot: keys, steps, counts, progress, route
 
 
 def progress_key(place, bits, place_bits: int, count: int):
