@@ -917,3 +917,35 @@ def test_the_env_marks_the_route_a_solved_episode_walked():
     assert on == walked and stats["archive/route_cells"] == len(walked)
     assert int(a.count) > len(walked)  # env 1's standing cell is kept but not on the route
     env.close()
+
+
+def test_a_route_round_trips_and_its_starts_continue_bit_for_bit():
+    """With a route (leave_house solved by env 0) and `route` = 1, an env state saved mid-run and loaded into a new
+    env continues with the same observations, rewards, ends and start offsets, and the same route, parents and
+    last cells, as the env it came from."""
+    from gbxcule.rl.tasks import load_task
+
+    solution = load_task("leave_house").solution
+    kw = dict(task="leave_house", num_envs=4, max_steps=len(solution) + 2,
+              archive={"capacity": 64, "p_start": 0.0, "schedule": "fixed", "inserts": 4, "route": 1.0, "max_steps": 6})
+    env = GameEnv(**kw)
+    env.reset(seed=3)
+    rng = np.random.default_rng(5)
+    for a in solution:  # envs 1-3 wander: cells off the route
+        env.step(torch.tensor([a, *rng.integers(0, 8, size=3)], dtype=torch.int32))
+    env.episode_stats()  # marks the route
+    assert 0 < int(env.archive.on_route.sum()) < int(env.archive.count)
+    sd = env.state_dict()
+    acts = [rng.integers(0, 8, size=4) for _ in range(20)]
+    ref = _trajectory(env, acts)
+    other = GameEnv(**kw)
+    other.load_state_dict(sd)
+    got = _trajectory(other, acts)
+    assert all(all(torch.equal(x, y) for x, y in zip(s, t, strict=True)) for s, t in zip(got, ref, strict=True))
+    for name in ("parent", "goal_hit", "on_route", "last_row", "start_row"):
+        assert torch.equal(getattr(other.archive, name), getattr(env.archive, name)), name
+    a = other.archive  # the episodes running now that started from a cell started from one on the route
+    assert bool(a.from_archive.any()) and bool(a.on_route[a.start_row[a.from_archive]].all())
+    assert repr(other.episode_stats()) == repr(env.episode_stats())
+    env.close()
+    other.close()
