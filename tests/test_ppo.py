@@ -235,8 +235,9 @@ def test_unroll_replays_acting_with_resets_at_episode_ends():
             if t:
                 h = h * (~dones[t - 1]).unsqueeze(-1).float()
             lg, v, h = model.forward_step(obs[t], h)
-            assert torch.allclose(logits[t], eval_logits, atol=1e-6) and torch.allclose(logits[t], lg, atol=1e-6)
-            assert torch.allclose(values[t], v, atol=1e-6)
+            # unroll runs the CNN over every step at once: float32 rounding differs from one step at a time
+            assert torch.allclose(logits[t], eval_logits, atol=1e-4) and torch.allclose(logits[t], lg, atol=1e-4)
+            assert torch.allclose(values[t], v, atol=1e-4)
             done = dones[t]
         no_reset, _ = ppo.unroll(model, obs, h0, torch.zeros_like(dones))
     assert torch.equal(no_reset[:2], logits[:2]) and not torch.allclose(no_reset[2, 0], logits[2, 0], atol=1e-3)

@@ -151,14 +151,17 @@ def unroll(model: ActorCritic, obs: torch.Tensor, state: torch.Tensor, dones: to
            ) -> tuple[torch.Tensor, torch.Tensor]:
     """(logits [T, N, A], values [T, N]) of a recurrent model over a rollout's observations [T, N, ...] from the
     state its envs started it with [N, H], the state reset after each step where the episode ended (dones [T, N]),
-    as acting did. Tests: tests/test_ppo.py."""
-    logits, values = [], []
-    for t in range(obs.shape[0]):
-        lg, v, h = model.forward_step(obs[t], state)
-        logits.append(lg)
-        values.append(v)
+    as acting did: the CNN over all T x N observations at once, then the GRU step by step, then the heads over all.
+    Tests: tests/test_ppo.py."""
+    t_len, n = obs.shape[:2]
+    feats = model.features(obs.reshape(t_len * n, *obs.shape[2:])).reshape(t_len, n, -1)
+    hs = []
+    for t in range(t_len):
+        h = model.rnn(feats[t], state.to(feats.dtype))
+        hs.append(h)
         state = h * (~dones[t]).unsqueeze(-1).to(h.dtype)
-    return torch.stack(logits), torch.stack(values)
+    h = torch.stack(hs)
+    return model.pi(h), model.v(h).squeeze(-1)
 
 
 # --- the loop ------------------------------------------------------------------------------------------------------
