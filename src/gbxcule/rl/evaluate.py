@@ -136,10 +136,9 @@ class Episodes:
         self.static = torch.zeros(n, dtype=torch.int64, device=env.device)  # steps it has not changed, so far
         self.still = torch.zeros(n, dtype=torch.int64, device=env.device)  # ... at the end of the finished episode
         self.last_action = torch.zeros(n, dtype=torch.int64, device=env.device)  # its episode's last, so far
-        cells = list(env.task.cells) if env.task is not None and env.task.cells else []
-        self.cells = cells
-        self.cell_rows = torch.tensor(ram_rows(cells, env.backend.layout), dtype=torch.int64, device=env.device) \
-            if cells else None
+        self.cells = list(env.task.cells) if env.task is not None and env.task.cells else []
+        self.cell_rows = (torch.tensor(ram_rows(self.cells, env.backend.layout), dtype=torch.int64, device=env.device)
+                          if self.cells else None)
         self.place = torch.zeros(n, dtype=torch.int64, device=env.device)  # where its last step was taken, so far
 
     def step(self) -> None:
@@ -308,10 +307,9 @@ def summarize(res: dict, success_source: str | None, template: bool) -> dict:
         stuck = (res["still"][keep] >= STUCK_STEPS) & ~succ
         out["stuck_rate"] = float(stuck.mean()) if stuck.size else None
         if "last_action" in res:  # what the stuck episodes kept pressing: a direction into a wall, or a button
-            acts, counts = np.unique(res["last_action"][keep][stuck], return_counts=True)
             labels = res.get("action_names") or []
-            out["stuck_actions"] = {(labels[a] if a < len(labels) else str(a)): int(c)
-                                    for c, a in sorted(zip(counts, acts, strict=True), key=lambda x: (-x[0], x[1]))}
+            out["stuck_actions"] = {(labels[a] if a < len(labels) else str(a)): c
+                                    for a, c in most_common(res["last_action"][keep][stuck])}
     if "place" in res:  # where the failed episodes ended: the task's cell bytes (map, x, y), most first
         out["failed_at"] = failed_places(res["place"][keep][~succ], len(res["place_cells"]))
         out["failed_at_cells"] = [f"0x{a:04X}" for a in res["place_cells"]]
@@ -329,12 +327,16 @@ def summarize(res: dict, success_source: str | None, template: bool) -> dict:
     return out
 
 
+def most_common(values: np.ndarray) -> list[tuple[int, int]]:
+    """(value, count) of each distinct value, the most frequent first, then the lowest value."""
+    vals, counts = np.unique(values, return_counts=True)
+    return sorted(zip(vals.tolist(), counts.tolist(), strict=True), key=lambda x: (-x[1], x[0]))
+
+
 def failed_places(keys: np.ndarray, nbytes: int, top: int = FAILED_AT_TOP) -> dict[str, int]:
     """The `top` commonest of packed place keys (`goals.ram_key` of `nbytes` bytes), most first (then by key):
     {"5,3,9": episodes}, each byte in decimal, in the cells' order."""
-    vals, counts = np.unique(keys, return_counts=True)
-    order = sorted(zip(counts.tolist(), vals.tolist(), strict=True), key=lambda x: (-x[0], x[1]))[:top]
-    return {",".join(str((int(v) >> (8 * i)) & 0xFF) for i in range(nbytes)): int(c) for c, v in order}
+    return {",".join(str((v >> (8 * i)) & 0xFF) for i in range(nbytes)): c for v, c in most_common(keys)[:top]}
 
 
 def failed_on(rep: dict) -> str:
