@@ -287,7 +287,8 @@ def test_install_pufferlib_fails_in_one_line_naming_its_log(tmp_path):
 
 
 def _fake_run(folder: Path, seed: int, evals: list[float]) -> None:
-    """A run folder as `gbxcule train` writes one: a periodic eval each update, the last at the final weights."""
+    """A run folder as `gbxcule train` writes one: a periodic eval each update, the last at the final weights, each
+    reporting 1.5 s of training after its weights were made (as an eval beside training does)."""
     import json
 
     folder.mkdir(parents=True)
@@ -296,7 +297,7 @@ def _fake_run(folder: Path, seed: int, evals: list[float]) -> None:
     (folder / "facts.json").write_text(json.dumps({"git": "0123456789abcdef", "gpu": "NVIDIA H200", "host": "box",
                                                    "started": "2026-11-29T10:00:00+0000"}))
     rows = [{"env_steps": 100 * (i + 1), "sps": 1000.0 + i, "wall_s": 2.0 * (i + 1), "eval/greedy_success": g,
-             "eval/env_steps": 100 * (i + 1), "eval/wall_s": 2.0 * (i + 1), "eval/elapsed_s": 10.0 + 2 * (i + 1)}
+             "eval/env_steps": 100 * (i + 1), "eval/wall_s": 2.0 * (i + 1) + 1.5, "eval/elapsed_s": 10.0 + 2 * (i + 1)}
             for i, g in enumerate(evals)]
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (folder / "summary.json").write_text(json.dumps({"wall_s": 2.0 * len(evals), "startup_s": 10.0, "stopped": "done",
@@ -329,7 +330,8 @@ def test_summarize_writes_one_summary_json_per_figure(tmp_path):
     assert (data["tree"], data["machine"], data["date"]) == ("0123456", "NVIDIA H200 (host box)", "2026-11-29")
     a, b = data["numbers"]["runs"]
     assert (a["seed"], a["num_envs"], a["target"], a["env_steps"], a["training_s"]) == (0, 8, 0.9, 500, 10.0)
-    assert a["to_target"] == {"elapsed_s": 14.0, "training_s": 4.0, "env_steps": 200}
+    # an eval beside training reports after its weights were made: both times are kept
+    assert a["to_target"] == {"elapsed_s": 14.0, "training_s": 5.5, "weights_training_s": 4.0, "env_steps": 200}
     assert a["greedy_evals"] == [0.0, 0.95, 1.0, 0.875, 1.0] and a["final_greedy"] == 1.0 and a["final_sampled"] == 0.5
     # the evals after the first at the target: how a run that trained on past success held it
     assert a["after_target"] == {"evals": 3, "min_greedy": 0.875, "env_steps_past": 300}

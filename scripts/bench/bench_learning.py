@@ -99,10 +99,14 @@ def read_run(run_dir: Path, target: float) -> dict:
     final = json.loads((run_dir / "eval.json").read_text()) if (run_dir / "eval.json").is_file() else {}
     sps = [r["sps"] for r in rows[2:] if r.get("sps")] or [r["sps"] for r in rows if r.get("sps")]
     after = [r["eval/greedy_success"] for r in evals if hit and r["eval/env_steps"] > hit["eval/env_steps"]]
+    # the training seconds of the weights that reached the target (the update that made them): an eval beside
+    # training reports its result later, at eval/wall_s
+    made = next((r.get("wall_s") for r in rows if hit and r.get("env_steps") == hit["eval/env_steps"]), None)
     return {"updates": len(rows), "env_steps": rows[-1]["env_steps"] if rows else 0,
             "startup_s": summary.get("startup_s"), "train_s": summary.get("wall_s"), "stopped": summary.get("stopped"),
             "to_target_elapsed_s": hit and hit.get("eval/elapsed_s"),
             "to_target_train_s": hit and hit.get("eval/wall_s"),
+            "to_target_weights_s": made,
             "to_target_env_steps": hit and hit.get("eval/env_steps"),
             "best_greedy": max((r["eval/greedy_success"] for r in evals), default=None),
             "last_greedy": evals[-1]["eval/greedy_success"] if evals else None,
@@ -180,18 +184,22 @@ def main() -> int:
         print(f"plots failed: {exc}", file=sys.stderr)
     print(f"\ntarget: greedy success >= {args.target:.0%} over {args.episodes} episodes; time limit "
           f"{args.time_limit:.0f} s of training; {args.gpus or 'no'} GPU(s)")
-    print(f"{'setup':14s} {'seed':>4s} {'to target (s)':>13s} {'train s':>8s} {'env-steps':>11s} {'best':>6s} "
+    print(f"{'setup':14s} {'seed':>4s} {'to target (s)':>13s} {'train s':>8s} {'weights':>8s} {'env-steps':>11s} "
+          f"{'best':>6s} "
           f"{'last':>6s} {'after':>6s} {'final':>6s} {'sampled':>7s} {'stuck':>6s} {'SPS':>9s}  stopped")
     for r in results:
         if "error" in r:
             print(f"{r['setup'][:14]:14s} {r['seed']:>4d}  {r['error']} (rc {r['rc']})")
             continue
         print(f"{r['setup'][:14]:14s} {r['seed']:>4d} {fmt(r['to_target_elapsed_s'], '13.1f')} "
-              f"{fmt(r['to_target_train_s'], '8.1f')} {fmt(r['to_target_env_steps'], '11,d')} "
+              f"{fmt(r['to_target_train_s'], '8.1f')} {fmt(r['to_target_weights_s'], '8.1f')} "
+              f"{fmt(r['to_target_env_steps'], '11,d')} "
               f"{fmt(r['best_greedy'], '6.1%')} {fmt(r['last_greedy'], '6.1%')} "
               f"{fmt((r['after_target'] or {}).get('min_greedy'), '6.1%')} {fmt(r['final_eval_greedy'], '6.1%')} "
               f"{fmt(r['final_eval_sampled'], '7.1%')} {fmt(r['final_eval_stuck'], '6.1%')} "
               f"{fmt(r['sps_median'], '9,.0f')}  {r['stopped']}")
+    print("to target: seconds since the process started and of training when the first eval at the target reported; "
+          "weights: the training seconds of the weights it evaluated (earlier where evals run beside training)")
     print("after: the lowest greedy success of the evals after the first at the target; final, sampled: the final "
           "policy's greedy and sampled success; stuck: its greedy episodes that failed on a still screen")
     print(f"artifact: {out / 'learning.json'}")

@@ -8,16 +8,15 @@
 The file holds `figure`, `command`, `tree` (the commit the figure was measured on), `machine`, `date`
 (YYYY-MM-DD), `numbers` and `from` (the sources). A run folder (config.json, summary.json, metrics.jsonl,
 eval.json, facts.json) is one entry of numbers["runs"]: seed, envs, env-steps, training and start-up seconds, why it
-stopped, the first periodic greedy eval at the target (seconds since the process started, training seconds,
-env-steps; null if none reached it), every periodic eval's greedy success, the final eval's greedy and sampled
-success (and the greedy episodes that failed on a still screen, `final_greedy_stuck`, and what they kept
-pressing, `final_greedy_stuck_actions`, and where the failed ones ended, `final_greedy_failed_at`, where the eval
-reports them),
-the final policy's source, and the median training SPS (the first two updates left out, as
-bench_learning.py). A bench JSON is copied under its file name, less its `environment`. Tree, machine and date
-come from the sources (facts.json's git, gpu and host, its start; a bench JSON's environment) unless given;
-BENCHMARKS.md cites the file. `--plot` also draws NAME.png: each run's periodic greedy success against seconds
-since its process started.
+stopped, the first periodic greedy eval at the target (seconds since the process started and training seconds when
+it reported, the training seconds of the weights it evaluated, env-steps; null if none reached it), every periodic
+eval's greedy success, the final eval's greedy and sampled success (and the greedy episodes that failed on a still
+screen, `final_greedy_stuck`, and what they kept pressing, `final_greedy_stuck_actions`, and where the failed ones
+ended, `final_greedy_failed_at`, where the eval reports them), the final policy's source, and the median training SPS
+(the first two updates left out, as bench_learning.py). A bench JSON is copied under its file name, less its
+`environment`. Tree, machine and date come from the sources (facts.json's git, gpu and host, its start; a bench
+JSON's environment) unless given; BENCHMARKS.md cites the file. `--plot` also draws NAME.png: each run's periodic
+greedy success against seconds since its process started.
 """
 
 from __future__ import annotations
@@ -61,7 +60,8 @@ def run_entry(folder: Path, target: float | None) -> tuple[dict, list]:
              "num_envs": config.get("env", {}).get("num_envs"), "target": goal, "env_steps": r["env_steps"],
              "updates": r["updates"], "training_s": r["train_s"], "startup_s": r["startup_s"], "stopped": r["stopped"],
              "to_target": {"elapsed_s": r["to_target_elapsed_s"], "training_s": r["to_target_train_s"],
-                           "env_steps": r["to_target_env_steps"]} if hit else None,
+                           "weights_training_s": r["to_target_weights_s"], "env_steps": r["to_target_env_steps"]}
+             if hit else None,
              "greedy_evals": [c[2] for c in r["curve"]], "best_greedy": r["best_greedy"],
              "after_target": r["after_target"],
              "final_greedy": final.get("greedy", {}).get("success_rate", final.get("success_rate")),
@@ -182,16 +182,19 @@ def plot(curves: dict, path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5, 3), dpi=80)
-    for name, pts in curves.items():
+    many = len(curves) > 6  # the legend beside the axes, not over the curves' ends
+    fig, ax = plt.subplots(figsize=(7 if many else 5, 3), dpi=80)
+    styles = ("-", "--", ":")  # the colour cycle has 10 colours: the line style tells the next 10 apart
+    for i, (name, pts) in enumerate(curves.items()):
         if pts:
-            ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], marker="o", markersize=3, label=name)
+            ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], marker="o", markersize=3, label=name,
+                    linestyle=styles[(i // 10) % len(styles)])
     ax.set_xlabel("seconds since the process started")
     ax.set_ylabel("greedy success (%)")
     ax.set_ylim(-3, 103)
     ax.set_title(title, fontsize=9)
     if curves:
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, **({"loc": "center left", "bbox_to_anchor": (1.01, 0.5)} if many else {}))
     fig.tight_layout()
     fig.savefig(path, format="png")
     plt.close(fig)
