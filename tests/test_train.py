@@ -361,6 +361,10 @@ def test_periodic_eval_beside_training_logs_each_result_at_its_weights_env_steps
     rows2 = [json.loads(x) for x in (tmp_path / "fast" / "metrics.jsonl").read_text().splitlines()]
     assert [(r["update"], r["eval/env_steps"]) for r in rows2 if "eval/greedy_success" in r] == [(2, 48), (3, 96),
                                                                                                  (4, 192)]
+    # the eval plays a copy of the weights on an env of its own: its pace leaves training's numbers as they were
+    keys = ("env_steps", "loss", "entropy", "approx_kl", "episode_return", "actions")
+    assert [[r.get(k) for k in keys] for r in rows] == [[r.get(k) for k in keys] for r in rows2]
+    assert all(r.get("loss") is not None for r in rows)
     assert "time_eval_s" in rows[-1] and "time_eval_s" not in rows[2]
     # best_policy.pt: the weights of the first eval with the best greedy success (ties keep the earlier)
     from gbxcule.rl.training import evaluate
