@@ -753,8 +753,17 @@ def test_only_a_trainer_that_leaves_the_explorers_out_takes_them(tmp_path):
     for algo in ("a2c", "dqn", "pqn"):
         with pytest.raises(ConfigError, match="explorers"):
             make_config(None, {"algo": algo, "env": {"num_envs": 6, "archive": table}})
-    with pytest.raises(ConfigError, match="explorers"):
-        make_config(None, {"env": {"num_envs": 6, "archive": table}, "ppo": {"gru": 16, "minibatches": 2}})
+    # a recurrent policy too: its state is carried for every env, its update unrolls the policy's envs alone
+    gru = tmp_path / "gru"
+    cfg = make_config(None, {"total_steps": 2 * 6 * 8,
+                             "env": {"num_envs": 6, "task": "talk_to_hiker", "max_steps": 12, "archive": table},
+                             "ppo": {"rollout_steps": 8, "epochs": 1, "minibatches": 1, "model": "small", "gru": 8},
+                             "run": {"run_dir": str(gru), "device": "cpu", "progress": False, "evals": 0,
+                                     "tensorboard": False, "eval_episodes": 2, "checkpoint_every": 1}})
+    s = train(cfg)
+    assert s["updates"] == 2 and sum(s["last"]["actions"]) == 3 * 8 and s["last"]["approx_kl"] < 1e-10
+    with pytest.raises(ConfigError, match="group of envs"):  # a minibatch a policy env at most: 3 of the 6
+        make_config(None, {"env": {"num_envs": 6, "archive": table}, "ppo": {"gru": 16, "minibatches": 4}})
 
 
 def test_bench_archive_cells_counts_a_cells_bytes_and_the_pages_that_differ(tmp_path, capsys):

@@ -272,7 +272,47 @@ def test_a_recurrent_policy_trains_evaluates_and_resumes_bit_for_bit(tmp_path, c
     assert torch.equal(ck["extra"]["state"], b["extra"]["state"])
 
 
-@pytest.mark.parametrize("bad, word", [({"gru": 8, "learn_share": 0.5}, "learn_share"),
+def test_a_recurrent_policy_on_a_share_of_the_envs_replays_each_blocks_acting(tmp_path):
+    """ppo.gru with learn_share < 1: every env carries its state, the moving block of learning envs is unrolled
+    from the states those envs started the rollout with. With one epoch of one minibatch the update's first forward
+    replays acting, so its ratio is 1 (approx_kl under 1e-10: float32 rounding at most); a block unrolled from other
+    envs' states is not (the next test). The run resumes bit for bit."""
+    knobs = {"gru": 16, "learn_share": 0.5, "minibatches": 1, "epochs": 1, "lr": 1e-3}
+
+    def cfg(run_dir, **run):
+        c = tiny(run_dir, knobs, **run)
+        c.total_steps = 5 * 48
+        return c
+
+    straight = tmp_path / "straight"
+    s = train(cfg(straight))
+    rows = metrics(straight)
+    assert s["updates"] == 5 and [sum(r["actions"]) for r in rows] == [8 * 3] * 5  # 3 of the 6 envs each update
+    assert all(r["approx_kl"] < 1e-10 and r["clipfrac"] == 0 for r in rows), [r["approx_kl"] for r in rows]
+    ck = torch.load(straight / "checkpoint.pt", weights_only=False)
+    assert ck["extra"]["state"].shape == (6, 16) and bool((ck["extra"]["state"].abs().sum(1) > 0).all())
+    part = tmp_path / "part"
+    assert train(cfg(part, stop_after_updates=2))["stopped"] == "stop_after_updates"
+    train(cfg(part), resume=True)
+    assert metrics(part) == rows
+
+
+def test_the_replay_check_above_sees_a_block_unrolled_from_the_wrong_states(tmp_path, monkeypatch):
+    """The check's other side: the same run with each block's rollouts unrolled from the first envs' states (not
+    the block's own) has a ratio away from 1 once the states differ."""
+    real = ppo.unroll
+
+    def wrong_rows(model, obs, state, dones):
+        return real(model, obs, state.roll(1, 0), dones)
+
+    monkeypatch.setattr(ppo, "unroll", wrong_rows)
+    c = tiny(tmp_path, {"gru": 16, "learn_share": 0.5, "minibatches": 1, "epochs": 1, "lr": 1e-3})
+    c.total_steps = 5 * 48
+    train(c)
+    assert max(r["approx_kl"] for r in metrics(tmp_path)) > 1e-10  # 1.5e-7 on the development machine
+
+
+@pytest.mark.parametrize("bad, word", [({"gru": 8, "learn_share": 0.5, "minibatches": 4}, "group of envs"),
                                        ({"gru": 8, "minibatches": 7}, "groups of envs|num_envs"),
                                        ({"gru": 0}, "gru")])
 def test_recurrent_knobs_that_cannot_work_are_one_line(tmp_path, bad, word):

@@ -10,9 +10,10 @@ With `learn_share` s < 1 every env acts, but only a block of ceil(s x num_envs) 
 update, so every env takes its turn) is stored and trained on: at 16-65K envs the learner, not the emulator, sets
 the pace, and `epochs = 1` with minibatches is then PPO's update with each sample used once (docs/training.md).
 
-With `gru = H` the policy is recurrent (a GRU of H over the CNN features, reset where an episode ends): the state
-each env starts a rollout with is kept, and the update's minibatches are groups of envs whose whole rollouts are
-unrolled again from it (backpropagation through the rollout's steps), as CleanRL's LSTM PPO does.
+With `gru = H` the policy is recurrent (a GRU of H over the CNN features, reset where an episode ends): every acting
+env carries its state; the state each learning env starts a rollout with is kept, and the update's minibatches are
+groups of learning envs whose whole rollouts are unrolled again from it (backpropagation through the rollout's
+steps), as CleanRL's LSTM PPO does.
 """
 
 from __future__ import annotations
@@ -85,23 +86,20 @@ def check(cfg) -> None:
     if p.minibatches > batch_size(cfg):
         raise ConfigError(f"ppo.minibatches ({p.minibatches}) exceeds the batch ({batch_size(cfg)})")
     if p.gru is not None:
-        if p.learn_share < 1:
-            raise ConfigError("ppo.gru needs ppo.learn_share = 1 (every env's rollout is unrolled again)")
-        if acting_envs(cfg) < cfg.env.num_envs:
-            raise ConfigError("ppo.gru needs env.archive.explorers = 0 (every env's rollout is unrolled again)")
-        if p.minibatches > cfg.env.num_envs:
+        if p.minibatches > learn_envs(cfg):
             raise ConfigError(f"ppo.gru: a minibatch is a group of envs, so ppo.minibatches ({p.minibatches}) may "
-                              f"not exceed env.num_envs ({cfg.env.num_envs})")
+                              f"not exceed the envs trained on each update ({learn_envs(cfg)} of env.num_envs "
+                              f"{cfg.env.num_envs})")
         if cfg.run.grad_sync == "ddp":
             raise ConfigError("ppo.gru unrolls the model outside DDP's forward: use run.grad_sync = \"allreduce\"")
 
 
 def rollout_bytes(cfg, obs_bytes: int) -> int:
     """Device bytes of the rollout storage: observations twice (the obs and the finished episodes' last obs,
-    for truncation bootstraps), plus actions, log-probs, values, rewards, flags, advantages, returns; with a GRU its
-    state after every step and at the rollout's start."""
+    for truncation bootstraps), plus actions, log-probs, values, rewards, flags, advantages, returns; with a GRU the
+    learning envs' state after every step and at the rollout's start, and every env's carried state."""
     h = 4 * (cfg.ppo.gru or 0)
-    return batch_size(cfg) * (2 * obs_bytes + 8 + 4 * 6 + 2 + h) + learn_envs(cfg) * h
+    return batch_size(cfg) * (2 * obs_bytes + 8 + 4 * 6 + 2 + h) + (learn_envs(cfg) + cfg.env.num_envs) * h
 
 
 def working_bytes(cfg) -> tuple[int, int]:
@@ -206,9 +204,9 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         rew_buf = torch.zeros((t_len, n_learn), dtype=torch.float32, device=dev)
         term_buf = torch.zeros((t_len, n_learn), dtype=torch.bool, device=dev)
         trunc_buf = torch.zeros((t_len, n_learn), dtype=torch.bool, device=dev)
-        if state is not None:  # the state each env starts the rollout with, and each step's (for truncations)
-            h0 = torch.zeros_like(state)
-            h_buf = torch.zeros((t_len, *state.shape), dtype=torch.float32, device=dev)
+        if state is not None:  # the state each learning env starts the rollout with, and each step's (truncations)
+            h0 = torch.zeros((n_learn, state.shape[1]), dtype=state.dtype, device=dev)
+            h_buf = torch.zeros((t_len, n_learn, state.shape[1]), dtype=torch.float32, device=dev)
         coefs = LossCoefs(p.clip, p.vf_coef, p.ent_coef, p.clip_vloss)
         timer = s.timer
 
@@ -219,7 +217,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             if ids is not None:  # this update's block of learning envs (its start known on the host)
                 torch.add(block, s.update * n_learn % n_act, out=ids).remainder_(n_act)
             if state is not None:
-                h0.copy_(state)
+                put(h0, state)
             for t in range(t_len):
                 mark = timer.start("inference")
                 x = put(obs_buf[t], env.obs) if ids is None else env.obs  # every env acts
@@ -228,7 +226,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                         logits, value = fwd(x)
                     else:
                         logits, value, h = model.forward_step(x, state)
-                        h_buf[t].copy_(h)
+                        put(h_buf[t], h)
                 dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
                 action = dist.sample()
                 if ids is not None:
@@ -243,13 +241,14 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                 put(term_buf[t], term)
                 put(trunc_buf[t], trunc)
                 put(final_buf[t], env.final_obs)
-                if state is not None:
-                    torch.mul(h_buf[t], (~(term | trunc)).unsqueeze(-1), out=state)
+                if state is not None:  # every acting env's state, reset where its episode ended
+                    torch.mul(h_buf[t] if ids is None else h, (~(term | trunc)).unsqueeze(-1), out=state)
                 timer.stop(mark)
             mark = timer.start("update")
             with torch.no_grad(), s.autocast(p.amp):
                 last_obs = env.obs if ids is None else env.obs.index_select(0, ids)
-                last_value = model.value(last_obs, state).float()
+                last_value = model.value(last_obs, None if state is None else
+                                         state if ids is None else state.index_select(0, ids)).float()
                 # one sync an update; a GRU reads a finished episode's last observation with its last step's state
                 final_values = returns.truncated_values(model.value, final_buf, trunc_buf,
                                                         states=None if state is None else h_buf)
