@@ -312,6 +312,24 @@ def test_the_replay_check_above_sees_a_block_unrolled_from_the_wrong_states(tmp_
     assert max(r["approx_kl"] for r in metrics(tmp_path)) > 1e-10  # 1.5e-7 on the development machine
 
 
+def test_a_recurrent_state_in_bf16_is_stored_for_a_share_of_the_envs(tmp_path, monkeypatch):
+    """Under CUDA's bf16 autocast the GRU's step returns a bf16 state (the CPU device has no autocast): the block
+    of learning envs' states goes into the float32 store all the same (index_select's out= would refuse it)."""
+    from gbxcule.rl.models import ActorCritic
+
+    real = ActorCritic.forward_step
+
+    def bf16_state(self, obs, state):
+        logits, value, h = real(self, obs, state)
+        return logits, value, None if h is None else h.bfloat16()
+
+    monkeypatch.setattr(ActorCritic, "forward_step", bf16_state)
+    c = tiny(tmp_path, {"gru": 16, "learn_share": 0.5, "minibatches": 1, "epochs": 1})
+    c.total_steps = 2 * 48
+    assert train(c)["updates"] == 2
+    assert all(r["approx_kl"] < 1e-3 for r in metrics(tmp_path))  # acting saw bf16-rounded states, so near 1
+
+
 @pytest.mark.parametrize("bad, word", [({"gru": 8, "learn_share": 0.5, "minibatches": 4}, "group of envs"),
                                        ({"gru": 8, "minibatches": 7}, "groups of envs|num_envs"),
                                        ({"gru": 0}, "gru")])

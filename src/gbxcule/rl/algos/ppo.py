@@ -226,7 +226,8 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                         logits, value = fwd(x)
                     else:
                         logits, value, h = model.forward_step(x, state)
-                        put(h_buf[t], h)
+                        # copy_ casts (bf16 under autocast to the float32 store), index_select's out= would not
+                        h_buf[t].copy_(h if ids is None else h.index_select(0, ids))
                 dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
                 action = dist.sample()
                 if ids is not None:
