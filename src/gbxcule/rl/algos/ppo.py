@@ -207,6 +207,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         if state is not None:  # the state each learning env starts the rollout with, and each step's (truncations)
             h0 = torch.zeros((n_learn, state.shape[1]), dtype=state.dtype, device=dev)
             h_buf = torch.zeros((t_len, n_learn, state.shape[1]), dtype=torch.float32, device=dev)
+            h_blk = None  # made at the first step, in the dtype the GRU's step returns
         coefs = LossCoefs(p.clip, p.vf_coef, p.ent_coef, p.clip_vloss)
         timer = s.timer
 
@@ -226,8 +227,12 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                         logits, value = fwd(x)
                     else:
                         logits, value, h = model.forward_step(x, state)
-                        # copy_ casts (bf16 under autocast to the float32 store), index_select's out= would not
-                        h_buf[t].copy_(h if ids is None else h.index_select(0, ids))
+                        if ids is None:
+                            h_buf[t].copy_(h)  # copy_ casts: bf16 under autocast into the float32 store
+                        else:  # the block's rows through a buffer of the state's dtype (index_select's out= won't cast)
+                            if h_blk is None or h_blk.dtype != h.dtype:
+                                h_blk = torch.empty((n_learn, h.shape[1]), dtype=h.dtype, device=dev)
+                            h_buf[t].copy_(torch.index_select(h, 0, ids, out=h_blk))
                 dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
                 action = dist.sample()
                 if ids is not None:
