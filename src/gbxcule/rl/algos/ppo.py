@@ -97,9 +97,11 @@ def check(cfg) -> None:
 def rollout_bytes(cfg, obs_bytes: int) -> int:
     """Device bytes of the rollout storage: observations twice (the obs and the finished episodes' last obs,
     for truncation bootstraps), plus actions, log-probs, values, rewards, flags, advantages, returns; with a GRU the
-    learning envs' state after every step and at the rollout's start, and every env's carried state."""
+    learning envs' state after every step and at the rollout's start, and every env's carried state (and, on a
+    block of learning envs, every env's step state)."""
     h = 4 * (cfg.ppo.gru or 0)
-    return batch_size(cfg) * (2 * obs_bytes + 8 + 4 * 6 + 2 + h) + (learn_envs(cfg) + cfg.env.num_envs) * h
+    every = cfg.env.num_envs * (1 + (learn_envs(cfg) < cfg.env.num_envs))
+    return batch_size(cfg) * (2 * obs_bytes + 8 + 4 * 6 + 2 + h) + (learn_envs(cfg) + every) * h
 
 
 def working_bytes(cfg) -> tuple[int, int]:
@@ -196,6 +198,9 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         def put(dst, x):  # dst <- x's rows of the learning envs
             return dst.copy_(x) if ids is None else torch.index_select(x, 0, ids, out=dst)
 
+        def rows(x):  # x's rows of the learning envs (a new tensor on a block: once an update)
+            return x if ids is None or x is None else x.index_select(0, ids)
+
         obs_buf = torch.zeros((t_len, n_learn, *obs_shape), dtype=torch.uint8, device=dev)
         final_buf = torch.zeros_like(obs_buf)
         act_buf = torch.zeros((t_len, n_learn), dtype=torch.int64, device=dev)
@@ -207,7 +212,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         if state is not None:  # the state each learning env starts the rollout with, and each step's (truncations)
             h0 = torch.zeros((n_learn, state.shape[1]), dtype=state.dtype, device=dev)
             h_buf = torch.zeros((t_len, n_learn, state.shape[1]), dtype=torch.float32, device=dev)
-            h_blk = None  # made at the first step, in the dtype the GRU's step returns
+            h_all = None if ids is None else torch.zeros_like(state)  # on a block: every env's step state
         coefs = LossCoefs(p.clip, p.vf_coef, p.ent_coef, p.clip_vloss)
         timer = s.timer
 
@@ -227,12 +232,10 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                         logits, value = fwd(x)
                     else:
                         logits, value, h = model.forward_step(x, state)
-                        if ids is None:
-                            h_buf[t].copy_(h)  # copy_ casts: bf16 under autocast into the float32 store
-                        else:  # the block's rows through a buffer of the state's dtype (index_select's out= won't cast)
-                            if h_blk is None or h_blk.dtype != h.dtype:
-                                h_blk = torch.empty((n_learn, h.shape[1]), dtype=h.dtype, device=dev)
-                            h_buf[t].copy_(torch.index_select(h, 0, ids, out=h_blk))
+                        h_step = h_buf[t] if ids is None else h_all  # float32: copy_ casts autocast's bf16
+                        h_step.copy_(h)
+                        if ids is not None:
+                            put(h_buf[t], h_step)
                 dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
                 action = dist.sample()
                 if ids is not None:
@@ -248,13 +251,11 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                 put(trunc_buf[t], trunc)
                 put(final_buf[t], env.final_obs)
                 if state is not None:  # every acting env's state, reset where its episode ended
-                    torch.mul(h_buf[t] if ids is None else h, (~(term | trunc)).unsqueeze(-1), out=state)
+                    torch.mul(h_step, (~(term | trunc)).unsqueeze(-1), out=state)
                 timer.stop(mark)
             mark = timer.start("update")
             with torch.no_grad(), s.autocast(p.amp):
-                last_obs = env.obs if ids is None else env.obs.index_select(0, ids)
-                last_value = model.value(last_obs, None if state is None else
-                                         state if ids is None else state.index_select(0, ids)).float()
+                last_value = model.value(rows(env.obs), rows(state)).float()
                 # one sync an update; a GRU reads a finished episode's last observation with its last step's state
                 final_values = returns.truncated_values(model.value, final_buf, trunc_buf,
                                                         states=None if state is None else h_buf)
