@@ -838,13 +838,19 @@ def test_bench_archive_explore_counts_the_episodes_at_the_goal(tmp_path, capsys)
 def test_each_cell_keeps_the_cell_its_path_came_through_and_the_route_is_the_goals_ancestors():
     """`parent`: the cell an env was in before it stored a cell; `goal_hit`: the last cell of an episode that reached
     the goal; `on_route`: the goal cells and their parents' chains. Env 0 walks keys 1-2-3-4 and reaches the goal;
-    env 1 walks 1-5-6, a dead end: the route is 1, 2, 3, 4, and 5, 6 hang off 1 without being on it."""
-    cfg = ArchiveConfig(capacity=16, inserts=2)
+    env 1 walks 1-5-6, a dead end: the route is 1, 2, 3, 4, and 5, 6 hang off 1 without being on it. With `route`
+    0 none of it is kept (no per-step work for it) and no route is logged."""
+    off = StateArchive(ArchiveConfig(capacity=16, inserts=2), 2, first_slot=0, device="cpu")
+    cfg = ArchiveConfig(capacity=16, inserts=2, route=1.0)
     arch = StateArchive(cfg, 2, first_slot=0, device="cpu")
     walks = [(1, 1), (2, 5), (3, 6), (4, 6)]  # each step's key of env 0 and env 1
     for t, keys in enumerate(walks):
-        arch.observe(torch.tensor(keys), torch.full((2,), t, dtype=torch.int64), torch.zeros(2),
-                     torch.zeros(2, dtype=torch.int32), torch.ones(2, dtype=torch.bool))
+        for a in (arch, off):
+            a.observe(torch.tensor(keys), torch.full((2,), t, dtype=torch.int64), torch.zeros(2),
+                      torch.zeros(2, dtype=torch.int32), torch.ones(2, dtype=torch.bool))
+    off.ended(torch.tensor([True, False]), torch.tensor([True, False]))
+    assert "archive/route_cells" not in off.read_stats()
+    assert int(off.parent.min()) == off.m and not bool(off.goal_hit.any()) and not bool(off.on_route.any())
     row = {int(arch.keys[r]): r for r in range(int(arch.count))}
     parent = {k: int(arch.parent[r]) for k, r in row.items()}
     m = arch.m

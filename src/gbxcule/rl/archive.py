@@ -27,9 +27,9 @@ Everything per step is torch on the env's device with fixed shapes and no host s
 - `milestone(keys, steps, eligible, u)`: a new area (the first cell byte) or a new depth reached: the source
   env, and a hash-chosen share `swarm` of the envs that started from the archive to clone from it.
 
-Each cell keeps its `parent`, the cell its stored path came through (each env's `last_row`); the last cell of an
-episode that reached the goal is a goal cell, and the route (`on_route`: the goal cells and their parents' chains)
-is marked once per update (`mark_route`, in `stat_vector`).
+With `route` > 0 each cell keeps its `parent`, the cell its stored path came through (each env's `last_row`); the
+last cell of an episode that reached the goal is a goal cell, and the route (`on_route`: the goal cells and their
+parents' chains) is marked once per update (`mark_route`, in `stat_vector`). With `route` 0 none of it is kept.
 
 Counters are read once per update (`read_stats`), where the start probability follows the success from the
 task's own start (`p = p_start + (1 - p_start) * ema`). `GameEnv(archive=...)` wires it in (rl/env.py).
@@ -189,6 +189,7 @@ class StateArchive:
         self.torch, self.cfg, self.device = torch, cfg, device
         self.m, self.n, self.first, self.seed = cfg.capacity, num_envs, first_slot, int(seed)
         self.area_keys = bool(area_keys)  # the first key byte names an area (RAM cells)
+        self.routes = cfg.route > 0  # keep parents, goal cells and the route (per-step work only where it is used)
         self.swarm_on = cfg.swarm_on if cfg.swarm_on != "auto" else ("area" if area_keys else "depth")
         if self.swarm_on == "area" and not area_keys:
             raise EnvConfigError("archive: swarm_on = 'area' needs RAM cells (the first cell byte names the area)")
@@ -311,8 +312,9 @@ class StateArchive:
         cell of every episode that reached the goal (explorers' too) is a goal cell, where the route ends."""
         self.account(done & self.counted if self.n_explore else done, success, self.from_archive, self.off_steps,
                      self.start_row)
-        self.goal_hit[self.torch.where(done & success, self.last_row, self.m)] = True
-        self.goal_hit[self.m] = False
+        if self.routes:
+            self.goal_hit[self.torch.where(done & success, self.last_row, self.m)] = True
+            self.goal_hit[self.m] = False
 
     def explore_actions(self, actions, num_actions: int, seed: int) -> None:
         """Write uniformly random actions (hashed from the seed, env and archive clock: the same bits on every
@@ -337,7 +339,7 @@ class StateArchive:
         torch = self.torch
         r = torch.logical_and(done, ~self.swarm_dst, out=self.restore_mask)
         u = hashed_bits(seed, self.env_ids, episodes, SALT_START, 2 * U_BITS)  # two uniforms in one hash
-        u_route = hashed_bits(seed, self.env_ids, episodes, SALT_ROUTE) if self.cfg.route > 0 else None
+        u_route = hashed_bits(seed, self.env_ids, episodes, SALT_ROUTE) if self.routes else None
         use, row = self.choose(r, u & ((1 << U_BITS) - 1), u >> U_BITS, u_route)
         slot = torch.where(use, row + self.first, slots)
         sums = torch.where(use, self.sums.gather(0, row), slot_sums[slots])
@@ -345,7 +347,8 @@ class StateArchive:
         torch.where(r, self.ret.gather(0, row) * use, self.off_ret, out=self.off_ret)
         torch.where(r, use, self.from_archive, out=self.from_archive)
         torch.where(r, row, self.start_row, out=self.start_row)  # `row` is the scratch row where not `use`
-        torch.where(r, row, self.last_row, out=self.last_row)
+        if self.routes:
+            torch.where(r, row, self.last_row, out=self.last_row)
         return r, slot, sums, use
 
     def env_records(self) -> list:
@@ -383,17 +386,19 @@ class StateArchive:
         dup = ((key_b[:, None] == key_b[None, :]) & self._earlier & valid[None, :]).any(1)
         held = self._held[env_b] if self.milestones is not None else None
         slot_b, write = self._admit(valid & ~dup, found_b, row_b, key_b, steps[env_b], returns[env_b], sums[env_b],
-                                    held, (self.new & ~room).sum(), self.last_row[env_b])
+                                    held, (self.new & ~room).sum(), self.last_row[env_b] if self.routes else None)
         self.save_mask.zero_()
         self.save_mask[env_b] = write
         self.save_slot[env_b] = (slot_b + self.first).to(torch.int32)
-        _, row = self.lookup(keys)  # each env's cell now, new ones included (m: none, the archive was full)
-        torch.where(row < m, row, self.last_row, out=self.last_row)
+        if self.routes:
+            _, row = self.lookup(keys)  # each env's cell now, new ones included (m: none, the archive was full)
+            torch.where(row < m, row, self.last_row, out=self.last_row)
         return self.save_mask, self.save_slot
 
     def _admit(self, keep, found_b, row_b, key_b, steps_b, ret_b, sums_b, held_b, dropped, parent_b):
         """Write the candidates `keep` (distinct keys; found ones at their row `row_b`, new ones into the next free
-        rows while there is room) with their records and the cell each path came through (`parent_b`; m: none);
+        rows while there is room) with their records and the cell each path came through (`parent_b`, with routes;
+        m: none);
         count them. Returns (row of each candidate, the scratch row where not written; written bool). Rows written
         are `fresh` (offered to other processes: `outbox`)."""
         torch, m = self.torch, self.m
@@ -409,8 +414,9 @@ class StateArchive:
         self.sums[slot_b] = sums_b
         if held_b is not None:
             self.progress[slot_b] = held_b
-        self.parent[slot_b] = torch.where(parent_b == slot_b, m, parent_b)
-        self.parent[m] = m
+        if parent_b is not None:
+            self.parent[slot_b] = torch.where(parent_b == slot_b, m, parent_b)
+            self.parent[m] = m
         self.fresh[slot_b] = write
         fresh = torch.where(new_ok, slot_b, m)
         self.found[fresh] = self.clock
@@ -459,7 +465,7 @@ class StateArchive:
         ret = rec[:, 2].to(torch.int32).view(torch.float32)
         held = rec[:, 4] if self.milestones is not None else None
         return self._admit(keep, found, row, keys, steps, ret, rec[:, 3].to(torch.int32), held, 0,
-                           torch.full_like(row, self.m))  # another process's path: no parent here
+                           torch.full_like(row, self.m) if self.routes else None)  # another's path: no parent here
 
     def weights(self):
         """int64 [capacity]: each cell's selection weight (0 for empty rows), fixed point."""
@@ -498,7 +504,7 @@ class StateArchive:
         total = cdf[-1]
         target = (u_cell * total) >> U_BITS
         row = torch.searchsorted(cdf, target, right=True).clamp_(max=m - 1)
-        if self.cfg.route > 0 and u_route is not None:
+        if self.routes and u_route is not None:
             cdf_r = torch.cumsum(w * self.on_route[:m], 0)
             total_r = cdf_r[-1]
             row_r = torch.searchsorted(cdf_r, (u_cell * total_r) >> U_BITS, right=True).clamp_(max=m - 1)
@@ -579,10 +585,11 @@ class StateArchive:
 
     def stat_vector(self):
         """int64 device tensor of the counters since the last read (for `read_stats`, or to read together with
-        other device totals in one transfer). Marks the route first (`mark_route`)."""
+        other device totals in one transfer). Marks the route first (`mark_route`), with routes."""
         torch = self.torch
         m = self.m
-        self.mark_route()
+        if self.routes:
+            self.mark_route()
         used = self._rows < self.count
         extra = torch.stack([self.count, torch.where(used, self.steps[:m], 0).max(), (self.chosen[:m] > 0).sum(),
                              self._areas(used), self.on_route[:m].sum()])
@@ -601,7 +608,7 @@ class StateArchive:
         out = {"archive/cells": int(cells), "archive/inserted": int(s["inserted"]),
                "archive/improved": int(s["improved"]), "archive/dropped": int(s["dropped"]),
                "archive/swarms": int(s["swarms"]), "archive/p_start": self.p, "archive/max_depth": int(max_depth),
-               "archive/cells_chosen": int(ever_chosen), "archive/route_cells": int(route), "archive/chosen_depth":
+               "archive/cells_chosen": int(ever_chosen), "archive/chosen_depth":
                    s["chosen_depth_sum"] / s["chosen"] if s["chosen"] else None,
                "archive/start_share": eps_s / (eps_s + eps_a) if eps_s + eps_a else None,
                "success_from_start": from_start,
@@ -611,6 +618,8 @@ class StateArchive:
                "archive/depth_successes": [int(x) for x in depth[1::2]]}
         if self.area_keys:
             out["archive/areas"] = int(areas)
+        if self.routes:
+            out["archive/route_cells"] = int(route)
         if clear:
             self.stats.zero_()
             self.depth_stats.zero_()
