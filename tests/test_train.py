@@ -344,6 +344,40 @@ def test_the_eval_beside_training_plays_the_waiting_evals_episodes_on_its_snapsh
     assert bg.finish()["episodes"] == 4 and bg.poll() is None and not bg.busy
 
 
+def test_a_tick_queues_no_eval_steps_while_the_last_ticks_still_run(tmp_path):
+    """On a GPU a tick asks the stream's event whether the steps it queued last have run; until they have, it queues
+    none (counted in the report's held_ticks), so steps never pile up in the stream's queue. The event is stood in
+    for here (the CPU device has none); `finish` plays the rest whatever the event says."""
+    from gbxcule.rl.algos import get
+    from gbxcule.rl.evaluate import BackgroundEval, make_eval_env
+
+    class Event:
+        ran = False
+
+        def query(self):
+            return self.ran
+
+        def record(self, stream):
+            pass
+
+    cfg = tiny(tmp_path, seed=3)
+    cfg.env.max_steps = 12
+    env = make_eval_env(cfg.env, 4, "cpu", 5)
+    model = get("ppo").build_model(cfg.ppo, env.num_actions, env.stack_k, env.obs_mode == "packed")
+    bg = BackgroundEval(model, env, steps_per_tick=3)
+    bg.start(model, 0)
+    bg._ticked, bg._pending = Event(), True  # a tick's steps queued on a stream, not run yet
+    for _ in range(4):
+        bg.tick()
+    assert bg.left == 12 and (bg.ticks, bg.held) == (4, 4) and bg.poll() is None
+    bg._ticked.ran = True
+    bg.tick()
+    assert bg.left == 9 and (bg.ticks, bg.held) == (5, 4)
+    bg._ticked.ran = False
+    rep = bg.finish()
+    assert bg.left == 0 and rep["episodes"] == 4 and rep["held_ticks"] == 4 / 5 and not bg.busy
+
+
 def test_periodic_eval_beside_training_logs_each_result_at_its_weights_env_steps(tmp_path):
     cfg = tiny(tmp_path, eval_every=48, eval_episodes=2, eval_background=True, checkpoint_every=50)
     cfg.env.max_steps = 12

@@ -205,7 +205,10 @@ class BackgroundEval:
     own and resets the eval env, each `tick` (called after every training env-step) plays `steps_per_tick` eval
     steps, both on a CUDA stream of their own, so the eval's small launches fill the GPU beside the training's
     instead of stopping it (`backends.on_stream`); `poll` reads the report once the last step has run, `finish`
-    plays the rest at once and waits. On a CPU device each tick runs in turn, with the same results."""
+    plays the rest at once and waits. A tick queues nothing while the steps the last one queued are still running:
+    an eval step takes about as long on the device as a training step (one thread emulates each Game Boy's frames
+    either way), so steps queued faster than they run would fill the stream's queue and hold up the host, and the
+    training's launches with it. On a CPU device each tick runs in turn, with the same results."""
 
     def __init__(self, model, env, amp: str = "off", steps_per_tick: int = 1):
         import copy
@@ -223,6 +226,10 @@ class BackgroundEval:
         self.left = 0
         self.started_step, self.started_t = 0, 0.0
         self._done = None
+        # where the stream stood after the last tick's steps (reused: recorded again each tick)
+        self._ticked = torch.cuda.Event() if self.stream is not None else None
+        self._pending = False  # the last tick's steps may still be running (only _ticked can say)
+        self.ticks = self.held = 0  # this eval's ticks, and those that queued nothing (its steps still running)
 
     @property
     def busy(self) -> bool:
@@ -235,6 +242,7 @@ class BackgroundEval:
         from gbxcule.backends import on_stream
 
         self.started_step, self.started_t = step, time.perf_counter()
+        self.ticks = self.held = 0
         with on_stream(self.env.device, self.stream, after_current=True):
             with torch.no_grad():
                 for dst, src in zip(self.model.state_dict().values(), model.state_dict().values(), strict=True):
@@ -245,18 +253,27 @@ class BackgroundEval:
         self.left = self.env.max_steps
 
     def tick(self) -> None:
+        """Queue up to `steps_per_tick` eval steps, or none while the last tick's are still running."""
         if self.left <= 0:
             return
+        self.ticks += 1
+        if self._pending and not self._ticked.query():
+            self.held += 1
+            return
+        self._play(min(self.steps_per_tick, self.left))
+
+    def _play(self, n: int) -> None:
         from gbxcule.backends import on_stream
 
-        n = min(self.steps_per_tick, self.left)
         with on_stream(self.env.device, self.stream):
             for _ in range(n):
                 self.run.step()
         self.left -= n
-        if self.left == 0 and self.stream is not None:
-            self._done = torch.cuda.Event()
-            self._done.record(self.stream)
+        if self.stream is not None:
+            self._ticked.record(self.stream)
+            self._pending = True
+            if self.left == 0:
+                self._done = self._ticked
 
     def poll(self) -> dict | None:
         """The report once every eval step has run on the device, else None (never waits)."""
@@ -268,15 +285,15 @@ class BackgroundEval:
         """Play the eval's remaining steps and wait for them: its report (None when none is running)."""
         if self.run is None:
             return None
-        while self.left > 0:
-            self.tick()
+        if self.left > 0:
+            self._play(self.left)
         return self._report()
 
     def abandon(self) -> None:
         """Drop the eval in flight (after its launches have run: their memory is freed then)."""
         if self.stream is not None:
             self.stream.synchronize()
-        self.run, self.left, self._done = None, 0, None
+        self.run, self.left, self._done, self._pending = None, 0, None, False
 
     def _join(self) -> None:
         if self.stream is not None:
@@ -285,10 +302,11 @@ class BackgroundEval:
     def _report(self) -> dict:
         if self.stream is not None:
             self.stream.synchronize()
-        res, self.run, self._done = self.run.result(), None, None
+        res, self.run, self._done, self._pending = self.run.result(), None, None, False
         env = self.env
         rep = summarize(res, env.success_source, env.terminate_on == "template")
-        return {**rep, "task": env.task.id if env.task else None, "start_states": env.num_slots}
+        return {**rep, "task": env.task.id if env.task else None, "start_states": env.num_slots,
+                "held_ticks": self.held / self.ticks if self.ticks else 0.0}
 
 
 def summarize(res: dict, success_source: str | None, template: bool) -> dict:

@@ -585,6 +585,8 @@ class Session:
                     "eval/env_steps": env_steps, "eval/wall_s": self.train_wall(),
                     "eval/elapsed_s": self.startup_s + self.train_wall(), "eval/seconds": seconds,
                     "eval/best_greedy": self._best_greedy})
+        if "held_ticks" in rep:  # beside training: the share of training steps after which it queued nothing
+            row["eval/held_ticks"] = rep["held_ticks"]
 
     def _make_eval_env(self):
         if self._eval_env is None:
