@@ -378,6 +378,38 @@ def test_a_tick_queues_no_eval_steps_while_the_last_ticks_still_run(tmp_path):
     assert bg.left == 0 and rep["episodes"] == 4 and rep["held_ticks"] == 4 / 5 and not bg.busy
 
 
+def test_the_eval_beside_training_ends_once_every_episode_has(tmp_path):
+    """Episodes that all ended before the step limit end the eval at the next tick, with the report the whole limit
+    gives (nothing counts after an episode's end); the foreground eval agrees."""
+    from gbxcule.rl.algos import get
+    from gbxcule.rl.evaluate import BackgroundEval, evaluate_model, make_eval_env
+
+    cfg = tiny(tmp_path, seed=3)
+    cfg.env.max_steps = 12
+    env = make_eval_env(cfg.env, 4, "cpu", 5)
+    torch.manual_seed(0)
+    model = get("ppo").build_model(cfg.ppo, env.num_actions, env.stack_k, env.obs_mode == "packed")
+    want = evaluate_model(model, env, modes=("greedy",))["greedy"]
+    bg = BackgroundEval(model, env, steps_per_tick=2)
+    bg.start(model, 0)
+    bg.tick()
+    bg.tick()
+    assert bg.left == 8
+    ended = bg.run.finished.clone()
+    bg.run.finished.fill_(True)  # every episode over after the next tick's steps (as a goal or a dead end would)
+    bg.tick()
+    assert bg.left == 6 and bg.poll() is None
+    bg.tick()  # reads that they had all ended: no more steps
+    assert bg.left == 0 and bg.run.steps == 6 and bg.ticks == 4
+    rep = bg.poll()
+    assert rep is not None and not bg.busy and rep["episodes"] == want["episodes"]
+    assert not bool(ended.all())  # (they had not ended on their own yet)
+    bg.start(model, 0)  # the next eval starts afresh: it plays until its episodes end
+    while bg.poll() is None:
+        bg.tick()
+    assert bg.run is None and bg.ticks == 6
+
+
 def test_periodic_eval_beside_training_logs_each_result_at_its_weights_env_steps(tmp_path):
     cfg = tiny(tmp_path, eval_every=48, eval_episodes=2, eval_background=True, checkpoint_every=50)
     cfg.env.max_steps = 12

@@ -205,7 +205,8 @@ class BackgroundEval:
     own and resets the eval env, each `tick` (called after every training env-step) plays `steps_per_tick` eval
     steps, both on a CUDA stream of their own, so the eval's small launches fill the GPU beside the training's
     instead of stopping it (`backends.on_stream`); `poll` reads the report once the last step has run, `finish`
-    plays the rest at once and waits. A tick queues nothing while the steps the last one queued are still running:
+    plays the rest at once and waits. An eval ends at the tick after the one whose steps ended its last episode.
+    A tick queues nothing while the steps the last one queued are still running:
     an eval step takes about as long on the device as a training step (one thread emulates each Game Boy's frames
     either way), so steps queued faster than they run would fill the stream's queue and hold up the host, and the
     training's launches with it. On a CPU device each tick runs in turn, with the same results."""
@@ -229,6 +230,9 @@ class BackgroundEval:
         # where the stream stood after the last tick's steps (reused: recorded again each tick)
         self._ticked = torch.cuda.Event() if self.stream is not None else None
         self._pending = False  # the last tick's steps may still be running (only _ticked can say)
+        # whether every episode had ended after the last tick's steps: copied to host memory beside them, read once
+        # they have run, so an eval whose episodes all ended stops there (its results cannot change after)
+        self._all_ended = torch.zeros((), dtype=torch.bool, pin_memory=self.stream is not None)
         self.ticks = self.held = 0  # this eval's ticks, and those that queued nothing (its steps still running)
 
     @property
@@ -243,6 +247,7 @@ class BackgroundEval:
 
         self.started_step, self.started_t = step, time.perf_counter()
         self.ticks = self.held = 0
+        self._all_ended.fill_(False)
         with on_stream(self.env.device, self.stream, after_current=True):
             with torch.no_grad():
                 for dst, src in zip(self.model.state_dict().values(), model.state_dict().values(), strict=True):
@@ -253,12 +258,16 @@ class BackgroundEval:
         self.left = self.env.max_steps
 
     def tick(self) -> None:
-        """Queue up to `steps_per_tick` eval steps, or none while the last tick's are still running."""
+        """Queue up to `steps_per_tick` eval steps, or none while the last tick's are still running; once they
+        have run with every episode ended, none again: the eval is over."""
         if self.left <= 0:
             return
         self.ticks += 1
         if self._pending and not self._ticked.query():
             self.held += 1
+            return
+        if bool(self._all_ended):  # (host memory, written by the steps that have run)
+            self.left, self._done = 0, self._ticked
             return
         self._play(min(self.steps_per_tick, self.left))
 
@@ -268,6 +277,7 @@ class BackgroundEval:
         with on_stream(self.env.device, self.stream):
             for _ in range(n):
                 self.run.step()
+            self._all_ended.copy_(self.run.finished.all(), non_blocking=True)
         self.left -= n
         if self.stream is not None:
             self._ticked.record(self.stream)
