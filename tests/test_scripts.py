@@ -368,6 +368,38 @@ def test_summarize_writes_one_summary_json_per_figure(tmp_path):
     assert r.returncode == 1 and "give --tree" in r.stderr
 
 
+def test_summarize_splits_the_env_phase_by_whether_an_eval_beside_training_was_in_flight(tmp_path):
+    """With run.eval_background, each run's median env phase an update with an eval in flight (from the update after
+    its weights' through the one that logged it) and without; an eval training waited for counts as none."""
+    import json
+
+    folder = tmp_path / "bg_s0"
+    _fake_run(folder, 0, [0.0])
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["run"]["eval_background"] = True
+    (folder / "config.json").write_text(json.dumps(cfg))
+    env_s = [9.0, 9.0, 9.0, 1.0, 3.0, 3.5, 1.0, 1.2, 4.0, 1.0]  # updates 4-10: the first three left out
+    rows = [{"env_steps": 100 * (i + 1), "sps": 1.0, "wall_s": 2.0 * (i + 1), "time_env_s": t}
+            for i, t in enumerate(env_s)]
+    for i, at in ((5, 400), (8, 800), (9, 900)):  # in flight in updates 5 and 6, then 9; the last waited for
+        rows[i].update({"eval/greedy_success": 0.0, "eval/env_steps": at, "eval/wall_s": rows[i]["wall_s"],
+                        "eval/elapsed_s": rows[i]["wall_s"] + 10.0})
+    rows[9]["time_eval_s"] = 5.0
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    root = tmp_path / "benchmarks"
+    r = run([sys.executable, "scripts/bench/summarize.py", "--topic", "tasks", "--name", "bg", "--command", "c",
+             "--root", str(root), str(folder)])
+    assert r.returncode == 0, r.stderr
+    (entry,) = json.loads((root / "tasks" / "bg.json").read_text())["numbers"]["runs"]
+    assert entry["env_phase"] == {"with_eval": {"updates": 3, "env_s_median": 3.5},
+                                  "without": {"updates": 4, "env_s_median": 1.0}}
+    cfg["run"]["eval_background"] = False
+    (folder / "config.json").write_text(json.dumps(cfg))
+    r = run([sys.executable, "scripts/bench/summarize.py", "--topic", "tasks", "--name", "bg", "--command", "c",
+             "--root", str(root), str(folder)])
+    assert "env_phase" not in json.loads((root / "tasks" / "bg.json").read_text())["numbers"]["runs"][0]
+
+
 def test_summarize_gives_each_milestones_first_reach_in_the_tasks_chain_order(tmp_path):
     """A run whose updates logged milestone_episodes: the summary names each milestone by the task pack's chain
     order with the seconds and env-steps of the first update whose ended episodes held it; unreached ones are left

@@ -12,8 +12,9 @@ stopped, the first periodic greedy eval at the target (seconds since the process
 it reported, the training seconds of the weights it evaluated, env-steps; null if none reached it), every periodic
 eval's greedy success, the final eval's greedy and sampled success (and the greedy episodes that failed on a still
 screen, `final_greedy_stuck`, and what they kept pressing, `final_greedy_stuck_actions`, and where the failed ones
-ended, `final_greedy_failed_at`, where the eval reports them), the final policy's source, and the median training SPS
-(the first two updates left out, as bench_learning.py). A bench JSON is copied under its file name, less its
+ended, `final_greedy_failed_at`, where the eval reports them), the final policy's source, the median training SPS
+(the first two updates left out, as bench_learning.py), and with evals beside training the env phase's median with
+an eval in flight and without (`env_phase`). A bench JSON is copied under its file name, less its
 `environment`. Tree, machine and date come from the sources (facts.json's git, gpu and host, its start; a bench
 JSON's environment) unless given; BENCHMARKS.md cites the file. `--plot` also draws NAME.png: each run's periodic
 greedy success against seconds since its process started.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -77,6 +79,9 @@ def run_entry(folder: Path, target: float | None) -> tuple[dict, list]:
     first = milestone_first(folder, config)
     if first:
         entry["milestone_first"] = first
+    phase = env_phase(folder, config)
+    if phase:
+        entry["env_phase"] = phase
     entry.update(provenance(folder))
     return entry, [(c[1], c[2]) for c in r["curve"]]
 
@@ -103,6 +108,29 @@ def milestone_first(folder: Path, config: dict) -> dict:
                 first[name] = [r.get("wall_s"), r.get("env_steps")]
     order = names or list(first)
     return {n: first[n] for n in order if n in first}
+
+
+def env_phase(folder: Path, config: dict, skip: int = 3) -> dict:
+    """With evals beside training (run.eval_background), the trainer's env phase an update (`time_env_s`) while an
+    eval was in flight and while none was: {"with_eval"|"without": {"updates", "env_s_median"}}, the first `skip`
+    updates left out. An eval is in flight from the update after the one that ended at its weights' env-steps
+    (`eval/env_steps`) through the update that logged it; an eval training waited for (`time_eval_s`) is not."""
+    if not config.get("run", {}).get("eval_background"):
+        return {}
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()
+            if line.startswith("{") and line.rstrip().endswith("}")]
+    at = {r["env_steps"]: i for i, r in enumerate(rows) if "env_steps" in r}
+    flight: set[int] = set()
+    for i, r in enumerate(rows):
+        if r.get("eval/env_steps") in at and "time_eval_s" not in r:
+            flight.update(range(at[r["eval/env_steps"]] + 1, i + 1))
+    out = {}
+    for name, keep in (("with_eval", True), ("without", False)):
+        env_s = [r["time_env_s"] for i, r in enumerate(rows)
+                 if i >= skip and r.get("time_env_s") is not None and (i in flight) == keep]
+        if env_s:
+            out[name] = {"updates": len(env_s), "env_s_median": round(statistics.median(env_s), 3)}
+    return out
 
 
 def provenance(folder: Path) -> dict:
