@@ -821,9 +821,11 @@ class Timer:
             self.acc[name] = self.acc.get(name, 0.0) + time.perf_counter() - a
 
     def read(self) -> dict[str, float]:
-        """Seconds per phase since the last read (synchronises on CUDA: once per update)."""
+        """Seconds per phase since the last read (on CUDA waits for the stream the events were recorded on, once
+        per update; not the device: an eval's steps queued beside training on a stream of their own run on)."""
         if self.cuda:
-            torch.cuda.synchronize()
+            for _, _, b in self._events:
+                b.synchronize()
             for name, a, b in self._events:
                 self.acc[name] = self.acc.get(name, 0.0) + a.elapsed_time(b) / 1000.0
                 self._pool += [a, b]
