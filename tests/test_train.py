@@ -313,16 +313,23 @@ def test_periodic_evals_never_play_the_final_evals_start_states(tmp_path, seed):
     assert digests[0] != digests[1]
 
 
-@pytest.mark.parametrize("per_tick,ticks", [(1, 12), (5, 3)])
-def test_the_eval_beside_training_plays_the_waiting_evals_episodes_on_its_snapshot(tmp_path, per_tick, ticks):
+def eval_env_and_model(tmp_path):
+    """An eval env of 4 episodes with a 12-step limit and a fresh PPO model (seeded) for the eval beside training."""
     from gbxcule.rl.algos import get
-    from gbxcule.rl.evaluate import BackgroundEval, evaluate_model, make_eval_env
+    from gbxcule.rl.evaluate import make_eval_env
 
     cfg = tiny(tmp_path, seed=3)
     cfg.env.max_steps = 12
     env = make_eval_env(cfg.env, 4, "cpu", 5)
     torch.manual_seed(0)
-    model = get("ppo").build_model(cfg.ppo, env.num_actions, env.stack_k, env.obs_mode == "packed")
+    return env, get("ppo").build_model(cfg.ppo, env.num_actions, env.stack_k, env.obs_mode == "packed")
+
+
+@pytest.mark.parametrize("per_tick,ticks", [(1, 12), (5, 3)])
+def test_the_eval_beside_training_plays_the_waiting_evals_episodes_on_its_snapshot(tmp_path, per_tick, ticks):
+    from gbxcule.rl.evaluate import BackgroundEval, evaluate_model
+
+    env, model = eval_env_and_model(tmp_path)
     want = evaluate_model(model, env, modes=("greedy",))["greedy"]
     before = [p.clone() for p in model.parameters()]
     bg = BackgroundEval(model, env, steps_per_tick=per_tick)
@@ -348,8 +355,7 @@ def test_a_tick_queues_no_eval_steps_while_the_last_ticks_still_run(tmp_path):
     """On a GPU a tick asks the stream's event whether the steps it queued last have run; until they have, it queues
     none (counted in the report's held_ticks), so steps never pile up in the stream's queue. The event is stood in
     for here (the CPU device has none); `finish` plays the rest whatever the event says."""
-    from gbxcule.rl.algos import get
-    from gbxcule.rl.evaluate import BackgroundEval, make_eval_env
+    from gbxcule.rl.evaluate import BackgroundEval
 
     class Event:
         ran = False
@@ -360,10 +366,7 @@ def test_a_tick_queues_no_eval_steps_while_the_last_ticks_still_run(tmp_path):
         def record(self, stream):
             pass
 
-    cfg = tiny(tmp_path, seed=3)
-    cfg.env.max_steps = 12
-    env = make_eval_env(cfg.env, 4, "cpu", 5)
-    model = get("ppo").build_model(cfg.ppo, env.num_actions, env.stack_k, env.obs_mode == "packed")
+    env, model = eval_env_and_model(tmp_path)
     bg = BackgroundEval(model, env, steps_per_tick=3)
     bg.start(model, 0)
     bg._ticked, bg._pending = Event(), True  # a tick's steps queued on a stream, not run yet
@@ -381,14 +384,9 @@ def test_a_tick_queues_no_eval_steps_while_the_last_ticks_still_run(tmp_path):
 def test_the_eval_beside_training_ends_once_every_episode_has(tmp_path):
     """Episodes that all ended before the step limit end the eval at the next tick, with the report the whole limit
     gives (nothing counts after an episode's end); the foreground eval agrees."""
-    from gbxcule.rl.algos import get
-    from gbxcule.rl.evaluate import BackgroundEval, evaluate_model, make_eval_env
+    from gbxcule.rl.evaluate import BackgroundEval, evaluate_model
 
-    cfg = tiny(tmp_path, seed=3)
-    cfg.env.max_steps = 12
-    env = make_eval_env(cfg.env, 4, "cpu", 5)
-    torch.manual_seed(0)
-    model = get("ppo").build_model(cfg.ppo, env.num_actions, env.stack_k, env.obs_mode == "packed")
+    env, model = eval_env_and_model(tmp_path)
     want = evaluate_model(model, env, modes=("greedy",))["greedy"]
     bg = BackgroundEval(model, env, steps_per_tick=2)
     bg.start(model, 0)

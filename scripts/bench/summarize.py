@@ -31,6 +31,9 @@ from pathlib import Path
 
 from bench_learning import read_run
 
+from gbxcule.core.errors import GbxculeError
+from gbxcule.rl.plot import read_metrics
+
 ROOT = Path(__file__).resolve().parents[2]
 MAX_TOPICS = 8  # benchmarks/ holds at most this many folders (tests/test_benchmarks.py)
 KEYS = ("figure", "command", "tree", "machine", "date", "numbers", "from")
@@ -89,9 +92,7 @@ def run_entry(folder: Path, target: float | None) -> tuple[dict, list]:
 def milestone_first(folder: Path, config: dict) -> dict:
     """Each milestone's first reach in a run's training episodes: {name: [wall seconds, env-steps]} in the task's
     chain order (the update whose ended episodes first held it); milestones never reached are left out."""
-    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()
-            if line.startswith("{") and line.rstrip().endswith("}")]
-    rows = [r for r in rows if isinstance(r.get("milestone_episodes"), list)]
+    rows = [r for r in read_metrics(folder) if isinstance(r.get("milestone_episodes"), list)]
     if not rows:
         return {}
     try:
@@ -117,8 +118,7 @@ def env_phase(folder: Path, config: dict, skip: int = 3) -> dict:
     (`eval/env_steps`) through the update that logged it; an eval training waited for (`time_eval_s`) is not."""
     if not config.get("run", {}).get("eval_background"):
         return {}
-    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()
-            if line.startswith("{") and line.rstrip().endswith("}")]
+    rows = read_metrics(folder)
     at = {r["env_steps"]: i for i, r in enumerate(rows) if "env_steps" in r}
     flight: set[int] = set()
     for i, r in enumerate(rows):
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise SummaryError("--plot needs run folders")
             plot(curves, folder / f"{args.name}.png", summary["figure"])
             print(f"wrote {display(folder / f'{args.name}.png')}")
-    except SummaryError as exc:
+    except (SummaryError, GbxculeError) as exc:  # (GbxculeError: a metrics log that is not one)
         print(f"summarize: {exc}", file=sys.stderr)
         return 1
     return 0
