@@ -151,8 +151,8 @@ def test_the_clipped_loss_is_the_plain_one_at_the_acting_policy_and_stops_past_t
 TIMING = {"sps", "updates_per_s", "wall_s", "time_env_s", "time_inference_s", "time_update_s"}
 
 
-def tiny(run_dir, knobs=None, **run):
-    return make_config(None, {"total_steps": 3 * 6 * 8, "env": {"num_envs": 6},
+def tiny(run_dir, knobs=None, total_steps=3 * 6 * 8, **run):
+    return make_config(None, {"total_steps": total_steps, "env": {"num_envs": 6},
                               "ppo": {"rollout_steps": 8, "epochs": 1, "minibatches": 2, "model": "small",
                                       **(knobs or {})},
                               "run": {"run_dir": str(run_dir), "device": "cpu", "progress": False,
@@ -187,6 +187,49 @@ def test_one_epoch_on_a_share_of_the_envs_trains_and_resumes_bit_for_bit(tmp_pat
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
     steps = 3 * knobs.get("minibatches", 2)  # one epoch: an optimizer step per minibatch
     assert all(st["step"].item() == steps for st in a["optimizer"]["state"].values())
+
+
+@pytest.mark.parametrize("knobs", [{"overlap": True, "epochs": 2, "minibatches": 3},
+                                   {"overlap": True, "learn_share": 0.5, "minibatches": 4}], ids=["all", "share"])
+def test_an_overlapped_learner_trains_one_rollout_behind_and_resumes_bit_for_bit(tmp_path, knobs):
+    """ppo.overlap: update k collects with the weights it began with while the learner trains on update k-1's
+    rollout; the first update only collects. The waiting rollout is checkpointed with the envs, so a killed run
+    resumes to the same bits."""
+    straight = tmp_path / "straight"
+    s = train(tiny(straight, knobs, total_steps=4 * 48))
+    assert s["updates"] == 4 and s["env_steps"] == 4 * 48 and s["stopped"] == "done"
+    rows = metrics(straight)
+    assert "pg_loss" not in rows[0] and all(0 <= r["approx_kl"] < 10 for r in rows[1:])
+    # the actions logged are those of the rollout trained on: update 1's collected rollout, trained on at update 2
+    assert rows[1]["actions"] == rows[0]["actions"] and sum(rows[0]["actions"]) == 8 * math.ceil(
+        knobs.get("learn_share", 1.0) * 6)
+    a = torch.load(straight / "checkpoint.pt", weights_only=False)
+    steps = 3 * knobs.get("epochs", 1) * knobs["minibatches"]  # no optimizer step in the first update
+    assert all(st["step"].item() == steps for st in a["optimizer"]["state"].values())
+    assert a["extra"]["pending"]["obs"].shape[:2] == (8, math.ceil(knobs.get("learn_share", 1.0) * 6))
+    part = tmp_path / "part"
+    assert train(tiny(part, knobs, total_steps=4 * 48, stop_after_updates=2))["stopped"] == "stop_after_updates"
+    assert train(tiny(part, knobs, total_steps=4 * 48), resume=True)["updates"] == 4
+    assert metrics(part) == rows
+    b = torch.load(part / "checkpoint.pt", weights_only=False)
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    assert all(torch.equal(a["extra"]["pending"][k], b["extra"]["pending"][k]) for k in a["extra"]["pending"])
+
+
+def test_an_overlapped_learner_differs_from_one_in_turn_and_needs_a_feed_forward_policy(tmp_path):
+    """The acting policy of an overlapped run is one update behind: its second update's rollout is collected with
+    the initial weights, so from the third on the runs part; a recurrent policy is refused."""
+    plain = tmp_path / "plain"
+    lagged = tmp_path / "lagged"
+    train(tiny(plain, {"minibatches": 3}))
+    train(tiny(lagged, {"minibatches": 3, "overlap": True}))
+    p, q = metrics(plain), metrics(lagged)
+    assert p[0]["actions"] == q[0]["actions"]  # the same first rollout, from the same initial weights
+    a = torch.load(plain / "checkpoint.pt", weights_only=False)
+    b = torch.load(lagged / "checkpoint.pt", weights_only=False)
+    assert not all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    with pytest.raises(ConfigError, match="ppo.overlap needs a feed-forward policy"):
+        train(tiny(tmp_path / "gru", {"gru": 8, "overlap": True}))
 
 
 def test_the_learning_block_moves_on_each_update_so_every_env_takes_its_turn(tmp_path, monkeypatch):

@@ -18,6 +18,7 @@ steps), as CleanRL's LSTM PPO does.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 
@@ -55,6 +56,9 @@ class PPOConfig:
     compile: bool = False
     amp: str = knob("auto", choices=("auto", "bf16", "off"))  # auto: bf16 autocast on CUDA
     gru: int | None = knob(None, min=1, max=4096)  # a recurrent policy: a GRU of this size over the CNN features
+    # collect each rollout with the weights the update began with while the learner trains on the rollout before,
+    # the two side by side on the device (the learner one rollout behind the acting policy)
+    overlap: bool = False
 
 
 def build_model(p: PPOConfig, num_actions: int, stack_k: int, packed: bool) -> ActorCritic:
@@ -90,6 +94,9 @@ def check(cfg) -> None:
             raise ConfigError(f"ppo.gru: a minibatch is a group of envs, so ppo.minibatches ({p.minibatches}) may "
                               f"not exceed the envs trained on each update ({learn_envs(cfg)} of env.num_envs "
                               f"{cfg.env.num_envs})")
+        if p.overlap:
+            raise ConfigError("ppo.overlap needs a feed-forward policy: ppo.gru's learner unrolls each env's whole "
+                              "rollout from the state it began with, which a rollout collected beside it would move")
         if cfg.run.grad_sync == "ddp":
             raise ConfigError("ppo.gru unrolls the model outside DDP's forward: use run.grad_sync = \"allreduce\"")
 
@@ -98,10 +105,12 @@ def rollout_bytes(cfg, obs_bytes: int) -> int:
     """Device bytes of the rollout storage: observations twice (the obs and the finished episodes' last obs,
     for truncation bootstraps), plus actions, log-probs, values, rewards, flags, advantages, returns; with a GRU the
     learning envs' state after every step and at the rollout's start, and every env's carried state (and, on a
-    block of learning envs, every env's step state)."""
+    block of learning envs, every env's step state); with `overlap` a second rollout's observations, actions,
+    log-probs, values, advantages and returns (the one the learner trains on while the next is collected)."""
     h = 4 * (cfg.ppo.gru or 0)
     every = cfg.env.num_envs * (1 + (learn_envs(cfg) < cfg.env.num_envs))
-    return batch_size(cfg) * (2 * obs_bytes + 8 + 4 * 6 + 2 + h) + (learn_envs(cfg) + every) * h
+    second = batch_size(cfg) * (obs_bytes + 8 + 4 * 4) if cfg.ppo.overlap else 0
+    return batch_size(cfg) * (2 * obs_bytes + 8 + 4 * 6 + 2 + h) + (learn_envs(cfg) + every) * h + second
 
 
 def working_bytes(cfg) -> tuple[int, int]:
@@ -180,13 +189,6 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         train_fwd = fwd if learner is model else (torch.compile(learner) if p.compile else learner)
         sampler = torch.Generator().manual_seed(cfg.run.seed)
         state = model.initial_state(env.num_envs, env.device)  # a GRU's state, carried across updates (else None)
-        extra = s.start(model, optimizer, state=lambda: {"sampler": sampler.get_state(),
-                                                         "state": None if state is None else state.cpu().clone()},
-                        describe=s.plan_line(model))
-        if extra:
-            sampler.set_state(extra["sampler"])
-            if state is not None:
-                state.copy_(extra["state"])
 
         t_len, n, dev, obs_shape = p.rollout_steps, env.num_envs, env.device, env.single_obs_shape
         n_learn, n_act = learn_envs(cfg), acting_envs(cfg)
@@ -201,11 +203,15 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         def rows(x):  # x's rows of the learning envs (a new tensor on a block: once an update)
             return x if ids is None or x is None else x.index_select(0, ids)
 
-        obs_buf = torch.zeros((t_len, n_learn, *obs_shape), dtype=torch.uint8, device=dev)
-        final_buf = torch.zeros_like(obs_buf)
-        act_buf = torch.zeros((t_len, n_learn), dtype=torch.int64, device=dev)
-        logp_buf = torch.zeros((t_len, n_learn), dtype=torch.float32, device=dev)
-        val_buf = torch.zeros((t_len, n_learn), dtype=torch.float32, device=dev)
+        def rollout() -> dict:  # what the learner reads of a rollout (two of them with ppo.overlap)
+            return {"obs": torch.zeros((t_len, n_learn, *obs_shape), dtype=torch.uint8, device=dev),
+                    "act": torch.zeros((t_len, n_learn), dtype=torch.int64, device=dev),
+                    "logp": torch.zeros((t_len, n_learn), dtype=torch.float32, device=dev),
+                    "val": torch.zeros((t_len, n_learn), dtype=torch.float32, device=dev)}
+
+        bufs = [rollout() for _ in range(2 if p.overlap else 1)]
+        # read only while a rollout is collected (its advantages are computed at its end): one set either way
+        final_buf = torch.zeros((t_len, n_learn, *obs_shape), dtype=torch.uint8, device=dev)
         rew_buf = torch.zeros((t_len, n_learn), dtype=torch.float32, device=dev)
         term_buf = torch.zeros((t_len, n_learn), dtype=torch.bool, device=dev)
         trunc_buf = torch.zeros((t_len, n_learn), dtype=torch.bool, device=dev)
@@ -215,56 +221,86 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             h_all = None if ids is None else torch.zeros_like(state)  # on a block: every env's step state
         coefs = LossCoefs(p.clip, p.vf_coef, p.ent_coef, p.clip_vloss)
         timer = s.timer
+        # ppo.overlap: the acting model, a copy of the learner's weights as they were when the rollout began, and
+        # the stream its rollout runs on beside the learner's update of the rollout before (None: in turn)
+        actor, env_stream = None, None
+        if p.overlap:
+            from gbxcule.backends import new_stream
 
-        while s.running:
-            lr = returns.linear_lr(p.lr, s.update, s.num_updates, p.anneal_lr)
-            for g in optimizer.param_groups:
-                g["lr"] = lr
-            if ids is not None:  # this update's block of learning envs (its start known on the host)
-                torch.add(block, s.update * n_learn % n_act, out=ids).remainder_(n_act)
+            actor = copy.deepcopy(model).requires_grad_(False)
+            env_stream = new_stream(dev)
+        act_fwd = fwd if actor is None else (torch.compile(actor) if p.compile else actor)
+        pending: list = []  # ppo.overlap: the collected rollout the next update trains on
+
+        def pending_state():
+            if not pending or not s.emu_state:  # without the envs' state a resumed run collects anew
+                return None
+            return {k: pending[0][k].cpu().clone() for k in ("obs", "act", "logp", "val", "adv", "ret")}
+
+        extra = s.start(model, optimizer, describe=s.plan_line(model),
+                        state=lambda: {"sampler": sampler.get_state(),
+                                       "state": None if state is None else state.cpu().clone(),
+                                       "pending": pending_state()})
+        if extra:
+            sampler.set_state(extra["sampler"])
             if state is not None:
-                put(h0, state)
-            for t in range(t_len):
-                mark = timer.start("inference")
-                x = put(obs_buf[t], env.obs) if ids is None else env.obs  # every env acts
-                with torch.no_grad(), s.autocast(p.amp):
-                    if state is None:
-                        logits, value = fwd(x)
-                    else:
-                        logits, value, h = model.forward_step(x, state)
-                        h_step = h_buf[t] if ids is None else h_all  # float32: copy_ casts autocast's bf16
-                        h_step.copy_(h)
-                        if ids is not None:
-                            put(h_buf[t], h_step)
-                dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
-                action = dist.sample()
-                if ids is not None:
-                    put(obs_buf[t], env.obs)
-                put(act_buf[t], action)
-                put(logp_buf[t], dist.log_prob(action))
-                put(val_buf[t], value.float())
-                timer.stop(mark)
-                mark = timer.start("env")
-                _, reward, term, trunc, _ = env.step(action)
-                put(rew_buf[t], reward)
-                put(term_buf[t], term)
-                put(trunc_buf[t], trunc)
-                put(final_buf[t], env.final_obs)
-                if state is not None:  # every acting env's state, reset where its episode ended
-                    torch.mul(h_step, (~(term | trunc)).unsqueeze(-1), out=state)
-                timer.stop(mark)
-            mark = timer.start("update")
+                state.copy_(extra["state"])
+            if p.overlap and extra.get("pending") is not None:
+                b = bufs[(s.update + 1) % 2]  # the set the update before filled: this one fills the other
+                for k in ("obs", "act", "logp", "val"):
+                    b[k].copy_(extra["pending"][k])
+                b["adv"], b["ret"] = (extra["pending"][k].to(dev) for k in ("adv", "ret"))
+                pending.append(b)
+        if actor is not None:
+            actor.load_state_dict(model.state_dict())
+
+        def act(t: int, b: dict, net) -> None:
+            """Step t of the rollout into `b`: `net` acts for every env, the env steps."""
+            mark = timer.start("inference")
+            x = put(b["obs"][t], env.obs) if ids is None else env.obs  # every env acts
             with torch.no_grad(), s.autocast(p.amp):
-                last_value = model.value(rows(env.obs), rows(state)).float()
+                if state is None:
+                    logits, value = net(x)
+                else:
+                    logits, value, h = model.forward_step(x, state)
+                    h_step = h_buf[t] if ids is None else h_all  # float32: copy_ casts autocast's bf16
+                    h_step.copy_(h)
+                    if ids is not None:
+                        put(h_buf[t], h_step)
+            dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
+            action = dist.sample()
+            if ids is not None:
+                put(b["obs"][t], env.obs)
+            put(b["act"][t], action)
+            put(b["logp"][t], dist.log_prob(action))
+            put(b["val"][t], value.float())
+            timer.stop(mark)
+            mark = timer.start("env")
+            _, reward, term, trunc, _ = env.step(action)
+            put(rew_buf[t], reward)
+            put(term_buf[t], term)
+            put(trunc_buf[t], trunc)
+            put(final_buf[t], env.final_obs)
+            if state is not None:  # every acting env's state, reset where its episode ended
+                torch.mul(h_step, (~(term | trunc)).unsqueeze(-1), out=state)
+            timer.stop(mark)
+
+        def advantages(b: dict, net) -> None:
+            """GAE of the rollout in `b` by `net` (the model that acted in it), bootstrapped on truncation."""
+            with torch.no_grad(), s.autocast(p.amp):
+                last_value = net.value(rows(env.obs), rows(state)).float()
                 # one sync an update; a GRU reads a finished episode's last observation with its last step's state
-                final_values = returns.truncated_values(model.value, final_buf, trunc_buf,
+                final_values = returns.truncated_values(net.value, final_buf, trunc_buf,
                                                         states=None if state is None else h_buf)
-                dones = term_buf | trunc_buf
-                adv, ret = returns.gae(rew_buf, val_buf, dones, last_value, p.gamma, p.gae_lambda, trunc_buf,
-                                       final_values)
-            b_obs = obs_buf.reshape(t_len * n_learn, *obs_shape)
-            b_act, b_logp = act_buf.reshape(-1), logp_buf.reshape(-1)
-            b_adv, b_ret, b_val = adv.reshape(-1), ret.reshape(-1), val_buf.reshape(-1)
+                b["dones"] = term_buf | trunc_buf
+                b["adv"], b["ret"] = returns.gae(rew_buf, b["val"], b["dones"], last_value, p.gamma, p.gae_lambda,
+                                                 trunc_buf, final_values)
+
+        def learn(b: dict, out: dict):
+            """PPO's epochs over the rollout in `b`, one optimizer step a `next`; `out` gets the stats."""
+            b_obs = b["obs"].reshape(t_len * n_learn, *obs_shape)
+            b_act, b_logp = b["act"].reshape(-1), b["logp"].reshape(-1)
+            b_adv, b_ret, b_val = b["adv"].reshape(-1), b["ret"].reshape(-1), b["val"].reshape(-1)
             stats = []
             for _epoch in range(p.epochs):
                 groups = returns.minibatches(n_learn if state is not None else t_len * n_learn, p.minibatches,
@@ -274,7 +310,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                         if state is None:
                             logits, new_v = train_fwd(b_obs[mb])
                         else:  # a group of envs' whole rollouts, unrolled from their start states
-                            logits, new_v = unroll(model, obs_buf[:, mb], h0[mb], dones[:, mb])
+                            logits, new_v = unroll(model, b["obs"][:, mb], h0[mb], b["dones"][:, mb])
                             logits, new_v = logits.flatten(0, 1), new_v.flatten(0, 1)
                             mb = (torch.arange(t_len, device=dev)[:, None] * n_learn + mb).reshape(-1)
                     dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
@@ -288,19 +324,67 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                     m["grad_norm"] = s.apply_gradients(model, optimizer, p.max_grad_norm)
                     m["loss"] = loss.detach()
                     stats.append(torch.stack([v.float() for v in m.values()]))
-                    names = list(m)
+                    out["names"] = list(m)
+                    yield
                 epoch_stats = s.all_mean(torch.stack(stats).mean(0))  # every process takes the same decision
                 if not bool(torch.isfinite(epoch_stats).all()):  # once per epoch
-                    raise NonFiniteError(dict(zip(names, epoch_stats.tolist(), strict=True)))
-                if p.target_kl is not None and float(epoch_stats[names.index("approx_kl")]) > p.target_kl:
+                    raise NonFiniteError(dict(zip(out["names"], epoch_stats.tolist(), strict=True)))
+                if p.target_kl is not None and float(epoch_stats[out["names"].index("approx_kl")]) > p.target_kl:
                     break
-            timer.stop(mark)
             mean = torch.stack(stats).mean(0)
-            metrics = {"lr": lr, **dict(zip(names, mean.unbind(0), strict=True)),
-                       "explained_variance": returns.explained_variance(b_val, b_ret),
-                       "value_mean": b_val.mean(), "value_std": b_val.std(), "adv_mean": b_adv.mean(),
-                       "adv_std": b_adv.std(), "actions": torch.bincount(b_act, minlength=env.num_actions)}
-            s.end_update(t_len * n, metrics, guard=names)
+            out["metrics"] = {**dict(zip(out["names"], mean.unbind(0), strict=True)),
+                              "explained_variance": returns.explained_variance(b_val, b_ret),
+                              "value_mean": b_val.mean(), "value_std": b_val.std(), "adv_mean": b_adv.mean(),
+                              "adv_std": b_adv.std(), "actions": torch.bincount(b_act, minlength=env.num_actions)}
+
+        # with ppo.overlap, a rollout step's share of the learner's optimizer steps: the learner's launches are
+        # queued beside the env's, so the device runs both (a CPU device runs them in turn, with the same results)
+        per_step = -(-p.epochs * p.minibatches // t_len)
+        while s.running:
+            lr = returns.linear_lr(p.lr, s.update, s.num_updates, p.anneal_lr)
+            for g in optimizer.param_groups:
+                g["lr"] = lr
+            if ids is not None:  # this update's block of learning envs (its start known on the host)
+                torch.add(block, s.update * n_learn % n_act, out=ids).remainder_(n_act)
+            if state is not None:
+                put(h0, state)
+            b = bufs[s.update % len(bufs)]
+            out: dict = {}
+            if actor is None:  # collect, then learn from it
+                for t in range(t_len):
+                    act(t, b, fwd)
+                mark = timer.start("update")
+                advantages(b, model)
+                for _ in learn(b, out):
+                    pass
+                timer.stop(mark)
+            else:  # collect with the weights the update began with while learning from the rollout before
+                from gbxcule.backends import on_stream
+
+                steps = learn(pending.pop(), out) if pending else iter(())
+                for t in range(t_len):
+                    with on_stream(dev, env_stream, after_current=t == 0):
+                        act(t, b, act_fwd)
+                    mark = timer.start("update")
+                    for _ in zip(range(per_step), steps, strict=False):
+                        pass
+                    timer.stop(mark)
+                mark = timer.start("update")
+                for _ in steps:
+                    pass
+                timer.stop(mark)
+                with on_stream(dev, env_stream):
+                    advantages(b, actor)
+                if env_stream is not None:
+                    torch.cuda.current_stream(env_stream.device).wait_stream(env_stream)
+                with torch.no_grad():
+                    for dst, src in zip(actor.state_dict().values(), model.state_dict().values(), strict=True):
+                        dst.copy_(src)
+                pending.append(b)
+            metrics = {"lr": lr, **out.get("metrics", {})}
+            if "actions" not in metrics:  # the first update of an overlapped run collects only
+                metrics["actions"] = torch.bincount(b["act"].reshape(-1), minlength=env.num_actions)
+            s.end_update(t_len * n, metrics, guard=out.get("names", ()))
     return s.summary
 
 
