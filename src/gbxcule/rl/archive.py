@@ -416,16 +416,18 @@ class StateArchive:
             self.progress[slot_b] = held_b
         if parent_b is not None:
             self.parent[slot_b] = torch.where(parent_b == slot_b, m, parent_b)
-            self.parent[m] = m
+            self.parent[m:m + 1].fill_(m)
         self.fresh[slot_b] = write
         fresh = torch.where(new_ok, slot_b, m)
         self.found[fresh] = self.clock
-        self.chosen[fresh] = 0
-        self.visits[fresh] = 1
+        # index_fill_ and fill_ take the value as a launch argument: assigning a Python number would copy it from
+        # host memory, a wait for the device every env-step
+        self.chosen.index_fill_(0, fresh, 0)
+        self.visits.index_fill_(0, fresh, 1)
         self.best[fresh] = ret_b
-        self.tries[fresh] = 0
-        self.wins[fresh] = 0
-        self.keys[m] = INT64_MAX
+        self.tries.index_fill_(0, fresh, 0)
+        self.wins.index_fill_(0, fresh, 0)
+        self.keys[m:m + 1].fill_(INT64_MAX)
         added = new_ok.sum()
         self.count += added
         torch.stack([added, (write & found_b).sum(), (new_b & ~fits).sum() + dropped], out=self._vals[:3])
