@@ -313,8 +313,8 @@ class StateArchive:
         self.account(done & self.counted if self.n_explore else done, success, self.from_archive, self.off_steps,
                      self.start_row)
         if self.routes:
-            self.goal_hit[self.torch.where(done & success, self.last_row, self.m)] = True
-            self.goal_hit[self.m] = False
+            self.goal_hit.index_fill_(0, self.torch.where(done & success, self.last_row, self.m), True)
+            self.goal_hit[self.m:self.m + 1].fill_(False)
 
     def explore_actions(self, actions, num_actions: int, seed: int) -> None:
         """Write uniformly random actions (hashed from the seed, env and archive clock: the same bits on every
@@ -553,7 +553,7 @@ class StateArchive:
 
     def mark_areas(self, keys) -> None:
         """Areas of `keys` count as seen (the start's, so reaching it is no milestone)."""
-        self.area_seen[keys & 0xFF] = True
+        self.area_seen.index_fill_(0, keys & 0xFF, True)
 
     def account(self, done, success, from_archive, start_steps, start_row) -> None:
         """Episodes that ended this step, by where they started: the task's start or an archive cell (its depth
@@ -580,8 +580,8 @@ class StateArchive:
         on = self.goal_hit.clone()
         jump = self.parent.clone()
         for _ in range(max(1, (m + 1).bit_length())):  # on: the cells within 2**k links of a goal cell
-            on[torch.where(on, jump, m)] = True
-            on[m] = False
+            on.index_fill_(0, torch.where(on, jump, m), True)
+            on[m:m + 1].fill_(False)
             jump = jump.gather(0, jump)
         self.on_route.copy_(on)
 
@@ -636,7 +636,7 @@ class StateArchive:
         """Distinct first key bytes among the cells (device scalar)."""
         torch = self.torch
         seen = torch.zeros(256, dtype=torch.bool, device=self.device)
-        seen[torch.where(used, self.keys[:self.m] & 0xFF, 0)] = True
+        seen.index_fill_(0, torch.where(used, self.keys[:self.m] & 0xFF, 0), True)
         first = (self.keys[:self.m] & 0xFF) == 0
         return seen.sum() - (seen[0] & ~(used & first).any()).to(torch.int64)
 

@@ -331,8 +331,9 @@ class NoveltyTable:
         import torch
 
         idx = torch.remainder(mix64(keys), self.size)
-        new = ~self.seen[self.env_ids, idx]
-        self.seen[self.env_ids, idx] = True
+        flat = self.env_ids * self.size + idx
+        new = ~self.seen.view(-1)[flat]
+        self.seen.view(-1).index_fill_(0, flat, True)  # (a Python True assigned would wait for the device)
         return new
 
     def clear(self, done) -> None:
