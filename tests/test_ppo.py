@@ -66,6 +66,16 @@ def test_gae_by_hand_terminal_and_truncation():
         returns.gae(r, v, dones, last, 0.5, 1.0, truncated=dones)
 
 
+def test_weighting_the_advantages_weights_each_samples_clipped_term():
+    """ppo.overlap scales each advantage by pi_learner / pi_acted (> 0): each sample's clipped term scales alike."""
+    g = torch.Generator().manual_seed(3)
+    logratio, adv = 0.3 * torch.randn(64, generator=g), torch.randn(64, generator=g)
+    w = torch.rand(64, generator=g) * 2 + 0.1
+    terms = [returns.clipped_surrogate(logratio[i:i + 1], adv[i:i + 1], 0.1) for i in range(64)]
+    want = (w * torch.stack(terms)).mean()
+    assert torch.allclose(returns.clipped_surrogate(logratio, adv * w, 0.1), want, atol=1e-6)
+
+
 def test_clipped_surrogate_stops_the_gradient_outside_the_clip():
     c = ppo.LossCoefs(clip=0.2, vf_coef=0.0, ent_coef=0.0)
     old = torch.zeros(2)
@@ -200,6 +210,9 @@ def test_an_overlapped_learner_trains_one_rollout_behind_and_resumes_bit_for_bit
     assert s["updates"] == 4 and s["env_steps"] == 4 * 48 and s["stopped"] == "done"
     rows = metrics(straight)
     assert "pg_loss" not in rows[0] and all(0 <= r["approx_kl"] < 10 for r in rows[1:])
+    # the clip is against the learner's own policy as its update begins; the samples are weighted by its ratio to
+    # the policy that acted: the same weights for update 1's rollout (trained on at update 2), one update apart after
+    assert abs(rows[1]["lag_kl"]) < 1e-6 and all(r["lag_kl"] > 0 for r in rows[2:])
     # the actions logged are those of the rollout trained on: update 1's collected rollout, trained on at update 2
     assert rows[1]["actions"] == rows[0]["actions"] and sum(rows[0]["actions"]) == 8 * math.ceil(
         knobs.get("learn_share", 1.0) * 6)

@@ -106,10 +106,11 @@ def rollout_bytes(cfg, obs_bytes: int) -> int:
     for truncation bootstraps), plus actions, log-probs, values, rewards, flags, advantages, returns; with a GRU the
     learning envs' state after every step and at the rollout's start, and every env's carried state (and, on a
     block of learning envs, every env's step state); with `overlap` a second rollout's observations, actions,
-    log-probs, values, advantages and returns (the one the learner trains on while the next is collected)."""
+    log-probs and values (the one the learner trains on while the next is collected), each rollout's rewards, ends,
+    bootstraps and last observations, and the learner's own log-probs, values and sample weights."""
     h = 4 * (cfg.ppo.gru or 0)
     every = cfg.env.num_envs * (1 + (learn_envs(cfg) < cfg.env.num_envs))
-    second = batch_size(cfg) * (obs_bytes + 8 + 4 * 4) if cfg.ppo.overlap else 0
+    second = (batch_size(cfg) * (obs_bytes + 8 + 4 * 8 + 4) + 2 * learn_envs(cfg) * obs_bytes) if cfg.ppo.overlap else 0
     return batch_size(cfg) * (2 * obs_bytes + 8 + 4 * 6 + 2 + h) + (learn_envs(cfg) + every) * h + second
 
 
@@ -204,10 +205,17 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             return x if ids is None or x is None else x.index_select(0, ids)
 
         def rollout() -> dict:  # what the learner reads of a rollout (two of them with ppo.overlap)
-            return {"obs": torch.zeros((t_len, n_learn, *obs_shape), dtype=torch.uint8, device=dev),
-                    "act": torch.zeros((t_len, n_learn), dtype=torch.int64, device=dev),
-                    "logp": torch.zeros((t_len, n_learn), dtype=torch.float32, device=dev),
-                    "val": torch.zeros((t_len, n_learn), dtype=torch.float32, device=dev)}
+            b = {"obs": torch.zeros((t_len, n_learn, *obs_shape), dtype=torch.uint8, device=dev),
+                 "act": torch.zeros((t_len, n_learn), dtype=torch.int64, device=dev),
+                 "logp": torch.zeros((t_len, n_learn), dtype=torch.float32, device=dev),
+                 "val": torch.zeros((t_len, n_learn), dtype=torch.float32, device=dev)}
+            if p.overlap:  # its GAE waits for the learner's values: rewards, ends, bootstraps, the last obs
+                b.update(rew=torch.zeros((t_len, n_learn), dtype=torch.float32, device=dev),
+                         dones=torch.zeros((t_len, n_learn), dtype=torch.bool, device=dev),
+                         trunc=torch.zeros((t_len, n_learn), dtype=torch.bool, device=dev),
+                         final=torch.zeros((t_len, n_learn), dtype=torch.float32, device=dev),
+                         last_obs=torch.zeros((n_learn, *obs_shape), dtype=torch.uint8, device=dev))
+            return b
 
         bufs = [rollout() for _ in range(2 if p.overlap else 1)]
         # read only while a rollout is collected (its advantages are computed at its end): one set either way
@@ -235,7 +243,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         def pending_state():
             if not pending or not s.emu_state:  # without the envs' state a resumed run collects anew
                 return None
-            return {k: pending[0][k].cpu().clone() for k in ("obs", "act", "logp", "val", "adv", "ret")}
+            return {k: v.cpu().clone() for k, v in pending[0].items()}
 
         extra = s.start(model, optimizer, describe=s.plan_line(model),
                         state=lambda: {"sampler": sampler.get_state(),
@@ -247,9 +255,8 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                 state.copy_(extra["state"])
             if p.overlap and extra.get("pending") is not None:
                 b = bufs[(s.update + 1) % 2]  # the set the update before filled: this one fills the other
-                for k in ("obs", "act", "logp", "val"):
-                    b[k].copy_(extra["pending"][k])
-                b["adv"], b["ret"] = (extra["pending"][k].to(dev) for k in ("adv", "ret"))
+                for k, v in b.items():
+                    v.copy_(extra["pending"][k])
                 pending.append(b)
         if actor is not None:
             actor.load_state_dict(model.state_dict())
@@ -286,12 +293,19 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             timer.stop(mark)
 
         def advantages(b: dict, net) -> None:
-            """GAE of the rollout in `b` by `net` (the model that acted in it), bootstrapped on truncation."""
+            """GAE of the rollout in `b` by `net` (the model that acted in it), bootstrapped on truncation; with
+            ppo.overlap what its GAE needs, kept for the learner (`learn` computes it with its own values)."""
             with torch.no_grad(), s.autocast(p.amp):
-                last_value = net.value(rows(env.obs), rows(state)).float()
                 # one sync an update; a GRU reads a finished episode's last observation with its last step's state
                 final_values = returns.truncated_values(net.value, final_buf, trunc_buf,
                                                         states=None if state is None else h_buf)
+                if p.overlap:
+                    b["final"].copy_(final_values)
+                    torch.bitwise_or(term_buf, trunc_buf, out=b["dones"])
+                    for k, x in (("rew", rew_buf), ("trunc", trunc_buf), ("last_obs", rows(env.obs))):
+                        b[k].copy_(x)
+                    return
+                last_value = net.value(rows(env.obs), rows(state)).float()
                 b["dones"] = term_buf | trunc_buf
                 b["adv"], b["ret"] = returns.gae(rew_buf, b["val"], b["dones"], last_value, p.gamma, p.gae_lambda,
                                                  trunc_buf, final_values)
@@ -300,7 +314,13 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             """PPO's epochs over the rollout in `b`, one optimizer step a `next`; `out` gets the stats."""
             b_obs = b["obs"].reshape(t_len * n_learn, *obs_shape)
             b_act, b_logp = b["act"].reshape(-1), b["logp"].reshape(-1)
-            b_adv, b_ret, b_val = b["adv"].reshape(-1), b["ret"].reshape(-1), b["val"].reshape(-1)
+            prox_logp, lag_w = b_logp, None
+            if actor is not None:  # acted one update behind: the learner's own policy and values (`proximal`)
+                prox_logp, b_val, adv, ret = proximal(b, b_obs, b_act)
+                lag_w = (prox_logp - b_logp).exp()
+            else:
+                adv, ret, b_val = b["adv"], b["ret"], b["val"].reshape(-1)
+            b_adv, b_ret = adv.reshape(-1), ret.reshape(-1)
             stats = []
             for _epoch in range(p.epochs):
                 groups = returns.minibatches(n_learn if state is not None else t_len * n_learn, p.minibatches,
@@ -317,7 +337,9 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                     a = b_adv[mb]
                     if p.norm_adv:
                         a = normalize(a)
-                    loss, m = ppo_loss(dist.log_prob(b_act[mb]), b_logp[mb], a, new_v.float(), b_val[mb], b_ret[mb],
+                    if lag_w is not None:
+                        a = a * lag_w[mb]
+                    loss, m = ppo_loss(dist.log_prob(b_act[mb]), prox_logp[mb], a, new_v.float(), b_val[mb], b_ret[mb],
                                        dist.entropy(), coefs)
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
@@ -336,6 +358,25 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                               "explained_variance": returns.explained_variance(b_val, b_ret),
                               "value_mean": b_val.mean(), "value_std": b_val.std(), "adv_mean": b_adv.mean(),
                               "adv_std": b_adv.std(), "actions": torch.bincount(b_act, minlength=env.num_actions)}
+            if lag_w is not None:  # how far the learner had moved from the policy that acted
+                out["metrics"]["lag_kl"] = returns.approx_kl(prox_logp - b_logp)
+
+        def proximal(b, obs, actions):
+            """ppo.overlap: the learner's weights as its update begins (the proximal policy) over the rollout in
+            `b`, in minibatch-sized chunks without gradients: (log-probabilities of its actions, values, and GAE's
+            advantages and returns from those values; a truncation's bootstrap stays the acting model's)."""
+            logp, val = torch.empty(actions.shape, device=dev), torch.empty(actions.shape, device=dev)
+            size = -(-len(actions) // p.minibatches)
+            with torch.no_grad(), s.autocast(p.amp):
+                for i in range(0, len(actions), size):
+                    logits, v = fwd(obs[i:i + size])
+                    dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
+                    logp[i:i + size] = dist.log_prob(actions[i:i + size])
+                    val[i:i + size] = v.float()
+                last_value = model.value(b["last_obs"]).float()
+            adv, ret = returns.gae(b["rew"], val.view(t_len, n_learn), b["dones"], last_value, p.gamma, p.gae_lambda,
+                                   b["trunc"], b["final"])
+            return logp, val, adv, ret
 
         # with ppo.overlap, a rollout step's share of the learner's optimizer steps: the learner's launches are
         # queued beside the env's, so the device runs both (a CPU device runs them in turn, with the same results)
