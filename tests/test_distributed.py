@@ -149,6 +149,25 @@ def test_a_recurrent_ppo_stays_in_step_on_two_processes(tmp_path):
     assert mine.shape == other.shape == (ENVS, 8) and not torch.equal(mine, other)
 
 
+def test_an_overlapped_ppo_stays_in_step_on_two_processes(tmp_path):
+    # ppo.overlap: each process's learner trains on its rollout before (the proximal pass, then the epochs' own
+    # all-reduces) between its env-steps; the weights agree after every update (run.check_sync), the first update
+    # only collects, and each process keeps its own waiting rollout
+    d = tmp_path / "overlap"
+    argv = ["train", "--algo", "ppo", "--device", "cpu", "--num-envs", str(ENVS), "--max-steps", str(LIMIT),
+            "--total-steps", str(3 * 2 * ENVS * 8), "--run-dir", str(d), "--eval-episodes", "0", "--no-progress",
+            "--set", "ppo.rollout_steps=8", "--set", "ppo.epochs=2", "--set", "ppo.minibatches=2",
+            "--set", "ppo.overlap=true", "--set", "ppo.model=\"small\"", "--set", "run.tensorboard=false",
+            "--set", "run.check_sync=true", "--gpus", "2"]
+    with in_process_launcher():
+        assert main(argv) == 0
+    ck = load_checkpoint(d, need_training=True)
+    assert ck["world_size"] == 2 and ck["update"] == 3
+    assert {st["step"].item() for st in ck["optimizer"]["state"].values()} == {2 * 2 * 2}
+    mine, other = ck["extra"]["pending"], ck["ranks"][0]["extra"]["pending"]
+    assert mine["obs"].shape == other["obs"].shape and not torch.equal(mine["act"], other["act"])
+
+
 def test_launcher_flags_are_checked(tmp_path, capsys):
     assert main(["train", "--gpus", "0", "--run-dir", str(tmp_path)]) == 2
     assert "--gpus must be >= 1" in capsys.readouterr().err
