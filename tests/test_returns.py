@@ -133,3 +133,22 @@ def test_truncated_values_evaluate_only_truncated_steps_in_chunks():
     states = torch.randn(5, 7, 4, generator=g)
     out = returns.truncated_values(lambda o, h: o.sum(-1) * h[:, 0], final_obs, truncated, chunk=2, states=states)
     assert torch.equal(out, torch.where(truncated, final_obs.sum(-1) * states[..., 0], torch.zeros(())))
+
+
+def test_policy_over_a_batch_in_chunks_is_the_whole_batch_at_once():
+    """returns.policy_over (ppo.overlap's proximal pass): the log-probabilities of the taken actions and the values,
+    the same in any chunking as a whole-batch Categorical, with no graph kept."""
+    g = torch.Generator().manual_seed(5)
+    w = torch.randn(6, 5, generator=g, requires_grad=True)
+
+    def net(x):
+        h = x @ w
+        return h[:, :4], h[:, 4]
+
+    obs, actions = torch.randn(23, 6, generator=g), torch.randint(0, 4, (23,), generator=g)
+    logits, values = net(obs)
+    want = torch.distributions.Categorical(logits=logits).log_prob(actions)
+    for chunk in (1, 5, 23, 64):
+        logp, val = returns.policy_over(net, obs, actions, chunk)
+        assert torch.allclose(logp, want, atol=1e-6) and torch.allclose(val, values, atol=1e-6)
+        assert logp.dtype == val.dtype == torch.float32 and not logp.requires_grad and not val.requires_grad

@@ -100,6 +100,14 @@ def on_stream(device: str, stream, after_current: bool = False):
         yield
 
 
+def join_stream(stream) -> None:
+    """The current stream waits for the work queued on `stream` (from `new_stream`) so far; nothing for None."""
+    if stream is not None:
+        import torch
+
+        torch.cuda.current_stream(stream.device).wait_stream(stream)
+
+
 def check_memory(num_envs: int, need: memory.Need, device: str, what: str = "envs") -> None:
     """Refuse (one line, MemoryLimitError) before anything is allocated unless `num_envs` envs of `need` fit
     in the host's and `device`'s memory now (on the CPU device, device bytes are host bytes)."""

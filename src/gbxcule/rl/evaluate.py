@@ -306,8 +306,9 @@ class BackgroundEval:
         self.run, self.left, self._done, self._pending = None, 0, None, False
 
     def _join(self) -> None:
-        if self.stream is not None:
-            torch.cuda.current_stream(self.stream.device).wait_stream(self.stream)
+        from gbxcule.backends import join_stream
+
+        join_stream(self.stream)
 
     def _report(self) -> dict:
         if self.stream is not None:

@@ -89,6 +89,20 @@ def approx_kl(logratio: torch.Tensor) -> torch.Tensor:
     return (logratio.exp() - 1 - logratio).mean()
 
 
+def policy_over(net, obs: torch.Tensor, actions: torch.Tensor, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 (log-probabilities of `actions` [B], values [B]) of a feed-forward actor-critic `net` (obs ->
+    (logits, values)) over a batch, `chunk` samples at a time, without gradients."""
+    logp, val = (torch.empty(actions.shape, dtype=torch.float32, device=actions.device) for _ in range(2))
+    with torch.no_grad():
+        for i in range(0, len(actions), chunk):
+            logits, v = net(obs[i:i + chunk])
+            logits = logits.float()  # normalised as torch.distributions.Categorical does: the same bits
+            logits = logits - logits.logsumexp(-1, keepdim=True)
+            logp[i:i + chunk] = logits.gather(-1, actions[i:i + chunk, None])[:, 0]
+            val[i:i + chunk] = v.float()
+    return logp, val
+
+
 def clipped_surrogate(logratio: torch.Tensor, adv: torch.Tensor, clip: float) -> torch.Tensor:
     """PPO's clipped policy loss, mean over the batch: max(-A r, -A clip(r, 1 - clip, 1 + clip)), r =
     exp(logratio). At r = 1 its gradient is the plain policy gradient -A grad log p; a sample whose ratio has

@@ -13,7 +13,8 @@ the pace, and `epochs = 1` with minibatches is then PPO's update with each sampl
 With `gru = H` the policy is recurrent (a GRU of H over the CNN features, reset where an episode ends): every acting
 env carries its state; the state each learning env starts a rollout with is kept, and the update's minibatches are
 groups of learning envs whose whole rollouts are unrolled again from it (backpropagation through the rollout's
-steps), as CleanRL's LSTM PPO does.
+steps), as CleanRL's LSTM PPO does. With `overlap` each rollout is collected on a stream of its own beside the
+learner's update of the one before, which corrects for acting one update behind (decoupled PPO; docs/training.md).
 """
 
 from __future__ import annotations
@@ -56,9 +57,7 @@ class PPOConfig:
     compile: bool = False
     amp: str = knob("auto", choices=("auto", "bf16", "off"))  # auto: bf16 autocast on CUDA
     gru: int | None = knob(None, min=1, max=4096)  # a recurrent policy: a GRU of this size over the CNN features
-    # collect each rollout with the weights the update began with while the learner trains on the rollout before,
-    # the two side by side on the device (the learner one rollout behind the acting policy)
-    overlap: bool = False
+    overlap: bool = False  # collect each rollout beside the learner's update of the one before (docs/training.md)
 
 
 def build_model(p: PPOConfig, num_actions: int, stack_k: int, packed: bool) -> ActorCritic:
@@ -95,8 +94,8 @@ def check(cfg) -> None:
                               f"not exceed the envs trained on each update ({learn_envs(cfg)} of env.num_envs "
                               f"{cfg.env.num_envs})")
         if p.overlap:
-            raise ConfigError("ppo.overlap needs a feed-forward policy: ppo.gru's learner unrolls each env's whole "
-                              "rollout from the state it began with, which a rollout collected beside it would move")
+            raise ConfigError("ppo.overlap needs a feed-forward policy: ppo.gru's learner unrolls each rollout from "
+                              "its envs' start states, which the rollout collected beside it moves")
         if cfg.run.grad_sync == "ddp":
             raise ConfigError("ppo.gru unrolls the model outside DDP's forward: use run.grad_sync = \"allreduce\"")
 
@@ -105,9 +104,7 @@ def rollout_bytes(cfg, obs_bytes: int) -> int:
     """Device bytes of the rollout storage: observations twice (the obs and the finished episodes' last obs,
     for truncation bootstraps), plus actions, log-probs, values, rewards, flags, advantages, returns; with a GRU the
     learning envs' state after every step and at the rollout's start, and every env's carried state (and, on a
-    block of learning envs, every env's step state); with `overlap` a second rollout's observations, actions,
-    log-probs and values (the one the learner trains on while the next is collected), each rollout's rewards, ends,
-    bootstraps and last observations, and the learner's own log-probs, values and sample weights."""
+    block, every env's step state); with `overlap` a second rollout, what both keep for GAE, the learner's own."""
     h = 4 * (cfg.ppo.gru or 0)
     every = cfg.env.num_envs * (1 + (learn_envs(cfg) < cfg.env.num_envs))
     second = (batch_size(cfg) * (obs_bytes + 8 + 4 * 8 + 4) + 2 * learn_envs(cfg) * obs_bytes) if cfg.ppo.overlap else 0
@@ -204,18 +201,14 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         def rows(x):  # x's rows of the learning envs (a new tensor on a block: once an update)
             return x if ids is None or x is None else x.index_select(0, ids)
 
-        def rollout() -> dict:  # what the learner reads of a rollout (two of them with ppo.overlap)
-            b = {"obs": torch.zeros((t_len, n_learn, *obs_shape), dtype=torch.uint8, device=dev),
-                 "act": torch.zeros((t_len, n_learn), dtype=torch.int64, device=dev),
-                 "logp": torch.zeros((t_len, n_learn), dtype=torch.float32, device=dev),
-                 "val": torch.zeros((t_len, n_learn), dtype=torch.float32, device=dev)}
-            if p.overlap:  # its GAE waits for the learner's values: rewards, ends, bootstraps, the last obs
-                b.update(rew=torch.zeros((t_len, n_learn), dtype=torch.float32, device=dev),
-                         dones=torch.zeros((t_len, n_learn), dtype=torch.bool, device=dev),
-                         trunc=torch.zeros((t_len, n_learn), dtype=torch.bool, device=dev),
-                         final=torch.zeros((t_len, n_learn), dtype=torch.float32, device=dev),
-                         last_obs=torch.zeros((n_learn, *obs_shape), dtype=torch.uint8, device=dev))
-            return b
+        def rollout() -> dict:  # what the learner reads of a rollout (two with ppo.overlap, whose GAE waits for
+            # the learner's values: then also its rewards, ends, truncation bootstraps and last observations)
+            tn, u8, f32 = (t_len, n_learn), torch.uint8, torch.float32
+            spec = {"obs": ((*tn, *obs_shape), u8), "act": (tn, torch.int64), "logp": (tn, f32), "val": (tn, f32)}
+            if p.overlap:
+                spec.update(rew=(tn, f32), dones=(tn, torch.bool), trunc=(tn, torch.bool), final=(tn, f32),
+                            last_obs=((n_learn, *obs_shape), u8))
+            return {k: torch.zeros(shape, dtype=d, device=dev) for k, (shape, d) in spec.items()}
 
         bufs = [rollout() for _ in range(2 if p.overlap else 1)]
         # read only while a rollout is collected (its advantages are computed at its end): one set either way
@@ -231,33 +224,26 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         timer = s.timer
         # ppo.overlap: the acting model, a copy of the learner's weights as they were when the rollout began, and
         # the stream its rollout runs on beside the learner's update of the rollout before (None: in turn)
-        actor, env_stream = None, None
-        if p.overlap:
-            from gbxcule.backends import new_stream
+        from gbxcule.backends import join_stream, new_stream, on_stream
 
-            actor = copy.deepcopy(model).requires_grad_(False)
-            env_stream = new_stream(dev)
+        actor = copy.deepcopy(model).requires_grad_(False) if p.overlap else None
+        env_stream = new_stream(dev) if p.overlap else None
         act_fwd = fwd if actor is None else (torch.compile(actor) if p.compile else actor)
-        pending: list = []  # ppo.overlap: the collected rollout the next update trains on
-
-        def pending_state():
-            if not pending or not s.emu_state:  # without the envs' state a resumed run collects anew
-                return None
-            return {k: v.cpu().clone() for k, v in pending[0].items()}
-
+        pending: list = []  # ppo.overlap: the collected rollout the next update trains on (checkpointed with the
+        # envs' state: without it a resumed run collects anew)
         extra = s.start(model, optimizer, describe=s.plan_line(model),
                         state=lambda: {"sampler": sampler.get_state(),
                                        "state": None if state is None else state.cpu().clone(),
-                                       "pending": pending_state()})
+                                       "pending": {k: v.cpu().clone() for k, v in pending[0].items()}
+                                       if pending and s.emu_state else None})
         if extra:
             sampler.set_state(extra["sampler"])
             if state is not None:
                 state.copy_(extra["state"])
-            if p.overlap and extra.get("pending") is not None:
-                b = bufs[(s.update + 1) % 2]  # the set the update before filled: this one fills the other
-                for k, v in b.items():
+            if p.overlap and extra.get("pending") is not None:  # into the set the update before filled
+                pending.append(bufs[(s.update + 1) % 2])
+                for k, v in pending[0].items():
                     v.copy_(extra["pending"][k])
-                pending.append(b)
         if actor is not None:
             actor.load_state_dict(model.state_dict())
 
@@ -293,8 +279,8 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             timer.stop(mark)
 
         def advantages(b: dict, net) -> None:
-            """GAE of the rollout in `b` by `net` (the model that acted in it), bootstrapped on truncation; with
-            ppo.overlap what its GAE needs, kept for the learner (`learn` computes it with its own values)."""
+            """GAE of the rollout in `b` by `net` (the model that acted), bootstrapped on truncation; with
+            ppo.overlap what GAE needs, kept for the learner (`proximal` computes it with its own values)."""
             with torch.no_grad(), s.autocast(p.amp):
                 # one sync an update; a GRU reads a finished episode's last observation with its last step's state
                 final_values = returns.truncated_values(net.value, final_buf, trunc_buf,
@@ -314,12 +300,11 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             """PPO's epochs over the rollout in `b`, one optimizer step a `next`; `out` gets the stats."""
             b_obs = b["obs"].reshape(t_len * n_learn, *obs_shape)
             b_act, b_logp = b["act"].reshape(-1), b["logp"].reshape(-1)
-            prox_logp, lag_w = b_logp, None
-            if actor is not None:  # acted one update behind: the learner's own policy and values (`proximal`)
+            if actor is None:
+                adv, ret, b_val, prox_logp, lag_w = b["adv"], b["ret"], b["val"].reshape(-1), b_logp, None
+            else:  # acted one update behind: the learner's own policy and values (`proximal`)
                 prox_logp, b_val, adv, ret = proximal(b, b_obs, b_act)
                 lag_w = (prox_logp - b_logp).exp()
-            else:
-                adv, ret, b_val = b["adv"], b["ret"], b["val"].reshape(-1)
             b_adv, b_ret = adv.reshape(-1), ret.reshape(-1)
             stats = []
             for _epoch in range(p.epochs):
@@ -365,21 +350,14 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             """ppo.overlap: the learner's weights as its update begins (the proximal policy) over the rollout in
             `b`, in minibatch-sized chunks without gradients: (log-probabilities of its actions, values, and GAE's
             advantages and returns from those values; a truncation's bootstrap stays the acting model's)."""
-            logp, val = torch.empty(actions.shape, device=dev), torch.empty(actions.shape, device=dev)
-            size = -(-len(actions) // p.minibatches)
             with torch.no_grad(), s.autocast(p.amp):
-                for i in range(0, len(actions), size):
-                    logits, v = fwd(obs[i:i + size])
-                    dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
-                    logp[i:i + size] = dist.log_prob(actions[i:i + size])
-                    val[i:i + size] = v.float()
+                logp, val = returns.policy_over(fwd, obs, actions, -(-len(actions) // p.minibatches))
                 last_value = model.value(b["last_obs"]).float()
             adv, ret = returns.gae(b["rew"], val.view(t_len, n_learn), b["dones"], last_value, p.gamma, p.gae_lambda,
                                    b["trunc"], b["final"])
             return logp, val, adv, ret
 
-        # with ppo.overlap, a rollout step's share of the learner's optimizer steps: the learner's launches are
-        # queued beside the env's, so the device runs both (a CPU device runs them in turn, with the same results)
+        # ppo.overlap: a rollout step's share of the learner's optimizer steps, queued after it (the device runs both)
         per_step = -(-p.epochs * p.minibatches // t_len)
         while s.running:
             lr = returns.linear_lr(p.lr, s.update, s.num_updates, p.anneal_lr)
@@ -389,38 +367,26 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                 torch.add(block, s.update * n_learn % n_act, out=ids).remainder_(n_act)
             if state is not None:
                 put(h0, state)
-            b = bufs[s.update % len(bufs)]
-            out: dict = {}
-            if actor is None:  # collect, then learn from it
-                for t in range(t_len):
-                    act(t, b, fwd)
+            b, out = bufs[s.update % len(bufs)], {}
+            # in turn: collect, then learn from it; overlapped: collect with the weights the update began with
+            # (on env_stream) while learning from the rollout before, a share of its steps after each env-step
+            steps = learn(pending.pop(), out) if pending else iter(())
+            for t in range(t_len):
+                with on_stream(dev, env_stream, after_current=t == 0):
+                    act(t, b, act_fwd)
                 mark = timer.start("update")
-                advantages(b, model)
-                for _ in learn(b, out):
+                for _ in zip(range(per_step), steps, strict=False):
                     pass
                 timer.stop(mark)
-            else:  # collect with the weights the update began with while learning from the rollout before
-                from gbxcule.backends import on_stream
-
-                steps = learn(pending.pop(), out) if pending else iter(())
-                for t in range(t_len):
-                    with on_stream(dev, env_stream, after_current=t == 0):
-                        act(t, b, act_fwd)
-                    mark = timer.start("update")
-                    for _ in zip(range(per_step), steps, strict=False):
-                        pass
-                    timer.stop(mark)
-                mark = timer.start("update")
-                for _ in steps:
-                    pass
-                timer.stop(mark)
-                with on_stream(dev, env_stream):
-                    advantages(b, actor)
-                if env_stream is not None:
-                    torch.cuda.current_stream(env_stream.device).wait_stream(env_stream)
-                with torch.no_grad():
-                    for dst, src in zip(actor.state_dict().values(), model.state_dict().values(), strict=True):
-                        dst.copy_(src)
+            mark = timer.start("update")
+            with on_stream(dev, env_stream):
+                advantages(b, model if actor is None else actor)
+            for _ in learn(b, out) if actor is None else steps:
+                pass
+            timer.stop(mark)
+            if actor is not None:  # the learner's weights act next; this rollout is learned from next
+                join_stream(env_stream)
+                actor.load_state_dict(model.state_dict())  # (copies in place, on the training's stream)
                 pending.append(b)
             metrics = {"lr": lr, **out.get("metrics", {})}
             if "actions" not in metrics:  # the first update of an overlapped run collects only
