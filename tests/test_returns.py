@@ -152,3 +152,10 @@ def test_policy_over_a_batch_in_chunks_is_the_whole_batch_at_once():
         logp, val = returns.policy_over(net, obs, actions, chunk)
         assert torch.allclose(logp, want, atol=1e-6) and torch.allclose(val, values, atol=1e-6)
         assert logp.dtype == val.dtype == torch.float32 and not logp.requires_grad and not val.requires_grad
+
+
+def test_action_counts_are_bincounts():
+    g = torch.Generator().manual_seed(9)
+    actions = torch.randint(0, 5, (7, 11), generator=g)
+    counts = returns.action_counts(actions, 7)
+    assert counts.dtype == torch.int64 and counts.tolist() == torch.bincount(actions.reshape(-1), minlength=7).tolist()

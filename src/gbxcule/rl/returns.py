@@ -89,6 +89,13 @@ def approx_kl(logratio: torch.Tensor) -> torch.Tensor:
     return (logratio.exp() - 1 - logratio).mean()
 
 
+def action_counts(actions: torch.Tensor, num_actions: int) -> torch.Tensor:
+    """int64 [num_actions]: how often each action was taken (torch.bincount's counts, without its read of the
+    device for the largest value)."""
+    flat = actions.reshape(-1)
+    return torch.zeros(num_actions, dtype=torch.int64, device=flat.device).scatter_add_(0, flat, torch.ones_like(flat))
+
+
 def policy_over(net, obs: torch.Tensor, actions: torch.Tensor, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
     """float32 (log-probabilities of `actions` [B], values [B]) of a feed-forward actor-critic `net` (obs ->
     (logits, values)) over a batch, `chunk` samples at a time, without gradients."""

@@ -342,7 +342,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             out["metrics"] = {**dict(zip(out["names"], mean.unbind(0), strict=True)),
                               "explained_variance": returns.explained_variance(b_val, b_ret),
                               "value_mean": b_val.mean(), "value_std": b_val.std(), "adv_mean": b_adv.mean(),
-                              "adv_std": b_adv.std(), "actions": torch.bincount(b_act, minlength=env.num_actions)}
+                              "adv_std": b_adv.std(), "actions": returns.action_counts(b_act, env.num_actions)}
             if lag_w is not None:  # how far the learner had moved from the policy that acted
                 out["metrics"]["lag_kl"] = returns.approx_kl(prox_logp - b_logp)
 
@@ -390,7 +390,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                 pending.append(b)
             metrics = {"lr": lr, **out.get("metrics", {})}
             if "actions" not in metrics:  # the first update of an overlapped run collects only
-                metrics["actions"] = torch.bincount(b["act"].reshape(-1), minlength=env.num_actions)
+                metrics["actions"] = returns.action_counts(b["act"].reshape(-1), env.num_actions)
             s.end_update(t_len * n, metrics, guard=out.get("names", ()))
     return s.summary
 

@@ -160,7 +160,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             metrics = {"lr": lr, "epsilon": eps, **dict(zip(names, mean.unbind(0), strict=True)),
                        "target_mean": targets.mean(), "target_std": targets.std(),
                        "explained_variance": returns.explained_variance(qsel_buf.reshape(-1), b_tgt),
-                       "actions": torch.bincount(b_act, minlength=env.num_actions)}
+                       "actions": returns.action_counts(b_act, env.num_actions)}
             s.end_update(batch, metrics, guard=names)
     return s.summary
 
