@@ -112,17 +112,22 @@ def test_two_processes_stay_in_step_and_log_global_figures(reference):
     assert not (d / "eval.json").exists()  # --eval-episodes 0
 
 
+def ppo_argv(d, *sets: str, max_steps: int = LIMIT) -> list[str]:
+    """`gbxcule train` on 2 gloo processes: tiny PPO for 3 updates of 8-step rollouts, the weights compared after
+    each (run.check_sync), plus `sets` (--set each)."""
+    return ["train", "--algo", "ppo", "--device", "cpu", "--num-envs", str(ENVS), "--max-steps", str(max_steps),
+            "--total-steps", str(3 * 2 * ENVS * 8), "--run-dir", str(d), "--eval-episodes", "0", "--no-progress",
+            "--set", "ppo.rollout_steps=8", "--set", "ppo.model=\"small\"", "--set", "run.tensorboard=false",
+            "--set", "run.check_sync=true", *(x for s in sets for x in ("--set", s)), "--gpus", "2"]
+
+
 def test_ppo_one_epoch_on_a_share_of_the_envs_stays_in_step_on_two_processes(tmp_path):
     # PPO's one-epoch learner on a moving block of each process's envs (learn_share), an optimizer step per
     # minibatch, each with its own all-reduce: the weights must still agree on both processes after every update
     # (run.check_sync ends the run otherwise), also with target_kl's early stop, which each process takes from the
     # KL averaged over both (a tiny target: every update stops after its first of 3 epochs on both)
     d = tmp_path / "ppo"
-    argv = ["train", "--algo", "ppo", "--device", "cpu", "--num-envs", str(ENVS), "--max-steps", str(LIMIT),
-            "--total-steps", str(3 * 2 * ENVS * 8), "--run-dir", str(d), "--eval-episodes", "0", "--no-progress",
-            "--set", "ppo.rollout_steps=8", "--set", "ppo.epochs=3", "--set", "ppo.minibatches=2",
-            "--set", "ppo.learn_share=0.5", "--set", "ppo.model=\"small\"", "--set", "run.tensorboard=false",
-            "--set", "run.check_sync=true", "--set", "ppo.target_kl=1e-7", "--gpus", "2"]
+    argv = ppo_argv(d, "ppo.epochs=3", "ppo.minibatches=2", "ppo.learn_share=0.5", "ppo.target_kl=1e-7")
     with in_process_launcher():
         assert main(argv) == 0
     summary = json.loads((d / "summary.json").read_text())
@@ -136,11 +141,7 @@ def test_a_recurrent_ppo_stays_in_step_on_two_processes(tmp_path):
     # ppo.gru unrolls each minibatch's envs outside DDP; the flat all-reduce still averages every gradient, so the
     # weights agree on both processes after every update (run.check_sync) and each keeps its own carried state
     d = tmp_path / "gru"  # episodes of 10 steps: the 24th step leaves a state that is not a reset one
-    argv = ["train", "--algo", "ppo", "--device", "cpu", "--num-envs", str(ENVS), "--max-steps", "10",
-            "--total-steps", str(3 * 2 * ENVS * 8), "--run-dir", str(d), "--eval-episodes", "0", "--no-progress",
-            "--set", "ppo.rollout_steps=8", "--set", "ppo.epochs=2", "--set", "ppo.minibatches=2",
-            "--set", "ppo.gru=8", "--set", "ppo.model=\"small\"", "--set", "run.tensorboard=false",
-            "--set", "run.check_sync=true", "--gpus", "2"]
+    argv = ppo_argv(d, "ppo.epochs=2", "ppo.minibatches=2", "ppo.gru=8", max_steps=10)
     with in_process_launcher():
         assert main(argv) == 0
     ck = load_checkpoint(d, need_training=True)
@@ -154,11 +155,7 @@ def test_an_overlapped_ppo_stays_in_step_on_two_processes(tmp_path):
     # all-reduces) between its env-steps; the weights agree after every update (run.check_sync), the first update
     # only collects, and each process keeps its own waiting rollout
     d = tmp_path / "overlap"
-    argv = ["train", "--algo", "ppo", "--device", "cpu", "--num-envs", str(ENVS), "--max-steps", str(LIMIT),
-            "--total-steps", str(3 * 2 * ENVS * 8), "--run-dir", str(d), "--eval-episodes", "0", "--no-progress",
-            "--set", "ppo.rollout_steps=8", "--set", "ppo.epochs=2", "--set", "ppo.minibatches=2",
-            "--set", "ppo.overlap=true", "--set", "ppo.model=\"small\"", "--set", "run.tensorboard=false",
-            "--set", "run.check_sync=true", "--gpus", "2"]
+    argv = ppo_argv(d, "ppo.epochs=2", "ppo.minibatches=2", "ppo.overlap=true")
     with in_process_launcher():
         assert main(argv) == 0
     ck = load_checkpoint(d, need_training=True)

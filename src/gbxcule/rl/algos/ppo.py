@@ -374,10 +374,11 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             for t in range(t_len):
                 with on_stream(dev, env_stream, after_current=t == 0):
                     act(t, b, act_fwd)
-                mark = timer.start("update")
-                for _ in zip(range(per_step), steps, strict=False):
-                    pass
-                timer.stop(mark)
+                if actor is not None:
+                    mark = timer.start("update")
+                    for _ in zip(range(per_step), steps, strict=False):
+                        pass
+                    timer.stop(mark)
             mark = timer.start("update")
             with on_stream(dev, env_stream):
                 advantages(b, model if actor is None else actor)
