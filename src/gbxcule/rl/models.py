@@ -28,17 +28,22 @@ def _init(layer: nn.Module, gain: float = math.sqrt(2)) -> nn.Module:
 class ActorCritic(nn.Module):
     """A Nature-DQN-style CNN ("nature": 32-64-64 filters, 512 hidden; "small": 16-32-32, 256) with a policy
     and a value head. Input uint8 [B, K, 72, 80] shades (or [B, K, 72, 20] packed with `packed=True`),
-    scaled to [0, 1] inside."""
+    scaled to [0, 1] inside. With `gru` the heads read a GRU's state over the CNN's features; with `gru_skip`
+    they read the features too, beside it (what needs no memory can be learned as without the GRU)."""
 
     def __init__(self, num_actions: int, stack_k: int = 1, packed: bool = False, arch: str = "nature",
-                 gru: int | None = None):
+                 gru: int | None = None, gru_skip: bool = False):
         super().__init__()
         if gru is not None and (isinstance(gru, bool) or not isinstance(gru, int) or gru < 1):
             raise ValueError(f"gru (the recurrent state's size) must be an integer >= 1 or none, got {gru!r}")
+        if gru_skip and gru is None:
+            raise ValueError("gru_skip needs a gru (the heads read the features beside its state)")
         self.num_actions, self.stack_k, self.packed, self.arch, self.gru = num_actions, stack_k, packed, arch, gru
+        self.gru_skip = bool(gru_skip)
         self.body, hidden = cnn_torso(stack_k, arch)
-        self.pi = _init(nn.Linear(gru or hidden, num_actions), 0.01)
-        self.v = _init(nn.Linear(gru or hidden, 1), 1.0)
+        width = hidden + gru if self.gru_skip else (gru or hidden)
+        self.pi = _init(nn.Linear(width, num_actions), 0.01)
+        self.v = _init(nn.Linear(width, 1), 1.0)
         if gru is not None:  # a GRU over the CNN features: the policy and value read its state
             self.rnn = nn.GRUCell(hidden, gru)
             for name, w in self.rnn.named_parameters():
@@ -49,6 +54,8 @@ class ActorCritic(nn.Module):
              "params": sum(p.numel() for p in self.parameters())}
         if self.gru is not None:
             d["gru"] = self.gru
+        if self.gru_skip:
+            d["gru_skip"] = True
         return d
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
@@ -56,23 +63,33 @@ class ActorCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits, value) of a feed-forward model (a recurrent one steps through `forward_step`)."""
-        h = self.features(obs)
-        return self.pi(h), self.v(h).squeeze(-1)
+        return self.heads(self.features(obs))
+
+    def head_input(self, feats: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
+        """What the heads read ([..., width]): the CNN's features `feats`; of a recurrent model its state `h` after
+        them, with `gru_skip` the two side by side."""
+        if h is None:
+            return feats
+        return torch.cat((feats, h.to(feats.dtype)), -1) if self.gru_skip else h
+
+    def heads(self, feats: torch.Tensor, h: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits, value) from the features and, of a recurrent model, its state after them (`head_input`)."""
+        x = self.head_input(feats, h)
+        return self.pi(x), self.v(x).squeeze(-1)
 
     def value(self, obs: torch.Tensor, state: torch.Tensor | None = None) -> torch.Tensor:
-        h = self.features(obs)
-        if self.gru is not None:
-            h = self.rnn(h, state.to(h.dtype))
-        return self.v(h).squeeze(-1)
+        f = self.features(obs)
+        h = None if self.gru is None else self.rnn(f, state.to(f.dtype))
+        return self.v(self.head_input(f, h)).squeeze(-1)
 
     def forward_step(self, obs: torch.Tensor, state: torch.Tensor | None):
         """(logits, value, next state): one step of a recurrent model (state [N, gru]), or the feed-forward one
         (state None, returned as None)."""
-        h = self.features(obs)
+        f = self.features(obs)
         if self.gru is not None:
-            h = self.rnn(h, state.to(h.dtype))
-            state = h
-        return self.pi(h), self.v(h).squeeze(-1), state
+            state = self.rnn(f, state.to(f.dtype))
+        logits, value = self.heads(f, state)
+        return logits, value, state
 
     kind = "pg"
 
@@ -107,7 +124,7 @@ def cnn_torso(stack_k: int, arch: str, layer_norm: bool = False) -> tuple[nn.Seq
 
 
 def activation_bytes(arch: str, stack_k: int, packed: bool, train: bool, layer_norm: bool = False,
-                     gru: int | None = None) -> int:
+                     gru: int | None = None, gru_skip: bool = False) -> int:
     """Peak bytes of tensors one sample adds to a float32 pass of a model here: with `train` a forward and backward
     of a batch gathered from storage, else a forward under no_grad. The larger of: the shades' two float copies;
     the forward's kept tensors (the input, each ReLU's output, a norm's input); in backward, the first layer's kept
@@ -118,7 +135,8 @@ def activation_bytes(arch: str, stack_k: int, packed: bool, train: bool, layer_n
     outs = [c * h * w for c, (h, w) in zip((c1, c2, c3), CONV_OUT, strict=True)] + [hidden]
     copy = (px // 4 if packed else px) if train else 0  # the minibatch's uint8 copy
     cast = copy + (px if packed else 0) + 8 * px  # (unpacked) shades, converted then scaled
-    gates = 4 * 8 * (gru or 0)  # a GRU cell's gate products
+    gates = 4 * 8 * (gru or 0) + (4 * (hidden + gru) if gru_skip else 0)  # a GRU cell's gate products (and the
+    # skip's features and state side by side)
     if not train:
         return max(cast, 4 * px + 8 * outs[0], 4 * outs[-1] + gates) + 1024
     keep = 2 if layer_norm else 1

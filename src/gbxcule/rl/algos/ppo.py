@@ -57,11 +57,12 @@ class PPOConfig:
     compile: bool = False
     amp: str = knob("auto", choices=("auto", "bf16", "off"))  # auto: bf16 autocast on CUDA
     gru: int | None = knob(None, min=1, max=4096)  # a recurrent policy: a GRU of this size over the CNN features
+    gru_skip: bool = False  # with gru: the heads read the CNN's features beside the GRU's state
     overlap: bool = False  # collect each rollout beside the learner's update of the one before (docs/training.md)
 
 
 def build_model(p: PPOConfig, num_actions: int, stack_k: int, packed: bool) -> ActorCritic:
-    return ActorCritic(num_actions, stack_k, packed, p.model, gru=p.gru)
+    return ActorCritic(num_actions, stack_k, packed, p.model, gru=p.gru, gru_skip=p.gru_skip)
 
 
 def acting_envs(cfg) -> int:
@@ -88,6 +89,8 @@ def check(cfg) -> None:
     p = cfg.ppo
     if p.minibatches > batch_size(cfg):
         raise ConfigError(f"ppo.minibatches ({p.minibatches}) exceeds the batch ({batch_size(cfg)})")
+    if p.gru_skip and p.gru is None:
+        raise ConfigError("ppo.gru_skip needs ppo.gru (the heads read the CNN's features beside the GRU's state)")
     if p.gru is not None:
         if p.minibatches > learn_envs(cfg):
             raise ConfigError(f"ppo.gru: a minibatch is a group of envs, so ppo.minibatches ({p.minibatches}) may "
@@ -116,8 +119,8 @@ def working_bytes(cfg) -> tuple[int, int]:
     every env at once."""
     p, e = cfg.ppo, cfg.env
     kw = (p.model, e.stack_k, e.obs == "packed")
-    peak = max(-(-batch_size(cfg) // p.minibatches) * activation_bytes(*kw, True, gru=p.gru),
-               e.num_envs * activation_bytes(*kw, False, gru=p.gru))
+    peak = max(-(-batch_size(cfg) // p.minibatches) * activation_bytes(*kw, True, gru=p.gru, gru_skip=p.gru_skip),
+               e.num_envs * activation_bytes(*kw, False, gru=p.gru, gru_skip=p.gru_skip))
     return -(-peak // e.num_envs), 0
 
 
@@ -167,8 +170,7 @@ def unroll(model: ActorCritic, obs: torch.Tensor, state: torch.Tensor, dones: to
         h = model.rnn(feats[t], state.to(feats.dtype))
         hs.append(h)
         state = h * (~dones[t]).unsqueeze(-1).to(h.dtype)
-    h = torch.stack(hs)
-    return model.pi(h), model.v(h).squeeze(-1)
+    return model.heads(feats, torch.stack(hs))
 
 
 # --- the loop ------------------------------------------------------------------------------------------------------
@@ -319,9 +321,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                             logits, new_v = logits.flatten(0, 1), new_v.flatten(0, 1)
                             mb = (torch.arange(t_len, device=dev)[:, None] * n_learn + mb).reshape(-1)
                     dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
-                    a = b_adv[mb]
-                    if p.norm_adv:
-                        a = normalize(a)
+                    a = normalize(b_adv[mb]) if p.norm_adv else b_adv[mb]
                     if lag_w is not None:
                         a = a * lag_w[mb]
                     loss, m = ppo_loss(dist.log_prob(b_act[mb]), prox_logp[mb], a, new_v.float(), b_val[mb], b_ret[mb],
