@@ -42,6 +42,9 @@ def test_pack_milestones_and_fail_conditions_apply_to_every_task_unless_the_task
     ('milestones = { name = "x" }', "must be a list"),
     ('fail_ram = [{ addr = 0xC104 }]', "each fail_ram entry needs addr and value"),
     ('fail_ram = [{ addr = 0xC104, value = 1, bits = 3 }]', "unknown fail_ram key"),
+    ('milestones = [{ name = "x", template = "a.npz", addr = 0xC104 }]', "takes template and tau, not addr"),
+    ('milestones = [{ name = "x", template = "a.npz", tau = 2 }]', "tau must be a number"),
+    ('milestones = [{ name = "x", template = 3 }]', "template must be a template file"),
 ])
 def test_bad_milestones_and_fail_conditions_are_one_line(bad, needle):
     text = f'[pack]\nname = "m"\nrom = "OVERWORLD"\n{bad}\n[tasks.a]\ngoal_ram = [{{ addr = 0xC100, value = 1 }}]\n'
@@ -269,7 +272,7 @@ def test_shown_milestones_are_the_flags_held_now_in_the_last_row_and_change_noth
                 assert torch.equal(o_shown[e, f, 71], row(history[e][f])), (e, f)
         o_plain, _, term, trunc, _ = plain.step(torch.tensor([a, 0]))
         o_shown, _, _, _, _ = shown.step(torch.tensor([a, 0]))
-        now = [tuple(bool(x) for x in shown._milestones.each(shown.ram)[:, e]) for e in range(2)]
+        now = [tuple(bool(x) for x in shown._milestones.ram.each(shown.ram)[:, e]) for e in range(2)]
         for e in range(2):
             ended = bool(term[e] or trunc[e])
             history[e] = [now[e]] * stack_k if ended else history[e][1:] + [now[e]]
@@ -362,3 +365,72 @@ def test_cell_detail_keeps_a_fights_states_apart_and_leaves_every_other_cell_as_
     assert set(menus) <= cells
     for env in envs:
         env.close()
+
+
+@pytest.mark.parametrize("stack_k, shown", [(1, False), (2, True)])
+def test_a_screen_milestone_holds_from_the_step_its_template_matches_as_a_python_reference_says(tmp_path, stack_k,
+                                                                                               shown):
+    """A milestone can be a screen: a goal template file (relative to the pack) under its tau. Between two RAM
+    milestones in chain order, it is held from the first step whose newest frame is that near (numpy's distances
+    over the recorded frames) to the episode's end and paid once; with show_milestones its column shows it held
+    and the drawn row does not count in its distance."""
+    import numpy as np
+
+    from gbxcule.rl.goals import GoalTemplate
+
+    script = actions(LEAVE + " U N2 D N2") + [0] * 12  # env 0 walks out, home and out again; both reach the limit
+    rec = game_env("from_bed", stack_k=stack_k)
+    rec.reset(seed=0)
+    frames = [rec.obs[:, -1].numpy().copy()]
+    for a in script:
+        rec.step(torch.tensor([a, 0]))
+        frames.append(rec.obs[:, -1].numpy().copy())
+    goal = frames[6][0]  # env 0 on its way to the door
+    meta = rec.template_meta()
+    GoalTemplate(goal[None], np.ones((72, 80), dtype=bool), meta).save(tmp_path / "hall.npz")
+    pack = GAME.replace('{ name = "lab"', '{ name = "hall", template = "hall.npz", tau = 0.02 },\n              '
+                                         '{ name = "lab"')
+    task = parse_pack(pack, str(tmp_path / "ms.toml"), base_dir=str(tmp_path))["from_bed"]
+    assert task.milestones[1].template == "hall.npz" and task.milestones[1].condition is None
+
+    from gbxcule.rl.env import GameEnv
+
+    env = GameEnv(num_envs=2, task=task, stack_k=stack_k, show_milestones=shown)
+    env.reset(seed=0)
+    near = [(np.abs(f.astype(int) - goal).sum(axis=(1, 2)) < np.ceil(0.02 * 3 * 72 * 80)) for f in frames]
+    held, ram_held = near[0].copy(), np.zeros(2, dtype=bool)
+    assert env.milestones[1].numpy().tolist() == held.tolist()
+    for t, a in enumerate(script, 1):
+        _, r, term, trunc, _ = env.step(torch.tensor([a, 0]))
+        ended = (term | trunc).numpy()
+        town = env.final_milestones[0].numpy() if ended.any() else env.milestones[0].numpy()
+        new = near[t] & ~held
+        held |= near[t]
+        new_town = np.where(ended, False, town & ~ram_held)
+        ram_held |= town
+        assert r.numpy().tolist() == (new.astype(float) + new_town).tolist(), t
+        if ended.any():
+            assert env.final_milestones[1].numpy()[ended].tolist() == held[ended].tolist()
+            held, ram_held = np.where(ended, False, held), np.where(ended, False, ram_held)
+        assert env.milestones[1].numpy()[~ended].tolist() == held[~ended].tolist(), t
+        if shown:
+            col = env.obs[:, -1, 71, 4:8].numpy()  # the second milestone's 4 pixels
+            assert ((col == 3).all(1))[~ended].tolist() == held[~ended].tolist(), t
+    assert sum(n[0] for n in near) >= 1 and not any(n[1] for n in near)  # it matched on env 0's way only
+
+
+def test_a_screen_milestone_whose_template_is_missing_or_does_not_fit_is_one_line(tmp_path):
+    import numpy as np
+
+    from gbxcule.rl.env import GameEnv
+    from gbxcule.rl.goals import GoalTemplate, TemplateError
+
+    pack = GAME.replace('{ name = "lab", addr = 0xC104, mask = 0x02, value = 0x02 }',
+                        '{ name = "hall", template = "hall.npz" }')
+    task = parse_pack(pack, str(tmp_path / "ms.toml"), base_dir=str(tmp_path))["from_bed"]
+    with pytest.raises(TemplateError, match="cannot read goal template"):
+        GameEnv(num_envs=1, task=task)
+    meta = game_env("from_bed", n=1).template_meta()
+    GoalTemplate(np.zeros((1, 72, 80), dtype=np.uint8), np.ones((72, 80), dtype=bool), meta).save(tmp_path / "hall.npz")
+    with pytest.raises(TemplateError, match="does not fit"):
+        GameEnv(num_envs=1, task=task, stack_k=2)

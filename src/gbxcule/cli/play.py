@@ -195,13 +195,14 @@ def _task(args):
 
 
 class TaskWatch:
-    """Per env and condition of a task (its RAM goal, each milestone, its fail state): whether it held after some
-    step, and the first step it did (-1: at the start)."""
+    """Per env and condition of a task (its RAM goal, each RAM milestone, its fail state): whether it held after some
+    step, and the first step it did (-1: at the start). Screen milestones (templates) are the env's to test."""
 
     def __init__(self, task, backend, num_envs: int):
         self.task, self.backend, self.n = task, backend, num_envs
+        self.ram_milestones = [m for m in task.milestones if m.condition is not None]
         self.conds = {"goal": task.goal_ram, "fail": task.fail_ram,
-                      **{f"milestone:{m.name}": (m.condition,) for m in task.milestones}}
+                      **{f"milestone:{m.name}": (m.condition,) for m in self.ram_milestones}}
         self.met = {k: np.zeros(num_envs, dtype=bool) for k in self.conds}
         self.first = dict.fromkeys(self.conds)
 
@@ -229,4 +230,4 @@ class TaskWatch:
     def report(self) -> dict:
         one = lambda k: {"envs": int(self.met[k].sum()), "first_step": self.first[k]}  # noqa: E731
         return {"id": self.task.id, "goal": one("goal"), "fail": one("fail") if self.task.fail_ram else None,
-                "milestones": [{"name": m.name, **one(f"milestone:{m.name}")} for m in self.task.milestones]}
+                "milestones": [{"name": m.name, **one(f"milestone:{m.name}")} for m in self.ram_milestones]}

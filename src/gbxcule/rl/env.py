@@ -37,6 +37,7 @@ from gbxcule.rl.capture import task_template, template_meta
 from gbxcule.rl.goals import (
     GoalError,
     GoalTemplate,
+    Milestones,
     NoveltyTable,
     RamGoal,
     RewardConfig,
@@ -101,7 +102,8 @@ class GameEnv:
         docs/training.md "State archive"); None or {}: none.
     spread_clocks: each env's first episode after a reset ends at a seeded step in [1, max_steps], so
         truncations do not all fall on one step.
-    show_milestones: draw the task's milestone flags (its RAM event flags, as they are now) over the last row
+    show_milestones: draw the task's milestone flags (RAM event flags as they are now, screens as held in the
+        episode) over the last row
         of every observation, 4 pixels each (shade 3 where held, 0 where not; the rest of the row 0): the
         game's hidden progress made visible, as Pokemon Red agents observe event flags. True ("on") needs a
         task with milestones (at most 20); "auto" draws them where the task has some; goal templates are
@@ -164,6 +166,11 @@ class GameEnv:
             raise EnvConfigError(f"show_milestones needs a task with 1 to {MAX_SHOWN} milestones (4 pixels each in "
                                  f"the observation's last row); task {t.name if t else None!r} has "
                                  f"{len(self.milestone_names)}")
+        try:
+            self._milestones = self._milestone_tests(t.milestones) if self.milestone_names else None
+        except GbxculeError:
+            self.close()
+            raise
         self.archive = self._limit = self._clone_bufs = None
         self.after_step: Callable[[], None] | None = None  # called at the end of every step (the shell's eval)
         extra = 0 if self.archive_cfg is None else self.archive_cfg.capacity + 1  # the cells, and a scratch slot
@@ -202,7 +209,6 @@ class GameEnv:
         # milestones (progress events, each rewarded once per episode) and the dead end (the task unwinnable)
         ms = t.milestones if t is not None else ()
         self.milestone_names = tuple(m.name for m in ms)
-        self._milestones = RamGoal([m.condition for m in ms], self.backend.layout, self.device) if ms else None
         self._dead_end = RamGoal(t.fail_ram, self.backend.layout, self.device) if t and t.fail_ram else None
         # what `success` means: the RAM goal where the task has one, else the template's own verdict
         self.success_source = "ram" if self.ram_goal is not None else ("template" if self.scorer is not None else None)
@@ -323,11 +329,31 @@ class GameEnv:
         self._slot_stats = torch.zeros((k, 2), dtype=torch.float64, device=dev)
         self._slot_pair = torch.zeros((n, 2), dtype=torch.float64, device=dev)
 
+    def _milestone_tests(self, ms) -> Milestones:
+        """The task's milestones' tests: RAM conditions, and screens (each template file, relative to the pack,
+        checked against this env; with show_milestones its last row, where the flags are drawn, does not count)."""
+        screens = []
+        for m in ms:
+            if m.template is None:
+                screens.append(None)
+                continue
+            path = Path(m.template)
+            tpl = GoalTemplate.load(path if path.is_absolute() else Path(self.task.base_dir) / path)
+            tpl.check_fits(self.template_meta())
+            if self.show_milestones:
+                mask = tpl.mask.copy()
+                mask[-1] = False
+                tpl = GoalTemplate(tpl.frames, mask, tpl.meta)
+            scorer = TemplateScorer(tpl, self.obs_mode, self.device)
+            tau = m.tau if m.tau is not None else (tpl.meta.tau if tpl.meta.tau is not None else 0.1)
+            screens.append((scorer, scorer.threshold(tau)))
+        return Milestones([m.condition for m in ms], screens, self.backend.layout, self.device)
+
     def _setup_archive(self) -> None:
         """The state archive: the env's start-state provider (rl/archive.py)."""
         self.archive = StateArchive.for_env(self.archive_cfg, self.task, self.backend.layout, self.num_envs,
                                             self.num_slots, self.device, self.seed, self.max_steps,
-                                            milestones=self._milestones)
+                                            milestones=None if self._milestones is None else self._milestones.ram)
         self.cell_mode = self.archive.cell_mode
         self._rmask_wp = self._wp.from_torch(self.archive.restore_mask)
         self._n_const.fill_(float(self.num_envs - self.archive.n_explore))  # the rates are over the counted envs
@@ -356,6 +382,8 @@ class GameEnv:
         self._restore_done(seed)
         if self.archive is not None:
             self.archive.mark_areas(self.cell_keys())
+        if self._milestones is not None:  # what the start already holds is no milestone of the episode
+            self.milestones.copy_(self._milestones.each(self._ram, self.obs[:, -1]))
         if self.show_milestones:
             self._draw_milestones(self._done)
         if self._limit is not None and self.archive is None:
@@ -366,8 +394,6 @@ class GameEnv:
         for buf in (self.steps, self.ep_return, self.ep_success, self.success, self._near, self.rewards,
                     self.terminated, self.truncated, self._stats, self._slot_stats, self._ms_stats, self.failed):
             buf.zero_()
-        if self._milestones is not None:  # what the start already holds is no milestone of the episode
-            self.milestones.copy_(self._milestones.each(self._ram))
         self._dist_sum.copy_(self._prev_sum)
         if self.scorer is not None:
             self.distance.copy_(self._dist_sum.to(torch.float32) * self.scorer.scale)
@@ -438,7 +464,7 @@ class GameEnv:
         """show_milestones: the flags held now over the last row of the newest frame, or of every stacked frame
         of the envs in `restored` (bool [N]: their whole stack is their start's first frame)."""
         torch, strip = self.torch, self._strip
-        held = self._milestones.each(self._ram)  # [M, N]
+        held = self._milestones.shown(self._ram, self.milestones)  # [M, N]
         strip[:, :len(self._strip_cols)] = held.t().index_select(1, self._strip_cols).to(torch.uint8) * self._strip_ink
         row = self._ring[:, :, 71]  # [N, ring frames, W]
         if restored is None:
@@ -528,7 +554,7 @@ class GameEnv:
         limit = self.max_steps if self._limit is None else self._limit
         torch.logical_and(self.steps >= limit, ~self.terminated, out=self.truncated)
         if self._milestones is not None:  # each milestone's bonus the first time it holds in the episode
-            held = self._milestones.each(self._ram)
+            held = self._milestones.each(self._ram, latest)
             reward.add_((held & ~self.milestones).sum(0), alpha=cfg.milestone)
             self.milestones |= held
         if self._nov_ram is not None:
@@ -558,7 +584,8 @@ class GameEnv:
         self.episodes += self._done
         self._restore_done(self.seed)
         if self._milestones is not None:  # a new episode holds what its start holds
-            torch.where(self._done, self._milestones.each(self._ram), self.milestones, out=self.milestones)
+            torch.where(self._done, self._milestones.each(self._ram, self.obs[:, -1]), self.milestones,
+                        out=self.milestones)
         if self.show_milestones:
             self._draw_milestones(self._done)
         keep = ~self._done

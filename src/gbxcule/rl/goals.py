@@ -293,6 +293,45 @@ class RamGoal:
         return all(c.holds(read) for c in self.conditions)
 
 
+class Milestones:
+    """A task's milestones in chain order, each a RAM condition (an event flag) or a screen: a `TemplateScorer`
+    and the integer distance sum under which its template holds (`threshold`). `each(ram, frame)`: bool [K, N],
+    which hold now in each env (a screen on `frame`, uint8 [N, 72, W]: the newest frame without a drawn row).
+    `ram`: the RAM ones' `RamGoal` (None where there are none), what the state archive keys progress cells by."""
+
+    def __init__(self, conditions, screens, layout, device):
+        import torch
+
+        if len(conditions) != len(screens) or any((c is None) == (s is None) for c, s in zip(conditions, screens,
+                                                                                          strict=True)):
+            raise GoalError("each milestone is either a RAM condition or a screen")
+        ram_at = [i for i, c in enumerate(conditions) if c is not None]
+        screen_at = [i for i, s in enumerate(screens) if s is not None]
+        self.ram = RamGoal([conditions[i] for i in ram_at], layout, device) if ram_at else None
+        self.screens = [screens[i] for i in screen_at]
+        self.ram_at = torch.tensor(ram_at, dtype=torch.int64, device=device)
+        stacked = ram_at + screen_at  # the chain position of each row of the stacked tests
+        pos = [stacked.index(i) for i in range(len(stacked))]
+        self.order = None if pos == list(range(len(pos))) else torch.tensor(pos, dtype=torch.int64, device=device)
+
+    def each(self, ram, frame):
+        """bool [K, N]: whether each milestone holds now in each env."""
+        import torch
+
+        parts = [] if self.ram is None else [self.ram.each(ram)]
+        if self.screens:
+            parts.append(torch.stack([scorer.distance_sum(frame) < limit for scorer, limit in self.screens]))
+        held = parts[0] if len(parts) == 1 else torch.cat(parts)
+        return held if self.order is None else held.index_select(0, self.order)
+
+    def shown(self, ram, held):
+        """bool [K, N]: what `show_milestones` draws: a RAM milestone as it holds now, a screen as `held` (bool
+        [K, N], the episode's: a screen holds only while shown, its progress stays)."""
+        if self.ram is None:
+            return held
+        return held.index_copy(0, self.ram_at, self.ram.each(ram))
+
+
 # --- novelty ------------------------------------------------------------------------------------------------
 _MIX1 = 0xBF58476D1CE4E5B9 - (1 << 64)  # splitmix64's finaliser constants, as int64
 _MIX2 = 0x94D049BB133111EB - (1 << 64)

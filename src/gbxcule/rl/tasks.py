@@ -72,11 +72,14 @@ class StartSpec:
 
 @dataclass(frozen=True)
 class Milestone:
-    """A named progress event of a task: a RAM condition (an event flag) that, once it holds, counts as reached
-    for the rest of the episode (docs/rl_env.md "Milestones")."""
+    """A named progress event of a task that, once it holds, counts as reached for the rest of the episode: a RAM
+    condition (an event flag), or a screen: a goal template file (relative to the pack) whose distance to the newest
+    frame is under `tau` (the template's own where None; docs/rl_env.md "Milestones")."""
 
     name: str
-    condition: RamCondition
+    condition: RamCondition | None = None
+    template: str | None = None
+    tau: float | None = None
 
 
 @dataclass(frozen=True)
@@ -134,8 +137,21 @@ def _ram_conditions(items, where: str, key: str = "goal_ram") -> tuple[RamCondit
     return tuple(out)
 
 
+def _screen_milestone(name: str, item: dict, where: str) -> Milestone:
+    unknown = set(item) - {"template", "tau"}
+    if unknown:
+        raise TaskError(f"{where}: a template milestone takes template and tau, not {', '.join(sorted(unknown))}")
+    tpl, tau = item["template"], item.get("tau")
+    if not isinstance(tpl, str) or not tpl:
+        raise TaskError(f"{where}: template must be a template file's name, got {tpl!r}")
+    if tau is not None and (isinstance(tau, bool) or not isinstance(tau, int | float) or not 0 < tau <= 1):
+        raise TaskError(f"{where}: tau must be a number in (0, 1], got {tau!r}")
+    return Milestone(name, template=tpl, tau=None if tau is None else float(tau))
+
+
 def _milestones(items, where: str) -> tuple[Milestone, ...]:
-    """`milestones = [{ name = "...", addr = ..., mask = ..., value = ..., op = ... }, ...]`, in chain order."""
+    """`milestones = [{ name = "...", addr = ..., mask = ..., value = ..., op = ... }, ...]` (RAM event flags) or
+    `{ name = "...", template = "file.npz", tau = ... }` (a screen) entries, in chain order."""
     if not isinstance(items, list | tuple):
         raise TaskError(f"{where}: milestones must be a list of tables")
     out, names = [], set()
@@ -146,8 +162,11 @@ def _milestones(items, where: str) -> tuple[Milestone, ...]:
         if name in names:
             raise TaskError(f"{where}: milestone name {name!r} is given twice")
         names.add(name)
-        (cond,) = _ram_conditions([{k: v for k, v in item.items() if k != "name"}], f"{where}: milestone {name}",
-                                  "milestones")
+        rest = {k: v for k, v in item.items() if k != "name"}
+        if "template" in rest:
+            out.append(_screen_milestone(name, rest, f"{where}: milestone {name}"))
+            continue
+        (cond,) = _ram_conditions([rest], f"{where}: milestone {name}", "milestones")
         out.append(Milestone(name, cond))
     if len(out) > 32:
         raise TaskError(f"{where}: at most 32 milestones, got {len(out)}")
@@ -314,7 +333,8 @@ def task_files(spec: str | Task | None) -> list[Path]:
         task = load_task(spec)
     except GbxculeError:
         return files
-    named = [*task.start.states, *([task.template] if task.template not in (None, "solution") else [])]
+    named = [*task.start.states, *([task.template] if task.template not in (None, "solution") else []),
+             *(m.template for m in task.milestones if m.template)]
     for name in named:
         files += [Path(name), Path(task.base_dir) / name]
     return files
