@@ -103,11 +103,10 @@ class GameEnv:
     spread_clocks: each env's first episode after a reset ends at a seeded step in [1, max_steps], so
         truncations do not all fall on one step.
     show_milestones: draw the task's milestone flags (RAM event flags as they are now, screens as held in the
-        episode) over the last row
-        of every observation, 4 pixels each (shade 3 where held, 0 where not; the rest of the row 0): the
-        game's hidden progress made visible, as Pokemon Red agents observe event flags. True ("on") needs a
-        task with milestones (at most 20); "auto" draws them where the task has some; goal templates are
-        scored on the frame without them.
+        episode) over the last row of every observation, 4 pixels each (shade 3 where held, 0 where not; the
+        rest of the row 0): the game's hidden progress made visible, as Pokemon Red agents observe event
+        flags. True ("on") needs a task with milestones (at most 20); "auto" draws them where the task has
+        some; goal templates and screen milestones are scored on the frame without them.
     """
 
     def __init__(self, rom: str | Path | Rom | None = None, num_envs: int = 1, device: str = "cpu",
