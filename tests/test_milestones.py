@@ -434,3 +434,50 @@ def test_a_screen_milestone_whose_template_is_missing_or_does_not_fit_is_one_lin
     GoalTemplate(np.zeros((1, 72, 80), dtype=np.uint8), np.ones((72, 80), dtype=bool), meta).save(tmp_path / "hall.npz")
     with pytest.raises(TemplateError, match="does not fit"):
         GameEnv(num_envs=1, task=task, stack_k=2)
+
+
+def test_a_screen_milestone_keys_archive_cells_and_an_episode_from_a_cell_holds_it_again(tmp_path):
+    """With the state archive, a screen milestone is part of the cell: the same place before and after the screen
+    are two cells (its bit in the key, as `archive.progress_key` packs it), each cell keeps the milestones its
+    state held, and an episode started from a cell holds the cell's screens at its start although no RAM byte
+    keeps them (and is not paid for them again)."""
+    import numpy as np
+
+    from gbxcule.rl.archive import progress_key
+    from gbxcule.rl.env import GameEnv
+    from gbxcule.rl.goals import GoalTemplate, ram_key, ram_rows
+
+    n = 32
+    script = actions(LEAVE + " U N2 D N2") + [0] * 12  # out of the house, back in through the door, out again
+    rec = game_env("from_bed", n=1)
+    rec.reset(seed=0)
+    for a in script[:12]:
+        rec.step(torch.tensor([a]))
+    goal = rec.obs[0, -1].numpy().copy()  # the town, just outside
+    GoalTemplate(goal[None], np.ones((72, 80), dtype=bool), rec.template_meta()).save(tmp_path / "out.npz")
+    start = GAME.index("milestones = [")
+    pack = (GAME[:start] + 'milestones = [{ name = "outside", template = "out.npz", tau = 0.02 }]\n'
+            + GAME[GAME.index("[tasks.from_bed]"):])
+    task = parse_pack(pack, str(tmp_path / "ms.toml"), base_dir=str(tmp_path))["from_bed"]
+    env = GameEnv(num_envs=n, task=task, archive={"capacity": 64, "p_start": 0.0, "inserts": n, "max_steps": 30})
+    env.reset(seed=0)
+    a = env.archive
+    rows = torch.tensor(ram_rows([0xC100, 0xC101, 0xC102], env.backend.layout))
+    seen = set()
+    for t, act in enumerate(script[:29], 1):
+        env.step(torch.full((n,), act))
+        place, bits = ram_key(env.ram, rows), env.milestones[0].to(torch.int64)
+        assert env.cell_keys().tolist() == progress_key(place, bits, a._place_bits, 1).tolist(), t
+        seen |= {(int(p), int(b)) for p, b in zip(place, bits, strict=True)}
+    assert {p for p, b in seen if b} & {p for p, b in seen if not b}  # one place before and after: two cells
+    flagged = int((a.flags[:int(a.count)] != 0).sum())
+    assert 0 < flagged < int(a.count)
+    _, r, term, trunc, _ = env.step(torch.zeros(n, dtype=torch.int64))  # the step limit: every env starts from a cell
+    assert bool(trunc.all()) and bool(a.from_archive.all())
+    from_cell = a.flags.gather(0, a.start_row) != 0
+    shows = torch.tensor([bool(np.abs(env.obs[e, -1].numpy().astype(int) - goal).sum() < np.ceil(0.02 * 3 * 5760))
+                          for e in range(n)])
+    assert env.milestones[0].tolist() == (from_cell | shows).tolist()
+    assert bool((from_cell & ~shows).any())  # held from the cell alone, not from its first frame
+    _, r, *_ = env.step(torch.zeros(n, dtype=torch.int64))
+    assert not bool(((r > 0) & from_cell).any())  # not paid again

@@ -211,6 +211,7 @@ class StateArchive:
         self.wins = torch.zeros(m + 1, **i64)  # and succeeded
         self.sums = torch.zeros(m + 1, dtype=torch.int32, device=dev)  # template distance sum of its first frame
         self.progress = torch.zeros(m + 1, **i64)  # milestones its state holds
+        self.flags = torch.zeros(m + 1, **i64)  # which, as bits: an episode started there holds its screens again
         self.parent = torch.full((m + 1,), m, **i64)  # the cell its stored path came through (m: none)
         self.goal_hit = torch.zeros(m + 1, dtype=torch.bool, device=dev)  # an episode reached the goal from it
         self.on_route = torch.zeros(m + 1, dtype=torch.bool, device=dev)  # on a stored path to a goal_hit cell
@@ -244,10 +245,12 @@ class StateArchive:
         # the cell key (RAM cell bytes, or None: a coarse frame hash) and the per-env start records
         self.cell_rows = cell_rows
         self.cell_mode = "pixels" if cell_rows is None else "ram"
-        # progress-aware cells: the task's milestones (a `goals.RamGoal` of one condition each) held now
+        # progress-aware cells: the task's milestones (a `goals.Milestones`: RAM flags as they hold now, screens as
+        # the episode holds them)
         self.milestones = milestones if cfg.progress == "auto" else None
         self._held = torch.zeros(n, **i64)  # how many each env holds (at its last cell_keys)
-        k = 0 if self.milestones is None else len(self.milestones.conditions)
+        self._flags = torch.zeros(n, **i64)  # and which, as bits
+        k = 0 if self.milestones is None else self.milestones.k
         self._bit = (torch.ones(k, 1, **i64) << torch.arange(k, **i64)[:, None]) if k else None
         # a task's cell detail (RAM cells only): (a `goals.RamGoal`, the rows of its bytes), above the place's bytes
         self.detail = detail if cell_rows is not None else None
@@ -264,8 +267,8 @@ class StateArchive:
     def for_env(cls, cfg: ArchiveConfig, task, layout, num_envs: int, first_slot: int, device, seed: int,
                 max_steps: int, milestones=None) -> StateArchive:
         """The archive of an env of `task` (its `cells` bytes, else its novelty bytes, name a place, and its
-        `cell_detail` adds bytes while a condition holds; none: frames; `milestones`: the task's, a `RamGoal` of one
-        condition each, for progress-aware cells)."""
+        `cell_detail` adds bytes while a condition holds; none: frames; `milestones`: the task's, a
+        `goals.Milestones`, for progress-aware cells)."""
         import torch
 
         addrs = (task.cells or task.novelty_ram) if task is not None else ()
@@ -279,9 +282,10 @@ class StateArchive:
         return cls(cfg, num_envs, first_slot, device, seed, area_keys=mode == "ram", max_steps=max_steps,
                    cell_rows=rows, milestones=milestones, detail=detail)
 
-    def cell_keys(self, ram, latest):
+    def cell_keys(self, ram, latest, held=None):
         """int64 [N]: each env's cell now: its RAM cell bytes packed (`ram`: [bytes, N]), or a coarse hash of its
-        newest frame (`latest`: [N, 72, W]); with progress-aware cells also the milestones it holds (`progress_key`)."""
+        newest frame (`latest`: [N, 72, W]); with progress-aware cells also the milestones it holds (`progress_key`:
+        RAM flags as they hold now, screens as its episode holds them, `held`: bool [K, N])."""
         place = (ram_key(ram, self.cell_rows) if self.cell_rows is not None
                  else frame_key(latest, self.cfg.pixel_cell, self.cfg.pixel_levels))
         if self.detail is not None:  # where the condition holds: a set bit, then the detail bytes, above the place
@@ -289,9 +293,16 @@ class StateArchive:
             place = place | ((((ram_key(ram, rows) << 1) | 1) * on.evaluate(ram)) << self._detail_shift)
         if self.milestones is None:
             return place
-        held = self.milestones.each(ram)
+        held = self.milestones.flags(ram, held)
         self._held.copy_(held.sum(0))
-        return progress_key(place, (held.to(self._bit.dtype) * self._bit).sum(0), self._place_bits, len(held))
+        self._flags.copy_((held.to(self._bit.dtype) * self._bit).sum(0))
+        return progress_key(place, self._flags, self._place_bits, len(held))
+
+    def start_flags(self):
+        """bool [K, N]: the milestones held by the cell each env's episode started from (none from the task's
+        start): what a screen milestone's start holds, which no state keeps."""
+        bits = self.torch.where(self.from_archive, self.flags.gather(0, self.start_row), 0)
+        return (bits[None] & self._bit) != 0
 
     # --- the env's calls ------------------------------------------------------------------------------------------
     def step(self, keys, steps, ep_return, sums, terminated, seed: int):
@@ -384,7 +395,7 @@ class StateArchive:
         valid = top >= 0
         key_b, found_b, row_b = keys[env_b], found[env_b], row[env_b]
         dup = ((key_b[:, None] == key_b[None, :]) & self._earlier & valid[None, :]).any(1)
-        held = self._held[env_b] if self.milestones is not None else None
+        held = (self._held[env_b], self._flags[env_b]) if self.milestones is not None else None
         slot_b, write = self._admit(valid & ~dup, found_b, row_b, key_b, steps[env_b], returns[env_b], sums[env_b],
                                     held, (self.new & ~room).sum(), self.last_row[env_b] if self.routes else None)
         self.save_mask.zero_()
@@ -412,8 +423,8 @@ class StateArchive:
         self.steps[slot_b] = steps_b
         self.ret[slot_b] = ret_b
         self.sums[slot_b] = sums_b
-        if held_b is not None:
-            self.progress[slot_b] = held_b
+        if held_b is not None:  # (how many milestones, which)
+            self.progress[slot_b], self.flags[slot_b] = held_b
         if parent_b is not None:
             self.parent[slot_b] = torch.where(parent_b == slot_b, m, parent_b)
             self.parent[m:m + 1].fill_(m)
@@ -438,15 +449,15 @@ class StateArchive:
     # --- sharing across processes (once per update; docs/training.md "Several GPUs") ------------------------------
     def outbox(self, limit: int):
         """Up to `limit` rows inserted or improved since the last `outbox` (new cells first, then by steps from the
-        start): (rows int64 [limit], valid bool [limit], records int64 [limit, 5]: key, steps, return's float32 bits,
-        template sum, milestones held). Fixed shapes, no host read; the rows stop being fresh."""
+        start): (rows int64 [limit], valid bool [limit], records int64 [limit, 6]: key, steps, return's float32 bits,
+        template sum, milestones held, their bits). Fixed shapes, no host read; the rows stop being fresh."""
         torch, m = self.torch, self.m
         prio = torch.where(self.fresh[:m], (1 << 40) - self.steps[:m].clamp(0, STEP_CAP), -1)
         top, rows = torch.topk(prio, min(limit, m))
         valid = top >= 0
         self.fresh.zero_()
         rec = torch.stack([self.keys[rows], self.steps[rows], self.ret[rows].view(torch.int32).to(torch.int64),
-                           self.sums[rows].to(torch.int64), self.progress[rows]], 1)
+                           self.sums[rows].to(torch.int64), self.progress[rows], self.flags[rows]], 1)
         return rows, valid, rec
 
     def merge(self, valid, rec):
@@ -465,7 +476,7 @@ class StateArchive:
         first[order[1:]] = k_sorted[1:] != k_sorted[:-1]
         keep = cand & first
         ret = rec[:, 2].to(torch.int32).view(torch.float32)
-        held = rec[:, 4] if self.milestones is not None else None
+        held = (rec[:, 4], rec[:, 5]) if self.milestones is not None else None
         return self._admit(keep, found, row, keys, steps, ret, rec[:, 3].to(torch.int32), held, 0,
                            torch.full_like(row, self.m) if self.routes else None)  # another's path: no parent here
 
@@ -642,8 +653,10 @@ class StateArchive:
 
     # --- state ------------------------------------------------------------------------------------------------
     TENSORS = ("keys", "sorted", "order", "count", "clock", "visits", "steps", "ret", "best", "chosen", "found", "sums",
-               "progress", "area_seen", "next_depth", "stats", "depth_stats", "tries", "wins", "parent", "goal_hit")
-    SINCE = {"tries", "wins", "progress", "parent", "goal_hit"}  # added later: a checkpoint without them has none
+               "progress", "area_seen", "next_depth", "stats", "depth_stats", "tries", "wins", "parent", "goal_hit",
+               "flags")
+    # added later: a checkpoint without them has none
+    SINCE = {"tries", "wins", "progress", "parent", "goal_hit", "flags"}
 
     RECORDS = ("off_steps", "off_ret", "from_archive", "start_row", "last_row")  # per env
 
@@ -692,7 +705,7 @@ class StateArchive:
                 for name in ("keys", "visits", "steps", "ret", "best", "chosen", "found", "tries", "wins")}
 
 
-CELL_RECORD_BYTES = 12 * 8 + 3 * 4 + 2  # a cell's records beside its slot: keys, steps, counts, progress, route
+CELL_RECORD_BYTES = 13 * 8 + 3 * 4 + 2  # a cell's records beside its slot: keys, steps, counts, progress, route
 
 
 def progress_key(place, bits, place_bits: int, count: int):

@@ -352,14 +352,14 @@ class GameEnv:
         """The state archive: the env's start-state provider (rl/archive.py)."""
         self.archive = StateArchive.for_env(self.archive_cfg, self.task, self.backend.layout, self.num_envs,
                                             self.num_slots, self.device, self.seed, self.max_steps,
-                                            milestones=None if self._milestones is None else self._milestones.ram)
+                                            milestones=self._milestones)
         self.cell_mode = self.archive.cell_mode
         self._rmask_wp = self._wp.from_torch(self.archive.restore_mask)
         self._n_const.fill_(float(self.num_envs - self.archive.n_explore))  # the rates are over the counted envs
 
     def cell_keys(self):
         """int64 [N]: each env's archive cell now (its RAM cell bytes packed, or a coarse hash of its frame)."""
-        return self.archive.cell_keys(self._ram, self._latest)
+        return self.archive.cell_keys(self._ram, self._latest, self.milestones)
 
     # --- reset and step -----------------------------------------------------------------------------------
     def reset(self, seed: int | None = None):
@@ -379,10 +379,10 @@ class GameEnv:
         if self.archive is not None:
             self.archive.swarm_dst.zero_()
         self._restore_done(seed)
+        if self._milestones is not None:  # what the start already holds is no milestone of the episode
+            self.milestones.copy_(self._start_milestones())
         if self.archive is not None:
             self.archive.mark_areas(self.cell_keys())
-        if self._milestones is not None:  # what the start already holds is no milestone of the episode
-            self.milestones.copy_(self._milestones.each(self._ram, self.obs[:, -1]))
         if self.show_milestones:
             self._draw_milestones(self._done)
         if self._limit is not None and self.archive is None:
@@ -459,11 +459,22 @@ class GameEnv:
         if self.milestone_names:
             self.milestones.copy_(self.milestones.index_select(1, idx))
 
+    def _start_milestones(self):
+        """bool [K, N]: what each env's start holds (read for the envs just restored): its RAM flags and the screens
+        its newest frame shows; from an archive cell also the screens the cell held, after a swarm jump the
+        source's (the clone copied them)."""
+        held = self._milestones.each(self._ram, self.obs[:, -1])
+        a = self.archive
+        if a is None or not self._milestones.screens or a.milestones is None:
+            return held
+        kept = self.torch.where(a.swarm_dst, self.milestones, a.start_flags())
+        return held | (kept & self._milestones.is_screen)
+
     def _draw_milestones(self, restored=None) -> None:
         """show_milestones: the flags held now over the last row of the newest frame, or of every stacked frame
         of the envs in `restored` (bool [N]: their whole stack is their start's first frame)."""
         torch, strip = self.torch, self._strip
-        held = self._milestones.shown(self._ram, self.milestones)  # [M, N]
+        held = self._milestones.flags(self._ram, self.milestones)  # [M, N]
         strip[:, :len(self._strip_cols)] = held.t().index_select(1, self._strip_cols).to(torch.uint8) * self._strip_ink
         row = self._ring[:, :, 71]  # [N, ring frames, W]
         if restored is None:
@@ -583,8 +594,7 @@ class GameEnv:
         self.episodes += self._done
         self._restore_done(self.seed)
         if self._milestones is not None:  # a new episode holds what its start holds
-            torch.where(self._done, self._milestones.each(self._ram, self.obs[:, -1]), self.milestones,
-                        out=self.milestones)
+            torch.where(self._done, self._start_milestones(), self.milestones, out=self.milestones)
         if self.show_milestones:
             self._draw_milestones(self._done)
         keep = ~self._done

@@ -307,7 +307,9 @@ class Milestones:
             raise GoalError("each milestone is either a RAM condition or a screen")
         ram_at = [i for i, c in enumerate(conditions) if c is not None]
         screen_at = [i for i, s in enumerate(screens) if s is not None]
+        self.k = len(conditions)
         self.ram = RamGoal([conditions[i] for i in ram_at], layout, device) if ram_at else None
+        self.is_screen = torch.tensor([s is not None for s in screens], dtype=torch.bool, device=device)[:, None]
         self.screens = [screens[i] for i in screen_at]
         self.ram_at = torch.tensor(ram_at, dtype=torch.int64, device=device)
         stacked = ram_at + screen_at  # the chain position of each row of the stacked tests
@@ -324,11 +326,14 @@ class Milestones:
         held = parts[0] if len(parts) == 1 else torch.cat(parts)
         return held if self.order is None else held.index_select(0, self.order)
 
-    def shown(self, ram, held):
-        """bool [K, N]: what `show_milestones` draws: a RAM milestone as it holds now, a screen as `held` (bool
-        [K, N], the episode's: a screen holds only while shown, its progress stays)."""
+    def flags(self, ram, held=None):
+        """bool [K, N]: each env's milestone flags, what `show_milestones` draws and progress-aware cells key by: a
+        RAM milestone as it holds now, a screen as `held` (bool [K, N], the episode's: a screen holds only while
+        shown, its progress stays; not needed where there is no screen)."""
         if self.ram is None:
             return held
+        if not self.screens:
+            return self.ram.each(ram)
         return held.index_copy(0, self.ram_at, self.ram.each(ram))
 
 
