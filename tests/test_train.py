@@ -4,6 +4,7 @@ evaluates; bad input gives one line and never clobbers a good checkpoint."""
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -406,6 +407,42 @@ def test_the_eval_beside_training_ends_once_every_episode_has(tmp_path):
     while bg.poll() is None:
         bg.tick()
     assert bg.run is None and bg.ticks == 6
+
+
+def test_the_eval_device_is_the_trainings_unless_a_gpu_no_process_trains_on_is_named():
+    from gbxcule.rl.config import eval_device_name
+
+    assert eval_device_name(None, "cuda") == "cuda" and eval_device_name(None, "cpu", gpus=0) == "cpu"
+    assert eval_device_name("cpu", "cpu", gpus=0) == "cpu" and eval_device_name("cpu", "cuda:1", gpus=2) == "cpu"
+    assert eval_device_name("cuda:1", "cuda", gpus=2) == "cuda:1"  # another GPU of a one-process run
+    assert eval_device_name("cuda:0", "cuda", gpus=2) == "cuda"
+    assert eval_device_name("cuda", "cuda:1", gpus=2) == "cuda:0"  # "cuda" names cuda:0
+    assert eval_device_name("cuda:1", "cuda:1", local_processes=2, gpus=2) == "cuda:1"  # its own: the default
+    assert eval_device_name("cuda:3", "cuda:0", local_processes=3, gpus=4) == "cuda:3"
+    for value, train_device, procs, gpus, says in [
+            ("tpu", "cpu", 1, 0, "must be cpu, cuda or cuda:N"), ("cuda:x", "cuda", 1, 2, "must be cpu, cuda"),
+            ("cuda:1", "cpu", 1, 0, "none was found"), ("cuda:2", "cuda", 1, 2, "shows 2 GPU(s), cuda:0 to cuda:1"),
+            ("cuda:1", "cuda:0", 2, 2, "process 1 of this host trains there")]:
+        with pytest.raises(ConfigError, match=re.escape(says)) as err:
+            eval_device_name(value, train_device, local_processes=procs, gpus=gpus)
+        assert "\n" not in str(err.value)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_evals_on_another_gpu_report_what_evals_on_the_trainings_do(tmp_path):
+    """`run.eval_device`: the periodic evals beside training and the final one, on a second GPU, give the same
+    figures as on the training's (and the training's own numbers stay as they were)."""
+    rows = []
+    for name, where in (("same", None), ("other", "cuda:1")):
+        cfg = tiny(tmp_path / name, eval_every=48, eval_episodes=2, eval_background=True, checkpoint_every=50,
+                   device="cuda:0", eval_device=where)
+        cfg.env.max_steps = 12
+        train(cfg)
+        rows.append(metrics(tmp_path / name))
+    keys = ("env_steps", "loss", "entropy", "eval/env_steps", "eval/greedy_success", "eval/greedy_return",
+            "eval/median_steps")
+    assert [[r.get(k) for k in keys] for r in rows[0]] == [[r.get(k) for k in keys] for r in rows[1]]
+    assert any("eval/greedy_success" in r for r in rows[1])
 
 
 def test_periodic_eval_beside_training_logs_each_result_at_its_weights_env_steps(tmp_path):

@@ -72,6 +72,9 @@ class RunConfig:
     # eval steps played after each training step: an eval of a long step limit beside a large training env (whose
     # step takes several times the eval's) ends that many times sooner, the eval's small launches filling the GPU
     eval_background_steps: int = knob(1, min=1, max=64, resume=CHANGE)
+    # where the periodic and final evals run (their env and a copy of the weights): a GPU no process trains on keeps
+    # their launches off the training's (docs/training.md "Periodic evals"); none: the training's device
+    eval_device: str | None = knob(None, resume=CHANGE)
     cudnn_benchmark: bool = knob(False, resume=CHANGE)  # CUDA: cuDNN times its conv algorithms, keeps the fastest
     deterministic: bool = knob(False, resume=CHANGE)  # CUDA: deterministic algorithms (ops without one warn)
     success_window: int = knob(256, min=1, resume=CHANGE)  # the progress bar's success: over >= this many episodes
@@ -226,6 +229,37 @@ def resolve_device(device: str) -> str:
     if device != "cpu" and not device.startswith("cuda"):
         raise ConfigError(f"run.device must be auto, cpu, cuda or cuda:N, got {device!r}")
     return device
+
+
+def eval_device_name(value: str | None, train_device: str, local_processes: int = 1,
+                     gpus: int | None = None) -> str:
+    """The device of the periodic and final evals (`run.eval_device`) for a process training on `train_device`:
+    `train_device` itself for none or that device, else "cpu" or "cuda:N". A ConfigError (one line) names an
+    unknown device, a GPU this host lacks (`gpus`: its count, default torch's) or, where `local_processes` > 1
+    processes train on this host's cuda:0.., one of theirs."""
+    if value is None:
+        return train_device
+    name = str(value)
+    if name != "cpu" and name != "cuda" and not (name.startswith("cuda:") and name[5:].isdigit()):
+        raise ConfigError(f"run.eval_device must be cpu, cuda or cuda:N, got {value!r}")
+    if name == "cpu":
+        return train_device if train_device == "cpu" else "cpu"
+    if gpus is None:
+        import torch
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus < 1:
+        raise ConfigError(f"run.eval_device {name} needs an NVIDIA GPU that torch can use; none was found")
+    index = int(name[5:]) if ":" in name else 0
+    if index >= gpus:
+        raise ConfigError(f"run.eval_device {name}: this host shows {gpus} GPU(s), cuda:0 to cuda:{gpus - 1}")
+    train_index = int(train_device[5:]) if train_device.startswith("cuda:") else 0
+    if train_device.startswith("cuda") and index == train_index:
+        return train_device
+    if local_processes > 1 and index < local_processes:
+        raise ConfigError(f"run.eval_device {name}: process {index} of this host trains there; name a GPU none of "
+                          f"the {local_processes} processes trains on (they take cuda:0 to cuda:{local_processes - 1})")
+    return f"cuda:{index}"
 
 
 # --- the env section ---------------------------------------------------------------------------------------------

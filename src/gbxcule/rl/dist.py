@@ -64,11 +64,13 @@ def dynamo_first() -> None:
 
 
 class World:
-    """The processes of one run: `rank` of `size`, `local_rank` on this host. A world of one does nothing."""
+    """The processes of one run: `rank` of `size`, `local_rank` of `local_size` on this host. A world of one does
+    nothing."""
 
     def __init__(self, rank: int = 0, size: int = 1, local_rank: int = 0, backend: str | None = None,
-                 ctrl=None, owns_group: bool = False):
+                 ctrl=None, owns_group: bool = False, local_size: int = 1):
         self.rank, self.size, self.local_rank, self.backend = rank, size, local_rank, backend
+        self.local_size = local_size
         self._ctrl = ctrl  # the gloo group for host objects (None: the default group, itself gloo)
         self._owns = owns_group
         self._flat: dict = {}
@@ -111,7 +113,8 @@ class World:
         except (RuntimeError, ValueError) as exc:
             raise RankFailure(f"process {rank} of {size} could not join the others ({first_line(exc)}); check "
                               f"MASTER_ADDR/MASTER_PORT or torchrun's --rdzv-endpoint") from None
-        return cls(rank, size, local, dist.get_backend(), ctrl, owns)
+        return cls(rank, size, local, dist.get_backend(), ctrl, owns,
+                   local_size=int(os.environ.get("LOCAL_WORLD_SIZE", size)))
 
     def close(self, clean: bool = True) -> None:
         """Leave the process group (only a clean exit waits on it: after a failure the process just ends)."""

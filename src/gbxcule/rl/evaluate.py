@@ -200,6 +200,21 @@ def run_episodes(env, act, max_steps: int, gif_envs: int = 0) -> dict:
     return {**run.result(), "frames": frames, "frame_successes": frame_successes}
 
 
+def model_for(model, device: str):
+    """`model` where its weights are on `device`, else a frozen copy of it there (for an eval env on another
+    device: `run.eval_device`)."""
+    import copy
+
+    import torch
+
+    want = torch.device(device)
+    if want.type == "cuda" and want.index is None:
+        want = torch.device("cuda", torch.cuda.current_device())
+    if next(model.parameters()).device == want:
+        return model
+    return copy.deepcopy(model).requires_grad_(False).eval().to(want)
+
+
 class BackgroundEval:
     """The periodic greedy eval beside training: `start` copies the live model's weights into a model of its
     own and resets the eval env, each `tick` (called after every training env-step) plays `steps_per_tick` eval
@@ -209,7 +224,9 @@ class BackgroundEval:
     A tick queues nothing while the steps the last one queued are still running:
     an eval step takes about as long on the device as a training step (one thread emulates each Game Boy's frames
     either way), so steps queued faster than they run would fill the stream's queue and hold up the host, and the
-    training's launches with it. On a CPU device each tick runs in turn, with the same results."""
+    training's launches with it. On a CPU device each tick runs in turn, with the same results. The eval's model
+    and stream are on the env's device: on another GPU (`run.eval_device`) `start`'s copy of the weights is queued
+    after the training's work so far and before its next, as torch orders a copy between devices."""
 
     def __init__(self, model, env, amp: str = "off", steps_per_tick: int = 1):
         import copy
@@ -219,7 +236,7 @@ class BackgroundEval:
         if steps_per_tick < 1:
             raise ValueError(f"steps_per_tick must be >= 1, got {steps_per_tick}")
         self.env, self.amp, self.steps_per_tick = env, amp, steps_per_tick
-        self.model = copy.deepcopy(model).requires_grad_(False).eval()
+        self.model = copy.deepcopy(model).requires_grad_(False).eval().to(env.device)
         for p in self.model.parameters():
             p.grad = None
         self.stream = new_stream(env.device)

@@ -50,7 +50,7 @@ from gbxcule.core.fmt import num, pct
 from gbxcule.core.memory import CUDA_WORKING_FACTOR, MODEL_ALLOWANCE, MemoryLimitError, Need, gib, oom_summary
 from gbxcule.core.outputs import write_output
 from gbxcule.rl import explore
-from gbxcule.rl.config import make_env, obs_bytes, portable, resolve_device, to_dict
+from gbxcule.rl.config import eval_device_name, make_env, obs_bytes, portable, resolve_device, to_dict
 from gbxcule.rl.dist import RankFailure, World, quiet
 from gbxcule.rl.evaluate import (
     BackgroundEval,
@@ -58,6 +58,7 @@ from gbxcule.rl.evaluate import (
     env_input_files,
     evaluate_model,
     make_eval_env,
+    model_for,
     periodic_eval_seed,
 )
 from gbxcule.rl.rundir import ARCHIVE_NAME, BEST_NAME, POLICY_NAME, CheckpointError, Run, check_run_dir
@@ -201,6 +202,7 @@ class Session:
             torch.cuda.set_device(self.device)
         if self.cuda:
             cuda_algorithms(self.cfg.run.cudnn_benchmark, self.cfg.run.deterministic)
+        self.eval_device = eval_device_name(cfg.run.eval_device, self.device, self.world.local_size)
         if ck is not None and ck.get("world_size", 1) != self.world.size:
             n = ck.get("world_size", 1)
             raise CheckpointError(f"--resume: the run trained on {n} process(es), this start has {self.world.size}: "
@@ -221,6 +223,8 @@ class Session:
         seed_everything(self.seed)
         self.env = make_env(cfg.env, self.device, self.seed, keep_final_obs=True, info_mode="none",
                             memory_reserve=reserve, **(env_kwargs or {}))
+        if self.eval_device != self.device:
+            self.echo(f"evals on {self.eval_device} (run.eval_device), training on {self.device}")
         if self.env.archive is not None:
             self.echo(f"state archive: {self.env.archive.m:,} cells of {self.env.cell_mode} keys, "
                       f"{self.env.archive_bytes / 2**20:,.0f} MiB on {self.device}")
@@ -590,18 +594,19 @@ class Session:
 
     def _make_eval_env(self):
         if self._eval_env is None:
-            self._eval_env = make_eval_env(self.cfg.env, self.cfg.run.eval_episodes, self.device,
+            self._eval_env = make_eval_env(self.cfg.env, self.cfg.run.eval_episodes, self.eval_device,
                                            periodic_eval_seed(self.cfg.run.seed))
         return self._eval_env
 
     def evaluate(self) -> dict:
         """The live model's greedy success over `run.eval_episodes` episodes from their own start states, on an
-        env of its own (built once; the training envs are not touched). Rank 0 alone evaluates."""
+        env of its own on `run.eval_device` (built once; the training envs are not touched). Rank 0 alone
+        evaluates."""
         self._make_eval_env()
         rng = torch.get_rng_state()
         cuda_rng = torch.cuda.get_rng_state() if self.cuda else None
         try:
-            return evaluate_model(self._model, self._eval_env, modes=("greedy",),
+            return evaluate_model(model_for(self._model, self.eval_device), self._eval_env, modes=("greedy",),
                                   seed=periodic_eval_seed(self.cfg.run.seed), amp=self.cfg.section.amp)
         finally:  # the eval draws nothing from the training's random streams
             torch.set_rng_state(rng)
