@@ -641,6 +641,31 @@ def test_sigterm_stops_with_a_checkpoint_and_exit_143(tmp_path, monkeypatch):
     assert rc == 143 and "stopped by SIGTERM after update 2" in err, err
 
 
+def test_sigterm_as_the_run_ends_skips_the_final_eval_and_exits_143(tmp_path, monkeypatch):
+    """A stop asked for after the last update's stop check (during its eval, say) finds the run complete: its
+    policy and checkpoint are kept, the final eval (eval.json, minutes on a long task) is not played."""
+    from gbxcule.rl.session import Session
+
+    real = Session.evaluate
+
+    def evaluate(self):  # SIGTERM while the last update's eval plays
+        if self.update >= self.num_updates:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(self)
+
+    d = tmp_path / "run"
+    monkeypatch.setattr(Session, "evaluate", evaluate)
+    rc, out, err = train_cli(*TINY, "--eval-episodes", "2", "--max-steps", "12", "--run-dir", d)
+    monkeypatch.undo()
+    assert rc == 143, err
+    assert f"SIGTERM as the run ended: no final eval (eval.json); gbxcule eval {d} plays its policy" in err
+    summary = json.loads((d / "summary.json").read_text())
+    assert summary["stopped"] == "done" and summary["signal"] == "SIGTERM" and summary["updates"] == 4
+    assert (d / "policy.pt").is_file() and not (d / "eval.json").exists()
+    rc, _, err = train_cli(*TINY, "--eval-episodes", "2", "--max-steps", "12", "--run-dir", tmp_path / "plain")
+    assert rc == 0 and (tmp_path / "plain" / "eval.json").is_file(), err  # without the signal: the eval
+
+
 def test_a_resumed_folder_must_hold_its_own_runs_checkpoint(straight, tmp_path):
     d = copy_run(straight[0], tmp_path / "run")
     config = json.loads((d / "config.json").read_text())

@@ -213,8 +213,8 @@ EXIT_SIGINT, EXIT_SIGTERM = 128 + 2, 128 + 15
 
 
 def interrupted_exit(summary: dict) -> int:
-    """0, or for a run stopped by a signal 128 + its number, as shells expect of a stopped command (so that
-    `gbxcule train ... && gbxcule eval ...` stops too)."""
-    if summary.get("stopped") != "interrupted":
+    """0, or for a run stopped by a signal (or one that came as it ended) 128 + its number, as shells expect of a
+    stopped command (so that `gbxcule train ... && gbxcule eval ...` stops too)."""
+    if summary.get("stopped") != "interrupted" and not summary.get("signal"):
         return 0
     return EXIT_SIGTERM if summary.get("signal") == "SIGTERM" else EXIT_SIGINT

@@ -671,7 +671,7 @@ class Session:
                         "device": self.device, "world_size": self.world.size, "rank": self.world.rank,
                         "wall_s": self.train_wall(), "startup_s": self.startup_s, "grad_steps": self.grad_steps,
                         "checkpoint_update": self._saved_update, "final_policy": final, "last": self.last,
-                        "signal": self._stop_signal if self.stopped == "interrupted" else None}
+                        "signal": self._stop_signal}  # also one that came after the last update's stop check
         if completed and self.grad_steps == 0:  # nothing was learned: no policy, no eval, a non-zero exit
             self.summary["stopped"] = "no_learning"
             if self.lead:
