@@ -300,8 +300,8 @@ def _fake_run(folder: Path, seed: int, evals: list[float]) -> None:
              "eval/env_steps": 100 * (i + 1), "eval/wall_s": 2.0 * (i + 1) + 1.5, "eval/elapsed_s": 10.0 + 2 * (i + 1)}
             for i, g in enumerate(evals)]
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (folder / "summary.json").write_text(json.dumps({"wall_s": 2.0 * len(evals), "startup_s": 10.0, "stopped": "done",
-                                                     "final_policy": {"source": "last"}}))
+    (folder / "summary.json").write_text(json.dumps({"wall_s": 2.0 * len(evals) + 3.0, "startup_s": 10.0,
+                                                     "stopped": "done", "final_policy": {"source": "last"}}))
     (folder / "eval.json").write_text(json.dumps({"greedy": {"success_rate": evals[-1], "stuck_rate": 0.25,
                                                               "stuck_actions": {"up": 2},
                                                               "failed_at": {"5,1,9": 3}, "failed_at_cells":
@@ -330,6 +330,7 @@ def test_summarize_writes_one_summary_json_per_figure(tmp_path):
     assert (data["tree"], data["machine"], data["date"]) == ("0123456", "NVIDIA H200 (host box)", "2026-11-29")
     a, b = data["numbers"]["runs"]
     assert (a["seed"], a["num_envs"], a["target"], a["env_steps"], a["training_s"]) == (0, 8, 0.9, 500, 10.0)
+    assert a["end_s"] == 13.0  # the run's end, after the evals it waited for once training had stopped
     # an eval beside training reports after its weights were made: both times are kept
     assert a["to_target"] == {"elapsed_s": 14.0, "training_s": 5.5, "weights_training_s": 4.0, "env_steps": 200}
     assert a["greedy_evals"] == [0.0, 0.95, 1.0, 0.875, 1.0] and a["final_greedy"] == 1.0 and a["final_sampled"] == 0.5

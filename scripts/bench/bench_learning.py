@@ -102,8 +102,11 @@ def read_run(run_dir: Path, target: float) -> dict:
     # the training seconds of the weights that reached the target (the update that made them): an eval beside
     # training reports its result later, at eval/wall_s
     made = next((r.get("wall_s") for r in rows if hit and r.get("env_steps") == hit["eval/env_steps"]), None)
+    # training seconds at the last update; the run's own end (summary's wall_s) also holds the evals it waited for
+    # after it (the one in flight at a time limit, the last weights')
     return {"updates": len(rows), "env_steps": rows[-1]["env_steps"] if rows else 0,
-            "startup_s": summary.get("startup_s"), "train_s": summary.get("wall_s"), "stopped": summary.get("stopped"),
+            "startup_s": summary.get("startup_s"), "train_s": rows[-1].get("wall_s") if rows else None,
+            "end_s": summary.get("wall_s"), "stopped": summary.get("stopped"),
             "to_target_elapsed_s": hit and hit.get("eval/elapsed_s"),
             "to_target_train_s": hit and hit.get("eval/wall_s"),
             "to_target_weights_s": made,

@@ -63,7 +63,8 @@ def run_entry(folder: Path, target: float | None) -> tuple[dict, list]:
     hit = r["to_target_env_steps"] is not None
     entry = {"run": folder.name, "algo": config.get("algo"), "seed": run_cfg.get("seed"),
              "num_envs": config.get("env", {}).get("num_envs"), "target": goal, "env_steps": r["env_steps"],
-             "updates": r["updates"], "training_s": r["train_s"], "startup_s": r["startup_s"], "stopped": r["stopped"],
+             "updates": r["updates"], "training_s": r["train_s"], "end_s": r["end_s"], "startup_s": r["startup_s"],
+             "stopped": r["stopped"],
              "to_target": {"elapsed_s": r["to_target_elapsed_s"], "training_s": r["to_target_train_s"],
                            "weights_training_s": r["to_target_weights_s"], "env_steps": r["to_target_env_steps"]}
              if hit else None,
