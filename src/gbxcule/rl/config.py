@@ -250,16 +250,18 @@ def eval_device_name(value: str | None, train_device: str, local_processes: int 
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if gpus < 1:
         raise ConfigError(f"run.eval_device {name} needs an NVIDIA GPU that torch can use; none was found")
-    index = int(name[5:]) if ":" in name else 0
+    from gbxcule.rl.starts import device_names
+
+    want = device_names(name)[0]  # "cuda:N"
+    index = int(want[5:])
     if index >= gpus:
         raise ConfigError(f"run.eval_device {name}: this host shows {gpus} GPU(s), cuda:0 to cuda:{gpus - 1}")
-    train_index = int(train_device[5:]) if train_device.startswith("cuda:") else 0
-    if train_device.startswith("cuda") and index == train_index:
+    if train_device != "cpu" and device_names(train_device)[0] == want:
         return train_device
     if local_processes > 1 and index < local_processes:
         raise ConfigError(f"run.eval_device {name}: process {index} of this host trains there; name a GPU none of "
                           f"the {local_processes} processes trains on (they take cuda:0 to cuda:{local_processes - 1})")
-    return f"cuda:{index}"
+    return want
 
 
 # --- the env section ---------------------------------------------------------------------------------------------

@@ -236,13 +236,13 @@ def train(cfg, resume: bool = False, echo=None, *, checkpoint: dict | None = Non
         checkpoint = load_checkpoint(cfg.run.run_dir, need_training=True)
         cfg = resume_config(checkpoint, to_dict(cfg))
     summary = get(cfg.algo).train(cfg, checkpoint, echo)
-    ended = summary["stopped"] in ("done", "time_limit", "stop_at_success")
-    if final_eval and ended and summary.get("signal") and summary.get("rank", 0) == 0 and cfg.run.eval_episodes > 0:
-        if echo is not None:  # a stop asked for while the run ended (its last eval, say): no more waiting
-            echo(f"{summary['signal']} as the run ended: no final eval (eval.json); gbxcule eval "
-                 f"{summary['run_dir']} plays its policy")
-    elif (final_eval and ended and cfg.run.eval_episodes > 0
+    if (final_eval and summary["stopped"] in ("done", "time_limit", "stop_at_success") and cfg.run.eval_episodes > 0
             and summary.get("rank", 0) == 0):  # on several processes rank 0 alone evaluates
+        if summary.get("signal"):  # a stop asked for while the run ended (its last eval, say): no more waiting
+            if echo is not None:
+                echo(f"{summary['signal']} as the run ended: no final eval (eval.json); gbxcule eval "
+                     f"{summary['run_dir']} plays its policy")
+            return summary
         from gbxcule.core.outputs import write_output
 
         summary["eval"] = evaluate(summary["run_dir"], episodes=cfg.run.eval_episodes, device=summary["device"])
