@@ -438,11 +438,15 @@ def test_evals_on_another_gpu_report_what_evals_on_the_trainings_do(tmp_path):
                    device="cuda:0", eval_device=where)
         cfg.env.max_steps = 12
         train(cfg)
+        assert torch.cuda.current_device() == 0  # Warp's calls on cuda:1 left the training's device current
         rows.append(metrics(tmp_path / name))
-    keys = ("env_steps", "loss", "entropy", "eval/env_steps", "eval/greedy_success", "eval/greedy_return",
-            "eval/median_steps")
+    keys = ("env_steps", "loss", "entropy")
     assert [[r.get(k) for k in keys] for r in rows[0]] == [[r.get(k) for k in keys] for r in rows[1]]
-    assert any("eval/greedy_success" in r for r in rows[1])
+    # on CUDA the update whose end reads an eval beside training depends on the two streams' pace: compare each
+    # eval's figures by the env-steps of the weights it played
+    ev = ("eval/greedy_success", "eval/greedy_return", "eval/median_steps")
+    evals = [{r["eval/env_steps"]: [r.get(k) for k in ev] for r in rs if "eval/greedy_success" in r} for rs in rows]
+    assert evals[0] == evals[1] and len(evals[1]) >= 2
 
 
 def test_periodic_eval_beside_training_logs_each_result_at_its_weights_env_steps(tmp_path):

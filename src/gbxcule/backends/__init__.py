@@ -81,6 +81,21 @@ def new_stream(device: str):
 
 
 @contextmanager
+def on_device(device: str):
+    """Work on `device` inside, and the current CUDA device of before current again after. Warp's calls on a GPU
+    make its context current and leave it so, which moves torch's current device (`current_stream()`, events,
+    RNG state) to that GPU: work on a GPU other than the training's (`run.eval_device`) goes in here. Nothing
+    changes on a CPU device."""
+    if not device.startswith("cuda"):
+        yield
+        return
+    import torch
+
+    with torch.cuda.device(torch.device(device)):
+        yield
+
+
+@contextmanager
 def on_stream(device: str, stream, after_current: bool = False):
     """Launch what runs inside on `stream` (from `new_stream`): torch ops and the backends' Warp kernels alike,
     free to run beside the work of the stream in use before; `after_current`: first wait for that work. Nothing
@@ -124,4 +139,4 @@ def load_start_state(backend: VecBackend, state) -> None:
 
 
 __all__ = ["BACKENDS", "CpuState", "VecBackend", "check_memory", "emulator_need", "load_start_state", "make_backend",
-           "memory_available"]
+           "memory_available", "on_device"]

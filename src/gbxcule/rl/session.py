@@ -593,25 +593,31 @@ class Session:
             row["eval/held_ticks"] = rep["held_ticks"]
 
     def _make_eval_env(self):
+        from gbxcule.backends import on_device
+
         if self._eval_env is None:
-            self._eval_env = make_eval_env(self.cfg.env, self.cfg.run.eval_episodes, self.eval_device,
-                                           periodic_eval_seed(self.cfg.run.seed))
+            with on_device(self.eval_device):  # (on another GPU, the training's stays the current device)
+                self._eval_env = make_eval_env(self.cfg.env, self.cfg.run.eval_episodes, self.eval_device,
+                                               periodic_eval_seed(self.cfg.run.seed))
         return self._eval_env
 
     def evaluate(self) -> dict:
         """The live model's greedy success over `run.eval_episodes` episodes from their own start states, on an
         env of its own on `run.eval_device` (built once; the training envs are not touched). Rank 0 alone
         evaluates."""
+        from gbxcule.backends import on_device
+
         self._make_eval_env()
         rng = torch.get_rng_state()
-        cuda_rng = torch.cuda.get_rng_state() if self.cuda else None
+        cuda_rng = torch.cuda.get_rng_state(self.device) if self.cuda else None
         try:
-            return evaluate_model(model_for(self._model, self.eval_device), self._eval_env, modes=("greedy",),
-                                  seed=periodic_eval_seed(self.cfg.run.seed), amp=self.cfg.section.amp)
+            with on_device(self.eval_device):
+                return evaluate_model(model_for(self._model, self.eval_device), self._eval_env, modes=("greedy",),
+                                      seed=periodic_eval_seed(self.cfg.run.seed), amp=self.cfg.section.amp)
         finally:  # the eval draws nothing from the training's random streams
             torch.set_rng_state(rng)
             if cuda_rng is not None:
-                torch.cuda.set_rng_state(cuda_rng)
+                torch.cuda.set_rng_state(cuda_rng, self.device)
 
     # --- checkpoints --------------------------------------------------------------------------------------------
     def _local_state(self) -> dict:
