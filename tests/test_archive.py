@@ -964,3 +964,89 @@ def test_a_route_round_trips_and_its_starts_continue_bit_for_bit():
     assert repr(other.episode_stats()) == repr(env.episode_stats())
     env.close()
     other.close()
+
+
+def test_cells_keep_the_recurrent_state_that_reached_them():
+    """memory = "cell": a cell inserted or improved keeps the policy state its path reached it with (the scratch
+    row takes the rest), an episode from a cell starts with that state and one from the task's start with zero, a
+    swarm jump takes its source's state now, and the states travel with shared cells and checkpoints."""
+    cfg = ArchiveConfig(capacity=4, inserts=4, p_start=0.0, schedule="fixed", memory="cell")
+    a = StateArchive(cfg, 3, 1, "cpu")
+    a.keep_memory(2)
+    mem = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    keys = torch.tensor([10, 11, 10])  # env 2 in env 0's cell: env 0 ranks first, so its state is kept
+    a.observe(keys, torch.tensor([5, 7, 5]), torch.zeros(3), torch.zeros(3, dtype=torch.int32),
+              torch.ones(3, dtype=torch.bool), mem)
+    assert int(a.count) == 2 and torch.equal(a.cell_mem[:2], mem[:2])
+    a.observe(torch.tensor([11, 12, 12]), torch.tensor([3, 9, 9]), torch.zeros(3),
+              torch.zeros(3, dtype=torch.int32), torch.tensor([True, False, False]), -mem)  # a shorter path to 11
+    assert torch.equal(a.cell_mem[1], -mem[0]) and int(a.count) == 2  # 12 was not eligible
+    done = torch.tensor([True, True, False])
+    a.starts(done, torch.zeros(3, dtype=torch.int64), 0, torch.zeros(3, dtype=torch.int64),
+             torch.zeros(1, dtype=torch.int32))
+    assert bool(a.from_archive[:2].all())
+    assert torch.equal(a.start_mem[:2], a.cell_mem[a.start_row[:2]]) and not bool(a.start_mem[2].any())
+    a.p = 1.0  # from the task's start: zero
+    a.starts(torch.tensor([True, False, False]), torch.zeros(3, dtype=torch.int64), 0,
+             torch.ones(3, dtype=torch.int64), torch.zeros(1, dtype=torch.int32))
+    assert not bool(a.start_mem[0].any()) and torch.equal(a.start_mem[1], a.cell_mem[a.start_row[1]])
+    a.swarm_src.copy_(torch.tensor([0, 0, 1], dtype=torch.int32))  # env 2 jumps to env 1
+    a.jumped(torch.tensor([False, False, True]), torch.zeros(3, dtype=torch.int64), torch.zeros(3), mem)
+    assert torch.equal(a.start_mem[2], mem[1])
+    # shared: another process's archive takes the cells with their states
+    b = StateArchive(cfg, 3, 1, "cpu")
+    b.keep_memory(2)
+    rows, valid, rec = a.outbox(4)
+    out_rows, write = b.merge(valid, rec, a.cell_mem.index_select(0, rows))
+    assert int(b.count) == 2 and all(torch.equal(b.cell_mem[b.lookup(torch.tensor([k]))[1][0]],
+                                                 a.cell_mem[a.lookup(torch.tensor([k]))[1][0]]) for k in (10, 11))
+    # a checkpoint holds them; one without them (or of another size) is refused with one line
+    c = StateArchive(cfg, 3, 1, "cpu")
+    c.keep_memory(2)
+    c.load_state_dict(a.state_dict())
+    assert torch.equal(c.cell_mem, a.cell_mem) and torch.equal(c.start_mem, a.start_mem)
+    other = StateArchive(cfg, 3, 1, "cpu")
+    other.keep_memory(3)
+    with pytest.raises(EnvConfigError, match="policy state"):
+        other.load_state_dict(a.state_dict())
+    zero = StateArchive(ArchiveConfig(capacity=4), 3, 1, "cpu")
+    zero.keep_memory(2)  # memory = "zero" keeps nothing
+    assert zero.cell_mem is None and zero.start_mem is None
+
+
+def test_a_recurrent_policy_starts_episodes_from_cells_with_their_kept_state(tmp_path, monkeypatch):
+    """PPO with ppo.gru and env.archive.memory = "cell": the learner's unroll starts each new episode with the
+    state acting started it with (its cell's), so with one epoch of one minibatch the update replays acting
+    (approx_kl under 1e-10), and an unroll that starts them at zero does not; the run resumes bit for bit; other
+    algorithms and a feed-forward policy are refused with one line."""
+    from gbxcule.rl.algos import ppo
+    from gbxcule.rl.config import ConfigError
+    from gbxcule.rl.rundir import load_checkpoint
+    from gbxcule.rl.training import make_config, train
+
+    def cfg(run_dir, **run):
+        c = _tiny(run_dir, **run)
+        c.env.archive = ArchiveConfig.from_dict({**ARCHIVE_TABLE, "memory": "cell"})
+        c.ppo.gru, c.ppo.learn_share, c.ppo.minibatches, c.ppo.lr = 8, 0.5, 1, 1e-3
+        return c
+
+    s = train(cfg(tmp_path / "straight"))
+    rows = _rows(tmp_path / "straight")
+    assert s["updates"] == 4 and all(r["approx_kl"] < 1e-10 for r in rows), [r["approx_kl"] for r in rows]
+    arch = load_checkpoint(tmp_path / "straight" / "checkpoint.pt")["env"]["archive"]
+    assert arch["cell_mem"].shape == (65, 8) and bool((arch["cell_mem"][:int(arch["count"])].abs().sum(1) > 0).all())
+    assert bool(arch["from_archive"].any())
+    part = tmp_path / "part"
+    assert train(cfg(part, stop_after_updates=2))["stopped"] == "stop_after_updates"
+    train(cfg(part), resume=True)
+    assert _rows(part) == rows
+    real = ppo.unroll
+    monkeypatch.setattr(ppo, "unroll", lambda model, obs, state, dones, starts=None: real(model, obs, state, dones))
+    train(cfg(tmp_path / "zero_starts"))
+    assert max(r["approx_kl"] for r in _rows(tmp_path / "zero_starts")) > 1e-10
+    table = {**ARCHIVE_TABLE, "memory": "cell"}
+    for algo in ("a2c", "dqn", "pqn"):
+        with pytest.raises(ConfigError, match="memory"):
+            make_config(None, {"algo": algo, "env": {"num_envs": 6, "archive": table}})
+    with pytest.raises(ConfigError, match="needs ppo.gru"):
+        make_config(None, {"env": {"num_envs": 6, "archive": table}})

@@ -254,19 +254,26 @@ def test_bench_splits_the_envs_over_processes(tmp_path, capsys):
     assert err.count("\n") == 0 and "not a multiple of --gpus 2" in err
 
 
-def test_a_shared_archive_holds_every_processs_cells_on_each_process(tmp_path):
+@pytest.mark.parametrize("memory", ["zero", "cell"])
+def test_a_shared_archive_holds_every_processs_cells_on_each_process(tmp_path, memory):
     # each update every process offers its new cells to the other (env.archive.share): at each checkpoint both
-    # archives hold the same cells, though each process's envs went their own ways (seed + rank)
+    # archives hold the same cells, though each process's envs went their own ways (seed + rank); a recurrent
+    # policy's states kept with the cells (env.archive.memory = "cell") travel with them
     d = tmp_path / "shared"
+    extra = ["--set", "ppo.gru=8", "--set", "env.archive.memory=cell"] if memory == "cell" else []
     argv = tiny(d, 3, "--task", "talk_to_hiker", "--gpus", "2", "--set", "env.archive.capacity=256",
-                "--set", "env.archive.share=64", "--set", "env.archive.p_start=0.5", "--set", "env.archive.inserts=8")
+                "--set", "env.archive.share=64", "--set", "env.archive.p_start=0.5", "--set", "env.archive.inserts=8",
+                *extra)
     argv[argv.index("--max-steps") + 1] = "6"
     with in_process_launcher():
         assert main(argv) == 0
     ck = load_checkpoint(d, need_training=True)
     mine, other = ck["env"]["archive"], ck["ranks"][0]["env"]["archive"]
-    keys = [set(a["keys"][:int(a["count"])].tolist()) for a in (mine, other)]
-    assert keys[0] == keys[1] and len(keys[0]) > 3
+    keys = [a["keys"][:int(a["count"])].tolist() for a in (mine, other)]
+    assert set(keys[0]) == set(keys[1]) and len(keys[0]) > 3
+    if memory == "cell":  # a cell taken from the other process came with the state its path reached it with
+        same = [torch.equal(mine["cell_mem"][i], other["cell_mem"][keys[1].index(k)]) for i, k in enumerate(keys[0])]
+        assert sum(same) > 3 and bool(mine["cell_mem"][:len(keys[0])].abs().sum(1).gt(0).all())
 
 
 @pytest.mark.parametrize("store", ["device", "host"])

@@ -363,8 +363,8 @@ def test_the_replay_check_above_sees_a_block_unrolled_from_the_wrong_states(tmp_
     the block's own) has a ratio away from 1 once the states differ."""
     real = ppo.unroll
 
-    def wrong_rows(model, obs, state, dones):
-        return real(model, obs, state.roll(1, 0), dones)
+    def wrong_rows(model, obs, state, dones, starts=None):
+        return real(model, obs, state.roll(1, 0), dones, starts)
 
     monkeypatch.setattr(ppo, "unroll", wrong_rows)
     c = tiny(tmp_path, {"gru": 16, "learn_share": 0.5, "minibatches": 1, "epochs": 1, "lr": 1e-3})

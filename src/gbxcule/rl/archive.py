@@ -106,6 +106,10 @@ class ArchiveConfig:
     # capacity is bounded by the host's memory (the same bits either way; the records stay on the device). Where
     # cells live is not what they are, so a resumed run may move them (--resume --set env.archive.store=host)
     store: str = knob("device", choices=("device", "host"), resume=CHANGE)
+    # a recurrent policy's state at the start of an episode from a cell: "zero", as at every other start, or "cell":
+    # the state the policy had when its path reached the cell, kept with the cell (R2D2 keeps recurrent states
+    # with its replay), so an episode from a cell goes on as the one that found it would have (ppo with ppo.gru)
+    memory: str = knob("zero", choices=("zero", "cell"))
 
     def __post_init__(self) -> None:
         try:
@@ -160,6 +164,11 @@ def explorer_envs(archive: dict | ArchiveConfig | None, num_envs: int) -> int:
     return int(ArchiveConfig.from_dict(archive).explorers * num_envs)
 
 
+def keeps_memory(archive: dict | ArchiveConfig | None) -> bool:
+    """Whether an archive of these settings keeps a recurrent policy's state with its cells (memory = "cell")."""
+    return bool(archive) and ArchiveConfig.from_dict(archive).memory == "cell"
+
+
 def hashed_bits(seed: int, ids, counter, salt: int, bits: int = U_BITS):
     """int64 [N]: `bits` (at most 63) well-mixed bits of (seed, salt, id, counter): splitmix64's finaliser of
     `counter * 2**24 + id` (distinct for ids below 2**24) xor a constant of (seed, salt); the same bits on every
@@ -178,7 +187,9 @@ class StateArchive:
 
     Per env it keeps where the running episode started: `off_steps` and `off_ret` (steps and return from the
     task's start at the episode's start), `from_archive` (it started from a cell) and `start_row` (which cell;
-    the scratch row when none)."""
+    the scratch row when none). With `memory = "cell"` (after `keep_memory`) each cell also keeps the recurrent
+    policy's state of the path that reached it (`cell_mem`), and each env the state its running episode started
+    with (`start_mem`: its cell's, a swarm source's, zero from the task's start)."""
 
     def __init__(self, cfg: ArchiveConfig, num_envs: int, first_slot: int, device, seed: int = 0,
                  area_keys: bool = True, max_steps: int = 1000, cell_rows=None, milestones=None, detail=None):
@@ -262,6 +273,16 @@ class StateArchive:
         self.start_row = torch.full((n,), m, **i64)  # which cell (the scratch row: none)
         self.last_row = torch.full((n,), m, **i64)  # the last cell the env was in this episode (m: none yet)
         self.restore_mask = torch.zeros(n, dtype=torch.bool, device=dev)  # envs restored from a start slot or a cell
+        self.cell_mem = self.start_mem = None  # memory = "cell": float32 [m + 1, H] and [N, H] (`keep_memory`)
+
+    def keep_memory(self, size: int) -> None:
+        """memory = "cell": keep a recurrent policy's state of `size` floats with every cell (the env passes each
+        step's states to `step`, and the trainer starts each new episode's with `start_mem`)."""
+        if self.cfg.memory != "cell":
+            return
+        torch = self.torch
+        self.cell_mem = torch.zeros((self.m + 1, size), dtype=torch.float32, device=self.device)
+        self.start_mem = torch.zeros((self.n, size), dtype=torch.float32, device=self.device)
 
     @classmethod
     def for_env(cls, cfg: ArchiveConfig, task, layout, num_envs: int, first_slot: int, device, seed: int,
@@ -305,14 +326,15 @@ class StateArchive:
         return (bits[None] & self._bit) != 0
 
     # --- the env's calls ------------------------------------------------------------------------------------------
-    def step(self, keys, steps, ep_return, sums, terminated, seed: int):
+    def step(self, keys, steps, ep_return, sums, terminated, seed: int, memory=None):
         """The archive's share of one env step, before the episode ends are counted: offer every env's state (at
-        `steps` and `ep_return` into its episode; `sums`: its template distance sum) as its cell's; with swarming,
-        pick the envs to clone (they end their episodes, truncated, and jump). Returns (save_mask, save_slot: the
-        backend's masked save into the cells' slots, swarm destinations bool [N])."""
+        `steps` and `ep_return` into its episode; `sums`: its template distance sum; `memory`: the policy's state
+        that acts next from it, float [N, H], with memory = "cell") as its cell's; with swarming, pick the envs to
+        clone (they end their episodes, truncated, and jump). Returns (save_mask, save_slot: the backend's masked
+        save into the cells' slots, swarm destinations bool [N])."""
         eligible = ~terminated  # a goal state is never a start
         total = self.off_steps + steps
-        mask, slot = self.observe(keys, total, self.off_ret + ep_return, sums, eligible)
+        mask, slot = self.observe(keys, total, self.off_ret + ep_return, sums, eligible, memory)
         if self.cfg.swarm > 0:
             self.milestone(keys, total, eligible, self.from_archive,
                            hashed_bits(seed, self.env_ids, self.clock, SALT_SWARM))
@@ -335,12 +357,16 @@ class StateArchive:
         pick = ((bits * num_actions) >> U_BITS).to(actions.dtype)
         torch.where(self.explorer, pick, actions, out=actions)
 
-    def jumped(self, dst, steps, ep_return) -> None:
+    def jumped(self, dst, steps, ep_return, memory=None) -> None:
         """Swarm destinations, just cloned from their sources (the clone copied these records too): their
-        offsets add the source's progress in its episode, and their new episode counts as from the archive."""
+        offsets add the source's progress in its episode, and their new episode counts as from the archive; with
+        memory = "cell" it starts with the source's policy state now (`memory` [N, H], this step's)."""
         self.off_steps.add_(steps * dst)
         self.off_ret.add_(ep_return * dst)
         self.from_archive |= dst
+        if self.start_mem is not None and memory is not None:
+            src = self.swarm_src.long()
+            self.torch.where(dst[:, None], memory.index_select(0, src).float(), self.start_mem, out=self.start_mem)
 
     def starts(self, done, slots, seed: int, episodes, slot_sums):
         """Where the envs whose episodes ended (`done`, swarm destinations left out: they jumped) start again:
@@ -358,6 +384,9 @@ class StateArchive:
         torch.where(r, self.ret.gather(0, row) * use, self.off_ret, out=self.off_ret)
         torch.where(r, use, self.from_archive, out=self.from_archive)
         torch.where(r, row, self.start_row, out=self.start_row)  # `row` is the scratch row where not `use`
+        if self.start_mem is not None:  # a cell's kept state; zero from the task's start (the scratch row: unused)
+            keep = torch.where(use[:, None], self.cell_mem.index_select(0, row), 0.0)
+            torch.where(r[:, None], keep, self.start_mem, out=self.start_mem)
         if self.routes:
             torch.where(r, row, self.last_row, out=self.last_row)
         return r, slot, sums, use
@@ -374,11 +403,12 @@ class StateArchive:
         found = self.sorted.gather(0, pos) == keys
         return found, torch.where(found, self.order.gather(0, pos), self.m)
 
-    def observe(self, keys, steps, returns, sums, eligible):
+    def observe(self, keys, steps, returns, sums, eligible, memory=None):
         """One step of every env: `keys` int64 [N] (its cell), `steps` int64 [N] (steps from the task's start),
         `returns` float32 [N] (return since the task's start), `sums` int32 [N] (template distance sum of its
-        frame), `eligible` bool [N] (may be stored). Updates the records and returns (mask bool [N], slot
-        int32 [N]) for `save_slots`: the envs whose state becomes a cell's, with distinct slots."""
+        frame), `eligible` bool [N] (may be stored), `memory` float [N, H] or None (its policy state, kept with
+        memory = "cell"). Updates the records and returns (mask bool [N], slot int32 [N]) for `save_slots`: the
+        envs whose state becomes a cell's, with distinct slots."""
         torch, m = self.torch, self.m
         self.clock += 1
         keys = keys.clamp(max=INT64_MAX - 1)
@@ -396,8 +426,10 @@ class StateArchive:
         key_b, found_b, row_b = keys[env_b], found[env_b], row[env_b]
         dup = ((key_b[:, None] == key_b[None, :]) & self._earlier & valid[None, :]).any(1)
         held = (self._held[env_b], self._flags[env_b]) if self.milestones is not None else None
+        mem_b = memory.index_select(0, env_b) if self.cell_mem is not None and memory is not None else None
         slot_b, write = self._admit(valid & ~dup, found_b, row_b, key_b, steps[env_b], returns[env_b], sums[env_b],
-                                    held, (self.new & ~room).sum(), self.last_row[env_b] if self.routes else None)
+                                    held, (self.new & ~room).sum(), self.last_row[env_b] if self.routes else None,
+                                    mem_b)
         self.save_mask.zero_()
         self.save_mask[env_b] = write
         self.save_slot[env_b] = (slot_b + self.first).to(torch.int32)
@@ -406,12 +438,12 @@ class StateArchive:
             torch.where(row < m, row, self.last_row, out=self.last_row)
         return self.save_mask, self.save_slot
 
-    def _admit(self, keep, found_b, row_b, key_b, steps_b, ret_b, sums_b, held_b, dropped, parent_b):
+    def _admit(self, keep, found_b, row_b, key_b, steps_b, ret_b, sums_b, held_b, dropped, parent_b, mem_b=None):
         """Write the candidates `keep` (distinct keys; found ones at their row `row_b`, new ones into the next free
-        rows while there is room) with their records and the cell each path came through (`parent_b`, with routes;
-        m: none);
-        count them. Returns (row of each candidate, the scratch row where not written; written bool). Rows written
-        are `fresh` (offered to other processes: `outbox`)."""
+        rows while there is room) with their records, the cell each path came through (`parent_b`, with routes;
+        m: none) and the policy state each path reached it with (`mem_b`, with memory = "cell"); count them.
+        Returns (row of each candidate, the scratch row where not written; written bool). Rows written are `fresh`
+        (offered to other processes: `outbox`)."""
         torch, m = self.torch, self.m
         new_b = keep & ~found_b
         slot_new = self.count + torch.cumsum(new_b.to(torch.int64), 0) - 1
@@ -425,6 +457,8 @@ class StateArchive:
         self.sums[slot_b] = sums_b
         if held_b is not None:  # (how many milestones, which)
             self.progress[slot_b], self.flags[slot_b] = held_b
+        if mem_b is not None:  # (the scratch row takes what is not written; starts never read it)
+            self.cell_mem[slot_b] = mem_b.float()
         if parent_b is not None:
             self.parent[slot_b] = torch.where(parent_b == slot_b, m, parent_b)
             self.parent[m:m + 1].fill_(m)
@@ -460,10 +494,11 @@ class StateArchive:
                            self.sums[rows].to(torch.int64), self.progress[rows], self.flags[rows]], 1)
         return rows, valid, rec
 
-    def merge(self, valid, rec):
-        """Cells of other processes (`outbox`'s valid and records, concatenated): each becomes a cell here where
-        its key is new (while there is room) or it reaches the cell in fewer steps; among repeats of one key the
-        fewest steps win. Returns (row of each, written bool): the caller copies their states into those rows."""
+    def merge(self, valid, rec, memory=None):
+        """Cells of other processes (`outbox`'s valid and records, concatenated; `memory`: their `cell_mem` rows
+        with memory = "cell"): each becomes a cell here where its key is new (while there is room) or it reaches
+        the cell in fewer steps; among repeats of one key the fewest steps win. Returns (row of each, written
+        bool): the caller copies their states into those rows."""
         torch = self.torch
         keys, steps = rec[:, 0].contiguous(), rec[:, 1]  # (searchsorted wants contiguous keys)
         found, row = self.lookup(keys)
@@ -478,7 +513,8 @@ class StateArchive:
         ret = rec[:, 2].to(torch.int32).view(torch.float32)
         held = (rec[:, 4], rec[:, 5]) if self.milestones is not None else None
         return self._admit(keep, found, row, keys, steps, ret, rec[:, 3].to(torch.int32), held, 0,
-                           torch.full_like(row, self.m) if self.routes else None)  # another's path: no parent here
+                           torch.full_like(row, self.m) if self.routes else None,  # another's path: no parent here
+                           memory if self.cell_mem is not None else None)
 
     def weights(self):
         """int64 [capacity]: each cell's selection weight (0 for empty rows), fixed point."""
@@ -663,6 +699,8 @@ class StateArchive:
     def state_dict(self) -> dict:
         d = {name: getattr(self, name).detach().cpu().clone() for name in self.TENSORS + self.RECORDS}
         d.update(p=self.p, ema=self.ema, config=self.cfg.to_dict())
+        if self.cell_mem is not None:
+            d.update(cell_mem=self.cell_mem.cpu().clone(), start_mem=self.start_mem.cpu().clone())
         return d
 
     def load_state_dict(self, d: dict) -> None:
@@ -682,6 +720,12 @@ class StateArchive:
         else:  # a checkpoint from before the cells' tries: the running episodes count for none
             self.start_row.fill_(self.m)
         self.last_row.copy_(d["last_row"]) if "last_row" in d else self.last_row.fill_(self.m)
+        if self.cell_mem is not None:
+            if "cell_mem" not in d or tuple(d["cell_mem"].shape) != tuple(self.cell_mem.shape):
+                raise EnvConfigError("this env state's archive keeps no policy state of this size with its cells "
+                                     "(env.archive.memory = 'cell' and the policy's recurrent size must match)")
+            self.cell_mem.copy_(d["cell_mem"])
+            self.start_mem.copy_(d["start_mem"])
         self.mark_route()
 
     def clear(self) -> None:
@@ -691,8 +735,9 @@ class StateArchive:
         self.order.copy_(self._rows)
         self.count.zero_()
         for t in (self.visits, self.steps, self.ret, self.chosen, self.found, self.sums, self.tries, self.wins,
-                  self.goal_hit, self.on_route):
-            t.zero_()
+                  self.goal_hit, self.on_route, self.cell_mem):
+            if t is not None:
+                t.zero_()
         self.parent.fill_(self.m)
         self.last_row.fill_(self.m)
         self.best.fill_(-math.inf)

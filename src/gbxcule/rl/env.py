@@ -170,7 +170,7 @@ class GameEnv:
         except GbxculeError:
             self.close()
             raise
-        self.archive = self._limit = self._clone_bufs = None
+        self.archive = self._limit = self._clone_bufs = self._policy_state = None
         self.after_step: Callable[[], None] | None = None  # called at the end of every step (the shell's eval)
         extra = 0 if self.archive_cfg is None else self.archive_cfg.capacity + 1  # the cells, and a scratch slot
         self.archive_bytes = extra * cell_bytes(be)
@@ -422,7 +422,7 @@ class GameEnv:
         dst = a.swarm_dst
         if a.cfg.swarm > 0:
             self.clone_states(a.swarm_src, dst)  # counters too: the offsets add the source's progress
-            a.jumped(dst, self.steps, self.ep_return)
+            a.jumped(dst, self.steps, self.ep_return, self._policy_state)
         r, slot, sums, use = a.starts(done, slots, seed, self.episodes, self.slot_sum)
         self._slots.copy_(slot)
         self.backend.restore(self._rmask_wp, self._slots_wp, obs=self._ring_wp)
@@ -430,6 +430,25 @@ class GameEnv:
         if self._limit is not None:  # an episode from a cell (or a swarm jump) has the archive's step limit
             cell_limit = a.cfg.max_steps or self.max_steps
             self._limit.copy_(torch.where(done, torch.where(use | dst, cell_limit, self.max_steps), self._limit))
+
+    def keep_policy_state(self, size: int) -> bool:
+        """A recurrent policy of `size` floats of state trains here: with a state archive of memory = "cell" its
+        cells keep the state of the path that reached them and episodes from them start with it (pass each step's
+        state to `step`; `next_policy_state` after it). Whether they do."""
+        if self.archive is None or self.archive_cfg.memory != "cell":
+            return False
+        self.archive.keep_memory(size)
+        return True
+
+    def next_policy_state(self, state, out):
+        """A recurrent policy's state for the next step into `out` [N, H]: `state` (after this step's actions)
+        where the episode goes on; where it ended, its new episode's: zero, or with memory = "cell" the state
+        kept with its start (its cell's, a swarm source's)."""
+        torch = self.torch
+        start = None if self.archive is None else self.archive.start_mem
+        if start is None:
+            return torch.mul(state, (~self._done).unsqueeze(-1), out=out)
+        return torch.where(self._done.unsqueeze(-1), start, state, out=out)
 
     def clone_states(self, src, dst_mask) -> None:
         """Give every env e with `dst_mask[e]` (bool [N]) the whole state of env `src[e]` (an int tensor [N] or
@@ -531,9 +550,12 @@ class GameEnv:
             raise ValueError(f"{bad} out-of-range action(s) since the last check (codec {self.codec.name} has "
                              f"{self.codec.num_actions} actions); they ran as action 0")
 
-    def step(self, actions):
-        """Advance every env one step; see the module docstring."""
+    def step(self, actions, policy_state=None):
+        """Advance every env one step; see the module docstring. `policy_state`: a recurrent policy's state after
+        it chose `actions` (float [N, H]), which a state archive with memory = "cell" keeps with the cells these
+        steps reach (`keep_policy_state`)."""
         torch, cfg = self.torch, self.reward_cfg
+        self._policy_state = policy_state
         act = self._actions(actions)
         if self.archive is not None and self.archive.n_explore:  # the archive's explorers act at random
             self.archive.explore_actions(self._act32, self.codec.num_actions, self.seed)
@@ -617,7 +639,7 @@ class GameEnv:
         they bootstrap) to jump."""
         a = self.archive
         mask, slot, dst = a.step(self.cell_keys(), self.steps, self.ep_return, self._dist_sum, self.terminated,
-                                 self.seed)
+                                 self.seed, self._policy_state)
         self.backend.save_slots(mask, slot)
         if a.cfg.swarm > 0:
             self.truncated |= dst
@@ -779,17 +801,19 @@ class GameEnv:
 
     def archive_outbox(self) -> list:
         """The archive's cells new or improved since the last call, for other processes (`env.archive.share`
-        of them at most): [valid (int32), records (int64), fields, RAM words, observations, screens], fixed shapes,
-        device work only."""
+        of them at most): [valid (int32), records (int64), policy states (with memory = "cell"), fields, RAM
+        words, observations, screens], fixed shapes, device work only."""
         rows, valid, rec = self.archive.outbox(self.archive_cfg.share)
-        return [valid.to(self.torch.int32), rec] + [v.index_select(0, rows.to(v.device)).to(self.device)
-                                                    for v in self._cell_slots(self.archive.m)]
+        mem = [] if self.archive.cell_mem is None else [self.archive.cell_mem.index_select(0, rows)]
+        return [valid.to(self.torch.int32), rec, *mem] + [v.index_select(0, rows.to(v.device)).to(self.device)
+                                                          for v in self._cell_slots(self.archive.m)]
 
     def archive_inbox(self, parts: list) -> None:
         """Other processes' `archive_outbox` parts (concatenated along their first dimension): their cells join this
         archive where new or shorter (`StateArchive.merge`), with their emulator states, observations and screens."""
         valid, rec, *states = parts
-        rows, write = self.archive.merge(valid.bool(), rec)
+        mem = states.pop(0) if self.archive.cell_mem is not None else None  # (policy states: memory = "cell")
+        rows, write = self.archive.merge(valid.bool(), rec, mem)
         target = self.torch.where(write, rows, self.archive.m)  # the rest into the scratch slot
         for view, data in zip(self._cell_slots(self.archive.m + 1), states, strict=True):
             view.index_copy_(0, target.to(view.device), data.to(view.device))

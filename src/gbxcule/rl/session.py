@@ -929,7 +929,9 @@ class AlgoSpec:
     --help; env_defaults: env settings it prefers under the user's; working_bytes(cfg) -> (per env, fixed) device
     bytes of its learner's peak working memory (`rl/models.py activation_bytes`; its train passes them to the
     `Session`'s memory check); explorers: its loop leaves the state archive's explorer envs out of learning
-    (`env.archive.explorers`; a config with them is refused where it does not)."""
+    (`env.archive.explorers`; a config with them is refused where it does not); cell_memory: its recurrent policy
+    starts episodes from the archive's cells with the state kept with them (`env.archive.memory = "cell"`; refused
+    elsewhere)."""
 
     name: str
     config: type
@@ -941,3 +943,4 @@ class AlgoSpec:
     env_defaults: dict = field(default_factory=dict)
     working_bytes: Any = None
     explorers: bool = False
+    cell_memory: bool = False

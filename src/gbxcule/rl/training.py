@@ -14,7 +14,7 @@ from pathlib import Path
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.typed import CHANGE, ONCE
 from gbxcule.rl.algos import ALGOS, DEFAULT_ALGO, get
-from gbxcule.rl.archive import explorer_envs
+from gbxcule.rl.archive import explorer_envs, keeps_memory
 from gbxcule.rl.config import (
     ConfigError,
     check_env_config,
@@ -65,6 +65,9 @@ def make_config(path=None, overrides: dict | None = None):
     if explorer_envs(cfg.env.archive, cfg.env.num_envs) and not spec.explorers:
         raise ConfigError(f"env.archive.explorers: {algo} would store the action it chose for an explorer, not the "
                           f"random one taken (only ppo leaves explorers out); set it to 0 or train ppo")
+    if keeps_memory(cfg.env.archive) and not spec.cell_memory:
+        raise ConfigError(f"env.archive.memory = 'cell' keeps a recurrent policy's state with the cells: {algo} does "
+                          f"not (ppo with ppo.gru does); set it to 'zero' or train ppo")
     if spec.check is not None:
         spec.check(cfg)
     return cfg

@@ -10,12 +10,11 @@ With `learn_share` s < 1 every env acts, but only a block of ceil(s x num_envs) 
 update, so every env takes its turn) is stored and trained on: at 16-65K envs the learner, not the emulator, sets
 the pace, and `epochs = 1` with minibatches is then PPO's update with each sample used once (docs/training.md).
 
-With `gru = H` the policy is recurrent (a GRU of H over the CNN features, reset where an episode ends): every acting
-env carries its state; the state each learning env starts a rollout with is kept, and the update's minibatches are
-groups of learning envs whose whole rollouts are unrolled again from it (backpropagation through the rollout's
-steps), as CleanRL's LSTM PPO does. With `overlap` each rollout is collected on a stream of its own beside the
-learner's update of the one before, which corrects for acting one update behind (decoupled PPO; docs/training.md).
-"""
+With `gru = H` the policy is recurrent (a GRU of H over the CNN features, reset where an episode ends; with
+env.archive.memory = "cell" to its cell's kept state): every acting env carries its state; the state each learning
+env starts a rollout with is kept, and the update's minibatches are groups of learning envs whose whole rollouts are
+unrolled again from it (backpropagation through the rollout's steps), as CleanRL's LSTM PPO does. With `overlap`
+each rollout is collected beside the learner's update of the one before, correcting for acting one update behind."""
 
 from __future__ import annotations
 
@@ -27,7 +26,7 @@ import torch
 
 from gbxcule.core.typed import knob
 from gbxcule.rl import returns
-from gbxcule.rl.archive import explorer_envs
+from gbxcule.rl.archive import explorer_envs, keeps_memory
 from gbxcule.rl.config import ConfigError
 from gbxcule.rl.models import MODELS, ActorCritic, activation_bytes
 from gbxcule.rl.session import AlgoSpec, NonFiniteError, Session
@@ -89,8 +88,8 @@ def check(cfg) -> None:
     p = cfg.ppo
     if p.minibatches > batch_size(cfg):
         raise ConfigError(f"ppo.minibatches ({p.minibatches}) exceeds the batch ({batch_size(cfg)})")
-    if p.gru_skip and p.gru is None:
-        raise ConfigError("ppo.gru_skip needs ppo.gru (the heads read the CNN's features beside the GRU's state)")
+    if (p.gru_skip or keeps_memory(cfg.env.archive)) and p.gru is None:
+        raise ConfigError(f"{'ppo.gru_skip' if p.gru_skip else 'env.archive.memory = cell'} needs ppo.gru (a GRU)")
     if p.gru is not None:
         if p.minibatches > learn_envs(cfg):
             raise ConfigError(f"ppo.gru: a minibatch is a group of envs, so ppo.minibatches ({p.minibatches}) may "
@@ -104,14 +103,15 @@ def check(cfg) -> None:
 
 
 def rollout_bytes(cfg, obs_bytes: int) -> int:
-    """Device bytes of the rollout storage: observations twice (the obs and the finished episodes' last obs,
-    for truncation bootstraps), plus actions, log-probs, values, rewards, flags, advantages, returns; with a GRU the
-    learning envs' state after every step and at the rollout's start, and every env's carried state (and, on a
-    block, every env's step state); with `overlap` a second rollout, what both keep for GAE, the learner's own."""
+    """Device bytes of the rollout storage: observations twice (the obs and the finished episodes' last obs, for
+    truncation bootstraps), actions, log-probs, values, rewards, flags, advantages, returns; with a GRU the learning
+    envs' state after every step (twice with env.archive.memory = "cell") and at the rollout's start, every env's
+    carried state (on a block, its step state too); with `overlap` a second rollout, what both keep for GAE."""
     h = 4 * (cfg.ppo.gru or 0)
     every = cfg.env.num_envs * (1 + (learn_envs(cfg) < cfg.env.num_envs))
     second = (batch_size(cfg) * (obs_bytes + 8 + 4 * 8 + 4) + 2 * learn_envs(cfg) * obs_bytes) if cfg.ppo.overlap else 0
-    return batch_size(cfg) * (2 * obs_bytes + 8 + 4 * 6 + 2 + h) + (learn_envs(cfg) + every) * h + second
+    steps = 2 * obs_bytes + 8 + 4 * 6 + 2 + h * (1 + keeps_memory(cfg.env.archive))
+    return batch_size(cfg) * steps + (learn_envs(cfg) + every) * h + second
 
 
 def working_bytes(cfg) -> tuple[int, int]:
@@ -157,19 +157,19 @@ def ppo_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, 
                   "approx_kl": approx_kl, "clipfrac": clipfrac}
 
 
-def unroll(model: ActorCritic, obs: torch.Tensor, state: torch.Tensor, dones: torch.Tensor
-           ) -> tuple[torch.Tensor, torch.Tensor]:
+def unroll(model: ActorCritic, obs: torch.Tensor, state: torch.Tensor, dones: torch.Tensor,
+           starts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(logits [T, N, A], values [T, N]) of a recurrent model over a rollout's observations [T, N, ...] from the
-    state its envs started it with [N, H], the state reset after each step where the episode ended (dones [T, N]),
-    as acting did: the CNN over all T x N observations at once, then the GRU step by step, then the heads over all.
-    Tests: tests/test_ppo.py."""
+    state its envs started it with [N, H], the state reset after each step where the episode ended (dones [T, N])
+    to zero or, given `starts` [T, N, H], to the state the next episode began with there, as acting did: the
+    CNN over all T x N observations at once, then the GRU step by step, then the heads over all (tests/test_ppo.py)."""
     t_len, n = obs.shape[:2]
     feats = model.features(obs.reshape(t_len * n, *obs.shape[2:])).reshape(t_len, n, -1)
     hs = []
     for t in range(t_len):
         h = model.rnn(feats[t], state.to(feats.dtype))
         hs.append(h)
-        state = h * (~dones[t]).unsqueeze(-1).to(h.dtype)
+        state = torch.where(dones[t].unsqueeze(-1), 0.0 if starts is None else starts[t].to(h.dtype), h)
     return model.heads(feats, torch.stack(hs))
 
 
@@ -189,6 +189,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         train_fwd = fwd if learner is model else (torch.compile(learner) if p.compile else learner)
         sampler = torch.Generator().manual_seed(cfg.run.seed)
         state = model.initial_state(env.num_envs, env.device)  # a GRU's state, carried across updates (else None)
+        kept = state is not None and env.keep_policy_state(state.shape[1])  # an episode from a cell: its kept state
 
         t_len, n, dev, obs_shape = p.rollout_steps, env.num_envs, env.device, env.single_obs_shape
         n_learn, n_act = learn_envs(cfg), acting_envs(cfg)
@@ -215,12 +216,12 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         bufs = [rollout() for _ in range(2 if p.overlap else 1)]
         # read only while a rollout is collected (its advantages are computed at its end): one set either way
         final_buf = torch.zeros((t_len, n_learn, *obs_shape), dtype=torch.uint8, device=dev)
-        rew_buf = torch.zeros((t_len, n_learn), dtype=torch.float32, device=dev)
-        term_buf = torch.zeros((t_len, n_learn), dtype=torch.bool, device=dev)
-        trunc_buf = torch.zeros((t_len, n_learn), dtype=torch.bool, device=dev)
+        rew_buf, term_buf, trunc_buf = (torch.zeros((t_len, n_learn), dtype=d, device=dev)
+                                        for d in (torch.float32, torch.bool, torch.bool))
         if state is not None:  # the state each learning env starts the rollout with, and each step's (truncations)
             h0 = torch.zeros((n_learn, state.shape[1]), dtype=state.dtype, device=dev)
             h_buf = torch.zeros((t_len, n_learn, state.shape[1]), dtype=torch.float32, device=dev)
+            start_buf = torch.zeros_like(h_buf) if kept else None  # each step's next state (new episodes' starts)
             h_all = None if ids is None else torch.zeros_like(state)  # on a block: every env's step state
         coefs = LossCoefs(p.clip, p.vf_coef, p.ent_coef, p.clip_vloss)
         timer = s.timer
@@ -231,8 +232,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         actor = copy.deepcopy(model).requires_grad_(False) if p.overlap else None
         env_stream = new_stream(dev) if p.overlap else None
         act_fwd = fwd if actor is None else (torch.compile(actor) if p.compile else actor)
-        pending: list = []  # ppo.overlap: the collected rollout the next update trains on (checkpointed with the
-        # envs' state: without it a resumed run collects anew)
+        pending: list = []  # ppo.overlap: the rollout the next update trains on (checkpointed with the envs' state)
         extra = s.start(model, optimizer, describe=s.plan_line(model),
                         state=lambda: {"sampler": sampler.get_state(),
                                        "state": None if state is None else state.cpu().clone(),
@@ -266,18 +266,17 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             action = dist.sample()
             if ids is not None:
                 put(b["obs"][t], env.obs)
-            put(b["act"][t], action)
-            put(b["logp"][t], dist.log_prob(action))
-            put(b["val"][t], value.float())
+            for k, x in (("act", action), ("logp", dist.log_prob(action)), ("val", value.float())):
+                put(b[k][t], x)
             timer.stop(mark)
             mark = timer.start("env")
-            _, reward, term, trunc, _ = env.step(action)
-            put(rew_buf[t], reward)
-            put(term_buf[t], term)
-            put(trunc_buf[t], trunc)
-            put(final_buf[t], env.final_obs)
-            if state is not None:  # every acting env's state, reset where its episode ended
-                torch.mul(h_step, (~(term | trunc)).unsqueeze(-1), out=state)
+            _, reward, term, trunc, _ = env.step(action, None if state is None else h_step)
+            for buf, x in ((rew_buf, reward), (term_buf, term), (trunc_buf, trunc), (final_buf, env.final_obs)):
+                put(buf[t], x)
+            if state is not None:  # every acting env's state, that of its new episode's start where one ended
+                env.next_policy_state(h_step, out=state)
+                if kept:
+                    put(start_buf[t], state)
             timer.stop(mark)
 
         def advantages(b: dict, net) -> None:
@@ -317,7 +316,8 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                         if state is None:
                             logits, new_v = train_fwd(b_obs[mb])
                         else:  # a group of envs' whole rollouts, unrolled from their start states
-                            logits, new_v = unroll(model, b["obs"][:, mb], h0[mb], b["dones"][:, mb])
+                            logits, new_v = unroll(model, b["obs"][:, mb], h0[mb], b["dones"][:, mb],
+                                                   start_buf[:, mb] if kept else None)
                             logits, new_v = logits.flatten(0, 1), new_v.flatten(0, 1)
                             mb = (torch.arange(t_len, device=dev)[:, None] * n_learn + mb).reshape(-1)
                     dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
@@ -397,4 +397,4 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
 
 
 ALGO = AlgoSpec("ppo", PPOConfig, build_model, steps_per_update, train, check=check, working_bytes=working_bytes,
-                explorers=True, summary="PPO: rollouts of rollout_steps x num_envs, minibatch epochs (the default)")
+                explorers=True, cell_memory=True, summary="PPO (the default): rollouts, minibatch epochs")
