@@ -283,6 +283,7 @@ class StateArchive:
         torch = self.torch
         self.cell_mem = torch.zeros((self.m + 1, size), dtype=torch.float32, device=self.device)
         self.start_mem = torch.zeros((self.n, size), dtype=torch.float32, device=self.device)
+        self._mem = torch.zeros_like(self.start_mem)  # a step's gathered states (no allocation per step)
 
     @classmethod
     def for_env(cls, cfg: ArchiveConfig, task, layout, num_envs: int, first_slot: int, device, seed: int,
@@ -365,8 +366,8 @@ class StateArchive:
         self.off_ret.add_(ep_return * dst)
         self.from_archive |= dst
         if self.start_mem is not None and memory is not None:
-            src = self.swarm_src.long()
-            self.torch.where(dst[:, None], memory.index_select(0, src).float(), self.start_mem, out=self.start_mem)
+            self.torch.index_select(memory.float(), 0, self.swarm_src.long(), out=self._mem)
+            self.torch.where(dst[:, None], self._mem, self.start_mem, out=self.start_mem)
 
     def starts(self, done, slots, seed: int, episodes, slot_sums):
         """Where the envs whose episodes ended (`done`, swarm destinations left out: they jumped) start again:
@@ -384,9 +385,9 @@ class StateArchive:
         torch.where(r, self.ret.gather(0, row) * use, self.off_ret, out=self.off_ret)
         torch.where(r, use, self.from_archive, out=self.from_archive)
         torch.where(r, row, self.start_row, out=self.start_row)  # `row` is the scratch row where not `use`
-        if self.start_mem is not None:  # a cell's kept state; zero from the task's start (the scratch row: unused)
-            keep = torch.where(use[:, None], self.cell_mem.index_select(0, row), 0.0)
-            torch.where(r[:, None], keep, self.start_mem, out=self.start_mem)
+        if self.start_mem is not None:  # a cell's kept state; zero from the task's start (the scratch row's, finite)
+            torch.index_select(self.cell_mem, 0, row, out=self._mem).mul_(use[:, None])
+            torch.where(r[:, None], self._mem, self.start_mem, out=self.start_mem)
         if self.routes:
             torch.where(r, row, self.last_row, out=self.last_row)
         return r, slot, sums, use
