@@ -231,6 +231,47 @@ def test_w_progress_weighs_the_cells_that_hold_more_milestones():
     assert w[:3] == [16 * table_one, 16 * table_one + 16 * WEIGHT_ONE, 16 * table_one + 32 * WEIGHT_ONE] and w[3] == 0
 
 
+def test_frontier_share_draws_starts_among_the_cells_that_hold_the_most_milestones():
+    """`frontier` f: a share f of the cell starts is drawn among the cells holding the most milestones, by the
+    same weights (the rest as before); with no cell ahead of another (a task without milestones) every cell is on
+    the frontier and the draw is the usual one; a later milestone moves the frontier."""
+    from gbxcule.rl.archive import U_BITS, ArchiveConfig, StateArchive
+
+    n = 4096
+    g = torch.Generator().manual_seed(5)
+    u_start, u_cell, u_front = (torch.randint(0, 1 << U_BITS, (n,), generator=g) for _ in range(3))
+    done = torch.ones(n, dtype=torch.bool)
+
+    def archive(share):
+        a = StateArchive(ArchiveConfig(capacity=8, p_start=0.0, frontier=share), n, 1, "cpu")
+        a.observe(torch.arange(n) % 6, torch.zeros(n, dtype=torch.int64), torch.zeros(n),
+                  torch.zeros(n, dtype=torch.int32), torch.ones(n, dtype=torch.bool))
+        return a
+
+    plain = archive(0.0).choose(done, u_start, u_cell)[1]
+    a = archive(1.0)
+    assert torch.equal(a.choose(done, u_start, u_cell, None, u_front)[1], plain)  # all six hold none: all frontier
+    for share in (1.0, 0.5):
+        a = archive(share)
+        a.progress[:6] = torch.tensor([0, 1, 2, 2, 1, 0])
+        assert a.frontier_cells()[:6].tolist() == [False, False, True, True, False, False]
+        rows = a.choose(done, u_start, u_cell, None, u_front)[1]
+        front = (rows == 2) | (rows == 3)
+        took = u_front < int(share * (1 << U_BITS))
+        assert bool(front[took].all()) and torch.equal(rows[~took], plain[~took])
+        assert 0.4 < float((rows[took] == 2).float().mean()) < 0.6  # the two weigh the same
+    a.progress[5] = 3
+    assert a.frontier_cells()[:6].tolist() == [False] * 5 + [True]
+    # the logs count the frontier's cells where the task names milestones: after leaving home, those holding "town"
+    env = game_env("from_bed", n=2, archive={"capacity": 256, "inserts": 8, "p_start": 1.0, "frontier": 0.5})
+    env.reset(seed=0)
+    for act in actions(LEAVE + " U N2"):
+        env.step(torch.tensor([act, 0]))
+    stats = env.archive.read_stats()
+    town = int((env.archive.progress[:int(env.archive.count)] == 1).sum())
+    assert stats["archive/frontier_cells"] == town > 0 and stats["archive/cells"] > town
+
+
 def test_plot_draws_how_far_runs_get(tmp_path):
     import json
 

@@ -58,8 +58,10 @@ MAX_CAPACITY = 1 << 20
 MAX_ENVS = 1 << 24
 STAT_NAMES = ("inserted", "improved", "dropped", "swarms", "start_episodes", "start_successes", "archive_episodes",
               "archive_successes", "chosen_depth_sum", "chosen")
-# salts of the hashed uniforms (`hashed_bits`): a start (and which cell), swarm or not, a spread clock
+# salts of the hashed uniforms (`hashed_bits`): a start (and which cell), swarm or not, a spread clock, an explorer's
+# action, a route start, a frontier start
 SALT_START, SALT_SWARM, SALT_CLOCK, SALT_EXPLORE, SALT_ROUTE = 0x51A7, 0x5A53, 0xC10C, 0xE4A1, 0x207E
+SALT_FRONTIER = 0xF407
 
 
 @dataclass
@@ -86,6 +88,11 @@ class ArchiveConfig:
     # before a gate and one after it on the same tile are two cells; "none": the place alone
     progress: str = knob("auto", choices=("auto", "none"))
     w_progress: float = knob(0.0, min=0, max=16)  # weight of the milestones the cell holds / the most any holds
+    # the frontier: this share of the starts from cells is drawn among the cells that hold the most milestones any
+    # cell holds (by the same weights), so a long quest's newest segment gets a fixed part of the exploration however
+    # many cells the segments behind it hold (w_progress only adds to each cell's weight); where the task names no
+    # milestones every cell is on the frontier
+    frontier: float = knob(0.0, min=0, max=1)
     # the route: once an episode has reached the task's goal, the cells on the stored paths that led there (each
     # cell's parent is the cell its path came through); this share of the starts from cells is drawn among them
     # (by the same weights), so training walks the found way back toward the task's start (Go-Explore's
@@ -116,7 +123,8 @@ class ArchiveConfig:
             check_fields(self, "archive")
         except SettingError as exc:
             raise EnvConfigError(str(exc)) from None
-        for name in ("w_chosen", "w_visits", "w_recent", "w_depth", "w_fail", "w_mid", "w_progress", "route"):
+        for name in ("w_chosen", "w_visits", "w_recent", "w_depth", "w_fail", "w_mid", "w_progress", "route",
+                     "frontier"):
             setattr(self, name, float(getattr(self, name)))
         if self.w_chosen + self.w_visits + self.w_recent == 0:
             raise EnvConfigError("archive: w_chosen, w_visits and w_recent are all 0 (a new cell could weigh 0)")
@@ -378,7 +386,8 @@ class StateArchive:
         r = torch.logical_and(done, ~self.swarm_dst, out=self.restore_mask)
         u = hashed_bits(seed, self.env_ids, episodes, SALT_START, 2 * U_BITS)  # two uniforms in one hash
         u_route = hashed_bits(seed, self.env_ids, episodes, SALT_ROUTE) if self.routes else None
-        use, row = self.choose(r, u & ((1 << U_BITS) - 1), u >> U_BITS, u_route)
+        u_front = hashed_bits(seed, self.env_ids, episodes, SALT_FRONTIER) if self.cfg.frontier > 0 else None
+        use, row = self.choose(r, u & ((1 << U_BITS) - 1), u >> U_BITS, u_route, u_front)
         slot = torch.where(use, row + self.first, slots)
         sums = torch.where(use, self.sums.gather(0, row), slot_sums[slots])
         torch.where(r, self.steps.gather(0, row) * use, self.off_steps, out=self.off_steps)
@@ -543,23 +552,22 @@ class StateArchive:
             w = w + torch.div(g * WEIGHT_ONE * held, held.max().clamp(min=1), rounding_mode="floor")
         return torch.where(used, w, 0)
 
-    def choose(self, done, u_start, u_cell, u_route=None):
+    def choose(self, done, u_start, u_cell, u_route=None, u_front=None):
         """For envs whose episode ended (`done`): (from_archive bool [N], row int64 [N]). `u_start`, `u_cell`,
-        `u_route` (with `route` > 0): int64 [N] uniform in [0, 2**U_BITS) (hashed per env and episode). With
-        probability `route` a cell start is drawn among the route's cells (`on_route`, by the same weights) where
-        there are any. Counts the chosen cells."""
+        `u_route` (with `route` > 0), `u_front` (with `frontier` > 0): int64 [N] uniform in [0, 2**U_BITS) (hashed
+        per env and episode). With probability `frontier` a cell start is drawn among the cells holding the most
+        milestones, then with probability `route` among the route's cells (`on_route`), each by the same weights
+        where there are any. Counts the chosen cells."""
         torch, m = self.torch, self.m
         w = self.weights()
         cdf = torch.cumsum(w, 0)
         total = cdf[-1]
         target = (u_cell * total) >> U_BITS
         row = torch.searchsorted(cdf, target, right=True).clamp_(max=m - 1)
+        if u_front is not None:
+            row = self._draw_among(w, self.frontier_cells(), u_cell, u_front, self.cfg.frontier, row)
         if self.routes and u_route is not None:
-            cdf_r = torch.cumsum(w * self.on_route[:m], 0)
-            total_r = cdf_r[-1]
-            row_r = torch.searchsorted(cdf_r, (u_cell * total_r) >> U_BITS, right=True).clamp_(max=m - 1)
-            take = (u_route < int(self.cfg.route * (1 << U_BITS))) & (total_r > 0)
-            row = torch.where(take, row_r, row)
+            row = self._draw_among(w, self.on_route[:m], u_cell, u_route, self.cfg.route, row)
         start = u_start >= int(self.p * (1 << U_BITS))
         if self.n_explore:  # explorers start from a cell whenever the archive holds one
             start |= self.explorer
@@ -570,6 +578,21 @@ class StateArchive:
         torch.stack([(depth * use).sum(), use.sum()], out=self._vals[:2])
         self.stats[8:10] += self._vals[:2]
         return use, row
+
+    def frontier_cells(self):
+        """bool [capacity]: the used cells that hold the most milestones any cell holds (every used cell where the
+        task names none)."""
+        held = self.torch.where(self._rows < self.count, self.progress[:self.m], -1)
+        return held == held.max()
+
+    def _draw_among(self, w, on, u_cell, u_take, share: float, row):
+        """`row`, except where `u_take` < `share` (of 2**U_BITS): a row drawn among the cells `on` (bool
+        [capacity]) by the weights `w` with `u_cell`, where any of them weighs more than 0."""
+        torch = self.torch
+        cdf = torch.cumsum(w * on, 0)
+        total = cdf[-1]
+        pick = torch.searchsorted(cdf, (u_cell * total) >> U_BITS, right=True).clamp_(max=self.m - 1)
+        return torch.where((u_take < int(share * (1 << U_BITS))) & (total > 0), pick, row)
 
     def milestone(self, keys, steps, eligible, from_archive, u):
         """Swarming, after `observe` of the same step: (dst bool [N], src int32 [N]). When an env reaches a new
@@ -642,7 +665,7 @@ class StateArchive:
             self.mark_route()
         used = self._rows < self.count
         extra = torch.stack([self.count, torch.where(used, self.steps[:m], 0).max(), (self.chosen[:m] > 0).sum(),
-                             self._areas(used), self.on_route[:m].sum()])
+                             self._areas(used), self.on_route[:m].sum(), self.frontier_cells().sum()])
         return torch.cat([self.stats, extra, self.depth_stats.reshape(-1)])
 
     def read_stats(self, clear: bool = True, vals: list | None = None) -> dict:
@@ -651,8 +674,8 @@ class StateArchive:
         the start schedule moves: `p = p_start + (1 - p_start) * EMA(success from the task's start)`."""
         vals = self.stat_vector().tolist() if vals is None else [int(v) for v in vals]
         s = dict(zip(STAT_NAMES, vals[:len(STAT_NAMES)], strict=True))
-        cells, max_depth, ever_chosen, areas, route = vals[len(STAT_NAMES):len(STAT_NAMES) + 5]
-        depth = vals[len(STAT_NAMES) + 5:]
+        cells, max_depth, ever_chosen, areas, route, front = vals[len(STAT_NAMES):len(STAT_NAMES) + 6]
+        depth = vals[len(STAT_NAMES) + 6:]
         eps_s, eps_a = s["start_episodes"], s["archive_episodes"]
         from_start = s["start_successes"] / eps_s if eps_s else None
         out = {"archive/cells": int(cells), "archive/inserted": int(s["inserted"]),
@@ -670,6 +693,8 @@ class StateArchive:
             out["archive/areas"] = int(areas)
         if self.routes:
             out["archive/route_cells"] = int(route)
+        if self.milestones is not None:  # the cells holding the most milestones (the frontier's cells)
+            out["archive/frontier_cells"] = int(front) if cells else 0
         if clear:
             self.stats.zero_()
             self.depth_stats.zero_()
