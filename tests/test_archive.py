@@ -1012,6 +1012,10 @@ def test_cells_keep_the_recurrent_state_that_reached_them():
     zero = StateArchive(ArchiveConfig(capacity=4), 3, 1, "cpu")
     zero.keep_memory(2)  # memory = "zero" keeps nothing
     assert zero.cell_mem is None and zero.start_mem is None
+    # the trainer's memory check counts them: cells + scratch row, two per env, one per stored sample
+    from gbxcule.rl.archive import memory_bytes
+
+    assert memory_bytes(cfg, 3, 10, 8) == 8 * (4 + 1 + 2 * 3 + 10) and memory_bytes({"capacity": 4}, 3, 10, 8) == 0
 
 
 def test_a_recurrent_policy_starts_episodes_from_cells_with_their_kept_state(tmp_path, monkeypatch):

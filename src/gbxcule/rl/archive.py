@@ -177,6 +177,15 @@ def keeps_memory(archive: dict | ArchiveConfig | None) -> bool:
     return bool(archive) and ArchiveConfig.from_dict(archive).memory == "cell"
 
 
+def memory_bytes(archive: dict | ArchiveConfig | None, num_envs: int, samples: int, state_bytes: int) -> int:
+    """Device bytes that memory = "cell" adds to a trainer whose policy state is `state_bytes`: the states kept
+    with the cells and with each env's episode start (and one step's gather), and a stored next state for each of
+    a rollout's `samples`; 0 without it."""
+    if not keeps_memory(archive):
+        return 0
+    return state_bytes * (ArchiveConfig.from_dict(archive).capacity + 1 + 2 * num_envs + samples)
+
+
 def hashed_bits(seed: int, ids, counter, salt: int, bits: int = U_BITS):
     """int64 [N]: `bits` (at most 63) well-mixed bits of (seed, salt, id, counter): splitmix64's finaliser of
     `counter * 2**24 + id` (distinct for ids below 2**24) xor a constant of (seed, salt); the same bits on every

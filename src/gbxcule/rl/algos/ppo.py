@@ -26,7 +26,7 @@ import torch
 
 from gbxcule.core.typed import knob
 from gbxcule.rl import returns
-from gbxcule.rl.archive import explorer_envs, keeps_memory
+from gbxcule.rl.archive import explorer_envs, keeps_memory, memory_bytes
 from gbxcule.rl.config import ConfigError
 from gbxcule.rl.models import MODELS, ActorCritic, activation_bytes
 from gbxcule.rl.session import AlgoSpec, NonFiniteError, Session
@@ -105,13 +105,13 @@ def check(cfg) -> None:
 def rollout_bytes(cfg, obs_bytes: int) -> int:
     """Device bytes of the rollout storage: observations twice (the obs and the finished episodes' last obs, for
     truncation bootstraps), actions, log-probs, values, rewards, flags, advantages, returns; with a GRU the learning
-    envs' state after every step (twice with env.archive.memory = "cell") and at the rollout's start, every env's
-    carried state (on a block, its step state too); with `overlap` a second rollout, what both keep for GAE."""
+    envs' state after every step and at the rollout's start, every env's carried state (on a block, its step state
+    too), what env.archive.memory = "cell" keeps; with `overlap` a second rollout, what both keep for GAE."""
     h = 4 * (cfg.ppo.gru or 0)
     every = cfg.env.num_envs * (1 + (learn_envs(cfg) < cfg.env.num_envs))
     second = (batch_size(cfg) * (obs_bytes + 8 + 4 * 8 + 4) + 2 * learn_envs(cfg) * obs_bytes) if cfg.ppo.overlap else 0
-    steps = 2 * obs_bytes + 8 + 4 * 6 + 2 + h * (1 + keeps_memory(cfg.env.archive))
-    return batch_size(cfg) * steps + (learn_envs(cfg) + every) * h + second
+    kept = memory_bytes(cfg.env.archive, cfg.env.num_envs, batch_size(cfg), h)  # env.archive.memory = "cell"
+    return batch_size(cfg) * (2 * obs_bytes + 8 + 4 * 6 + 2 + h) + (learn_envs(cfg) + every) * h + second + kept
 
 
 def working_bytes(cfg) -> tuple[int, int]:
