@@ -108,11 +108,12 @@ def on_stream(device: str, stream, after_current: bool = False):
 
     if after_current:
         stream.wait_stream(torch.cuda.current_stream(stream.device))
-    wp_stream = _WP_STREAMS.get(stream.cuda_stream)
-    if wp_stream is None:  # Warp's handle on the stream, made once (on_stream runs every env-step)
-        wp_stream = _WP_STREAMS[stream.cuda_stream] = wp.stream_from_torch(stream)
-    with torch.cuda.stream(stream), wp.ScopedStream(wp_stream, sync_enter=False):
-        yield
+    with torch.cuda.stream(stream):  # (torch's device of before is current again after, whatever Warp made current)
+        wp_stream = _WP_STREAMS.get(stream.cuda_stream)
+        if wp_stream is None:  # Warp's handle on the stream, made once (on_stream runs every env-step)
+            wp_stream = _WP_STREAMS[stream.cuda_stream] = wp.stream_from_torch(stream)
+        with wp.ScopedStream(wp_stream, sync_enter=False):
+            yield
 
 
 def join_stream(stream) -> None:

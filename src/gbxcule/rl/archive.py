@@ -383,7 +383,7 @@ class StateArchive:
         self.off_ret.add_(ep_return * dst)
         self.from_archive |= dst
         if self.start_mem is not None and memory is not None:
-            self.torch.index_select(memory.float(), 0, self.swarm_src.long(), out=self._mem)
+            self.torch.index_select(memory.float(), 0, self.swarm_src, out=self._mem)
             self.torch.where(dst[:, None], self._mem, self.start_mem, out=self.start_mem)
 
     def starts(self, done, slots, seed: int, episodes, slot_sums):
@@ -403,8 +403,8 @@ class StateArchive:
         torch.where(r, self.ret.gather(0, row) * use, self.off_ret, out=self.off_ret)
         torch.where(r, use, self.from_archive, out=self.from_archive)
         torch.where(r, row, self.start_row, out=self.start_row)  # `row` is the scratch row where not `use`
-        if self.start_mem is not None:  # a cell's kept state; zero from the task's start (the scratch row's, finite)
-            torch.index_select(self.cell_mem, 0, row, out=self._mem).mul_(use[:, None])
+        if self.start_mem is not None:  # a cell's kept state; zero from the task's start (the scratch row's)
+            torch.index_select(self.cell_mem, 0, row, out=self._mem)
             torch.where(r[:, None], self._mem, self.start_mem, out=self.start_mem)
         if self.routes:
             torch.where(r, row, self.last_row, out=self.last_row)
@@ -476,8 +476,9 @@ class StateArchive:
         self.sums[slot_b] = sums_b
         if held_b is not None:  # (how many milestones, which)
             self.progress[slot_b], self.flags[slot_b] = held_b
-        if mem_b is not None:  # (the scratch row takes what is not written; starts never read it)
+        if mem_b is not None:  # (the scratch row takes what is not written: zero again, as a start reads it)
             self.cell_mem[slot_b] = mem_b.float()
+            self.cell_mem[m:m + 1].zero_()
         if parent_b is not None:
             self.parent[slot_b] = torch.where(parent_b == slot_b, m, parent_b)
             self.parent[m:m + 1].fill_(m)
@@ -734,8 +735,8 @@ class StateArchive:
     def state_dict(self) -> dict:
         d = {name: getattr(self, name).detach().cpu().clone() for name in self.TENSORS + self.RECORDS}
         d.update(p=self.p, ema=self.ema, config=self.cfg.to_dict())
-        if self.cell_mem is not None:
-            d.update(cell_mem=self.cell_mem.cpu().clone(), start_mem=self.start_mem.cpu().clone())
+        if self.cell_mem is not None:  # (start_mem is written for each env where its episode starts, then read)
+            d["cell_mem"] = self.cell_mem.cpu().clone()
         return d
 
     def load_state_dict(self, d: dict) -> None:
@@ -755,12 +756,11 @@ class StateArchive:
         else:  # a checkpoint from before the cells' tries: the running episodes count for none
             self.start_row.fill_(self.m)
         self.last_row.copy_(d["last_row"]) if "last_row" in d else self.last_row.fill_(self.m)
-        if self.cell_mem is not None:
-            if "cell_mem" not in d or tuple(d["cell_mem"].shape) != tuple(self.cell_mem.shape):
-                raise EnvConfigError("this env state's archive keeps no policy state of this size with its cells "
-                                     "(env.archive.memory = 'cell' and the policy's recurrent size must match)")
-            self.cell_mem.copy_(d["cell_mem"])
-            self.start_mem.copy_(d["start_mem"])
+        if self.cell_mem is not None:  # (saved with the cells' emulator states: without them the cells go)
+            if "cell_mem" in d and tuple(d["cell_mem"].shape) != tuple(self.cell_mem.shape):
+                raise EnvConfigError(f"this env state's archive keeps policy states of {d['cell_mem'].shape[1]} "
+                                     f"floats with its cells, the policy has {self.cell_mem.shape[1]}")
+            self.cell_mem.copy_(d["cell_mem"]) if "cell_mem" in d else self.cell_mem.zero_()
         self.mark_route()
 
     def clear(self) -> None:

@@ -170,7 +170,7 @@ class GameEnv:
         except GbxculeError:
             self.close()
             raise
-        self.archive = self._limit = self._clone_bufs = self._policy_state = None
+        self.archive = self._limit = self._clone_bufs = self._policy_state = self._zero = None
         self.after_step: Callable[[], None] | None = None  # called at the end of every step (the shell's eval)
         extra = 0 if self.archive_cfg is None else self.archive_cfg.capacity + 1  # the cells, and a scratch slot
         self.archive_bytes = extra * cell_bytes(be)
@@ -446,8 +446,8 @@ class GameEnv:
         kept with its start (its cell's, a swarm source's)."""
         torch = self.torch
         start = None if self.archive is None else self.archive.start_mem
-        if start is None:
-            return torch.mul(state, (~self._done).unsqueeze(-1), out=out)
+        if start is None:  # (a zero tensor: where's out= takes no number; +0 as the learner's unroll writes)
+            start = self._zero = torch.zeros((), device=self.device) if self._zero is None else self._zero
         return torch.where(self._done.unsqueeze(-1), start, state, out=out)
 
     def clone_states(self, src, dst_mask) -> None:
@@ -788,6 +788,8 @@ class GameEnv:
             d["archive"] = self.archive.state_dict()
             if emulator:  # the cells' emulator states, observations and screens
                 d["archive"]["slots"] = [x.cpu().clone() for x in self._cell_slots()]
+            else:  # (and the policy states kept with them: memory = "cell")
+                d["archive"].pop("cell_mem", None)
         return d
 
     def _cell_slots(self, rows: int | None = None) -> list:
@@ -871,6 +873,8 @@ class GameEnv:
         from gbxcule.core.schema import SERIAL_CAPTURE
 
         cells = 0 if self.archive is None else self.archive_cfg.capacity * cell_bytes(self.backend)
+        if self.archive is not None and self.archive.cell_mem is not None:  # memory = "cell": the kept states
+            cells += 4 * self.archive.cell_mem.numel()
         return self.num_envs * (4 * NUM_FIELDS + self.backend.layout.total + SERIAL_CAPTURE + 144 * 160) + cells
 
     # --- odds and ends ------------------------------------------------------------------------------------

@@ -302,7 +302,10 @@ class Session:
             self._background.abandon()
             self.env.after_step = None
         if self._eval_env is not None:
-            self._eval_env.close()
+            from gbxcule.backends import on_device
+
+            with on_device(self.eval_device):
+                self._eval_env.close()
         if self.env is not None:
             self.env.close()
 
