@@ -171,6 +171,7 @@ class GameEnv:
             self.close()
             raise
         self.archive = self._limit = self._clone_bufs = self._policy_state = self._zero = None
+        self.restarted = False  # the last load_state_dict had no emulator state: every env began a new episode
         self.after_step: Callable[[], None] | None = None  # called at the end of every step (the shell's eval)
         extra = 0 if self.archive_cfg is None else self.archive_cfg.capacity + 1  # the cells, and a scratch slot
         self.archive_bytes = extra * cell_bytes(be)
@@ -852,6 +853,7 @@ class GameEnv:
             wp.to_torch(be.frame_buffer()).copy_(e["frame"])
         else:
             warnings.warn("env state without emulator state: every env restarts from a start slot", stacklevel=2)
+            self.restarted = True
             self._done.fill_(True)
             self._restore_done(self.seed)
             self._done.zero_()

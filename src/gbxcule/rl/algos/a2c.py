@@ -161,7 +161,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                                  f"{s.num_updates} updates of {s.update_steps:,} env-steps, an optimizer "
                                  f"step every {a.update_every} env-steps ({a.update_every * n:,} samples); model "
                                  f"{model.describe()['params']:,} parameters")
-        if extra and extra.get("state") is not None:
+        if extra and extra.get("state") is not None and not env.restarted:  # (restarted envs: a zero state)
             state.copy_(extra["state"])
         if extra and extra.get("log_coef") is not None and log_coef is not None:
             log_coef.copy_(extra["log_coef"])

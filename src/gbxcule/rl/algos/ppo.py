@@ -240,7 +240,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                                        if pending and s.emu_state else None})
         if extra:
             sampler.set_state(extra["sampler"])
-            if state is not None:
+            if state is not None and not env.restarted:  # (restarted envs: new episodes, a zero state)
                 state.copy_(extra["state"])
             if p.overlap and extra.get("pending") is not None:  # into the set the update before filled
                 pending.append(bufs[(s.update + 1) % 2])
