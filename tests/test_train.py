@@ -550,3 +550,22 @@ def test_a_run_that_ends_at_its_total_before_the_time_limit_says_so(tmp_path, ca
     assert "(done)" in out and "before the time limit of 3600 s; --total-steps trains longer" in out
     assert main([*base, "--run-dir", str(tmp_path / "b")]) == 0  # no time limit: nothing to say
     assert "--total-steps trains longer" not in capsys.readouterr().out
+
+
+def test_policy_every_s_keeps_the_weights_at_each_mark_of_training_time(tmp_path, monkeypatch):
+    """run.policy_every_s = S: at the first update's end at or past each multiple of S training seconds the weights
+    go to policies/policy_<mark>s.pt (the latest mark where an update passed several), which `gbxcule eval` reads;
+    a resumed run keeps the marks it had (a kept file is never rewritten with later weights)."""
+    import gbxcule.rl.session as session
+    from gbxcule.rl.training import evaluate
+
+    # a fake clock: updates 1-4 end at 10, 20, 25 and 65 seconds of training
+    monkeypatch.setattr(session.Session, "train_wall", lambda self: (0.0, 10.0, 20.0, 25.0, 65.0)[self.update])
+    for name, parts in (("straight", [{}]), ("part", [{"stop_after_updates": 2}, {}])):
+        for i, extra in enumerate(parts):
+            train(tiny(tmp_path / name, policy_every_s=15.0, **extra), resume=i > 0)
+        kept = {p.name: load_checkpoint(p)["global_step"] for p in (tmp_path / name / "policies").iterdir()}
+        # update 2 passes mark 15, update 3 none (the resumed run too), update 4 marks 30, 45 and 60: one file
+        assert kept == {"policy_15s.pt": 2 * 48, "policy_60s.pt": 4 * 48}, (name, kept)
+    rep = evaluate(tmp_path / "part" / "policies" / "policy_15s.pt", episodes=2, device="cpu", modes=("greedy",))
+    assert rep["env_steps_trained"] == 2 * 48 and rep["greedy"]["episodes"] == 2

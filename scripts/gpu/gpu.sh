@@ -273,7 +273,7 @@ cmd_jobs_wait() {
   while [[ ! -e $d/.ended ]] && (( $(date +%s) - t0 < $1 )); do sleep 5; done
   mkdir -p "$OUT"
   local drop=() x
-  for x in checkpoint.pt policy.pt best_policy.pt archive.npz 'events.out.*'; do
+  for x in checkpoint.pt policy.pt best_policy.pt 'policy_*s.pt' archive.npz 'events.out.*'; do
     [[ " ${KEEP:-} " == *" $x "* ]] || drop+=("$x")
   done
   pack jobs "${drop[@]}"

@@ -75,6 +75,9 @@ class RunConfig:
     # where the periodic and final evals run (their env and a copy of the weights): a GPU no process trains on keeps
     # their launches off the training's (docs/training.md "Periodic evals"); none: the training's device
     eval_device: str | None = knob(None, resume=CHANGE)
+    # keep the weights at every this many seconds of training (policies/policy_<S>s.pt, policy.pt's format): the
+    # greedy rate at 5, 10 or 20 minutes, measured after the run with `gbxcule eval` (none: not kept)
+    policy_every_s: float | None = knob(None, gt=0, resume=CHANGE)
     cudnn_benchmark: bool = knob(False, resume=CHANGE)  # CUDA: cuDNN times its conv algorithms, keeps the fastest
     deterministic: bool = knob(False, resume=CHANGE)  # CUDA: deterministic algorithms (ops without one warn)
     success_window: int = knob(256, min=1, resume=CHANGE)  # the progress bar's success: over >= this many episodes

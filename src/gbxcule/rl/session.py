@@ -176,6 +176,7 @@ class Session:
         self._success = SuccessWindow(cfg.run.success_window)
         self.eval_every = eval_interval(cfg, self.update_steps)
         self._next_eval_step = self.eval_every
+        self._policy_mark = 0.0  # run.policy_every_s: the last mark of training seconds whose weights were kept
         self._best_greedy: float | None = None  # the best periodic greedy success so far (best_policy.pt)
         self._best_step: int | None = None  # the env-steps of its weights
         self._last_eval_t = 0.0
@@ -354,6 +355,7 @@ class Session:
         self._next_eval_step = loop.get("next_eval_step", self._next_eval_step)
         self._best_greedy, self._best_step = loop.get("best_greedy"), loop.get("best_step")
         self.grad_steps = loop.get("grad_steps", self.update)  # older checkpoints: at least one per update
+        self._policy_mark = loop.get("policy_mark", 0.0)
         self._success.rows.extend(tuple(r) for r in loop.get("success_window", ()))
         self.last = ck.get("metrics", {})
         if self.lead:
@@ -464,6 +466,7 @@ class Session:
                    **{f"milestone/{name}": rate for name, rate in zip(self.env.milestone_names,
                                                                       ep.get("milestone_rates") or (), strict=False)}}
             self._maybe_eval(row, now)
+            self._maybe_keep_policy(row)
             self.last = row
             self.run.log(self.update, row)
             if self._progress is not None:
@@ -574,6 +577,17 @@ class Session:
         self._log_eval(row, rep, self.global_step, self._last_eval_t - t0, self._model)
         row["time_eval_s"] = self._last_eval_t - t0
 
+    def _maybe_keep_policy(self, row: dict) -> None:
+        """run.policy_every_s = S: at the end of the first update at or past each multiple of S seconds of training,
+        the weights as `policies/policy_<mark>s.pt` (one file for the latest mark where an update passed several)."""
+        every = self.cfg.run.policy_every_s
+        mark = 0.0 if every is None else math.floor(self.train_wall() / every) * every
+        if mark <= self._policy_mark:
+            return
+        self._policy_mark = mark
+        self.run.write_torch(f"policies/policy_{mark:g}s.pt", self._policy_state(self._policy_fields(
+            self._model, self.global_step, row)))
+
     def _log_eval(self, row: dict, rep: dict, env_steps: int, seconds: float, model) -> None:
         """An eval's figures in this update's row: `eval/env_steps` are those of the weights evaluated (`model`),
         `eval/wall_s` the training time at which the result was known. A greedy success above every earlier
@@ -641,7 +655,7 @@ class Session:
                  "optimizer": self._optimizer.state_dict(), **mine,
                  "loop": {"next_eval_step": self._next_eval_step, "success_window": list(self._success.rows),
                           "best_greedy": self._best_greedy, "best_step": self._best_step,
-                          "grad_steps": self.grad_steps},
+                          "grad_steps": self.grad_steps, "policy_mark": self._policy_mark},
                  "world_size": self.world.size}
         if others:
             state["ranks"] = others  # ranks 1..size-1: their rng, extra and env
