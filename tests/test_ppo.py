@@ -319,6 +319,9 @@ def test_a_recurrent_policy_trains_evaluates_and_resumes_bit_for_bit(tmp_path, c
     assert main(["eval", str(straight), "--device", "cpu", "--episodes", "2", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["algo"] == "ppo" and rep["greedy"]["episodes"] == 2 and "sampled" in rep
+    assert main(["eval", str(straight), "--device", "cpu", "--episodes", "2", "--json", "--greedy-only"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert "sampled" not in alone and alone["greedy"] == rep["greedy"]  # the same greedy episodes, the sampled left out
     part = tmp_path / "part"
     evals = {"eval_every": 48, "eval_episodes": 2}
     assert train(tiny(part, knobs, **evals, stop_after_updates=1))["stopped"] == "stop_after_updates"

@@ -20,6 +20,8 @@ def register(sub) -> None:
     p.add_argument("--random", action="store_true", help="also a random policy (and its GIF) for comparison")
     p.add_argument("--seed", type=int, help="seed of the start states and sampling (default: the final eval's, "
                    "rl/evaluate.py EVAL_SEED, the same for every run)")
+    p.add_argument("--greedy-only", action="store_true",
+                   help="the greedy policy alone, without the sampled one (about half the time)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -42,6 +44,7 @@ def run(args) -> int:
                   *env_input_files(load_checkpoint(args.source)["config"].get("env", {}))]
         checks.check_outputs([args.gif, random_gif_path(args.gif) if args.random else None], inputs)
     rep = evaluate(args.source, args.episodes, args.device, args.task, gif=args.gif, gif_envs=args.gif_envs,
+                   modes=("greedy",) if args.greedy_only else ("greedy", "sampled"),
                    seed=EVAL_SEED if args.seed is None else args.seed, random_baseline=args.random, rom=args.rom)
 
     def line(name: str, r: dict) -> str:
