@@ -970,9 +970,9 @@ def test_cells_keep_the_recurrent_state_that_reached_them():
     """memory = "cell": a cell inserted or improved keeps the policy state its path reached it with (the scratch
     row takes the rest), an episode from a cell starts with that state and one from the task's start with zero, a
     swarm jump takes its source's state now, and the states travel with shared cells and checkpoints."""
-    cfg = ArchiveConfig(capacity=4, inserts=4, p_start=0.0, schedule="fixed", memory="cell")
+    cfg = ArchiveConfig(capacity=4, inserts=4, p_start=0.0, schedule="fixed", memory="cell", swarm=0.5)
     a = StateArchive(cfg, 3, 1, "cpu")
-    a.keep_memory(2)
+    assert a.keep_memory(2)
     mem = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
     keys = torch.tensor([10, 11, 10])  # env 2 in env 0's cell: env 0 ranks first, so its state is kept
     a.observe(keys, torch.tensor([5, 7, 5]), torch.zeros(3), torch.zeros(3, dtype=torch.int32),
@@ -985,14 +985,17 @@ def test_cells_keep_the_recurrent_state_that_reached_them():
     a.starts(done, torch.zeros(3, dtype=torch.int64), 0, torch.zeros(3, dtype=torch.int64),
              torch.zeros(1, dtype=torch.int32))
     assert bool(a.from_archive[:2].all())
-    assert torch.equal(a.start_mem[:2], a.cell_mem[a.start_row[:2]]) and not bool(a.start_mem[2].any())
+    start = a.start_memory(mem)
+    assert torch.equal(start[:2], a.cell_mem[a.start_row[:2]]) and bool(start[:2].abs().sum(1).gt(0).all())
+    assert not bool(start[2].any())  # env 2 has run from the task's start all along
     a.p = 1.0  # from the task's start: zero
     a.starts(torch.tensor([True, False, False]), torch.zeros(3, dtype=torch.int64), 0,
              torch.ones(3, dtype=torch.int64), torch.zeros(1, dtype=torch.int32))
-    assert not bool(a.start_mem[0].any()) and torch.equal(a.start_mem[1], a.cell_mem[a.start_row[1]])
-    a.swarm_src.copy_(torch.tensor([0, 0, 1], dtype=torch.int32))  # env 2 jumps to env 1
-    a.jumped(torch.tensor([False, False, True]), torch.zeros(3, dtype=torch.int64), torch.zeros(3), mem)
-    assert torch.equal(a.start_mem[2], mem[1])
+    start = a.start_memory(mem)
+    assert not bool(start[0].any()) and torch.equal(start[1], a.cell_mem[a.start_row[1]])
+    a.swarm_src.copy_(torch.tensor([1, 1, 1], dtype=torch.int32))  # env 2 jumps to env 1: its state now
+    a.swarm_dst.copy_(torch.tensor([False, False, True]))
+    assert torch.equal(a.start_memory(mem)[2], mem[1])
     # shared: another process's archive takes the cells with their states
     b = StateArchive(cfg, 3, 1, "cpu")
     b.keep_memory(2)
@@ -1004,16 +1007,15 @@ def test_cells_keep_the_recurrent_state_that_reached_them():
     c = StateArchive(cfg, 3, 1, "cpu")
     c.keep_memory(2)
     c.load_state_dict(a.state_dict())
-    assert torch.equal(c.cell_mem, a.cell_mem) and "start_mem" not in a.state_dict()  # (rewritten where read)
+    assert torch.equal(c.cell_mem, a.cell_mem)
     other = StateArchive(cfg, 3, 1, "cpu")
     other.keep_memory(3)
     with pytest.raises(EnvConfigError, match="policy states of 2 floats"):
         other.load_state_dict(a.state_dict())
     assert not bool(a.cell_mem[-1].any())  # the scratch row, which takes what is not written, is zero again
     zero = StateArchive(ArchiveConfig(capacity=4), 3, 1, "cpu")
-    zero.keep_memory(2)  # memory = "zero" keeps nothing
-    assert zero.cell_mem is None and zero.start_mem is None
-    # the trainer's memory check counts them: cells + scratch row, two per env, one per stored sample
+    assert not zero.keep_memory(2) and zero.cell_mem is None  # memory = "zero" keeps nothing
+    # the trainer's memory check counts them: cells + scratch row, two buffers per env, one per stored sample
     from gbxcule.rl.archive import memory_bytes
 
     assert memory_bytes(cfg, 3, 10, 8) == 8 * (4 + 1 + 2 * 3 + 10) and memory_bytes({"capacity": 4}, 3, 10, 8) == 0

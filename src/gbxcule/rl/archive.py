@@ -179,7 +179,7 @@ def keeps_memory(archive: dict | ArchiveConfig | None) -> bool:
 
 def memory_bytes(archive: dict | ArchiveConfig | None, num_envs: int, samples: int, state_bytes: int) -> int:
     """Device bytes that memory = "cell" adds to a trainer whose policy state is `state_bytes`: the states kept
-    with the cells and with each env's episode start (and one step's gather), and a stored next state for each of
+    with the cells, two per env for a step's new episodes (`start_memory`), and a stored next state for each of
     a rollout's `samples`; 0 without it."""
     if not keeps_memory(archive):
         return 0
@@ -205,8 +205,8 @@ class StateArchive:
     Per env it keeps where the running episode started: `off_steps` and `off_ret` (steps and return from the
     task's start at the episode's start), `from_archive` (it started from a cell) and `start_row` (which cell;
     the scratch row when none). With `memory = "cell"` (after `keep_memory`) each cell also keeps the recurrent
-    policy's state of the path that reached it (`cell_mem`), and each env the state its running episode started
-    with (`start_mem`: its cell's, a swarm source's, zero from the task's start)."""
+    policy's state of the path that reached it (`cell_mem`; its scratch row stays zero), from which
+    `start_memory` gives each new episode's."""
 
     def __init__(self, cfg: ArchiveConfig, num_envs: int, first_slot: int, device, seed: int = 0,
                  area_keys: bool = True, max_steps: int = 1000, cell_rows=None, milestones=None, detail=None):
@@ -290,17 +290,28 @@ class StateArchive:
         self.start_row = torch.full((n,), m, **i64)  # which cell (the scratch row: none)
         self.last_row = torch.full((n,), m, **i64)  # the last cell the env was in this episode (m: none yet)
         self.restore_mask = torch.zeros(n, dtype=torch.bool, device=dev)  # envs restored from a start slot or a cell
-        self.cell_mem = self.start_mem = None  # memory = "cell": float32 [m + 1, H] and [N, H] (`keep_memory`)
+        self.cell_mem = None  # memory = "cell": float32 [m + 1, H] (`keep_memory`)
 
-    def keep_memory(self, size: int) -> None:
+    def keep_memory(self, size: int) -> bool:
         """memory = "cell": keep a recurrent policy's state of `size` floats with every cell (the env passes each
-        step's states to `step`, and the trainer starts each new episode's with `start_mem`)."""
+        step's states to `step`, and the trainer starts each new episode's with `start_memory`). Whether it does."""
         if self.cfg.memory != "cell":
-            return
+            return False
         torch = self.torch
         self.cell_mem = torch.zeros((self.m + 1, size), dtype=torch.float32, device=self.device)
-        self.start_mem = torch.zeros((self.n, size), dtype=torch.float32, device=self.device)
-        self._mem = torch.zeros_like(self.start_mem)  # a step's gathered states (no allocation per step)
+        self._mem = torch.zeros((2, self.n, size), dtype=torch.float32, device=self.device)  # (no per-step alloc)
+        return True
+
+    def start_memory(self, memory):
+        """float32 [N, H] (a buffer of the archive's, rewritten by the next call): the state each env's episode
+        started with, where one started this step: its cell's kept state (zero from the task's start: the scratch
+        row), after a swarm jump its source's `memory` (the policy's state of this step, float [N, H])."""
+        torch, out = self.torch, self._mem[0]
+        torch.index_select(self.cell_mem, 0, self.start_row, out=out)
+        if self.cfg.swarm > 0:
+            src = torch.index_select(memory.float(), 0, self.swarm_src, out=self._mem[1])
+            torch.where(self.swarm_dst[:, None], src, out, out=out)
+        return out
 
     @classmethod
     def for_env(cls, cfg: ArchiveConfig, task, layout, num_envs: int, first_slot: int, device, seed: int,
@@ -375,16 +386,12 @@ class StateArchive:
         pick = ((bits * num_actions) >> U_BITS).to(actions.dtype)
         torch.where(self.explorer, pick, actions, out=actions)
 
-    def jumped(self, dst, steps, ep_return, memory=None) -> None:
+    def jumped(self, dst, steps, ep_return) -> None:
         """Swarm destinations, just cloned from their sources (the clone copied these records too): their
-        offsets add the source's progress in its episode, and their new episode counts as from the archive; with
-        memory = "cell" it starts with the source's policy state now (`memory` [N, H], this step's)."""
+        offsets add the source's progress in its episode, and their new episode counts as from the archive."""
         self.off_steps.add_(steps * dst)
         self.off_ret.add_(ep_return * dst)
         self.from_archive |= dst
-        if self.start_mem is not None and memory is not None:
-            self.torch.index_select(memory.float(), 0, self.swarm_src, out=self._mem)
-            self.torch.where(dst[:, None], self._mem, self.start_mem, out=self.start_mem)
 
     def starts(self, done, slots, seed: int, episodes, slot_sums):
         """Where the envs whose episodes ended (`done`, swarm destinations left out: they jumped) start again:
@@ -403,9 +410,6 @@ class StateArchive:
         torch.where(r, self.ret.gather(0, row) * use, self.off_ret, out=self.off_ret)
         torch.where(r, use, self.from_archive, out=self.from_archive)
         torch.where(r, row, self.start_row, out=self.start_row)  # `row` is the scratch row where not `use`
-        if self.start_mem is not None:  # a cell's kept state; zero from the task's start (the scratch row's)
-            torch.index_select(self.cell_mem, 0, row, out=self._mem)
-            torch.where(r[:, None], self._mem, self.start_mem, out=self.start_mem)
         if self.routes:
             torch.where(r, row, self.last_row, out=self.last_row)
         return r, slot, sums, use
@@ -735,7 +739,7 @@ class StateArchive:
     def state_dict(self) -> dict:
         d = {name: getattr(self, name).detach().cpu().clone() for name in self.TENSORS + self.RECORDS}
         d.update(p=self.p, ema=self.ema, config=self.cfg.to_dict())
-        if self.cell_mem is not None:  # (start_mem is written for each env where its episode starts, then read)
+        if self.cell_mem is not None:
             d["cell_mem"] = self.cell_mem.cpu().clone()
         return d
 

@@ -423,7 +423,7 @@ class GameEnv:
         dst = a.swarm_dst
         if a.cfg.swarm > 0:
             self.clone_states(a.swarm_src, dst)  # counters too: the offsets add the source's progress
-            a.jumped(dst, self.steps, self.ep_return, self._policy_state)
+            a.jumped(dst, self.steps, self.ep_return)
         r, slot, sums, use = a.starts(done, slots, seed, self.episodes, self.slot_sum)
         self._slots.copy_(slot)
         self.backend.restore(self._rmask_wp, self._slots_wp, obs=self._ring_wp)
@@ -436,18 +436,16 @@ class GameEnv:
         """A recurrent policy of `size` floats of state trains here: with a state archive of memory = "cell" its
         cells keep the state of the path that reached them and episodes from them start with it (pass each step's
         state to `step`; `next_policy_state` after it). Whether they do."""
-        if self.archive is None or self.archive_cfg.memory != "cell":
-            return False
-        self.archive.keep_memory(size)
-        return True
+        return self.archive is not None and self.archive.keep_memory(size)
 
     def next_policy_state(self, state, out):
         """A recurrent policy's state for the next step into `out` [N, H]: `state` (after this step's actions)
         where the episode goes on; where it ended, its new episode's: zero, or with memory = "cell" the state
         kept with its start (its cell's, a swarm source's)."""
         torch = self.torch
-        start = None if self.archive is None else self.archive.start_mem
-        if start is None:  # (a zero tensor: where's out= takes no number; +0 as the learner's unroll writes)
+        if self.archive is not None and self.archive.cell_mem is not None:
+            start = self.archive.start_memory(state)
+        else:  # (a zero tensor: where's out= takes no number; +0 as the learner's unroll writes)
             start = self._zero = torch.zeros((), device=self.device) if self._zero is None else self._zero
         return torch.where(self._done.unsqueeze(-1), start, state, out=out)
 
