@@ -272,6 +272,69 @@ def test_frontier_share_draws_starts_among_the_cells_that_hold_the_most_mileston
     assert stats["archive/frontier_cells"] == town > 0 and stats["archive/cells"] > town
 
 
+def test_reach_share_draws_starts_among_the_cells_holding_what_the_median_env_from_the_start_holds():
+    """`reach` r: after the frontier's first f of the share draw, the next r of it is drawn among the cells that hold
+    as many milestones as the median env playing from the task's start held at the last update's read (explorers
+    and envs from cells left out), by the same weights; checked against a plain Python median; the level is
+    checkpointed; frontier + reach over 1 is refused with one line."""
+    from types import SimpleNamespace
+
+    from gbxcule.rl.archive import U_BITS, ArchiveConfig, StateArchive
+    from gbxcule.rl.env import EnvConfigError
+
+    with pytest.raises(EnvConfigError, match="frontier \\+ reach is 1.2") as err:
+        ArchiveConfig(frontier=0.5, reach=0.7)
+    assert "\n" not in str(err.value)
+    n = 4096
+    g = torch.Generator().manual_seed(7)
+    u_start, u_cell, u_share = (torch.randint(0, 1 << U_BITS, (n,), generator=g) for _ in range(3))
+    done = torch.ones(n, dtype=torch.bool)
+
+    def archive(**kw):
+        a = StateArchive(ArchiveConfig(capacity=8, p_start=0.0, explorers=0.25, **kw), n, 1, "cpu",
+                         milestones=SimpleNamespace(k=3))
+        a.observe(torch.arange(n) % 6, torch.zeros(n, dtype=torch.int64), torch.zeros(n),
+                  torch.zeros(n, dtype=torch.int32), torch.ones(n, dtype=torch.bool))
+        a.progress[:6] = torch.tensor([0, 1, 2, 2, 1, 0])
+        return a
+
+    plain = archive().choose(done, u_start, u_cell)[1]
+    front_only = archive(frontier=0.25).choose(done, u_start, u_cell, None, u_share)[1]
+    a = archive(frontier=0.25, reach=0.5)
+    assert a.level == 0
+    held = torch.randint(0, 4, (n,), generator=g)
+    from_archive = torch.rand(n, generator=g) < 0.3
+    a._held.copy_(held)
+    a.from_archive.copy_(from_archive)
+    counted = [int(h) for h, c in zip(held.tolist(), (~from_archive & ~a.explorer).tolist(), strict=True) if c]
+    median = sorted(counted)[(len(counted) - 1) // 2]  # the lower median, in plain Python
+    a._held[~(~from_archive & ~a.explorer)] = 3 - median if median != 3 else 0  # others' milestones do not count
+    assert a.read_stats(clear=False)["archive/reach_level"] == median and a.level == 0  # a peek moves nothing
+    assert a.read_stats()["archive/reach_level"] == median and a.level == median
+    a.level = 1
+    rows = a.choose(done, u_start, u_cell, None, u_share)[1]
+    front = u_share < (1 << U_BITS) // 4
+    reach = ~front & (u_share < 3 * (1 << U_BITS) // 4)
+    assert torch.equal(rows[front], front_only[front])  # the frontier's draw is as it was without a reach
+    assert bool(((rows[reach] == 1) | (rows[reach] == 4)).all())
+    assert 0.4 < float((rows[reach] == 1).float().mean()) < 0.6  # the two weigh the same
+    rest = ~front & ~reach
+    assert torch.equal(rows[rest], plain[rest])
+    # the level is checkpointed; with no cell at the level the usual draw stands
+    b = archive(frontier=0.25, reach=0.5)
+    b.load_state_dict(a.state_dict())
+    assert b.level == 1
+    c = archive(frontier=0.25, reach=0.5)
+    c.level = 3
+    assert torch.equal(c.choose(done, u_start, u_cell, None, u_share)[1][reach], plain[reach])
+    # a GameEnv logs the level: from bed, the envs hold nothing until they leave home
+    env = game_env("from_bed", n=2, archive={"capacity": 256, "inserts": 8, "p_start": 1.0, "reach": 0.5})
+    env.reset(seed=0)
+    for act in actions(LEAVE + " U N2"):
+        env.step(torch.tensor([act, 0]))
+    assert env.archive.read_stats()["archive/reach_level"] == 0  # one of the two holds "town": the lower median
+
+
 def test_plot_draws_how_far_runs_get(tmp_path):
     import json
 
@@ -280,7 +343,8 @@ def test_plot_draws_how_far_runs_get(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     rows = [{"update": u, "env_steps": 100 * u, "milestone_rates": [0.5, 0.1 * u], "milestone_deepest": min(2, u),
-             "milestone/town": 0.5, "milestone/lab": 0.1 * u, **({"eval/mean_deepest": 1.5} if u == 3 else {})}
+             "milestone/town": 0.5, "milestone/lab": 0.1 * u, "archive/reach_level": u - 1,
+             **({"eval/mean_deepest": 1.5} if u == 3 else {})}
             for u in (1, 2, 3)]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     written = {p.name for p in plot_runs([run], tmp_path / "out")}

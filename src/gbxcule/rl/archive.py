@@ -59,9 +59,9 @@ MAX_ENVS = 1 << 24
 STAT_NAMES = ("inserted", "improved", "dropped", "swarms", "start_episodes", "start_successes", "archive_episodes",
               "archive_successes", "chosen_depth_sum", "chosen")
 # salts of the hashed uniforms (`hashed_bits`): a start (and which cell), swarm or not, a spread clock, an explorer's
-# action, a route start, a frontier start
+# action, a route start, a frontier or reach start
 SALT_START, SALT_SWARM, SALT_CLOCK, SALT_EXPLORE, SALT_ROUTE = 0x51A7, 0x5A53, 0xC10C, 0xE4A1, 0x207E
-SALT_FRONTIER = 0xF407
+SALT_SHARE = 0xF407
 
 
 @dataclass
@@ -93,6 +93,12 @@ class ArchiveConfig:
     # many cells the segments behind it hold (w_progress only adds to each cell's weight); where the task names no
     # milestones every cell is on the frontier
     frontier: float = knob(0.0, min=0, max=1)
+    # the reach: this share of the starts from cells is drawn among the cells that hold as many milestones as the
+    # median env playing from the task's start holds now (read once per update), so the segment where the policy from
+    # the start spends its time is trained while the frontier moves on: what is learned from cells must come back to
+    # the start segment by segment (Go-Explore's robustifying, with the milestones as the steps back); frontier +
+    # reach <= 1 (one draw); where the task names no milestones every cell is the reach's
+    reach: float = knob(0.0, min=0, max=1)
     # the route: once an episode has reached the task's goal, the cells on the stored paths that led there (each
     # cell's parent is the cell its path came through); this share of the starts from cells is drawn among them
     # (by the same weights), so training walks the found way back toward the task's start (Go-Explore's
@@ -124,8 +130,11 @@ class ArchiveConfig:
         except SettingError as exc:
             raise EnvConfigError(str(exc)) from None
         for name in ("w_chosen", "w_visits", "w_recent", "w_depth", "w_fail", "w_mid", "w_progress", "route",
-                     "frontier"):
+                     "frontier", "reach"):
             setattr(self, name, float(getattr(self, name)))
+        if self.frontier + self.reach > 1:
+            raise EnvConfigError(f"archive: frontier + reach is {self.frontier + self.reach:g}: their shares of the "
+                                 "starts from cells add up to at most 1")
         if self.w_chosen + self.w_visits + self.w_recent == 0:
             raise EnvConfigError("archive: w_chosen, w_visits and w_recent are all 0 (a new cell could weigh 0)")
 
@@ -280,6 +289,8 @@ class StateArchive:
         self._flags = torch.zeros(n, **i64)  # and which, as bits
         k = 0 if self.milestones is None else self.milestones.k
         self._bit = (torch.ones(k, 1, **i64) << torch.arange(k, **i64)[:, None]) if k else None
+        self._hist = torch.zeros(k + 1, **i64)  # the envs playing from the task's start by the milestones they hold
+        self.level = 0  # the reach: the milestones the median of them held at the last update's read
         # a task's cell detail (RAM cells only): (a `goals.RamGoal`, the rows of its bytes), above the place's bytes
         self.detail = detail if cell_rows is not None else None
         self._detail_shift = 8 * (0 if cell_rows is None else int(cell_rows.numel()))
@@ -402,8 +413,9 @@ class StateArchive:
         r = torch.logical_and(done, ~self.swarm_dst, out=self.restore_mask)
         u = hashed_bits(seed, self.env_ids, episodes, SALT_START, 2 * U_BITS)  # two uniforms in one hash
         u_route = hashed_bits(seed, self.env_ids, episodes, SALT_ROUTE) if self.routes else None
-        u_front = hashed_bits(seed, self.env_ids, episodes, SALT_FRONTIER) if self.cfg.frontier > 0 else None
-        use, row = self.choose(r, u & ((1 << U_BITS) - 1), u >> U_BITS, u_route, u_front)
+        shares = self.cfg.frontier + self.cfg.reach > 0
+        u_share = hashed_bits(seed, self.env_ids, episodes, SALT_SHARE) if shares else None
+        use, row = self.choose(r, u & ((1 << U_BITS) - 1), u >> U_BITS, u_route, u_share)
         slot = torch.where(use, row + self.first, slots)
         sums = torch.where(use, self.sums.gather(0, row), slot_sums[slots])
         torch.where(r, self.steps.gather(0, row) * use, self.off_steps, out=self.off_steps)
@@ -566,22 +578,26 @@ class StateArchive:
             w = w + torch.div(g * WEIGHT_ONE * held, held.max().clamp(min=1), rounding_mode="floor")
         return torch.where(used, w, 0)
 
-    def choose(self, done, u_start, u_cell, u_route=None, u_front=None):
+    def choose(self, done, u_start, u_cell, u_route=None, u_share=None):
         """For envs whose episode ended (`done`): (from_archive bool [N], row int64 [N]). `u_start`, `u_cell`,
-        `u_route` (with `route` > 0), `u_front` (with `frontier` > 0): int64 [N] uniform in [0, 2**U_BITS) (hashed
-        per env and episode). With probability `frontier` a cell start is drawn among the cells holding the most
-        milestones, then with probability `route` among the route's cells (`on_route`), each by the same weights
-        where there are any. Counts the chosen cells."""
+        `u_route` (with `route` > 0), `u_share` (with `frontier` or `reach` > 0): int64 [N] uniform in
+        [0, 2**U_BITS) (hashed per env and episode). Where `u_share` falls in the first `frontier` of its range a
+        cell start is drawn among the frontier's cells, in the next `reach` among the reach's, then with probability
+        `route` among the route's cells (`on_route`), each by the same weights where there are any. Counts the
+        chosen cells."""
         torch, m = self.torch, self.m
         w = self.weights()
         cdf = torch.cumsum(w, 0)
         total = cdf[-1]
         target = (u_cell * total) >> U_BITS
         row = torch.searchsorted(cdf, target, right=True).clamp_(max=m - 1)
-        if u_front is not None:
-            row = self._draw_among(w, self.frontier_cells(), u_cell, u_front, self.cfg.frontier, row)
+        f, r = self.cfg.frontier, self.cfg.reach
+        if u_share is not None and f > 0:
+            row = self._draw_among(w, self.frontier_cells(), u_cell, u_share, 0.0, f, row)
+        if u_share is not None and r > 0:
+            row = self._draw_among(w, self.reach_cells(), u_cell, u_share, f, f + r, row)
         if self.routes and u_route is not None:
-            row = self._draw_among(w, self.on_route[:m], u_cell, u_route, self.cfg.route, row)
+            row = self._draw_among(w, self.on_route[:m], u_cell, u_route, 0.0, self.cfg.route, row)
         start = u_start >= int(self.p * (1 << U_BITS))
         if self.n_explore:  # explorers start from a cell whenever the archive holds one
             start |= self.explorer
@@ -599,14 +615,20 @@ class StateArchive:
         held = self.torch.where(self._rows < self.count, self.progress[:self.m], -1)
         return held == held.max()
 
-    def _draw_among(self, w, on, u_cell, u_take, share: float, row):
-        """`row`, except where `u_take` < `share` (of 2**U_BITS): a row drawn among the cells `on` (bool
+    def reach_cells(self):
+        """bool [capacity]: the used cells that hold `level` milestones (every used cell where the task names
+        none)."""
+        return (self._rows < self.count) & (self.progress[:self.m] == self.level)
+
+    def _draw_among(self, w, on, u_cell, u_take, lo: float, hi: float, row):
+        """`row`, except where `u_take` is in [lo, hi) (of 2**U_BITS): a row drawn among the cells `on` (bool
         [capacity]) by the weights `w` with `u_cell`, where any of them weighs more than 0."""
         torch = self.torch
         cdf = torch.cumsum(w * on, 0)
         total = cdf[-1]
         pick = torch.searchsorted(cdf, (u_cell * total) >> U_BITS, right=True).clamp_(max=self.m - 1)
-        return torch.where((u_take < int(share * (1 << U_BITS))) & (total > 0), pick, row)
+        take = (u_take >= int(lo * (1 << U_BITS))) & (u_take < int(hi * (1 << U_BITS)))
+        return torch.where(take & (total > 0), pick, row)
 
     def milestone(self, keys, steps, eligible, from_archive, u):
         """Swarming, after `observe` of the same step: (dst bool [N], src int32 [N]). When an env reaches a new
@@ -680,16 +702,20 @@ class StateArchive:
         used = self._rows < self.count
         extra = torch.stack([self.count, torch.where(used, self.steps[:m], 0).max(), (self.chosen[:m] > 0).sum(),
                              self._areas(used), self.on_route[:m].sum(), self.frontier_cells().sum()])
-        return torch.cat([self.stats, extra, self.depth_stats.reshape(-1)])
+        hist = self._hist.zero_()  # the envs playing from the task's start, by the milestones they hold now
+        hist.index_add_(0, self._held.clamp(0, len(hist) - 1), (self.counted & ~self.from_archive).to(torch.int64))
+        return torch.cat([self.stats, extra, self.depth_stats.reshape(-1), hist])
 
     def read_stats(self, clear: bool = True, vals: list | None = None) -> dict:
         """The counters since the last call as `archive/...` log entries: `vals`, the host values of
         `stat_vector()` when the caller read it, else one device read here. With `clear`, the counters restart and
-        the start schedule moves: `p = p_start + (1 - p_start) * EMA(success from the task's start)`."""
+        the start schedule moves: `p = p_start + (1 - p_start) * EMA(success from the task's start)`, and the reach
+        `level` becomes the milestones held by the median env playing from the task's start."""
         vals = self.stat_vector().tolist() if vals is None else [int(v) for v in vals]
         s = dict(zip(STAT_NAMES, vals[:len(STAT_NAMES)], strict=True))
         cells, max_depth, ever_chosen, areas, route, front = vals[len(STAT_NAMES):len(STAT_NAMES) + 6]
-        depth = vals[len(STAT_NAMES) + 6:]
+        depth = vals[len(STAT_NAMES) + 6:len(STAT_NAMES) + 6 + 2 * DEPTH_BINS]
+        level = median_level(vals[len(STAT_NAMES) + 6 + 2 * DEPTH_BINS:])
         eps_s, eps_a = s["start_episodes"], s["archive_episodes"]
         from_start = s["start_successes"] / eps_s if eps_s else None
         out = {"archive/cells": int(cells), "archive/inserted": int(s["inserted"]),
@@ -707,9 +733,11 @@ class StateArchive:
             out["archive/areas"] = int(areas)
         if self.routes:
             out["archive/route_cells"] = int(route)
-        if self.milestones is not None:  # the cells holding the most milestones (the frontier's cells)
+        if self.milestones is not None:  # the cells holding the most milestones (the frontier's cells); the reach
             out["archive/frontier_cells"] = int(front) if cells else 0
+            out["archive/reach_level"] = level
         if clear:
+            self.level = self.level if level is None else level
             self.stats.zero_()
             self.depth_stats.zero_()
             if from_start is not None:
@@ -738,7 +766,7 @@ class StateArchive:
 
     def state_dict(self) -> dict:
         d = {name: getattr(self, name).detach().cpu().clone() for name in self.TENSORS + self.RECORDS}
-        d.update(p=self.p, ema=self.ema, config=self.cfg.to_dict())
+        d.update(p=self.p, ema=self.ema, level=self.level, config=self.cfg.to_dict())
         if self.cell_mem is not None:
             d["cell_mem"] = self.cell_mem.cpu().clone()
         return d
@@ -751,7 +779,7 @@ class StateArchive:
                 getattr(self, name).copy_(d[name])
             else:
                 getattr(self, name).fill_(self.m if name == "parent" else 0)
-        self.p, self.ema = float(d["p"]), d["ema"]
+        self.p, self.ema, self.level = float(d["p"]), d["ema"], int(d.get("level", 0))
         self.swarm_dst.zero_()
         for name in ("off_steps", "off_ret", "from_archive"):
             getattr(self, name).copy_(d[name])
@@ -790,6 +818,16 @@ class StateArchive:
 
 
 CELL_RECORD_BYTES = 13 * 8 + 3 * 4 + 2  # a cell's records beside its slot: keys, steps, counts, progress, route
+
+
+def median_level(hist) -> int | None:
+    """The lower median of a histogram (`hist[j]`: how many hold j), or None when it counts none."""
+    total, run = sum(int(x) for x in hist), 0
+    for j, x in enumerate(hist):
+        run += int(x)
+        if total and 2 * run >= total:
+            return j
+    return None
 
 
 def progress_key(place, bits, place_bits: int, count: int):

@@ -133,8 +133,9 @@ def plot_runs(runs, out: str | Path | None = None, x: str = "env_steps") -> list
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         save(fig, "greedy_success_vs_time")
-    # how far runs get: the deepest milestone any ended episode held per update, and each milestone's share of the
-    # ended episodes (and of the periodic greedy eval's episodes, from the task's start)
+    # how far runs get: the deepest milestone any ended episode held per update, the milestones the median env playing
+    # from the task's start holds (with an archive), and each milestone's share of the ended episodes (and of the
+    # periodic greedy eval's episodes, from the task's start)
     far = {run: rows for run, rows in data.items() if any(r.get("milestone_rates") for r in rows)}
     if far:
         fig, (top, low) = plt.subplots(2, 1, figsize=(6.4, 6.0), dpi=110, sharex=True)
@@ -143,6 +144,10 @@ def plot_runs(runs, out: str | Path | None = None, x: str = "env_steps") -> list
             deep = _points(rows, x, "milestone_deepest")
             if deep:  # the deepest so far: each milestone's first-reach time is where the staircase climbs to it
                 top.step(*zip(*first_reached(deep), strict=True), where="post", lw=1.4, label=f"{label}: training")
+            held = _points(rows, x, "archive/reach_level")
+            if held:  # where the envs playing from the task's start are: the milestones the median one holds
+                top.step(*zip(*held, strict=True), where="post", lw=1.0, ls="--",
+                         label=f"{label}: from the start (median env)")
             greedy = _points(rows, x, "eval/mean_deepest")
             if greedy:
                 top.plot(*zip(*greedy, strict=True), marker="o", ms=3, lw=1.0, label=f"{label}: greedy eval (mean)")
