@@ -310,7 +310,9 @@ def test_reach_share_draws_starts_among_the_cells_holding_what_the_median_env_fr
     median = sorted(counted)[(len(counted) - 1) // 2]  # the lower median, in plain Python
     a._held[~(~from_archive & ~a.explorer)] = 3 - median if median != 3 else 0  # others' milestones do not count
     assert a.read_stats(clear=False)["archive/reach_level"] == median and a.level == 0  # a peek moves nothing
-    assert a.read_stats()["archive/reach_level"] == median and a.level == median
+    stats = a.read_stats()
+    assert stats["archive/reach_level"] == median and a.level == median
+    assert stats["archive/start_held"] == [counted.count(j) for j in range(4)]
     a.level = 1
     rows = a.choose(done, u_start, u_cell, None, u_share)[1]
     front = u_share < (1 << U_BITS) // 4

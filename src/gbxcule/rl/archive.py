@@ -715,7 +715,8 @@ class StateArchive:
         s = dict(zip(STAT_NAMES, vals[:len(STAT_NAMES)], strict=True))
         cells, max_depth, ever_chosen, areas, route, front = vals[len(STAT_NAMES):len(STAT_NAMES) + 6]
         depth = vals[len(STAT_NAMES) + 6:len(STAT_NAMES) + 6 + 2 * DEPTH_BINS]
-        level = median_level(vals[len(STAT_NAMES) + 6 + 2 * DEPTH_BINS:])
+        held = [int(x) for x in vals[len(STAT_NAMES) + 6 + 2 * DEPTH_BINS:]]
+        level = median_level(held)
         eps_s, eps_a = s["start_episodes"], s["archive_episodes"]
         from_start = s["start_successes"] / eps_s if eps_s else None
         out = {"archive/cells": int(cells), "archive/inserted": int(s["inserted"]),
@@ -736,6 +737,7 @@ class StateArchive:
         if self.milestones is not None:  # the cells holding the most milestones (the frontier's cells); the reach
             out["archive/frontier_cells"] = int(front) if cells else 0
             out["archive/reach_level"] = level
+            out["archive/start_held"] = held  # the envs playing from the task's start by the milestones they hold
         if clear:
             self.level = self.level if level is None else level
             self.stats.zero_()
