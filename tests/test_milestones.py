@@ -334,7 +334,21 @@ def test_reach_share_draws_starts_among_the_cells_holding_what_the_median_env_fr
     env.reset(seed=0)
     for act in actions(LEAVE + " U N2"):
         env.step(torch.tensor([act, 0]))
-    assert env.archive.read_stats()["archive/reach_level"] == 0  # one of the two holds "town": the lower median
+    stats = env.archive.read_stats()
+    assert stats["archive/start_held"] == [1, 1, 0]  # one of the two holds "town" (of two milestones)
+    assert stats["archive/reach_level"] == 0  # the lower median
+    # envs that restarted on the last step still hold their ended episode's milestones: left out until they step
+    steps = len(actions(LEAVE + " U N2"))
+    env = game_env("from_bed", n=2, max_steps=steps, archive={"capacity": 256, "inserts": 8, "p_start": 1.0,
+                                                             "reach": 0.5})
+    env.reset(seed=0)
+    for act in actions(LEAVE + " U N2"):
+        env.step(torch.tensor([act, 0]))
+    stats = env.archive.read_stats()
+    assert stats["archive/start_held"] == [0, 0, 0] and stats["archive/reach_level"] is None
+    assert env.archive.level == 0  # kept
+    env.step(torch.tensor([0, 0]))
+    assert env.archive.read_stats()["archive/start_held"] == [2, 0, 0]
 
 
 def test_plot_draws_how_far_runs_get(tmp_path):

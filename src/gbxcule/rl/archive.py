@@ -702,8 +702,11 @@ class StateArchive:
         used = self._rows < self.count
         extra = torch.stack([self.count, torch.where(used, self.steps[:m], 0).max(), (self.chosen[:m] > 0).sum(),
                              self._areas(used), self.on_route[:m].sum(), self.frontier_cells().sum()])
-        hist = self._hist.zero_()  # the envs playing from the task's start, by the milestones they hold now
-        hist.index_add_(0, self._held.clamp(0, len(hist) - 1), (self.counted & ~self.from_archive).to(torch.int64))
+        # the envs playing from the task's start, by the milestones they hold now (those that restarted on the last
+        # step hold their ended episode's until their next step: left out)
+        hist = self._hist.zero_()
+        playing = self.counted & ~self.from_archive & ~self.restore_mask
+        hist.index_add_(0, self._held.clamp(0, len(hist) - 1), playing.to(torch.int64))
         return torch.cat([self.stats, extra, self.depth_stats.reshape(-1), hist])
 
     def read_stats(self, clear: bool = True, vals: list | None = None) -> dict:
