@@ -369,6 +369,44 @@ def test_summarize_writes_one_summary_json_per_figure(tmp_path):
     assert r.returncode == 1 and "give --tree" in r.stderr
 
 
+def test_bench_learning_evaluates_the_kept_policies_and_the_summary_keeps_their_rates(tmp_path):
+    """--policy-evals: one greedy `gbxcule eval` per policy a run kept (by mark, not name order), each report read
+    from its JSON file (a Warp line before it, an eval that failed: null figures), and the summary keeps them."""
+    import json
+    import types
+
+    spec = importlib.util.spec_from_file_location("bench_learning", ROOT / "scripts/bench/bench_learning.py")
+    bench_learning = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_learning)
+    run_dir = tmp_path / "runs" / "a_s0"
+    _fake_run(run_dir, 0, [0.0, 0.5])
+    (run_dir / "policies").mkdir()
+    for name in ("policy_900s.pt", "policy_300s.pt", "policy_1200s.pt", "policy.pt", "policy_xs.pt"):
+        (run_dir / "policies" / name).write_bytes(b"")
+    args = types.SimpleNamespace(episodes=32, gpus=1)
+    cmds = bench_learning.policy_eval_commands(args, run_dir)
+    assert [out.name for _, out in cmds] == ["300s.json", "900s.json", "1200s.json"]
+    cmd = cmds[0][0]
+    assert cmd[1:4] == ["-m", "gbxcule", "eval"] and cmd[4].endswith("policy_300s.pt")
+    assert cmd[5:] == ["--greedy-only", "--json", "--episodes", "32", "--device", "cuda"]
+    (run_dir / "policy_evals").mkdir()
+    (run_dir / "policy_evals" / "300s.json").write_text(
+        "Warp 1.0 initialized\n" + json.dumps({"env_steps_trained": 1000, "greedy": {"success_rate": 0.25,
+                                                                                    "mean_deepest": 3.5}}) + "\n")
+    (run_dir / "policy_evals" / "900s.json").write_text(json.dumps({"env_steps_trained": 3000,
+                                                                   "greedy": {"success_rate": 1.0}}) + "\n")
+    (run_dir / "policy_evals" / "1200s.json").write_text("")  # it failed
+    rates = [{"mark_s": 300, "env_steps": 1000, "greedy": 0.25, "mean_deepest": 3.5},
+             {"mark_s": 900, "env_steps": 3000, "greedy": 1.0, "mean_deepest": None},
+             {"mark_s": 1200, "env_steps": None, "greedy": None, "mean_deepest": None}]
+    assert bench_learning.read_run(run_dir, 0.9)["policy_evals"] == rates
+    root = tmp_path / "benchmarks"
+    r = run([sys.executable, "scripts/bench/summarize.py", "--topic", "tasks", "--name", "q", "--command", "c",
+             "--root", str(root), str(run_dir)])
+    assert r.returncode == 0, r.stderr
+    assert json.loads((root / "tasks" / "q.json").read_text())["numbers"]["runs"][0]["policy_evals"] == rates
+
+
 def test_summarize_splits_the_env_phase_by_whether_an_eval_beside_training_was_in_flight(tmp_path):
     """With run.eval_background, each run's median env phase an update with an eval in flight (from the update after
     its weights' through the one that logged it) and without; an eval training waited for counts as none."""

@@ -14,7 +14,10 @@ seed together).
         --setup ppo "--config configs/leave_house.toml" --setup a2c "--config configs/leave_house_a2c.toml"
 
 A setup's flags are `gbxcule train` flags; a setup that needs several GPUs per job says so with
-`--gpus-per-job NAME=G` (its flags should then carry `--gpus G`).
+`--gpus-per-job NAME=G` (its flags should then carry `--gpus G`). With `--policy-evals`, once a run ends the weights
+it kept at its marks (`run.policy_every_s`: RUN/policies/policy_<S>s.pt) are evaluated greedy on its GPUs, all at
+once (`gbxcule eval --greedy-only`, the final eval's episodes and seed; RUN/policy_evals/<S>s.json): the success
+reached at 5, 10, 20 minutes of training without evals beside it slowing training.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shlex
 import statistics
 import subprocess
@@ -52,37 +56,95 @@ def job_command(args, flags: str, seed: int, run_dir: Path) -> list[str]:
             *(["--device", "cuda"] if args.gpus else ["--device", "cpu"])]
 
 
+POLICY_FILE = re.compile(r"^policy_(\d+)s\.pt$")
+
+
+def kept_policies(run_dir: Path) -> list[tuple[int, Path]]:
+    """The weights a run kept at its marks (`run.policy_every_s`): (seconds of training, file), by mark."""
+    folder = run_dir / "policies"
+    found = [(int(m.group(1)), p) for p in folder.glob("policy_*s.pt") if (m := POLICY_FILE.match(p.name))] \
+        if folder.is_dir() else []
+    return sorted(found)
+
+
+def policy_eval_commands(args, run_dir: Path) -> list[tuple[list[str], Path]]:
+    """One greedy `gbxcule eval` per kept policy (the final eval's seed, `--episodes` episodes) and the JSON file
+    its report goes to."""
+    return [([sys.executable, "-m", "gbxcule", "eval", str(path), "--greedy-only", "--json", "--episodes",
+              str(args.episodes), "--device", "cuda" if args.gpus else "cpu"], run_dir / "policy_evals" / f"{s}s.json")
+            for s, path in kept_policies(run_dir)]
+
+
 def run_jobs(args, jobs: list[dict]) -> None:
-    """Run every job, as many at a time as there are free GPUs (one per job, or the job's count)."""
+    """Run every job, as many at a time as there are free GPUs (one per job, or the job's count); with
+    `--policy-evals` a job keeps its GPUs until its kept policies' evals (started together when it ends) end."""
     free = list(range(args.gpus)) * max(1, args.jobs_per_gpu) if args.gpus else [None]
     pending, running = list(jobs), []
+
+    def start(cmd: list[str], ids, out, err) -> subprocess.Popen:
+        env = dict(os.environ)
+        if args.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = child_gpus(ids)  # nested in a job runner: its GPUs
+        return subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
+
     while pending or running:
         for job in list(pending):
             need = job["gpus"] if args.gpus else 1
             if len(free) >= need:
                 ids, free[:] = free[:need], free[need:]
-                env = dict(os.environ)
-                if args.gpus:
-                    env["CUDA_VISIBLE_DEVICES"] = child_gpus(ids)  # nested in a job runner: its GPUs
                 log = open(job["dir"].with_suffix(".log"), "w")  # noqa: SIM115 (closed when the job ends)
                 job["t0"] = time.time()
-                proc = subprocess.Popen(job["cmd"], stdout=log, stderr=subprocess.STDOUT, env=env)
-                running.append((job, proc, ids, log))
+                running.append([job, [start(job["cmd"], ids, log, subprocess.STDOUT)], ids, [log], "train"])
                 pending.remove(job)
                 print(f"[{time.strftime('%H:%M:%S')}] start {job['name']} seed {job['seed']} on "
                       f"{'GPU ' + ','.join(map(str, ids)) if args.gpus else 'the CPU'}", flush=True)
         time.sleep(1.0)
         for item in list(running):
-            job, proc, ids, log = item
-            if proc.poll() is not None:
-                log.close()
-                job["rc"], job["seconds"] = proc.returncode, time.time() - job["t0"]
-                free.extend(ids)
-                # the GPU with the most free places first (the least loaded), then the lowest
-                free.sort(key=lambda i: (-free.count(i), -1 if i is None else i))
-                running.remove(item)
-                print(f"[{time.strftime('%H:%M:%S')}] done  {job['name']} seed {job['seed']} rc {proc.returncode} "
+            job, procs, ids, files, stage = item
+            if any(p.poll() is None for p in procs):
+                continue
+            for f in files:
+                f.close()
+            if stage == "train":
+                job["rc"], job["seconds"] = procs[0].returncode, time.time() - job["t0"]
+                print(f"[{time.strftime('%H:%M:%S')}] done  {job['name']} seed {job['seed']} rc {job['rc']} "
                       f"in {job['seconds']:.0f} s", flush=True)
+                evals = policy_eval_commands(args, job["dir"]) if args.policy_evals else []
+                if evals:
+                    (job["dir"] / "policy_evals").mkdir(exist_ok=True)
+                    # each report to its JSON file, its other output to a .log beside it (closed when they end)
+                    outs = [(open(path, "w"), open(path.with_suffix(".log"), "w")) for _, path in evals]  # noqa: SIM115
+                    item[1:] = [[start(cmd, ids, *out) for (cmd, _), out in zip(evals, outs, strict=True)], ids,
+                                [f for pair in outs for f in pair], "evals"]
+                    job["t_evals"] = time.time()
+                    print(f"[{time.strftime('%H:%M:%S')}] start {job['name']} seed {job['seed']}: greedy evals of "
+                          f"its {len(evals)} kept policies", flush=True)
+                    continue
+            else:
+                print(f"[{time.strftime('%H:%M:%S')}] done  {job['name']} seed {job['seed']}: policy evals in "
+                      f"{time.time() - job['t_evals']:.0f} s", flush=True)
+            free.extend(ids)
+            # the GPU with the most free places first (the least loaded), then the lowest
+            free.sort(key=lambda i: (-free.count(i), -1 if i is None else i))
+            running.remove(item)
+
+
+def policy_evals(run_dir: Path) -> list[dict]:
+    """The greedy evals of a run's kept policies (`--policy-evals`), by mark: the training seconds, the env-steps
+    its weights had, greedy success, the mean deepest milestone where the task names milestones (null where an eval
+    failed: its .log says why)."""
+    out = []
+    for s, _ in kept_policies(run_dir):
+        path = run_dir / "policy_evals" / f"{s}s.json"
+        lines = [x for x in path.read_text().splitlines() if x.startswith("{")] if path.is_file() else []
+        try:
+            rep = json.loads(lines[-1]) if lines else {}
+        except json.JSONDecodeError:
+            rep = {}
+        greedy = rep.get("greedy", {})
+        out.append({"mark_s": s, "env_steps": rep.get("env_steps_trained"), "greedy": greedy.get("success_rate"),
+                    "mean_deepest": greedy.get("mean_deepest")})
+    return out
 
 
 def read_run(run_dir: Path, target: float) -> dict:
@@ -120,6 +182,7 @@ def read_run(run_dir: Path, target: float) -> dict:
             "final_eval_stuck": final.get("greedy", {}).get("stuck_rate"),  # greedy failures on a still screen
             "final_eval_failed_at": final.get("greedy", {}).get("failed_at"),  # and where the failures ended
             "sps_median": statistics.median(sps) if sps else None,
+            "policy_evals": policy_evals(run_dir),
             "curve": [(r["eval/env_steps"], r["eval/elapsed_s"], r["eval/greedy_success"]) for r in evals]}
 
 
@@ -146,6 +209,8 @@ def main() -> int:
                     help="runs sharing each GPU at once (default 1; their seconds then count the sharing)")
     ap.add_argument("--out", default="bench_out/learning")
     ap.add_argument("--summarize-only", action="store_true", help="read the run folders under --out, run nothing")
+    ap.add_argument("--policy-evals", action="store_true",
+                    help="once a run ends, evaluate the weights it kept at its marks (run.policy_every_s) greedy")
     args = ap.parse_args()
     try:  # each setup's runs are folders under --out: a run's own folder (or an entry of one) cannot hold them
         check_output_dir(args.out)
@@ -205,6 +270,15 @@ def main() -> int:
           "weights: the training seconds of the weights it evaluated (earlier where evals run beside training)")
     print("after: the lowest greedy success of the evals after the first at the target; final, sampled: the final "
           "policy's greedy and sampled success; stuck: its greedy episodes that failed on a still screen")
+    marks = [r for r in results if r.get("policy_evals")]
+    if marks:
+        print("greedy success of the weights kept at each mark of training (--policy-evals; deepest: the mean "
+              "deepest milestone of the episodes)")
+        for r in marks:
+            cells = [f"{e['mark_s']} s {fmt(e['greedy'], '.1%')}" + (f" (deepest {e['mean_deepest']:.1f})"
+                                                                    if e.get("mean_deepest") is not None else "")
+                     for e in r["policy_evals"]]
+            print(f"{r['setup'][:14]:14s} {r['seed']:>4d}  " + "; ".join(cells))
     print(f"artifact: {out / 'learning.json'}")
     return 0
 

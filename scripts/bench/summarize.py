@@ -13,8 +13,9 @@ it reported, the training seconds of the weights it evaluated, env-steps; null i
 eval's greedy success, the final eval's greedy and sampled success (and the greedy episodes that failed on a still
 screen, `final_greedy_stuck`, and what they kept pressing, `final_greedy_stuck_actions`, and where the failed ones
 ended, `final_greedy_failed_at`, where the eval reports them), the final policy's source, the median training SPS
-(the first two updates left out, as bench_learning.py), and with evals beside training the env phase's median with
-an eval in flight and without (`env_phase`). A bench JSON is copied under its file name, less its
+(the first two updates left out, as bench_learning.py), with evals beside training the env phase's median with
+an eval in flight and without (`env_phase`), and with `bench_learning.py --policy-evals` the greedy success of the
+weights kept at each mark (`policy_evals`). A bench JSON is copied under its file name, less its
 `environment`. Tree, machine and date come from the sources (facts.json's git, gpu and host, its start; a bench
 JSON's environment) unless given; BENCHMARKS.md cites the file. `--plot` also draws NAME.png: each run's periodic
 greedy success against seconds since its process started.
@@ -80,6 +81,8 @@ def run_entry(folder: Path, target: float | None) -> tuple[dict, list]:
         entry["final_greedy_stuck_actions"] = greedy["stuck_actions"]
     if greedy.get("failed_at"):  # where the failed greedy episodes took their last step (the task's cell bytes)
         entry["final_greedy_failed_at"] = {"cells": greedy.get("failed_at_cells"), "places": greedy["failed_at"]}
+    if r["policy_evals"]:  # bench_learning.py --policy-evals: the weights kept at each mark, evaluated greedy
+        entry["policy_evals"] = r["policy_evals"]
     first = milestone_first(folder, config)
     if first:
         entry["milestone_first"] = first
