@@ -351,6 +351,61 @@ def test_reach_share_draws_starts_among_the_cells_holding_what_the_median_env_fr
     assert env.archive.read_stats()["archive/start_held"] == [2, 0, 0]
 
 
+def test_patience_ends_an_episode_that_goes_that_many_steps_without_a_new_milestone():
+    """`patience` K: an episode ends, truncated, K steps after its start or its latest new milestone (a plain Python
+    count, reading the milestones from the reward: only they pay); it is counted, checkpointed and cloned; without
+    milestones, or at 0, nothing changes."""
+    import random
+
+    k, n, limit = 16, 3, 40
+    cfg = {"capacity": 256, "inserts": 8, "p_start": 1.0, "patience": k}
+    env = game_env("from_bed", n=n, max_steps=limit, archive=cfg)
+    env.reset(seed=0)
+    leave, rng = actions(LEAVE), random.Random(3)
+    t, gain, ends, trace = [0] * n, [0] * n, 0, []
+    for step in range(120):
+        # env 0 leaves home in every episode, env 1 stands still, env 2 plays at random
+        act = [leave[t[0]] if t[0] < len(leave) else 0, 0, rng.randrange(env.codec.num_actions)]
+        if step == 50:  # the patience's state is checkpointed: a fresh env goes on the same
+            twin = game_env("from_bed", n=n, max_steps=limit, archive=cfg)
+            twin.load_state_dict(env.state_dict())
+        _, r, term, trunc, _ = env.step(torch.tensor(act))
+        if step >= 50:
+            assert torch.equal(twin.step(torch.tensor(act))[3], trunc)
+        for e in range(n):
+            t[e] += 1
+            if r[e] > 0:
+                gain[e] = t[e]
+            stalled = t[e] - gain[e] >= k and t[e] < limit and not term[e]
+            assert bool(trunc[e]) == (stalled or (t[e] >= limit and not term[e])), (step, e)
+            ends += stalled
+            if term[e] or trunc[e]:
+                trace.append((e, t[e], gain[e]))
+                t[e] = gain[e] = 0
+    assert (0, 12 + k, 12) in trace and (1, k, 0) in trace  # env 0 gains "town" on its 12th step
+    assert ends and env.archive.read_stats()["archive/patience_ends"] == ends
+    # cloned with the env: a copy of env 0 just after it gained "town" stops when env 0 does, not k steps after its
+    # own (milestone-less) start
+    env = game_env("from_bed", n=2, max_steps=limit, archive=cfg)
+    env.reset(seed=0)
+    for a in leave:
+        env.step(torch.tensor([a, 0]))
+    env.clone_states(0, torch.tensor([False, True]))
+    ends = [env.step(torch.tensor([0, 0]))[3].tolist() for _ in range(k)]
+    assert ends.index([True, True]) == 12 + k - len(leave) - 1 and [True, False] not in ends
+    # at 0, or on a task without milestones, off
+    for task, extra in (("from_bed", {"patience": 0}), (None, {"patience": k})):
+        from gbxcule.rl.env import GameEnv
+
+        off = game_env(task, n=1, max_steps=limit, archive={**cfg, **extra}) if task else \
+            GameEnv(num_envs=1, task="leave_house", max_steps=limit, archive={**cfg, **extra})
+        off.reset(seed=0)
+        assert off._gain is None
+        lengths = [off.step(torch.tensor([0]))[3].item() for _ in range(limit)]
+        assert lengths.index(True) == limit - 1
+        assert "archive/patience_ends" not in off.archive.read_stats()
+
+
 def test_plot_draws_how_far_runs_get(tmp_path):
     import json
 

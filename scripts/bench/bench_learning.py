@@ -57,6 +57,7 @@ def job_command(args, flags: str, seed: int, run_dir: Path) -> list[str]:
 
 
 POLICY_FILE = re.compile(r"^policy_(\d+)s\.pt$")
+EVAL_FILE = re.compile(r"^(\d+)s\.json$")
 
 
 def kept_policies(run_dir: Path) -> list[tuple[int, Path]]:
@@ -132,10 +133,15 @@ def run_jobs(args, jobs: list[dict]) -> None:
 def policy_evals(run_dir: Path) -> list[dict]:
     """The greedy evals of a run's kept policies (`--policy-evals`), by mark: the training seconds, the env-steps
     its weights had, greedy success, the mean deepest milestone where the task names milestones (null where an eval
-    failed: its .log says why)."""
+    failed: its .log says why). The marks are those of the kept weights and of the reports, so a run folder brought
+    back without its weights (`gpu.sh jobs_wait` leaves them out) keeps its rates."""
+    reports = run_dir / "policy_evals"
+    marks = {s for s, _ in kept_policies(run_dir)}
+    if reports.is_dir():
+        marks |= {int(m.group(1)) for p in reports.glob("*s.json") if (m := EVAL_FILE.match(p.name))}
     out = []
-    for s, _ in kept_policies(run_dir):
-        path = run_dir / "policy_evals" / f"{s}s.json"
+    for s in sorted(marks):
+        path = reports / f"{s}s.json"
         lines = [x for x in path.read_text().splitlines() if x.startswith("{")] if path.is_file() else []
         try:
             rep = json.loads(lines[-1]) if lines else {}

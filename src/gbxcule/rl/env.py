@@ -181,6 +181,11 @@ class GameEnv:
         self.spread_clocks = bool(spread_clocks)
         if spread_clocks or (self.archive_cfg is not None and self.archive_cfg.max_steps):  # per-env step limits
             self._limit = torch.full((n,), self.max_steps, dtype=torch.int32, device=self.device)
+        # the patience (archive knob): the step of each episode's latest new milestone (0: none since its start)
+        self._gain = self._stalled = None
+        if self.archive_cfg is not None and self.archive_cfg.patience and self._milestones is not None:
+            self._gain = torch.zeros(n, dtype=torch.int32, device=self.device)
+            self._stalled = torch.zeros(n, dtype=torch.bool, device=self.device)
         if self.archive_cfg is not None:
             self._setup_archive()
         self._reset_all(self.seed)  # the first episodes
@@ -394,6 +399,8 @@ class GameEnv:
         for buf in (self.steps, self.ep_return, self.ep_success, self.success, self._near, self.rewards,
                     self.terminated, self.truncated, self._stats, self._slot_stats, self._ms_stats, self.failed):
             buf.zero_()
+        if self._gain is not None:
+            self._gain.zero_()
         self._dist_sum.copy_(self._prev_sum)
         if self.scorer is not None:
             self.distance.copy_(self._dist_sum.to(torch.float32) * self.scorer.scale)
@@ -467,8 +474,7 @@ class GameEnv:
         idx = torch.where(mask, src32.long(), self._env_ids)  # every other env gathers itself: one gather a buffer
         own = [self.steps, self.ep_return, self.ep_success, self.success, self.distance, self._dist_sum, self._prev_sum,
                self._near, self._fired]
-        if self._limit is not None:
-            own.append(self._limit)
+        own += [x for x in (self._limit, self._gain) if x is not None]
         if self.archive is not None:
             own += self.archive.env_records()
         own += [table.seen for table in (self._nov_ram, self._nov_px) if table is not None]
@@ -586,8 +592,14 @@ class GameEnv:
         torch.logical_and(self.steps >= limit, ~self.terminated, out=self.truncated)
         if self._milestones is not None:  # each milestone's bonus the first time it holds in the episode
             held = self._milestones.each(self._ram, latest)
-            reward.add_((held & ~self.milestones).sum(0), alpha=cfg.milestone)
+            new = held & ~self.milestones
+            reward.add_(new.sum(0), alpha=cfg.milestone)
             self.milestones |= held
+            if self._gain is not None:  # the patience: this many steps without a new milestone end the episode
+                torch.where(new.any(0), self.steps, self._gain, out=self._gain)
+                torch.ge(self.steps - self._gain, self.archive_cfg.patience, out=self._stalled)
+                self._stalled &= ~self.terminated & ~self.truncated
+                self.truncated |= self._stalled
         if self._nov_ram is not None:
             reward.add_(self._nov_ram.visit(ram_key(self._ram, self._nov_rows)), alpha=cfg.novelty_ram)
         if self._nov_px is not None:
@@ -620,6 +632,8 @@ class GameEnv:
             self._draw_milestones(self._done)
         keep = ~self._done
         self.steps *= keep
+        if self._gain is not None:
+            self._gain *= keep
         self._near *= keep
         self.ep_return *= keep
         self.ep_success &= keep
@@ -643,7 +657,7 @@ class GameEnv:
         if a.cfg.swarm > 0:
             self.truncated |= dst
             self._done |= dst
-        a.ended(self._done, self.ep_success)
+        a.ended(self._done, self.ep_success, self._stalled)
 
     def _accumulate(self) -> None:
         """Add this step's totals to the device stats (one stack, one add; `_STAT_NAMES` order)."""
@@ -783,6 +797,8 @@ class GameEnv:
                         "frame": wp.to_torch(be.frame_buffer()).cpu().clone()}
         if self._limit is not None:
             d["limit"] = self._limit.cpu().clone()
+        if self._gain is not None:
+            d["gain"] = self._gain.cpu().clone()
         if self.archive is not None:
             d["archive"] = self.archive.state_dict()
             if emulator:  # the cells' emulator states, observations and screens
@@ -841,6 +857,8 @@ class GameEnv:
                 table.seen.copy_(d[name])
         if self._limit is not None:
             self._limit.copy_(d["limit"]) if "limit" in d else self._limit.fill_(self.max_steps)
+        if self._gain is not None:  # (a state without it: the patience counts from here)
+            self._gain.copy_(d["gain"]) if "gain" in d else self._gain.copy_(self.steps)
         if self.archive is not None:
             self._load_archive(d.get("archive"))
         if "emu" in d:
