@@ -351,6 +351,56 @@ def test_reach_share_draws_starts_among_the_cells_holding_what_the_median_env_fr
     assert env.archive.read_stats()["archive/start_held"] == [2, 0, 0]
 
 
+def test_reach_by_held_draws_each_level_by_the_share_of_envs_from_the_start_holding_it():
+    """`reach_by = "held"`: the reach's draw gives the cells holding j milestones together the share of the envs from
+    the task's start that held j at the last read (a plain Python expectation from the weights), each cell its share
+    of its level's weight; the read sets the shares, a checkpoint keeps them, and with none read the draw is the
+    usual one."""
+    from types import SimpleNamespace
+
+    from gbxcule.rl.archive import U_BITS, ArchiveConfig, StateArchive
+    from gbxcule.rl.env import EnvConfigError
+
+    n = 1 << 16
+    g = torch.Generator().manual_seed(11)
+    u_start, u_cell = (torch.randint(0, 1 << U_BITS, (n,), generator=g) for _ in range(2))
+    u_share = torch.zeros(n, dtype=torch.int64)  # every draw is the reach's (frontier 0, reach 1)
+    done = torch.ones(n, dtype=torch.bool)
+
+    def archive(**kw):
+        a = StateArchive(ArchiveConfig(capacity=8, p_start=0.0, **kw), n, 1, "cpu", milestones=SimpleNamespace(k=3))
+        keys = torch.arange(n) % 6
+        a.observe(keys, torch.zeros(n, dtype=torch.int64), torch.zeros(n), torch.zeros(n, dtype=torch.int32),
+                  torch.ones(n, dtype=torch.bool))
+        a.progress[:6] = torch.tensor([0, 1, 2, 2, 1, 0])
+        a.visits[:6] = torch.tensor([1, 1, 9, 1, 4, 1])  # unequal weights within the levels
+        return a
+
+    plain = archive().choose(done, u_start, u_cell)[1]
+    a = archive(reach=1.0, reach_by="held")
+    assert torch.equal(a.choose(done, u_start, u_cell, None, u_share)[1], plain)  # nothing read yet
+    held = torch.tensor([3] * (n // 2) + [1] * (n // 4) + [2] * (n // 8) + [0] * (n // 8))
+    a._held.copy_(held)
+    a.from_archive.zero_()
+    a.read_stats()
+    share = [n // 8, n // 4, n // 8, n // 2]  # envs holding 0, 1, 2, 3: no cell holds 3
+    assert a.level_share.tolist() == share
+    w = a.weights()[:6].tolist()
+    level = a.progress[:6].tolist()
+    with_cells = sum(share[j] for j in set(level))
+    expect = [share[level[c]] / with_cells * w[c] / sum(w[d] for d in range(6) if level[d] == level[c])
+              for c in range(6)]
+    rows = a.choose(done, u_start, u_cell, None, u_share)[1]
+    got = torch.bincount(rows, minlength=9)[:6].double() / n
+    assert max(abs(x - y) for x, y in zip(got.tolist(), expect, strict=True)) < 0.01, (got, expect)
+    assert expect[2] != expect[3]  # (the weights differ within a level)
+    b = archive(reach=1.0, reach_by="held")
+    b.load_state_dict(a.state_dict())
+    assert b.level_share.tolist() == share
+    with pytest.raises(EnvConfigError, match="reach_by"):
+        ArchiveConfig(reach_by="mean")
+
+
 def test_patience_ends_an_episode_that_goes_that_many_steps_without_a_new_milestone():
     """`patience` K: an episode ends, truncated, K steps after its start or its latest new milestone (a plain Python
     count, reading the milestones from the reward: only they pay); it is counted, checkpointed and cloned; without

@@ -99,6 +99,10 @@ class ArchiveConfig:
     # the start segment by segment (Go-Explore's robustifying, with the milestones as the steps back); frontier +
     # reach <= 1 (one draw); where the task names no milestones every cell is the reach's
     reach: float = knob(0.0, min=0, max=1)
+    # how the reach picks its cells: "median", those at the median env's level; "held", every level's cells together
+    # in proportion to the envs from the task's start that hold that many milestones (the same histogram), so a
+    # segment where a third of them are stuck keeps a third of the reach's starts after the median has moved past it
+    reach_by: str = knob("median", choices=("median", "held"))
     # the route: once an episode has reached the task's goal, the cells on the stored paths that led there (each
     # cell's parent is the cell its path came through); this share of the starts from cells is drawn among them
     # (by the same weights), so training walks the found way back toward the task's start (Go-Explore's
@@ -297,6 +301,7 @@ class StateArchive:
         self._bit = (torch.ones(k, 1, **i64) << torch.arange(k, **i64)[:, None]) if k else None
         self._hist = torch.zeros(k + 1, **i64)  # the envs playing from the task's start by the milestones they hold
         self.level = 0  # the reach: the milestones the median of them held at the last update's read
+        self.level_share = torch.zeros(k + 1, **i64)  # reach_by "held": that read's histogram (on the device)
         # a task's cell detail (RAM cells only): (a `goals.RamGoal`, the rows of its bytes), above the place's bytes
         self.detail = detail if cell_rows is not None else None
         self._detail_shift = 8 * (0 if cell_rows is None else int(cell_rows.numel()))
@@ -603,7 +608,9 @@ class StateArchive:
         f, r = self.cfg.frontier, self.cfg.reach
         if u_share is not None and f > 0:
             row = self._draw_among(w, self.frontier_cells(), u_cell, u_share, 0.0, f, row)
-        if u_share is not None and r > 0:
+        if u_share is not None and r > 0 and self.cfg.reach_by == "held":
+            row = self._draw_among(self.held_weights(w), self._rows < self.count, u_cell, u_share, f, f + r, row)
+        elif u_share is not None and r > 0:
             row = self._draw_among(w, self.reach_cells(), u_cell, u_share, f, f + r, row)
         if self.routes and u_route is not None:
             row = self._draw_among(w, self.on_route[:m], u_cell, u_route, 0.0, self.cfg.route, row)
@@ -628,6 +635,20 @@ class StateArchive:
         """bool [capacity]: the used cells that hold `level` milestones (every used cell where the task names
         none)."""
         return (self._rows < self.count) & (self.progress[:self.m] == self.level)
+
+    def held_weights(self, w):
+        """int64 [capacity]: the weights `w` rescaled so that the cells holding j milestones together weigh in
+        proportion to `level_share[j]` (the envs from the task's start that held j at the last read), each cell its
+        share of its level's weight (2**18 a level, integer math: the same bits on every device; a sum of at most
+        2**24 envs x 2**18 leaves the draw's product under 2**63)."""
+        torch = self.torch
+        used = self._rows < self.count
+        top = len(self.level_share) - 1
+        lv = torch.where(used, self.progress[:self.m], 0).clamp_(0, top)
+        wu = torch.where(used, w, 0)
+        per_level = torch.zeros_like(self.level_share).index_add_(0, lv, wu)
+        frac = torch.div(wu << 18, per_level.gather(0, lv).clamp(min=1), rounding_mode="floor")
+        return frac * self.level_share.gather(0, lv)
 
     def _draw_among(self, w, on, u_cell, u_take, lo: float, hi: float, row):
         """`row`, except where `u_take` is in [lo, hi) (of 2**U_BITS): a row drawn among the cells `on` (bool
@@ -754,6 +775,8 @@ class StateArchive:
                 out["archive/patience_ends"] = int(s["patience_ends"])
         if clear:
             self.level = self.level if level is None else level
+            if level is not None:
+                self.level_share.copy_(self.torch.tensor(held, dtype=self.torch.int64))
             self.stats.zero_()
             self.depth_stats.zero_()
             if from_start is not None:
@@ -782,7 +805,8 @@ class StateArchive:
 
     def state_dict(self) -> dict:
         d = {name: getattr(self, name).detach().cpu().clone() for name in self.TENSORS + self.RECORDS}
-        d.update(p=self.p, ema=self.ema, level=self.level, config=self.cfg.to_dict())
+        d.update(p=self.p, ema=self.ema, level=self.level, level_share=self.level_share.tolist(),
+                 config=self.cfg.to_dict())
         if self.cell_mem is not None:
             d["cell_mem"] = self.cell_mem.cpu().clone()
         return d
@@ -798,6 +822,8 @@ class StateArchive:
             else:
                 getattr(self, name).fill_(self.m if name == "parent" else 0)
         self.p, self.ema, self.level = float(d["p"]), d["ema"], int(d.get("level", 0))
+        self.level_share.copy_(self.torch.tensor(d.get("level_share", [0] * len(self.level_share)),
+                                                 dtype=self.torch.int64))
         self.swarm_dst.zero_()
         for name in ("off_steps", "off_ret", "from_archive"):
             getattr(self, name).copy_(d[name])
