@@ -403,24 +403,31 @@ def test_reach_by_held_draws_each_level_by_the_share_of_envs_from_the_start_hold
 
 def test_patience_ends_an_episode_that_goes_that_many_steps_without_a_new_milestone():
     """`patience` K: an episode ends, truncated, K steps after its start or its latest new milestone (a plain Python
-    count, reading the milestones from the reward: only they pay); it is counted, checkpointed and cloned; without
-    milestones, or at 0, nothing changes."""
+    count, reading the milestones from the reward: only they pay), not where the step limit ends it too; explorers'
+    ends are not counted; it is checkpointed, restarts with a reset and is cloned; spread clocks spread the first
+    ends; without milestones, or at 0, nothing changes."""
     import random
 
-    k, n, limit = 16, 3, 40
-    cfg = {"capacity": 256, "inserts": 8, "p_start": 1.0, "patience": k}
+    k, n = 16, 3
+    limit = 12 + k  # env 0 gains "town" on its 12th step: that episode meets its limit as the patience runs out
+    cfg = {"capacity": 256, "inserts": 8, "p_start": 1.0, "patience": k, "explorers": 0.34}
     env = game_env("from_bed", n=n, max_steps=limit, archive=cfg)
+    assert env.archive.n_explore == 1  # env 2 acts at random and is not counted
     env.reset(seed=0)
     leave, rng = actions(LEAVE), random.Random(3)
-    t, gain, ends, trace = [0] * n, [0] * n, 0, []
-    for step in range(120):
-        # env 0 leaves home in every episode, env 1 stands still, env 2 plays at random
-        act = [leave[t[0]] if t[0] < len(leave) else 0, 0, rng.randrange(env.codec.num_actions)]
+    t, gain, episode, ends, trace, twin = [0] * n, [0] * n, 0, 0, [], None
+    for step in range(150):
+        # env 0 leaves home in every other episode and stands still in the rest, env 1 stands still
+        act = [leave[t[0]] if episode % 2 == 0 and t[0] < len(leave) else 0, 0, rng.randrange(env.codec.num_actions)]
         if step == 50:  # the patience's state is checkpointed: a fresh env goes on the same
             twin = game_env("from_bed", n=n, max_steps=limit, archive=cfg)
             twin.load_state_dict(env.state_dict())
+        if step == 100:  # a reset starts every count again
+            env.reset(seed=0)
+            twin.reset(seed=0)
+            t, gain, episode = [0] * n, [0] * n, 0
         _, r, term, trunc, _ = env.step(torch.tensor(act))
-        if step >= 50:
+        if twin is not None:
             assert torch.equal(twin.step(torch.tensor(act))[3], trunc)
         for e in range(n):
             t[e] += 1
@@ -428,11 +435,12 @@ def test_patience_ends_an_episode_that_goes_that_many_steps_without_a_new_milest
                 gain[e] = t[e]
             stalled = t[e] - gain[e] >= k and t[e] < limit and not term[e]
             assert bool(trunc[e]) == (stalled or (t[e] >= limit and not term[e])), (step, e)
-            ends += stalled
+            ends += stalled and e < 2
             if term[e] or trunc[e]:
                 trace.append((e, t[e], gain[e]))
+                episode += e == 0
                 t[e] = gain[e] = 0
-    assert (0, 12 + k, 12) in trace and (1, k, 0) in trace  # env 0 gains "town" on its 12th step
+    assert (0, limit, 12) in trace and (0, k, 0) in trace and (1, k, 0) in trace
     assert ends and env.archive.read_stats()["archive/patience_ends"] == ends
     # cloned with the env: a copy of env 0 just after it gained "town" stops when env 0 does, not k steps after its
     # own (milestone-less) start
@@ -443,6 +451,22 @@ def test_patience_ends_an_episode_that_goes_that_many_steps_without_a_new_milest
     env.clone_states(0, torch.tensor([False, True]))
     ends = [env.step(torch.tensor([0, 0]))[3].tolist() for _ in range(k)]
     assert ends.index([True, True]) == 12 + k - len(leave) - 1 and [True, False] not in ends
+    # a resumed run may turn it on: its count starts at the resume
+    plain = game_env("from_bed", n=n, max_steps=limit, archive={**cfg, "patience": 0})
+    plain.reset(seed=0)
+    for _ in range(5):
+        plain.step(torch.tensor([0, 0, 0]))
+    on = game_env("from_bed", n=n, max_steps=limit, archive=cfg)
+    on.load_state_dict(plain.state_dict())
+    assert on._gain.tolist() == on.steps.tolist() == [5, 5, 5]
+    # spread clocks: the first episodes' patience ends spread over [1, k] as their step limits do
+    env = game_env("from_bed", n=64, max_steps=2000, archive={**cfg, "explorers": 0.0}, spread_clocks=True)
+    env.reset(seed=0)
+    first = torch.zeros(64, dtype=torch.int64)
+    for step in range(1, k + 1):
+        trunc = env.step(torch.zeros(64, dtype=torch.int64))[3]
+        first[(first == 0) & trunc] = step
+    assert bool((first > 0).all()) and len(set(first.tolist())) >= 8
     # at 0, or on a task without milestones, off
     for task, extra in (("from_bed", {"patience": 0}), (None, {"patience": k})):
         from gbxcule.rl.env import GameEnv

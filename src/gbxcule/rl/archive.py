@@ -130,9 +130,9 @@ class ArchiveConfig:
     # the patience: an episode ends (truncated, so its value is bootstrapped) once this many steps pass without a new
     # milestone since its start or its latest one, so an env whose episode from the task's start is stuck on a
     # segment starts a new episode instead of idling out a long step limit: at a quest's 2,650 steps those
-    # episodes held 62% of 65,536 envs for 11 minutes each (docs/training.md "The patience"); 0: off; where the task
+    # episodes held 61-87% of 65,536 envs, 11 minutes each (docs/training.md "The patience"); 0: off; where the task
     # names no milestones, off. Evals play to the task's own limit
-    patience: int = knob(0, min=0)
+    patience: int = knob(0, min=0, resume=CHANGE)  # (a resumed run may turn it on: it counts from the resume)
 
     def __post_init__(self) -> None:
         try:
@@ -639,16 +639,19 @@ class StateArchive:
     def held_weights(self, w):
         """int64 [capacity]: the weights `w` rescaled so that the cells holding j milestones together weigh in
         proportion to `level_share[j]` (the envs from the task's start that held j at the last read), each cell its
-        share of its level's weight (2**18 a level, integer math: the same bits on every device; a sum of at most
-        2**24 envs x 2**18 leaves the draw's product under 2**63)."""
+        share of its level's weight; levels that no cell holds give their share to the others, and before any read
+        every weight is 0 (the usual draw stands). Integer math, the same bits on every device: a level's cells
+        share 2**28 (weights under 2**22), the levels 2**12, so the total stays under 2**40 and the draw's product
+        under 2**60."""
         torch = self.torch
         used = self._rows < self.count
         top = len(self.level_share) - 1
         lv = torch.where(used, self.progress[:self.m], 0).clamp_(0, top)
         wu = torch.where(used, w, 0)
         per_level = torch.zeros_like(self.level_share).index_add_(0, lv, wu)
-        frac = torch.div(wu << 18, per_level.gather(0, lv).clamp(min=1), rounding_mode="floor")
-        return frac * self.level_share.gather(0, lv)
+        frac = torch.div(wu << 28, per_level.gather(0, lv).clamp(min=1), rounding_mode="floor")
+        share = torch.div(self.level_share << 12, self.level_share.sum().clamp(min=1), rounding_mode="floor")
+        return frac * share.gather(0, lv)
 
     def _draw_among(self, w, on, u_cell, u_take, lo: float, hi: float, row):
         """`row`, except where `u_take` is in [lo, hi) (of 2**U_BITS): a row drawn among the cells `on` (bool

@@ -399,8 +399,11 @@ class GameEnv:
         for buf in (self.steps, self.ep_return, self.ep_success, self.success, self._near, self.rewards,
                     self.terminated, self.truncated, self._stats, self._slot_stats, self._ms_stats, self.failed):
             buf.zero_()
-        if self._gain is not None:
+        if self._gain is not None:  # with spread clocks the first stalls spread too (over [1, patience])
             self._gain.zero_()
+            if self.spread_clocks:
+                k = self.archive_cfg.patience
+                self._gain.sub_((hashed_bits(seed, self._env_ids, self.episodes, SALT_CLOCK, 31) % k).to(torch.int32))
         self._dist_sum.copy_(self._prev_sum)
         if self.scorer is not None:
             self.distance.copy_(self._dist_sum.to(torch.float32) * self.scorer.scale)
