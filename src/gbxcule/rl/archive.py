@@ -641,8 +641,8 @@ class StateArchive:
         proportion to `level_share[j]` (the envs from the task's start that held j at the last read), each cell its
         share of its level's weight; levels that no cell holds give their share to the others, and before any read
         every weight is 0 (the usual draw stands). Integer math, the same bits on every device: a level's cells
-        share 2**28 (weights under 2**22), the levels 2**12, so the total stays under 2**40 and the draw's product
-        under 2**60."""
+        share 2**28 (a weight under 2**23 shifted stays under 2**51), the levels 2**12, so the total stays under
+        2**40 and the draw's product under 2**60."""
         torch = self.torch
         used = self._rows < self.count
         top = len(self.level_share) - 1
