@@ -401,6 +401,50 @@ def test_reach_by_held_draws_each_level_by_the_share_of_envs_from_the_start_hold
         ArchiveConfig(reach_by="mean")
 
 
+def test_win_milestone_counts_a_cells_episode_that_gains_a_milestone_its_cell_lacked_as_a_win():
+    """`win = "milestone"`: a cell's tries and wins (w_fail, w_mid) count as won an episode from it that reached the
+    goal or a milestone its cell did not hold, against a plain Python count from the episodes' start and final
+    milestones; "goal" (the default) counts the goal alone, so on these short episodes, which never reach it, no
+    win; the same actions give the same tries either way; a bad value is one line."""
+    import random
+
+    from gbxcule.rl.env import EnvConfigError
+
+    with pytest.raises(EnvConfigError, match="win") as err:
+        game_env("from_bed", archive={"win": "segment"})
+    assert "\n" not in str(err.value)
+    n, leave = 4, actions(LEAVE)
+    counts = {}
+    for win in ("milestone", "goal"):
+        env = game_env("from_bed", n=n, max_steps=14, archive={"capacity": 256, "inserts": 8, "p_start": 0.25,
+                                                               "schedule": "fixed", "win": win})
+        env.reset(seed=0)
+        a, rng = env.archive, random.Random(11)
+        start = env.milestones.clone()  # each env's episode's start: the milestones it held, its cell or none
+        cell = [None] * n
+        tries, wins, t = {}, {}, [0] * n
+        for _ in range(240):
+            # env 0 walks out of the house on each episode (the cells on the way to the door), the rest at random
+            act = [leave[t[0]] if t[0] < len(leave) else rng.randrange(8)] + [rng.randrange(8) for _ in range(n - 1)]
+            _, _, term, trunc, _ = env.step(torch.tensor(act))
+            for e in range(n):
+                t[e] += 1
+                if term[e] or trunc[e]:
+                    if cell[e] is not None:
+                        gained = bool((env.final_milestones[:, e] & ~start[:, e]).any())
+                        tries[cell[e]] = tries.get(cell[e], 0) + 1
+                        wins[cell[e]] = wins.get(cell[e], 0) + (gained or bool(env.final_success[e])) * (win != "goal")
+                    t[e] = 0
+                    start[:, e] = env.milestones[:, e]
+                    cell[e] = int(a.start_row[e]) if bool(a.from_archive[e]) else None
+        rows = sorted(tries)
+        assert a.tries[rows].tolist() == [tries[r] for r in rows] and int(a.tries[:a.m].sum()) == sum(tries.values())
+        assert a.wins[rows].tolist() == [wins[r] for r in rows] and int(a.wins[:a.m].sum()) == sum(wins.values())
+        counts[win] = (sum(tries.values()), sum(wins.values()))
+    assert counts["milestone"][0] == counts["goal"][0] > 0
+    assert counts["milestone"][1] > 0 == counts["goal"][1]  # cells' episodes gained "town"; none reached the goal
+
+
 def test_patience_ends_an_episode_that_goes_that_many_steps_without_a_new_milestone():
     """`patience` K: an episode ends, truncated, K steps after its start or its latest new milestone (a plain Python
     count, reading the milestones from the reward: only they pay), not where the step limit ends it too; explorers'

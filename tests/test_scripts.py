@@ -297,7 +297,8 @@ def _fake_run(folder: Path, seed: int, evals: list[float]) -> None:
     (folder / "facts.json").write_text(json.dumps({"git": "0123456789abcdef", "gpu": "NVIDIA H200", "host": "box",
                                                    "started": "2026-11-29T10:00:00+0000"}))
     rows = [{"env_steps": 100 * (i + 1), "sps": 1000.0 + i, "wall_s": 2.0 * (i + 1), "eval/greedy_success": g,
-             "eval/env_steps": 100 * (i + 1), "eval/wall_s": 2.0 * (i + 1) + 1.5, "eval/elapsed_s": 10.0 + 2 * (i + 1)}
+             "eval/env_steps": 100 * (i + 1), "eval/wall_s": 2.0 * (i + 1) + 1.5, "eval/elapsed_s": 10.0 + 2 * (i + 1),
+             "archive/start_held": [i, 1, 0]}  # envs from the task's start, by milestones held: i + 1 of the 8
             for i, g in enumerate(evals)]
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (folder / "summary.json").write_text(json.dumps({"wall_s": 2.0 * len(evals) + 3.0, "startup_s": 10.0,
@@ -306,7 +307,7 @@ def _fake_run(folder: Path, seed: int, evals: list[float]) -> None:
                                                               "stuck_actions": {"up": 2},
                                                               "failed_at": {"5,1,9": 3}, "failed_at_cells":
                                                               ["0xC100", "0xC101", "0xC102"]},
-                                                  "sampled": {"success_rate": 0.5}}))
+                                                  "sampled": {"success_rate": 0.5, "mean_deepest": 1.25}}))
 
 
 def test_summarize_writes_one_summary_json_per_figure(tmp_path):
@@ -340,6 +341,17 @@ def test_summarize_writes_one_summary_json_per_figure(tmp_path):
     assert a["final_greedy_stuck"] == 0.25  # the failed greedy episodes that ended on a still screen
     assert a["final_greedy_stuck_actions"] == {"up": 2}  # and what they kept pressing
     assert a["final_greedy_failed_at"] == {"cells": ["0xC100", "0xC101", "0xC102"], "places": {"5,1,9": 3}}
+    # the sampled episodes' mean deepest milestone (the fake greedy eval reports none, so it has no entry)
+    assert a["final_sampled_deepest"] == 1.25 and "final_greedy_deepest" not in a
+    # envs from the start over the 8, updates at wall 2..10 s: 1/8 .. 5/8 (a run under 100 s: the default skips all)
+    assert "from_start_share" not in a
+    spec = importlib.util.spec_from_file_location("summarize", ROOT / "scripts/bench/summarize.py")
+    summarize = importlib.util.module_from_spec(spec)
+    with mock.patch.object(sys, "path", [str(ROOT / "scripts/bench"), *sys.path]):  # it imports bench_learning
+        spec.loader.exec_module(summarize)
+    share = summarize.from_start_share(tmp_path / "runs" / "a_s0", {"env": {"num_envs": 8}}, after_s=3.0)
+    assert share == {"median": pytest.approx(0.4375, abs=1e-3), "min": 0.25, "max": 0.625}  # walls 4-10 s
+    assert summarize.from_start_share(tmp_path / "runs" / "a_s0", {"env": {}}) is None
     spec = importlib.util.spec_from_file_location("bench_learning", ROOT / "scripts/bench/bench_learning.py")
     bench_learning = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench_learning)
@@ -464,3 +476,53 @@ def test_summarize_gives_each_milestones_first_reach_in_the_tasks_chain_order(tm
     run_entry = json.loads((root / "tasks" / "q.json").read_text())["numbers"]["runs"][0]
     assert run_entry["milestone_first"] == {"MOM": [4.0, 200], "ELDER": [8.0, 400], "CLUB": [6.0, 300]}
     assert list(run_entry["milestone_first"]) == ["MOM", "ELDER", "CLUB"]
+
+
+def test_bench_segments_evaluates_a_policy_on_each_segment_task_of_its_pack(tmp_path, capsys):
+    """scripts/bench/bench_segments.py: a run's segment tasks are its pack's `<task>_m<N>` in N order (m10 after m9;
+    a built-in pack or a pack file); each is evaluated greedy as `gbxcule eval` does it; a task with no segment
+    tasks, or a bad source, is one line and exit status 1."""
+    import json
+
+    pytest.importorskip("torch")
+    from gbxcule.rl.training import evaluate, make_config, train
+
+    spec = importlib.util.spec_from_file_location("bench_segments", ROOT / "scripts/bench/bench_segments.py")
+    seg = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(seg)
+    assert seg.segment_tasks("quest") == [f"quest:quest_m{i}" for i in range(1, 12)]
+    assert seg.segment_tasks("leave_house") == []
+    pack = tmp_path / "walk.toml"
+    pack.write_text('[pack]\nname = "w"\nrom = "OVERWORLD"\n'
+                    + "".join(f'[tasks.{n}]\ngoal_ram = [{{ addr = 0xC100, value = 2 }}]\n'
+                              for n in ("walk", "walk_m10", "walk_m2", "walkx_m1", "walk_m1", "walk_mx", "other")))
+    assert seg.segment_tasks(f"{pack}:walk") == [f"{pack}:walk_m1", f"{pack}:walk_m2", f"{pack}:walk_m10"]
+
+    run_dir = tmp_path / "run"
+    train(make_config(None, {"total_steps": 16, "env": {"num_envs": 2, "task": "quest"},
+                             "ppo": {"rollout_steps": 4, "epochs": 1, "minibatches": 1, "model": "small"},
+                             "run": {"run_dir": str(run_dir), "device": "cpu", "progress": False, "evals": 0,
+                                     "eval_episodes": 0, "tensorboard": False}}))
+    out = tmp_path / "segments.json"
+    assert seg.main([str(run_dir), "--tasks", "quest_m5", "quest_m1", "--episodes", "2", "--device", "cpu",
+                     "--out", str(out)]) == 0
+    got = json.loads(out.read_text())
+    rows = got["policies"][str(run_dir)]
+    assert list(rows) == ["quest_m5", "quest_m1"] and got["episodes"] == 2 and got["environment"]["host"]
+    want = evaluate(run_dir, episodes=2, device="cpu", task="quest_m5", modes=("greedy",))["greedy"]
+    assert rows["quest_m5"] == {"greedy": want["success_rate"], "mean_deepest": want["mean_deepest"]}
+    assert 4 <= rows["quest_m5"]["mean_deepest"] <= 5  # its start holds the four milestones before CAVE
+    assert "quest_m5" in capsys.readouterr().out
+
+    lh = tmp_path / "lh"
+    train(make_config(None, {"total_steps": 16, "env": {"num_envs": 2, "task": "leave_house"},
+                             "ppo": {"rollout_steps": 4, "epochs": 1, "minibatches": 1, "model": "small"},
+                             "run": {"run_dir": str(lh), "device": "cpu", "progress": False, "evals": 0,
+                                     "eval_episodes": 0, "tensorboard": False}}))
+    for source, needle in ((lh, "'leave_house' has no segment tasks"), (tmp_path / "nothing", "nothing")):
+        r = run([sys.executable, "scripts/bench/bench_segments.py", str(source), "--device", "cpu", "--out",
+                 str(tmp_path / "x.json")])
+        lines = [x for x in r.stderr.splitlines() if x.strip() and not x.startswith(("Warp", "Module"))]
+        assert r.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], \
+            r.stderr
+    assert not (tmp_path / "x.json").exists()

@@ -12,13 +12,15 @@ stopped, the first periodic greedy eval at the target (seconds since the process
 it reported, the training seconds of the weights it evaluated, env-steps; null if none reached it), every periodic
 eval's greedy success, the final eval's greedy and sampled success (and the greedy episodes that failed on a still
 screen, `final_greedy_stuck`, and what they kept pressing, `final_greedy_stuck_actions`, and where the failed ones
-ended, `final_greedy_failed_at`, where the eval reports them), the final policy's source, the median training SPS
-(the first two updates left out, as bench_learning.py), with evals beside training the env phase's median with
-an eval in flight and without (`env_phase`), and with `bench_learning.py --policy-evals` the greedy success of the
-weights kept at each mark (`policy_evals`). A bench JSON is copied under its file name, less its
-`environment`. Tree, machine and date come from the sources (facts.json's git, gpu and host, its start; a bench
-JSON's environment) unless given; BENCHMARKS.md cites the file. `--plot` also draws NAME.png: each run's periodic
-greedy success against seconds since its process started.
+ended, `final_greedy_failed_at`, where the eval reports them; on a task with milestones the mean deepest milestone,
+`final_greedy_deepest` and `final_sampled_deepest`), the final policy's source, the median training SPS (the first
+two updates left out, as bench_learning.py), with evals beside training the env phase's median with an eval in
+flight and without (`env_phase`), with the state archive the share of envs in an episode from the task's start
+(`from_start_share`), and with `bench_learning.py --policy-evals` the greedy success of the weights kept at each
+mark (`policy_evals`). A bench JSON is copied under its file name, less its `environment`. Tree, machine and date
+come from the sources (facts.json's git, gpu and host, its start; a bench JSON's environment) unless given;
+BENCHMARKS.md cites the file. `--plot` also draws NAME.png: each run's periodic greedy success against seconds since
+its process started.
 """
 
 from __future__ import annotations
@@ -81,6 +83,9 @@ def run_entry(folder: Path, target: float | None) -> tuple[dict, list]:
         entry["final_greedy_stuck_actions"] = greedy["stuck_actions"]
     if greedy.get("failed_at"):  # where the failed greedy episodes took their last step (the task's cell bytes)
         entry["final_greedy_failed_at"] = {"cells": greedy.get("failed_at_cells"), "places": greedy["failed_at"]}
+    for mode in ("greedy", "sampled"):  # the mean deepest milestone its episodes reached (tasks with milestones)
+        if final.get(mode, {}).get("mean_deepest") is not None:
+            entry[f"final_{mode}_deepest"] = final[mode]["mean_deepest"]
     if r["policy_evals"]:  # bench_learning.py --policy-evals: the weights kept at each mark, evaluated greedy
         entry["policy_evals"] = r["policy_evals"]
     first = milestone_first(folder, config)
@@ -89,6 +94,9 @@ def run_entry(folder: Path, target: float | None) -> tuple[dict, list]:
     phase = env_phase(folder, config)
     if phase:
         entry["env_phase"] = phase
+    held = from_start_share(folder, config)
+    if held is not None:
+        entry["from_start_share"] = held
     entry.update(provenance(folder))
     return entry, [(c[1], c[2]) for c in r["curve"]]
 
@@ -113,6 +121,20 @@ def milestone_first(folder: Path, config: dict) -> dict:
                 first[name] = [r.get("wall_s"), r.get("env_steps")]
     order = names or list(first)
     return {n: first[n] for n in order if n in first}
+
+
+def from_start_share(folder: Path, config: dict, after_s: float = 100.0) -> dict | None:
+    """The share of a run's envs playing an episode from the task's start (the state archive's `archive/start_held`
+    histogram summed over the envs), over its updates after the first `after_s` seconds: {"median", "min", "max"}
+    rounded to 3 places; None without that histogram."""
+    envs = config.get("env", {}).get("num_envs")
+    if not envs:
+        return None
+    shares = [sum(r["archive/start_held"]) / envs for r in read_metrics(folder)
+              if isinstance(r.get("archive/start_held"), list) and (r.get("wall_s") or 0) > after_s]
+    if not shares:
+        return None
+    return {"median": round(statistics.median(shares), 3), "min": round(min(shares), 3), "max": round(max(shares), 3)}
 
 
 def env_phase(folder: Path, config: dict, skip: int = 3) -> dict:

@@ -84,6 +84,12 @@ class ArchiveConfig:
     w_depth: float = knob(0.0, min=0, max=16)  # weight of the cell's steps from the start / the deepest cell's
     w_fail: float = knob(0.0, min=0, max=16)  # weight of (fails + 1) / (tries + 2) of the episodes started there
     w_mid: float = knob(0.0, min=0, max=16)  # weight of 4 (wins + 1)(fails + 1) / (tries + 2)^2 of them
+    # what w_fail and w_mid count as a cell's win: "goal", an episode from it that reached the task's goal;
+    # "milestone", one that reached the goal or a milestone its cell did not hold (the next segment's goal), so on a
+    # long quest, whose goal no episode from a cell far from it reaches, starts still go where the policy fails each
+    # segment, as each milestone task's own do; without progress-aware cells (no milestones, or progress "none"),
+    # "goal". A resumed run may change it: the counts so far stay
+    win: str = knob("goal", choices=("goal", "milestone"), resume=CHANGE)
     # progress: a cell is (the task's milestones held, its place) where the task names milestones, so a state
     # before a gate and one after it on the same tile are two cells; "none": the place alone
     progress: str = knob("auto", choices=("auto", "none"))
@@ -392,11 +398,14 @@ class StateArchive:
         return mask, slot, self.swarm_dst
 
     def ended(self, done, success, stalled=None) -> None:
-        """Count the episodes that ended this step by where they started (`account`), and those the patience ended
-        (`stalled`, bool [N], where it is on); explorers' are not. The last cell of every episode that reached the
-        goal (explorers' too) is a goal cell, where the route ends."""
+        """Count the episodes that ended this step by where they started (`account`; a cell's win as `win` says),
+        and those the patience ended (`stalled`, bool [N], where it is on); explorers' are not. The last cell of every
+        episode that reached the goal (explorers' too) is a goal cell, where the route ends."""
         counted = done & self.counted if self.n_explore else done
-        self.account(counted, success, self.from_archive, self.off_steps, self.start_row)
+        win = success
+        if self.cfg.win == "milestone" and self.milestones is not None:  # or a milestone its start cell lacked
+            win = success | ((self._flags & ~self.flags.gather(0, self.start_row)) != 0)
+        self.account(counted, success, self.from_archive, self.off_steps, self.start_row, win)
         if stalled is not None:
             self.stats[10:11] += (stalled & counted).sum()
         if self.routes:
@@ -695,10 +704,10 @@ class StateArchive:
         """Areas of `keys` count as seen (the start's, so reaching it is no milestone)."""
         self.area_seen.index_fill_(0, keys & 0xFF, True)
 
-    def account(self, done, success, from_archive, start_steps, start_row) -> None:
+    def account(self, done, success, from_archive, start_steps, start_row, win=None) -> None:
         """Episodes that ended this step, by where they started: the task's start or an archive cell (its depth
-        `start_steps` and its row `start_row`, int64 [N]: the cell's tries and wins; the scratch row `capacity`,
-        never weighed, takes the rest)."""
+        `start_steps` and its row `start_row`, int64 [N]: the cell's tries and wins, a win where `win`, bool [N],
+        default `success`; the scratch row `capacity`, never weighed, takes the rest)."""
         torch, m = self.torch, self.m
         d_arch = done & from_archive
         d_start = done & ~from_archive
@@ -709,7 +718,7 @@ class StateArchive:
         pair = torch.stack([d_arch, d_arch & success], 1).to(torch.int64)
         self.depth_stats.index_add_(0, bins, pair)
         self.tries.index_add_(0, torch.where(d_arch, start_row, m), self._ones)
-        self.wins.index_add_(0, torch.where(d_arch & success, start_row, m), self._ones)
+        self.wins.index_add_(0, torch.where(d_arch & (success if win is None else win), start_row, m), self._ones)
 
     # --- once per update ----------------------------------------------------------------------------------------
     def mark_route(self) -> None:
