@@ -401,11 +401,12 @@ def test_reach_by_held_draws_each_level_by_the_share_of_envs_from_the_start_hold
         ArchiveConfig(reach_by="mean")
 
 
-def test_win_milestone_counts_a_cells_episode_that_gains_a_milestone_its_cell_lacked_as_a_win():
+def test_win_milestone_counts_a_cells_episode_that_gains_a_milestone_its_start_lacked_as_a_win():
     """`win = "milestone"`: a cell's tries and wins (w_fail, w_mid) count as won an episode from it that reached the
-    goal or a milestone its cell did not hold, against a plain Python count from the episodes' start and final
-    milestones; "goal" (the default) counts the goal alone, so on these short episodes, which never reach it, no
-    win; the same actions give the same tries either way; a bad value is one line."""
+    goal or a milestone its start did not hold (a cell's; after a swarm jump, what its source held then), against a
+    plain Python count from the episodes' start and final milestones; "goal" (the default) counts the goal alone,
+    so on these short episodes, which never reach it, no win; the same actions give the same tries either way; it
+    is checkpointed; a bad value is one line."""
     import random
 
     from gbxcule.rl.env import EnvConfigError
@@ -413,17 +414,21 @@ def test_win_milestone_counts_a_cells_episode_that_gains_a_milestone_its_cell_la
     with pytest.raises(EnvConfigError, match="win") as err:
         game_env("from_bed", archive={"win": "segment"})
     assert "\n" not in str(err.value)
-    n, leave = 4, actions(LEAVE)
+    n, leave = 6, actions(LEAVE)
     counts = {}
     for win in ("milestone", "goal"):
-        env = game_env("from_bed", n=n, max_steps=14, archive={"capacity": 256, "inserts": 8, "p_start": 0.25,
-                                                               "schedule": "fixed", "win": win})
+        cfg = {"capacity": 256, "inserts": 8, "p_start": 0.25, "schedule": "fixed", "win": win}
+        env = game_env("from_bed", n=n, max_steps=14, archive=cfg)
         env.reset(seed=0)
         a, rng = env.archive, random.Random(11)
-        start = env.milestones.clone()  # each env's episode's start: the milestones it held, its cell or none
+        start = env.milestones.clone()  # each env's episode's start: the milestones it held
         cell = [None] * n
         tries, wins, t = {}, {}, [0] * n
-        for _ in range(240):
+        for step in range(240):
+            if step == 120:  # checkpointed: a fresh env goes on the same
+                twin = game_env("from_bed", n=n, max_steps=14, archive=cfg)
+                twin.load_state_dict(env.state_dict())
+                env, a = twin, twin.archive
             # env 0 walks out of the house on each episode (the cells on the way to the door), the rest at random
             act = [leave[t[0]] if t[0] < len(leave) else rng.randrange(8)] + [rng.randrange(8) for _ in range(n - 1)]
             _, _, term, trunc, _ = env.step(torch.tensor(act))
@@ -443,6 +448,34 @@ def test_win_milestone_counts_a_cells_episode_that_gains_a_milestone_its_cell_la
         counts[win] = (sum(tries.values()), sum(wins.values()))
     assert counts["milestone"][0] == counts["goal"][0] > 0
     assert counts["milestone"][1] > 0 == counts["goal"][1]  # cells' episodes gained "town"; none reached the goal
+    # a swarm jump's episode starts holding what its source held then: clones of an env that just reached the town
+    # (a new area) win only by a milestone of their own. All idle on the bed until every env starts from its cell,
+    # then env 0 walks out and the rest, cloned to it, stand still
+    env = game_env("from_bed", n=6, max_steps=14, archive={"capacity": 256, "inserts": 8, "p_start": 0.0,
+                                                           "win": "milestone", "swarm": 1.0})
+    env.reset(seed=0)
+    for _ in range(14):
+        env.step(torch.zeros(6, dtype=torch.int64))
+    assert bool(env.archive.from_archive.all())
+    bed = int(env.archive.start_row[0])  # the cell env 0 walks out from
+    clones = 0
+    for a in leave + [0] * 16:
+        env.step(torch.tensor([a] + [0] * 5))
+        clones += int(env.archive.swarm_dst.sum())
+    assert clones >= 5 and int(env.archive.tries[:env.archive.m].sum()) >= 6
+    assert int(env.archive.wins.sum() - env.archive.wins[env.archive.m]) == 1 == int(env.archive.wins[bed])
+    # by the goal alone, or by a milestone (the flags held now against those at the start)
+    from types import SimpleNamespace
+
+    from gbxcule.rl.archive import ArchiveConfig, StateArchive
+
+    a = StateArchive(ArchiveConfig(capacity=4, win="milestone"), 4, 1, "cpu", milestones=SimpleNamespace(k=2))
+    a.from_archive.fill_(True)
+    a.start_row.copy_(torch.tensor([0, 0, 1, 1]))
+    a.start_bits.copy_(torch.tensor([0, 0, 1, 1]))
+    a._flags.copy_(torch.tensor([0, 1, 1, 3]))
+    a.ended(torch.ones(4, dtype=torch.bool), torch.tensor([True, False, False, False]))
+    assert a.tries[:2].tolist() == [2, 2] and a.wins[:2].tolist() == [2, 1]  # envs 0 (the goal), 1 and 3 won
 
 
 def test_patience_ends_an_episode_that_goes_that_many_steps_without_a_new_milestone():

@@ -298,7 +298,7 @@ def _fake_run(folder: Path, seed: int, evals: list[float]) -> None:
                                                    "started": "2026-11-29T10:00:00+0000"}))
     rows = [{"env_steps": 100 * (i + 1), "sps": 1000.0 + i, "wall_s": 2.0 * (i + 1), "eval/greedy_success": g,
              "eval/env_steps": 100 * (i + 1), "eval/wall_s": 2.0 * (i + 1) + 1.5, "eval/elapsed_s": 10.0 + 2 * (i + 1),
-             "archive/start_held": [i, 1, 0]}  # envs from the task's start, by milestones held: i + 1 of the 8
+             "archive/start_held": [i * i % 7, 1, 0]}  # envs from the task's start by milestones held: 1, 2, 5, 3, 3
             for i, g in enumerate(evals)]
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (folder / "summary.json").write_text(json.dumps({"wall_s": 2.0 * len(evals) + 3.0, "startup_s": 10.0,
@@ -343,14 +343,16 @@ def test_summarize_writes_one_summary_json_per_figure(tmp_path):
     assert a["final_greedy_failed_at"] == {"cells": ["0xC100", "0xC101", "0xC102"], "places": {"5,1,9": 3}}
     # the sampled episodes' mean deepest milestone (the fake greedy eval reports none, so it has no entry)
     assert a["final_sampled_deepest"] == 1.25 and "final_greedy_deepest" not in a
-    # envs from the start over the 8, updates at wall 2..10 s: 1/8 .. 5/8 (a run under 100 s: the default skips all)
+    # envs from the start over the 8 at walls 2..10 s: 1, 2, 5, 3, 3 (a run under 100 s: the default skips all)
     assert "from_start_share" not in a
     spec = importlib.util.spec_from_file_location("summarize", ROOT / "scripts/bench/summarize.py")
     summarize = importlib.util.module_from_spec(spec)
     with mock.patch.object(sys, "path", [str(ROOT / "scripts/bench"), *sys.path]):  # it imports bench_learning
         spec.loader.exec_module(summarize)
     share = summarize.from_start_share(tmp_path / "runs" / "a_s0", {"env": {"num_envs": 8}}, after_s=3.0)
-    assert share == {"median": pytest.approx(0.4375, abs=1e-3), "min": 0.25, "max": 0.625}  # walls 4-10 s
+    assert share == {"median": 0.375, "min": 0.25, "max": 0.625}  # walls 4-10 s: 2, 5, 3, 3 of 8 (the mean: 0.406)
+    share = summarize.from_start_share(tmp_path / "runs" / "a_s0", {"env": {"num_envs": 8}}, after_s=4.0)
+    assert share == {"median": 0.375, "min": 0.375, "max": 0.625}  # after 4 s, not at it
     assert summarize.from_start_share(tmp_path / "runs" / "a_s0", {"env": {}}) is None
     spec = importlib.util.spec_from_file_location("bench_learning", ROOT / "scripts/bench/bench_learning.py")
     bench_learning = importlib.util.module_from_spec(spec)
@@ -420,6 +422,23 @@ def test_bench_learning_evaluates_the_kept_policies_and_the_summary_keeps_their_
              "--root", str(root), str(run_dir)])
     assert r.returncode == 0, r.stderr
     assert json.loads((root / "tasks" / "q.json").read_text())["numbers"]["runs"][0]["policy_evals"] == rates
+    # --segments: bench_segments.py on the final policy, once it exists, beside the policy evals; its report read
+    assert bench_learning.segment_command(types.SimpleNamespace(episodes=32, gpus=1), run_dir) == []  # not asked
+    args = types.SimpleNamespace(episodes=16, gpus=0, segments=True)
+    [(cmd, table)] = bench_learning.segment_command(args, run_dir)
+    assert cmd[1].endswith("bench_segments.py") and cmd[2:] == [str(run_dir), "--episodes", "16", "--device", "cpu",
+                                                                "--out", str(run_dir / "segments.json")]
+    assert table == run_dir / "segments.txt"
+    assert bench_learning.read_run(run_dir, 0.9)["segments"] == {}
+    (run_dir / "segments.json").write_text(json.dumps({"policies": {str(run_dir): {
+        "quest:quest_m1": {"greedy": 1.0, "mean_deepest": 1.0}, "quest:quest_m2": {"greedy": 0.0,
+                                                                                   "mean_deepest": 1.0}}}}))
+    segs = {"quest_m1": {"greedy": 1.0, "mean_deepest": 1.0}, "quest_m2": {"greedy": 0.0, "mean_deepest": 1.0}}
+    assert bench_learning.read_run(run_dir, 0.9)["segments"] == segs
+    r = run([sys.executable, "scripts/bench/summarize.py", "--topic", "tasks", "--name", "q2", "--command", "c",
+             "--root", str(root), str(run_dir)])
+    assert r.returncode == 0, r.stderr
+    assert json.loads((root / "tasks" / "q2.json").read_text())["numbers"]["runs"][0]["segments"] == segs
 
 
 def test_summarize_splits_the_env_phase_by_whether_an_eval_beside_training_was_in_flight(tmp_path):

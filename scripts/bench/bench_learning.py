@@ -17,7 +17,9 @@ A setup's flags are `gbxcule train` flags; a setup that needs several GPUs per j
 `--gpus-per-job NAME=G` (its flags should then carry `--gpus G`). With `--policy-evals`, once a run ends the weights
 it kept at its marks (`run.policy_every_s`: RUN/policies/policy_<S>s.pt) are evaluated greedy on its GPUs, all at
 once (`gbxcule eval --greedy-only`, the final eval's episodes and seed; RUN/policy_evals/<S>s.json): the success
-reached at 5, 10, 20 minutes of training without evals beside it slowing training.
+reached at 5, 10, 20 minutes of training without evals beside it slowing training. With `--segments`, the final
+policy is also evaluated greedy from each segment task of its pack (`<task>_m<N>`, scripts/bench/bench_segments.py;
+RUN/segments.json): which segments of a long task it has learned.
 """
 
 from __future__ import annotations
@@ -76,9 +78,20 @@ def policy_eval_commands(args, run_dir: Path) -> list[tuple[list[str], Path]]:
             for s, path in kept_policies(run_dir)]
 
 
+def segment_command(args, run_dir: Path) -> list[tuple[list[str], Path]]:
+    """With `--segments`: scripts/bench/bench_segments.py on the run's final policy (each segment task of its pack,
+    greedy, `--episodes` episodes; RUN/segments.json) and the file its table goes to (RUN/segments.txt)."""
+    if not getattr(args, "segments", False):
+        return []
+    script = Path(__file__).resolve().parent / "bench_segments.py"
+    return [([sys.executable, str(script), str(run_dir), "--episodes", str(args.episodes), "--device",
+              "cuda" if args.gpus else "cpu", "--out", str(run_dir / "segments.json")], run_dir / "segments.txt")]
+
+
 def run_jobs(args, jobs: list[dict]) -> None:
     """Run every job, as many at a time as there are free GPUs (one per job, or the job's count); with
-    `--policy-evals` a job keeps its GPUs until its kept policies' evals (started together when it ends) end."""
+    `--policy-evals` (and `--segments`) a job keeps its GPUs until its kept policies' evals (and its segments'),
+    started together when it ends, end."""
     free = list(range(args.gpus)) * max(1, args.jobs_per_gpu) if args.gpus else [None]
     pending, running = list(jobs), []
 
@@ -111,15 +124,17 @@ def run_jobs(args, jobs: list[dict]) -> None:
                 print(f"[{time.strftime('%H:%M:%S')}] done  {job['name']} seed {job['seed']} rc {job['rc']} "
                       f"in {job['seconds']:.0f} s", flush=True)
                 evals = policy_eval_commands(args, job["dir"]) if args.policy_evals else []
+                evals += segment_command(args, job["dir"]) if (job["dir"] / "policy.pt").is_file() else []
                 if evals:
-                    (job["dir"] / "policy_evals").mkdir(exist_ok=True)
+                    for _, path in evals:
+                        path.parent.mkdir(exist_ok=True)
                     # each report to its JSON file, its other output to a .log beside it (closed when they end)
                     outs = [(open(path, "w"), open(path.with_suffix(".log"), "w")) for _, path in evals]  # noqa: SIM115
                     item[1:] = [[start(cmd, ids, *out) for (cmd, _), out in zip(evals, outs, strict=True)], ids,
                                 [f for pair in outs for f in pair], "evals"]
                     job["t_evals"] = time.time()
-                    print(f"[{time.strftime('%H:%M:%S')}] start {job['name']} seed {job['seed']}: greedy evals of "
-                          f"its {len(evals)} kept policies", flush=True)
+                    print(f"[{time.strftime('%H:%M:%S')}] start {job['name']} seed {job['seed']}: {len(evals)} greedy "
+                          "evals (its kept policies, its segments)", flush=True)
                     continue
             else:
                 print(f"[{time.strftime('%H:%M:%S')}] done  {job['name']} seed {job['seed']}: policy evals in "
@@ -151,6 +166,16 @@ def policy_evals(run_dir: Path) -> list[dict]:
         out.append({"mark_s": s, "env_steps": rep.get("env_steps_trained"), "greedy": greedy.get("success_rate"),
                     "mean_deepest": greedy.get("mean_deepest")})
     return out
+
+
+def segments(run_dir: Path) -> dict:
+    """`--segments`' report on a run's final policy: {task: {"greedy", "mean_deepest"}} ({} where there is none)."""
+    path = run_dir / "segments.json"
+    try:
+        rows = json.loads(path.read_text())["policies"] if path.is_file() else {}
+    except (json.JSONDecodeError, KeyError):
+        return {}
+    return {task.rpartition(":")[2]: r for per in rows.values() for task, r in per.items()}
 
 
 def read_run(run_dir: Path, target: float) -> dict:
@@ -189,6 +214,7 @@ def read_run(run_dir: Path, target: float) -> dict:
             "final_eval_failed_at": final.get("greedy", {}).get("failed_at"),  # and where the failures ended
             "sps_median": statistics.median(sps) if sps else None,
             "policy_evals": policy_evals(run_dir),
+            "segments": segments(run_dir),
             "curve": [(r["eval/env_steps"], r["eval/elapsed_s"], r["eval/greedy_success"]) for r in evals]}
 
 
@@ -217,6 +243,9 @@ def main() -> int:
     ap.add_argument("--summarize-only", action="store_true", help="read the run folders under --out, run nothing")
     ap.add_argument("--policy-evals", action="store_true",
                     help="once a run ends, evaluate the weights it kept at its marks (run.policy_every_s) greedy")
+    ap.add_argument("--segments", action="store_true",
+                    help="once a run ends, evaluate its final policy greedy on each segment task of its task's pack "
+                         "(<task>_m<N>; scripts/bench/bench_segments.py)")
     args = ap.parse_args()
     try:  # each setup's runs are folders under --out: a run's own folder (or an entry of one) cannot hold them
         check_output_dir(args.out)
@@ -285,6 +314,12 @@ def main() -> int:
                                                                     if e.get("mean_deepest") is not None else "")
                      for e in r["policy_evals"]]
             print(f"{r['setup'][:14]:14s} {r['seed']:>4d}  " + "; ".join(cells))
+    segs = [r for r in results if r.get("segments")]
+    if segs:
+        print("greedy success of each final policy from each segment task's start (--segments)")
+        for r in segs:
+            print(f"{r['setup'][:14]:14s} {r['seed']:>4d}  " + "; ".join(
+                f"{t} {fmt(e.get('greedy'), '.0%')}" for t, e in r["segments"].items()))
     print(f"artifact: {out / 'learning.json'}")
     return 0
 

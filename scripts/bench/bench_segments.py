@@ -40,9 +40,13 @@ def segment_tasks(spec: str) -> list[str]:
 
 def run_task(source: str) -> str:
     """The task a run folder or policy file was trained on (its config's env.task)."""
+    from gbxcule.core.errors import GbxculeError
     from gbxcule.rl.rundir import final_policy, load_checkpoint
 
-    return load_checkpoint(final_policy(source))["config"]["env"]["task"]
+    task = load_checkpoint(final_policy(source)).get("config", {}).get("env", {}).get("task")
+    if not isinstance(task, str):
+        raise GbxculeError(f"{source}: its config names no task; name the tasks with --tasks")
+    return task
 
 
 def measure(sources: list[str], tasks: list[str] | None, episodes: int, device: str) -> dict:
@@ -52,10 +56,13 @@ def measure(sources: list[str], tasks: list[str] | None, episodes: int, device: 
 
     out: dict = {"policies": {}}
     for source in sources:
-        names = tasks or segment_tasks(run_task(source))
+        names = tasks
         if not names:
-            raise GbxculeError(f"{source}: its task {run_task(source)!r} has no segment tasks (<task>_m<N> in its "
-                               "pack); name some with --tasks")
+            task = run_task(source)
+            names = segment_tasks(task)
+            if not names:
+                raise GbxculeError(f"{source}: its task {task!r} has no segment tasks (<task>_m<N> in its pack); "
+                                   "name some with --tasks")
         rows = {}
         for task in names:
             g = evaluate(source, episodes=episodes, device=device, task=task, modes=("greedy",))["greedy"]
@@ -65,6 +72,7 @@ def measure(sources: list[str], tasks: list[str] | None, episodes: int, device: 
 
 
 def table(result: dict) -> str:
+    """One row a task, one column a policy: its greedy success (and the mean deepest milestone, where reported)."""
     names = list(result["policies"])
     tasks = [t for rows in result["policies"].values() for t in rows]
     tasks = list(dict.fromkeys(tasks))
@@ -74,7 +82,8 @@ def table(result: dict) -> str:
         cells = []
         for n in names:
             r = result["policies"][n].get(t)
-            cells.append("-" if r is None else f"{r['greedy']:.0%} (deepest {r['mean_deepest']})")
+            deep = "" if r is None or r.get("mean_deepest") is None else f" (deepest {r['mean_deepest']:.2f})"
+            cells.append("-" if r is None else f"{r['greedy']:.0%}{deep}")
         lines.append(f"{t.rpartition(':')[2][:24]:24s}" + "".join(f" {c:>26s}" for c in cells))
     return "\n".join(lines)
 

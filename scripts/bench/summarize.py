@@ -16,11 +16,11 @@ ended, `final_greedy_failed_at`, where the eval reports them; on a task with mil
 `final_greedy_deepest` and `final_sampled_deepest`), the final policy's source, the median training SPS (the first
 two updates left out, as bench_learning.py), with evals beside training the env phase's median with an eval in
 flight and without (`env_phase`), with the state archive the share of envs in an episode from the task's start
-(`from_start_share`), and with `bench_learning.py --policy-evals` the greedy success of the weights kept at each
-mark (`policy_evals`). A bench JSON is copied under its file name, less its `environment`. Tree, machine and date
-come from the sources (facts.json's git, gpu and host, its start; a bench JSON's environment) unless given;
-BENCHMARKS.md cites the file. `--plot` also draws NAME.png: each run's periodic greedy success against seconds since
-its process started.
+(`from_start_share`), with `bench_learning.py --policy-evals` the greedy success of the weights kept at each mark
+(`policy_evals`), and with its `--segments` the final policy's from each segment task's start (`segments`). A bench
+JSON is copied under its file name, less its `environment`. Tree, machine and date come from the sources
+(facts.json's git, gpu and host, its start; a bench JSON's environment) unless given; BENCHMARKS.md cites the file.
+`--plot` also draws NAME.png: each run's periodic greedy success against seconds since its process started.
 """
 
 from __future__ import annotations
@@ -88,6 +88,8 @@ def run_entry(folder: Path, target: float | None) -> tuple[dict, list]:
             entry[f"final_{mode}_deepest"] = final[mode]["mean_deepest"]
     if r["policy_evals"]:  # bench_learning.py --policy-evals: the weights kept at each mark, evaluated greedy
         entry["policy_evals"] = r["policy_evals"]
+    if r.get("segments"):  # bench_learning.py --segments: the final policy from each segment task's start
+        entry["segments"] = r["segments"]
     first = milestone_first(folder, config)
     if first:
         entry["milestone_first"] = first
@@ -125,8 +127,8 @@ def milestone_first(folder: Path, config: dict) -> dict:
 
 def from_start_share(folder: Path, config: dict, after_s: float = 100.0) -> dict | None:
     """The share of a run's envs playing an episode from the task's start (the state archive's `archive/start_held`
-    histogram summed over the envs), over its updates after the first `after_s` seconds: {"median", "min", "max"}
-    rounded to 3 places; None without that histogram."""
+    histogram summed, over all `env.num_envs`: explorers, which it leaves out, count as not), over its updates after
+    the first `after_s` seconds: {"median", "min", "max"} rounded to 3 places; None without that histogram."""
     envs = config.get("env", {}).get("num_envs")
     if not envs:
         return None

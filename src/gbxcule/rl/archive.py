@@ -85,10 +85,10 @@ class ArchiveConfig:
     w_fail: float = knob(0.0, min=0, max=16)  # weight of (fails + 1) / (tries + 2) of the episodes started there
     w_mid: float = knob(0.0, min=0, max=16)  # weight of 4 (wins + 1)(fails + 1) / (tries + 2)^2 of them
     # what w_fail and w_mid count as a cell's win: "goal", an episode from it that reached the task's goal;
-    # "milestone", one that reached the goal or a milestone its cell did not hold (the next segment's goal), so on a
-    # long quest, whose goal no episode from a cell far from it reaches, starts still go where the policy fails each
-    # segment, as each milestone task's own do; without progress-aware cells (no milestones, or progress "none"),
-    # "goal". A resumed run may change it: the counts so far stay
+    # "milestone", one that reached the goal or a milestone its start did not hold (the next segment's goal; a swarm
+    # jump's start holds what its source held then), so on a long quest, whose goal no episode from a cell far from
+    # it reaches, starts still go where the policy fails each segment, as each milestone task's own do; without
+    # progress-aware cells (no milestones, or progress "none"), "goal". A resumed run may change it: the counts stay
     win: str = knob("goal", choices=("goal", "milestone"), resume=CHANGE)
     # progress: a cell is (the task's milestones held, its place) where the task names milestones, so a state
     # before a gate and one after it on the same tile are two cells; "none": the place alone
@@ -228,8 +228,9 @@ class StateArchive:
     masked-out writes. `first_slot`: the slot of cell 0 in the env's slot store (the start slots come first).
 
     Per env it keeps where the running episode started: `off_steps` and `off_ret` (steps and return from the
-    task's start at the episode's start), `from_archive` (it started from a cell) and `start_row` (which cell;
-    the scratch row when none). With `memory = "cell"` (after `keep_memory`) each cell also keeps the recurrent
+    task's start at the episode's start), `from_archive` (it started from a cell), `start_row` (which cell;
+    the scratch row when none) and `start_bits` (the milestones it held then, as bits: its cell's, after a swarm
+    jump its source's then). With `memory = "cell"` (after `keep_memory`) each cell also keeps the recurrent
     policy's state of the path that reached it (`cell_mem`; its scratch row stays zero), from which
     `start_memory` gives each new episode's."""
 
@@ -316,6 +317,7 @@ class StateArchive:
         self.off_ret = torch.zeros(n, dtype=torch.float32, device=dev)  # and the return
         self.from_archive = torch.zeros(n, dtype=torch.bool, device=dev)  # the episode started from a cell
         self.start_row = torch.full((n,), m, **i64)  # which cell (the scratch row: none)
+        self.start_bits = torch.zeros(n, **i64)  # the milestones it held at its start, as bits (`win`)
         self.last_row = torch.full((n,), m, **i64)  # the last cell the env was in this episode (m: none yet)
         self.restore_mask = torch.zeros(n, dtype=torch.bool, device=dev)  # envs restored from a start slot or a cell
         self.cell_mem = None  # memory = "cell": float32 [m + 1, H] (`keep_memory`)
@@ -403,8 +405,8 @@ class StateArchive:
         episode that reached the goal (explorers' too) is a goal cell, where the route ends."""
         counted = done & self.counted if self.n_explore else done
         win = success
-        if self.cfg.win == "milestone" and self.milestones is not None:  # or a milestone its start cell lacked
-            win = success | ((self._flags & ~self.flags.gather(0, self.start_row)) != 0)
+        if self.cfg.win == "milestone" and self.milestones is not None:  # or a milestone its start lacked
+            win = success | ((self._flags & ~self.start_bits) != 0)
         self.account(counted, success, self.from_archive, self.off_steps, self.start_row, win)
         if stalled is not None:
             self.stats[10:11] += (stalled & counted).sum()
@@ -422,10 +424,13 @@ class StateArchive:
 
     def jumped(self, dst, steps, ep_return) -> None:
         """Swarm destinations, just cloned from their sources (the clone copied these records too): their
-        offsets add the source's progress in its episode, and their new episode counts as from the archive."""
+        offsets add the source's progress in its episode, their new episode counts as from the archive and starts
+        holding the milestones the source holds now."""
         self.off_steps.add_(steps * dst)
         self.off_ret.add_(ep_return * dst)
         self.from_archive |= dst
+        torch = self.torch
+        torch.where(dst, self._flags.gather(0, self.swarm_src.long()), self.start_bits, out=self.start_bits)
 
     def starts(self, done, slots, seed: int, episodes, slot_sums):
         """Where the envs whose episodes ended (`done`, swarm destinations left out: they jumped) start again:
@@ -445,13 +450,14 @@ class StateArchive:
         torch.where(r, self.ret.gather(0, row) * use, self.off_ret, out=self.off_ret)
         torch.where(r, use, self.from_archive, out=self.from_archive)
         torch.where(r, row, self.start_row, out=self.start_row)  # `row` is the scratch row where not `use`
+        torch.where(r, self.flags.gather(0, row) * use, self.start_bits, out=self.start_bits)
         if self.routes:
             torch.where(r, row, self.last_row, out=self.last_row)
         return r, slot, sums, use
 
     def env_records(self) -> list:
         """The per-env tensors an env clone copies from its source."""
-        return [self.off_steps, self.off_ret, self.from_archive, self.start_row, self.last_row]
+        return [self.off_steps, self.off_ret, self.from_archive, self.start_row, self.last_row, self.start_bits]
 
     # --- per step ---------------------------------------------------------------------------------------------
     def lookup(self, keys):
@@ -813,7 +819,7 @@ class StateArchive:
     # added later: a checkpoint without them has none
     SINCE = {"tries", "wins", "progress", "parent", "goal_hit", "flags"}
 
-    RECORDS = ("off_steps", "off_ret", "from_archive", "start_row", "last_row")  # per env
+    RECORDS = ("off_steps", "off_ret", "from_archive", "start_row", "last_row", "start_bits")  # per env
 
     def state_dict(self) -> dict:
         d = {name: getattr(self, name).detach().cpu().clone() for name in self.TENSORS + self.RECORDS}
@@ -844,6 +850,10 @@ class StateArchive:
         else:  # a checkpoint from before the cells' tries: the running episodes count for none
             self.start_row.fill_(self.m)
         self.last_row.copy_(d["last_row"]) if "last_row" in d else self.last_row.fill_(self.m)
+        if "start_bits" in d:
+            self.start_bits.copy_(d["start_bits"])
+        else:  # saved before it: the running episodes' start cells' (a swarm jump's own start is not known)
+            self.start_bits.copy_(self.flags.gather(0, self.start_row) * self.from_archive)
         if self.cell_mem is not None:  # (saved with the cells' emulator states: without them the cells go)
             if "cell_mem" in d and tuple(d["cell_mem"].shape) != tuple(self.cell_mem.shape):
                 raise EnvConfigError(f"this env state's archive keeps policy states of {d['cell_mem'].shape[1]} "
