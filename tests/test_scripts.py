@@ -423,7 +423,7 @@ def test_bench_learning_evaluates_the_kept_policies_and_the_summary_keeps_their_
     assert r.returncode == 0, r.stderr
     assert json.loads((root / "tasks" / "q.json").read_text())["numbers"]["runs"][0]["policy_evals"] == rates
     # --segments: bench_segments.py on the final policy, once it exists, beside the policy evals; its report read
-    assert bench_learning.segment_command(types.SimpleNamespace(episodes=32, gpus=1), run_dir) == []  # not asked
+    assert bench_learning.segment_command(types.SimpleNamespace(episodes=32, gpus=1, segments=False), run_dir) == []
     args = types.SimpleNamespace(episodes=16, gpus=0, segments=True)
     [(cmd, table)] = bench_learning.segment_command(args, run_dir)
     assert cmd[1].endswith("bench_segments.py") and cmd[2:] == [str(run_dir), "--episodes", "16", "--device", "cpu",

@@ -81,7 +81,7 @@ def policy_eval_commands(args, run_dir: Path) -> list[tuple[list[str], Path]]:
 def segment_command(args, run_dir: Path) -> list[tuple[list[str], Path]]:
     """With `--segments`: scripts/bench/bench_segments.py on the run's final policy (each segment task of its pack,
     greedy, `--episodes` episodes; RUN/segments.json) and the file its table goes to (RUN/segments.txt)."""
-    if not getattr(args, "segments", False):
+    if not args.segments:
         return []
     script = Path(__file__).resolve().parent / "bench_segments.py"
     return [([sys.executable, str(script), str(run_dir), "--episodes", str(args.episodes), "--device",

@@ -380,9 +380,8 @@ class StateArchive:
 
     def start_flags(self):
         """bool [K, N]: the milestones held by the cell each env's episode started from (none from the task's
-        start): what a screen milestone's start holds, which no state keeps."""
-        bits = self.torch.where(self.from_archive, self.flags.gather(0, self.start_row), 0)
-        return (bits[None] & self._bit) != 0
+        start; `start_bits`): what a screen milestone's start holds, which no state keeps."""
+        return (self.start_bits[None] & self._bit) != 0
 
     # --- the env's calls ------------------------------------------------------------------------------------------
     def step(self, keys, steps, ep_return, sums, terminated, seed: int, memory=None):
