@@ -27,8 +27,9 @@ import gbxcule.rl  # noqa: F401  (registers the gymnasium ids)
 class Agent(nn.Module):
     def __init__(self, k: int, n_actions: int):
         super().__init__()
-        self.body = nn.Sequential(nn.Conv2d(k, 16, 8, 4), nn.ReLU(), nn.Conv2d(16, 32, 4, 2), nn.ReLU(),
-                                  nn.Flatten(), nn.Linear(32 * 7 * 8, 256), nn.ReLU())
+        # 72x80 -> 17x19 -> 8x9: the second convolution pads by one so the frame's last rows and columns count
+        self.body = nn.Sequential(nn.Conv2d(k, 16, 8, 4), nn.ReLU(), nn.Conv2d(16, 32, 4, 2, padding=1), nn.ReLU(),
+                                  nn.Flatten(), nn.Linear(32 * 8 * 9, 256), nn.ReLU())
         self.actor, self.critic = nn.Linear(256, n_actions), nn.Linear(256, 1)
 
     def forward(self, obs):

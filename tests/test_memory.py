@@ -198,7 +198,7 @@ def tensor_peak(fn, *args) -> int:
 
 @pytest.mark.parametrize("kind,arch,k,packed", [("ac", "nature", 1, False), ("ac", "small", 4, True),
                                                 ("q_ln", "nature", 2, False), ("gru", "small", 1, True),
-                                                ("gru_skip", "nature", 1, False)])
+                                                ("gru_skip", "nature", 1, False), ("ac_cropped", "nature", 1, False)])
 def test_activation_bytes_covers_what_a_forward_and_backward_keeps(kind, arch, k, packed):
     """`activation_bytes` against torch's own count of a model's tensors per sample (the slope between two batch
     sizes: weights and their gradients drop out), float32 within 15% above it, bf16 autocast below it."""
@@ -207,8 +207,9 @@ def test_activation_bytes_covers_what_a_forward_and_backward_keeps(kind, arch, k
 
     torch.manual_seed(0)
     gru, skip = (64 if kind.startswith("gru") else None), kind == "gru_skip"
+    view = "cropped" if kind.endswith("cropped") else "full"
     model = (QNetwork(8, k, packed, arch, layer_norm=True) if kind == "q_ln"
-             else ActorCritic(8, k, packed, arch, gru=gru, gru_skip=skip))
+             else ActorCritic(8, k, packed, arch, gru=gru, gru_skip=skip, view=view))
     state = torch.zeros(192, gru) if gru else None
 
     def step(obs, train, amp):
@@ -228,7 +229,7 @@ def test_activation_bytes_covers_what_a_forward_and_backward_keeps(kind, arch, k
                 obs = torch.randint(0, 256 if packed else 4, (b, k, 72, 20 if packed else 80), dtype=torch.uint8)
                 peaks.append(tensor_peak(step, obs, train, amp))
             per_sample = (peaks[1] - peaks[0]) / 128
-            est = activation_bytes(arch, k, packed, train, layer_norm=kind == "q_ln", gru=gru, gru_skip=skip)
+            est = activation_bytes(arch, k, packed, train, layer_norm=kind == "q_ln", gru=gru, gru_skip=skip, view=view)
             assert per_sample <= est, (train, amp, per_sample, est)
             if not amp:
                 assert est <= 1.15 * per_sample, (train, per_sample, est)

@@ -426,3 +426,50 @@ def test_gru_skip_heads_read_the_features_beside_the_state():
     assert not torch.allclose(out[True], out[True][:1].expand(4, 5), atol=1e-3)
     with pytest.raises(ValueError, match="gru_skip needs a gru"):
         ActorCritic(5, 1, False, "small", gru_skip=True)
+
+
+@pytest.mark.parametrize("arch", ["nature", "small"])
+def test_the_torso_sees_every_pixel_and_the_cropped_one_misses_the_last_rows_and_columns(arch):
+    """Which pixels reach the features, read off the gradient with every weight and bias positive (every ReLU
+    passes, so a pixel's gradient is positive exactly where some feature's receptive field covers it): all of
+    the 72x80 frame with the full view; the cropped one (older checkpoints) misses rows 68-71 and columns 76-79."""
+    from gbxcule.rl.models import cnn_torso
+
+    seen = {}
+    for view in ("full", "cropped"):
+        body, _ = cnn_torso(2, arch, view=view)
+        with torch.no_grad():
+            for p in body.parameters():
+                p.copy_(p.abs() + 0.01)
+        x = torch.ones(1, 2, 72, 80, requires_grad=True)
+        body(x).sum().backward()
+        seen[view] = (x.grad[0] > 0).all(0)
+    assert bool(seen["full"].all())
+    missed = torch.zeros(72, 80, dtype=torch.bool)
+    missed[68:], missed[:, 76:] = True, True
+    assert torch.equal(~seen["cropped"], missed)
+
+
+@pytest.mark.parametrize("kind", ["ac", "gru_skip", "q_ln"])
+def test_the_shown_milestones_row_moves_the_policy_with_the_full_view(kind):
+    """Two frames that differ only in the last row's milestone flags (env.show_milestones) give different outputs
+    from a freshly initialised model of every kind; the cropped view (older checkpoints) never told them apart
+    (with layer norm, only through the first convolution's normalisation over the whole frame)."""
+    from gbxcule.rl.models import ActorCritic, QNetwork
+
+    torch.manual_seed(3)
+    frame = torch.randint(0, 4, (1, 1, 72, 80), dtype=torch.uint8)
+    frame[..., 71, :] = 0
+    shown = frame.clone()
+    shown[..., 71, 4:12] = 3  # the second and third milestones held, 4 pixels each
+    for view in ("full", "cropped"):
+        torch.manual_seed(4)
+        model = (QNetwork(8, 1, False, "small", layer_norm=True, view=view) if kind == "q_ln"
+                 else ActorCritic(8, 1, False, "small", gru=8 if kind == "gru_skip" else None,
+                                  gru_skip=kind == "gru_skip", view=view))
+        state = model.initial_state(2, "cpu")
+        with torch.no_grad():
+            out, _ = model.policy_step(torch.cat([frame, shown]), state)
+        same = torch.equal(out[0], out[1])
+        assert not same if view == "full" else (same or kind == "q_ln"), view
+        assert model.describe()["view"] == view

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 from gbxcule.cli.main import main  # noqa: E402
 from gbxcule.rl.config import ConfigError  # noqa: E402
 from gbxcule.rl.rundir import CheckpointError, load_checkpoint  # noqa: E402
-from gbxcule.rl.training import make_config, train  # noqa: E402
+from gbxcule.rl.training import make_config, to_dict, train  # noqa: E402
 
 TIMING = {"sps", "time_env_s", "time_inference_s", "time_update_s", "wall_s", "updates_per_s"}
 
@@ -65,6 +65,29 @@ def test_killed_run_resumes_bit_for_bit(straight, tmp_path):
     assert metrics(tmp_path) == metrics(d)
     a, b = load_checkpoint(d)["model"], load_checkpoint(tmp_path)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_checkpoint_from_before_the_full_view_evaluates_and_resumes_on_its_cropped_torso(tmp_path, capsys):
+    """A checkpoint written before the models saw the whole frame (no `view` in its model or its config) loads with
+    the cropped torso it was trained on: it evaluates, and resumes to the bits of a run that never stopped."""
+    def cropped(d, **run):
+        return make_config(None, {**to_dict(tiny(d, **run)), "ppo": {**to_dict(tiny(d))["ppo"], "view": "cropped"}})
+
+    straight = tmp_path / "straight"
+    train(cropped(straight))
+    old = tmp_path / "old"
+    assert train(cropped(old, stop_after_updates=2))["stopped"] == "stop_after_updates"
+    for f in old.glob("*.pt"):
+        ck = torch.load(f, weights_only=False)
+        del ck["model_desc"]["view"], ck["config"]["ppo"]["view"]
+        torch.save(ck, f)
+    assert main(["eval", str(old), "--device", "cpu", "--episodes", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["greedy"]["episodes"] == 2
+    assert main(["train", "--resume", str(old), "--no-progress", "--json"]) == 0
+    assert metrics(old) == metrics(straight)
+    a, b = load_checkpoint(straight), load_checkpoint(old)
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    assert b["model_desc"]["view"] == b["config"]["ppo"]["view"] == "cropped"
 
 
 def test_eval_and_plot_from_the_cli(straight, tmp_path, capsys):

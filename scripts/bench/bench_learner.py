@@ -1,10 +1,10 @@
 """The windowed learner alone (PPO with one epoch and learn_share), without the env: milliseconds per env-step of
 acting (a no-grad forward and a sample of every env's observation) and of training on windows of `--window`
 env-steps split into `--minibatches` random minibatches (forward, an actor-critic loss, backward, clip, Adam), on
-random 1-frame observations; in variants (the model, cuDNN's algorithm timing, channels-last); then the profiler's
-top kernels of the first variant. Set the result
-beside the env's own time per env-step (`gbxcule bench --stage full_step`) to see how much of raw emulation a
-streaming trainer can keep: at most env / (env + acting + training). One table, one JSON.
+random 1-frame observations; in variants (the model, cuDNN's algorithm timing, channels-last, the view); then the
+profiler's top kernels of the first variant. Set the result beside the env's own time per env-step (`gbxcule bench
+--stage full_step`) to see how much of raw emulation a streaming trainer can keep: at most env / (env + acting +
+training). One table, one JSON.
 
     python scripts/bench/bench_learner.py --envs 65536 --window 16 --minibatches 4 --out bench_out/learner_65536.json
     python scripts/bench/bench_learner.py --device cpu --envs 64 --window 4 --minibatches 2 --reps 1 --no-profile
@@ -21,9 +21,10 @@ from pathlib import Path
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.outputs import check_output, write_output
 
-# name: (model, cuDNN benchmark, channels-last)
-VARIANTS = {"nature": ("nature", False, False), "nature_cudnn_benchmark": ("nature", True, False),
-            "nature_channels_last": ("nature", True, True), "small": ("small", False, False)}
+# name: (model, cuDNN benchmark, channels-last, view: rl/models.py VIEWS)
+VARIANTS = {"nature": ("nature", False, False, "full"), "nature_cudnn_benchmark": ("nature", True, False, "full"),
+            "nature_channels_last": ("nature", True, True, "full"), "small": ("small", False, False, "full"),
+            "nature_cropped": ("nature", False, False, "cropped")}
 
 
 def main() -> int:
@@ -104,17 +105,17 @@ def main() -> int:
         sync()
         return (time.perf_counter() - t0) / args.reps / t_len * 1e3
 
-    def build(arch, channels_last):
-        model = ActorCritic(args.actions, 1, False, arch).to(dev)
+    def build(arch, channels_last, view):
+        model = ActorCritic(args.actions, 1, False, arch, view=view).to(dev)
         if channels_last:
             model = model.to(memory_format=torch.channels_last)
         return model, torch.optim.Adam(model.parameters(), lr=2.5e-4, eps=1e-5)
 
     rows = {}
     for name in names:
-        arch, bench, cl = VARIANTS[name]
+        arch, bench, cl, view = VARIANTS[name]
         torch.backends.cudnn.benchmark = bench
-        model, opt = build(arch, cl)
+        model, opt = build(arch, cl, view)
         rows[name] = {"acting_ms": per_env_step_ms(lambda m=model: acting(m)),
                       "training_ms": per_env_step_ms(lambda m=model, o=opt, c=cl: window(m, o, c))}
         print(f"{name}: {rows[name]['acting_ms']:.2f} ms acting, {rows[name]['training_ms']:.2f} ms training "
@@ -124,9 +125,9 @@ def main() -> int:
         from torch.profiler import ProfilerActivity
         from torch.profiler import profile as torch_profile
 
-        arch, bench, cl = VARIANTS[names[0]]
+        arch, bench, cl, view = VARIANTS[names[0]]
         torch.backends.cudnn.benchmark = bench
-        model, opt = build(arch, cl)
+        model, opt = build(arch, cl, view)
         window(model, opt, cl)
         sync()
         with torch_profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:

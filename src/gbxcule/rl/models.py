@@ -16,7 +16,12 @@ from gbxcule.rl.goals import unpack_shades
 
 MODELS = ("nature", "small")
 TORSO = {"nature": (32, 64, 64, 512), "small": (16, 32, 32, 256)}  # conv filters and hidden width
-CONV_OUT = ((17, 19), (7, 8), (5, 6))  # 72x80 through the three convolutions
+# what of the frame the torso sees: "full", every pixel (the second convolution pads its input by one, so it covers
+# all 17x19 of the first's outputs); "cropped", the torso of checkpoints written before 2026-11-30, whose second
+# convolution read only the first's top 16 rows and left 18 columns, so the frame's last 4 rows and last 4 columns
+# (among them the shown milestones' row, env.show_milestones) never reached the features
+VIEWS = ("full", "cropped")
+CONV_OUT = {"full": ((17, 19), (8, 9), (6, 7)), "cropped": ((17, 19), (7, 8), (5, 6))}  # 72x80 through the convs
 
 
 def _init(layer: nn.Module, gain: float = math.sqrt(2)) -> nn.Module:
@@ -29,18 +34,18 @@ class ActorCritic(nn.Module):
     """A Nature-DQN-style CNN ("nature": 32-64-64 filters, 512 hidden; "small": 16-32-32, 256) with a policy
     and a value head. Input uint8 [B, K, 72, 80] shades (or [B, K, 72, 20] packed with `packed=True`),
     scaled to [0, 1] inside. With `gru` the heads read a GRU's state over the CNN's features; with `gru_skip`
-    they read the features too, beside it (what needs no memory can be learned as without the GRU)."""
+    they read the features too, beside it (what needs no memory can be learned as without the GRU). `view`: VIEWS."""
 
     def __init__(self, num_actions: int, stack_k: int = 1, packed: bool = False, arch: str = "nature",
-                 gru: int | None = None, gru_skip: bool = False):
+                 gru: int | None = None, gru_skip: bool = False, view: str = "full"):
         super().__init__()
         if gru is not None and (isinstance(gru, bool) or not isinstance(gru, int) or gru < 1):
             raise ValueError(f"gru (the recurrent state's size) must be an integer >= 1 or none, got {gru!r}")
         if gru_skip and gru is None:
             raise ValueError("gru_skip needs a gru (the heads read the features beside its state)")
         self.num_actions, self.stack_k, self.packed, self.arch, self.gru = num_actions, stack_k, packed, arch, gru
-        self.gru_skip = bool(gru_skip)
-        self.body, hidden = cnn_torso(stack_k, arch)
+        self.gru_skip, self.view = bool(gru_skip), view
+        self.body, hidden = cnn_torso(stack_k, arch, view=view)
         width = hidden + gru if self.gru_skip else (gru or hidden)
         self.pi = _init(nn.Linear(width, num_actions), 0.01)
         self.v = _init(nn.Linear(width, 1), 1.0)
@@ -51,7 +56,7 @@ class ActorCritic(nn.Module):
 
     def describe(self) -> dict:
         d = {"arch": self.arch, "num_actions": self.num_actions, "stack_k": self.stack_k, "packed": self.packed,
-             "params": sum(p.numel() for p in self.parameters())}
+             "view": self.view, "params": sum(p.numel() for p in self.parameters())}
         if self.gru is not None:
             d["gru"] = self.gru
         if self.gru_skip:
@@ -105,26 +110,30 @@ class ActorCritic(nn.Module):
         return logits, (None if state is None else state.float())
 
 
-def cnn_torso(stack_k: int, arch: str, layer_norm: bool = False) -> tuple[nn.Sequential, int]:
+def cnn_torso(stack_k: int, arch: str, layer_norm: bool = False, view: str = "full") -> tuple[nn.Sequential, int]:
     """The Nature-DQN-style CNN every model shares, and its output width. `layer_norm` normalises each conv
-    layer's output over (C, H, W) (GroupNorm with one group) and the hidden layer (LayerNorm) before the ReLU."""
+    layer's output over (C, H, W) (GroupNorm with one group) and the hidden layer (LayerNorm) before the ReLU;
+    `view`: VIEWS."""
     if arch not in MODELS:
         raise ValueError(f"model must be one of {', '.join(MODELS)}, got {arch!r}")
+    if view not in VIEWS:
+        raise ValueError(f"view must be one of {', '.join(VIEWS)}, got {view!r}")
     c1, c2, c3, hidden = TORSO[arch]
+    h3, w3 = CONV_OUT[view][2]
 
     def norm(c: int, conv: bool) -> list[nn.Module]:
         return [(nn.GroupNorm(1, c) if conv else nn.LayerNorm(c))] if layer_norm else []
 
     body = nn.Sequential(
         _init(nn.Conv2d(stack_k, c1, 8, stride=4)), *norm(c1, True), nn.ReLU(),  # 72x80 -> 17x19
-        _init(nn.Conv2d(c1, c2, 4, stride=2)), *norm(c2, True), nn.ReLU(),  # -> 7x8
-        _init(nn.Conv2d(c2, c3, 3, stride=1)), *norm(c3, True), nn.ReLU(),  # -> 5x6
-        nn.Flatten(), _init(nn.Linear(c3 * 5 * 6, hidden)), *norm(hidden, False), nn.ReLU())
+        _init(nn.Conv2d(c1, c2, 4, stride=2, padding=int(view == "full"))), *norm(c2, True), nn.ReLU(),  # -> 8x9
+        _init(nn.Conv2d(c2, c3, 3, stride=1)), *norm(c3, True), nn.ReLU(),  # -> 6x7
+        nn.Flatten(), _init(nn.Linear(c3 * h3 * w3, hidden)), *norm(hidden, False), nn.ReLU())
     return body, hidden
 
 
 def activation_bytes(arch: str, stack_k: int, packed: bool, train: bool, layer_norm: bool = False,
-                     gru: int | None = None, gru_skip: bool = False) -> int:
+                     gru: int | None = None, gru_skip: bool = False, view: str = "full") -> int:
     """Peak bytes of tensors one sample adds to a float32 pass of a model here: with `train` a forward and backward
     of a batch gathered from storage, else a forward under no_grad. The larger of: the shades' two float copies;
     the forward's kept tensors (the input, each ReLU's output, a norm's input); in backward, the first layer's kept
@@ -132,7 +141,7 @@ def activation_bytes(arch: str, stack_k: int, packed: bool, train: bool, layer_n
     are core/memory.py's CUDA_WORKING_FACTOR. tests/test_memory.py measures it against torch's tensors."""
     c1, c2, c3, hidden = TORSO[arch]
     px = stack_k * 72 * 80
-    outs = [c * h * w for c, (h, w) in zip((c1, c2, c3), CONV_OUT, strict=True)] + [hidden]
+    outs = [c * h * w for c, (h, w) in zip((c1, c2, c3), CONV_OUT[view], strict=True)] + [hidden]
     copy = (px // 4 if packed else px) if train else 0  # the minibatch's uint8 copy
     cast = copy + (px if packed else 0) + 8 * px  # (unpacked) shades, converted then scaled
     gates = 4 * 8 * (gru or 0) + (4 * (hidden + gru) if gru_skip else 0)  # a GRU cell's gate products (and the
@@ -160,17 +169,17 @@ class QNetwork(nn.Module):
     kind = "q"
 
     def __init__(self, num_actions: int, stack_k: int = 1, packed: bool = False, arch: str = "nature",
-                 dueling: bool = False, layer_norm: bool = False):
+                 dueling: bool = False, layer_norm: bool = False, view: str = "full"):
         super().__init__()
         self.num_actions, self.stack_k, self.packed, self.arch = num_actions, stack_k, packed, arch
-        self.dueling, self.layer_norm = dueling, layer_norm
-        self.body, hidden = cnn_torso(stack_k, arch, layer_norm)
+        self.dueling, self.layer_norm, self.view = dueling, layer_norm, view
+        self.body, hidden = cnn_torso(stack_k, arch, layer_norm, view)
         self.q = _init(nn.Linear(hidden, num_actions), 1.0)
         self.v = _init(nn.Linear(hidden, 1), 1.0) if dueling else None
 
     def describe(self) -> dict:
         return {"arch": self.arch, "num_actions": self.num_actions, "stack_k": self.stack_k, "packed": self.packed,
-                "head": "dueling" if self.dueling else "q", "layer_norm": self.layer_norm,
+                "view": self.view, "head": "dueling" if self.dueling else "q", "layer_norm": self.layer_norm,
                 "params": sum(p.numel() for p in self.parameters())}
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:

@@ -297,6 +297,9 @@ def load_checkpoint(path: str | Path, need_training: bool = False) -> dict:
         raise CheckpointError(f"{p} is not a gbxcule checkpoint of format {CHECKPOINT_FORMAT}")
     if not isinstance(ck.get("config"), dict):
         raise CheckpointError(f"{p} holds no config")
+    desc = ck.get("model_desc")
+    if isinstance(desc, dict) and "view" not in desc:  # written before the models saw the whole frame: the
+        desc["view"] = "cropped"  # torso it was trained with (rl/models.py VIEWS)
     if need_training and not all(k in ck for k in ("optimizer", "update", "global_step", "rng", "env")):
         raise CheckpointError(f"{p} is a policy file (weights only), not a training checkpoint: it cannot be "
                               f"resumed")

@@ -85,7 +85,8 @@ _GONE_A2C = ("minibatches", "learn_share", "clip", "clip_vloss", "target_kl", "c
 
 def config_from_dict(d: dict, evaluate_only: bool = False):
     """The config a checkpoint recorded. A run of the windowed A2C of before it became PPO (`[a2c]` with
-    minibatches, clip, learn_share or channels_last) reads as the PPO config it is, for evaluation only."""
+    minibatches, clip, learn_share or channels_last) reads as the PPO config it is, for evaluation only; one
+    written before the models saw the whole frame (no `view` in its algorithm's section) has the cropped view."""
     if not isinstance(d, dict):
         raise CheckpointError("the checkpoint's config is not a table")
     d = dict(d)
@@ -98,7 +99,10 @@ def config_from_dict(d: dict, evaluate_only: bool = False):
         d["algo"] = "ppo"
         d["ppo"] = {new: section[old] for old, new in _WINDOWED_A2C.items() if old in section} | {"epochs": 1}
         del d["a2c"]
-    return make_config(None, {"algo": d.get("algo", DEFAULT_ALGO), **d})
+    algo = d.get("algo", DEFAULT_ALGO)
+    if isinstance(d.get(algo), dict) and "view" not in d[algo]:  # written before the models saw the whole frame
+        d[algo] = {**d[algo], "view": "cropped"}  # (rl/models.py VIEWS)
+    return make_config(None, {"algo": algo, **d})
 
 
 def place_knobs(over: dict, knobs: dict | None, algo: str) -> dict:

@@ -24,7 +24,7 @@ import torch
 from gbxcule.core.typed import knob
 from gbxcule.rl import returns
 from gbxcule.rl.config import ConfigError
-from gbxcule.rl.models import MODELS, ActorCritic, activation_bytes
+from gbxcule.rl.models import MODELS, VIEWS, ActorCritic, activation_bytes
 from gbxcule.rl.session import AlgoSpec, Session
 
 STAT_NAMES = ("pg_loss", "v_loss", "entropy", "adv_mean", "adv_std", "value_mean")
@@ -49,13 +49,14 @@ class A2CConfig:
     max_grad_norm: float = knob(0.5, gt=0)
     norm_adv: bool = True  # advantages normalised over each optimizer step's batch
     model: str = knob("nature", choices=MODELS)
+    view: str = knob("full", choices=VIEWS)  # what of the frame the CNN sees (rl/models.py VIEWS)
     gru: int | None = knob(None, min=1, max=4096)  # a GRU of this size over the CNN features (reset at episode ends)
     compile: bool = False
     amp: str = knob("auto", choices=("auto", "bf16", "off"))  # auto: bf16 autocast on CUDA
 
 
 def build_model(a: A2CConfig, num_actions: int, stack_k: int, packed: bool) -> ActorCritic:
-    return ActorCritic(num_actions, stack_k, packed, a.model, gru=a.gru)
+    return ActorCritic(num_actions, stack_k, packed, a.model, gru=a.gru, view=a.view)
 
 
 def steps_per_update(cfg) -> int:
@@ -91,7 +92,8 @@ def working_bytes(cfg) -> tuple[int, int]:
     the bootstrap value's forward beside it; windows, a window's forward and backward, or acting."""
     a, e = cfg.a2c, cfg.env
     kw = (a.model, e.stack_k, e.obs == "packed")
-    train, act = activation_bytes(*kw, True, gru=a.gru), activation_bytes(*kw, False, gru=a.gru)
+    net = {"gru": a.gru, "view": a.view}
+    train, act = activation_bytes(*kw, True, **net), activation_bytes(*kw, False, **net)
     return (train + act if a.n_step == 1 else max(a.n_step * train, act)), 0
 
 

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from gbxcule.core.typed import knob
 from gbxcule.rl import returns
 from gbxcule.rl.config import ConfigError, obs_bytes, resolve_device
-from gbxcule.rl.models import MODELS, QNetwork, activation_bytes, epsilon_greedy, epsilon_ladder, ladder_epsilons
+from gbxcule.rl.models import MODELS, VIEWS, QNetwork, activation_bytes, epsilon_greedy, epsilon_ladder, ladder_epsilons
 from gbxcule.rl.replay import ReplayBuffer, ReplayError, check_memory, plan
 from gbxcule.rl.session import AlgoSpec, Session
 from gbxcule.rl.tasks import load_task
@@ -54,12 +54,13 @@ class DQNConfig:
     priority_beta: float = knob(0.4, min=0, max=1)  # importance-weight exponent, annealed to 1 over the run
     checkpoint_buffer: bool = False  # keep the buffer in checkpoints (bit-exact resume; else resume refills it)
     model: str = knob("nature", choices=MODELS)
+    view: str = knob("full", choices=VIEWS)  # what of the frame the CNN sees (rl/models.py VIEWS)
     compile: bool = False  # torch.compile the network and the loss
     amp: str = knob("auto", choices=("auto", "bf16", "off"))  # auto: bf16 autocast on CUDA
 
 
 def build_model(d: DQNConfig, num_actions: int, stack_k: int, packed: bool) -> QNetwork:
-    return QNetwork(num_actions, stack_k, packed, d.model, dueling=d.dueling)
+    return QNetwork(num_actions, stack_k, packed, d.model, dueling=d.dueling, view=d.view)
 
 
 def steps_per_update(cfg) -> int:
@@ -105,8 +106,8 @@ def working_bytes(cfg) -> tuple[int, int]:
     and backward with the next observations' forwards beside it."""
     d, e = cfg.dqn, cfg.env
     kw = (d.model, e.stack_k, e.obs == "packed")
-    act = activation_bytes(*kw, False)
-    return act, d.batch_size * (activation_bytes(*kw, True) + act)
+    act = activation_bytes(*kw, False, view=d.view)
+    return act, d.batch_size * (activation_bytes(*kw, True, view=d.view) + act)
 
 
 # --- the loss --------------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from gbxcule.core.typed import knob
 from gbxcule.rl import returns
 from gbxcule.rl.archive import explorer_envs, keeps_memory, memory_bytes
 from gbxcule.rl.config import ConfigError
-from gbxcule.rl.models import MODELS, ActorCritic, activation_bytes
+from gbxcule.rl.models import MODELS, VIEWS, ActorCritic, activation_bytes
 from gbxcule.rl.session import AlgoSpec, NonFiniteError, Session
 
 
@@ -52,6 +52,7 @@ class PPOConfig:
     norm_adv: bool = True
     target_kl: float | None = knob(None, gt=0)  # stop an update's epochs once approx_kl passes it
     model: str = knob("nature", choices=MODELS)
+    view: str = knob("full", choices=VIEWS)  # what of the frame the CNN sees (rl/models.py VIEWS)
     channels_last: bool = False  # the CNN's weights and activations channels-last (NHWC): fewer cuDNN layout copies
     compile: bool = False
     amp: str = knob("auto", choices=("auto", "bf16", "off"))  # auto: bf16 autocast on CUDA
@@ -61,7 +62,7 @@ class PPOConfig:
 
 
 def build_model(p: PPOConfig, num_actions: int, stack_k: int, packed: bool) -> ActorCritic:
-    return ActorCritic(num_actions, stack_k, packed, p.model, gru=p.gru, gru_skip=p.gru_skip)
+    return ActorCritic(num_actions, stack_k, packed, p.model, gru=p.gru, gru_skip=p.gru_skip, view=p.view)
 
 
 def acting_envs(cfg) -> int:
@@ -119,8 +120,9 @@ def working_bytes(cfg) -> tuple[int, int]:
     every env at once."""
     p, e = cfg.ppo, cfg.env
     kw = (p.model, e.stack_k, e.obs == "packed")
-    peak = max(-(-batch_size(cfg) // p.minibatches) * activation_bytes(*kw, True, gru=p.gru, gru_skip=p.gru_skip),
-               e.num_envs * activation_bytes(*kw, False, gru=p.gru, gru_skip=p.gru_skip))
+    net = {"gru": p.gru, "gru_skip": p.gru_skip, "view": p.view}
+    peak = max(-(-batch_size(cfg) // p.minibatches) * activation_bytes(*kw, True, **net),
+               e.num_envs * activation_bytes(*kw, False, **net))
     return -(-peak // e.num_envs), 0
 
 

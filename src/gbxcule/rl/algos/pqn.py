@@ -15,7 +15,7 @@ import torch
 from gbxcule.core.typed import knob
 from gbxcule.rl import returns
 from gbxcule.rl.config import ConfigError
-from gbxcule.rl.models import MODELS, QNetwork, activation_bytes, epsilon_greedy, epsilon_ladder, ladder_epsilons
+from gbxcule.rl.models import MODELS, VIEWS, QNetwork, activation_bytes, epsilon_greedy, epsilon_ladder, ladder_epsilons
 from gbxcule.rl.session import AlgoSpec, Session
 
 
@@ -38,12 +38,13 @@ class PQNConfig:
     layer_norm: bool = True  # normalisation in the torso: what lets PQN learn without a target network
     dueling: bool = False
     model: str = knob("nature", choices=MODELS)
+    view: str = knob("full", choices=VIEWS)  # what of the frame the CNN sees (rl/models.py VIEWS)
     compile: bool = False  # torch.compile the network
     amp: str = knob("auto", choices=("auto", "bf16", "off"))  # auto: bf16 autocast on CUDA
 
 
 def build_model(p: PQNConfig, num_actions: int, stack_k: int, packed: bool) -> QNetwork:
-    return QNetwork(num_actions, stack_k, packed, p.model, dueling=p.dueling, layer_norm=p.layer_norm)
+    return QNetwork(num_actions, stack_k, packed, p.model, dueling=p.dueling, layer_norm=p.layer_norm, view=p.view)
 
 
 def steps_per_update(cfg) -> int:
@@ -74,8 +75,8 @@ def working_bytes(cfg) -> tuple[int, int]:
     every env at once."""
     p, e = cfg.pqn, cfg.env
     kw = (p.model, e.stack_k, e.obs == "packed")
-    peak = max(-(-steps_per_update(cfg) // p.minibatches) * activation_bytes(*kw, True, p.layer_norm),
-               e.num_envs * activation_bytes(*kw, False, p.layer_norm))
+    peak = max(-(-steps_per_update(cfg) // p.minibatches) * activation_bytes(*kw, True, p.layer_norm, view=p.view),
+               e.num_envs * activation_bytes(*kw, False, p.layer_norm, view=p.view))
     return -(-peak // e.num_envs), 0
 
 
