@@ -293,3 +293,33 @@ def test_example_smoke(script, needs, tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert "success rate" in res.stdout
+
+
+def _example(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"example_{name}", ROOT / "examples" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("script", ["gymnasium_cleanrl_ppo", "pufferlib_train", "sb3_ppo"])
+def test_each_examples_cnn_reads_every_pixel_of_the_frame(script):
+    """Every weight and bias made positive (every ReLU passes): the gradient of the features is positive at each
+    pixel of a 72x80 frame that reaches them, so a CNN that drops its last rows or columns fails."""
+    mod = _example(script)
+    if script == "sb3_ppo":
+        layers = pytest.importorskip("stable_baselines3.common.torch_layers")
+        space = gymnasium.spaces.Box(0, 255, (2, 72, 80), np.uint8)
+        net = mod.full_frame_cnn(layers.BaseFeaturesExtractor)(space)
+        features = net
+    else:
+        net = mod.Agent(2, 8)
+        features = net.body
+    with torch.no_grad():
+        for p in net.parameters():
+            p.copy_(p.abs() + 0.01)
+    x = torch.ones(1, 2, 72, 80, requires_grad=True)
+    features(x).sum().backward()
+    assert bool((x.grad > 0).all())

@@ -21,6 +21,7 @@ TORSO = {"nature": (32, 64, 64, 512), "small": (16, 32, 32, 256)}  # conv filter
 # convolution read only the first's top 16 rows and left 18 columns, so the frame's last 4 rows and last 4 columns
 # (among them the shown milestones' row, env.show_milestones) never reached the features
 VIEWS = ("full", "cropped")
+VIEW_BEFORE = "cropped"  # the torso of a checkpoint whose model description names no view (rl/rundir.py)
 CONV_OUT = {"full": ((17, 19), (8, 9), (6, 7)), "cropped": ((17, 19), (7, 8), (5, 6))}  # 72x80 through the convs
 
 

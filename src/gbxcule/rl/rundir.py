@@ -274,6 +274,21 @@ class TensorBoard:
             self._f = None
 
 
+def view_before(ck: dict) -> None:
+    """A checkpoint written before the models saw the whole frame (a CNN's description without a `view`): its
+    description and its config's algorithm section (the one naming the model) name the torso it was trained with
+    (rl/models.py VIEWS)."""
+    from gbxcule.rl.models import VIEW_BEFORE
+
+    desc = ck.get("model_desc")
+    if not isinstance(desc, dict) or "arch" not in desc or "view" in desc:
+        return
+    desc["view"] = VIEW_BEFORE
+    for section in ck["config"].values():
+        if isinstance(section, dict) and "model" in section:
+            section.setdefault("view", VIEW_BEFORE)
+
+
 def load_checkpoint(path: str | Path, need_training: bool = False) -> dict:
     """A checkpoint file (or a run folder's checkpoint.pt, else its policy.pt), checked to be whole; with
     `need_training` it must be a full checkpoint (optimizer, counters), not a policy file."""
@@ -297,9 +312,7 @@ def load_checkpoint(path: str | Path, need_training: bool = False) -> dict:
         raise CheckpointError(f"{p} is not a gbxcule checkpoint of format {CHECKPOINT_FORMAT}")
     if not isinstance(ck.get("config"), dict):
         raise CheckpointError(f"{p} holds no config")
-    desc = ck.get("model_desc")
-    if isinstance(desc, dict) and "view" not in desc:  # written before the models saw the whole frame: the
-        desc["view"] = "cropped"  # torso it was trained with (rl/models.py VIEWS)
+    view_before(ck)
     if need_training and not all(k in ck for k in ("optimizer", "update", "global_step", "rng", "env")):
         raise CheckpointError(f"{p} is a policy file (weights only), not a training checkpoint: it cannot be "
                               f"resumed")

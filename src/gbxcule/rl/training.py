@@ -79,14 +79,13 @@ _WINDOWED_A2C = {"n_step": "rollout_steps", "minibatches": "minibatches", "learn
                  "clip": "clip", "clip_vloss": "clip_vloss", "gae_lambda": "gae_lambda", "lr": "lr",
                  "anneal_lr": "anneal_lr", "gamma": "gamma", "ent_coef": "ent_coef", "vf_coef": "vf_coef",
                  "max_grad_norm": "max_grad_norm", "norm_adv": "norm_adv", "model": "model",
-                 "channels_last": "channels_last", "compile": "compile", "amp": "amp"}
+                 "channels_last": "channels_last", "compile": "compile", "amp": "amp", "view": "view"}
 _GONE_A2C = ("minibatches", "learn_share", "clip", "clip_vloss", "target_kl", "channels_last")
 
 
 def config_from_dict(d: dict, evaluate_only: bool = False):
     """The config a checkpoint recorded. A run of the windowed A2C of before it became PPO (`[a2c]` with
-    minibatches, clip, learn_share or channels_last) reads as the PPO config it is, for evaluation only; one
-    written before the models saw the whole frame (no `view` in its algorithm's section) has the cropped view."""
+    minibatches, clip, learn_share or channels_last) reads as the PPO config it is, for evaluation only."""
     if not isinstance(d, dict):
         raise CheckpointError("the checkpoint's config is not a table")
     d = dict(d)
@@ -99,10 +98,7 @@ def config_from_dict(d: dict, evaluate_only: bool = False):
         d["algo"] = "ppo"
         d["ppo"] = {new: section[old] for old, new in _WINDOWED_A2C.items() if old in section} | {"epochs": 1}
         del d["a2c"]
-    algo = d.get("algo", DEFAULT_ALGO)
-    if isinstance(d.get(algo), dict) and "view" not in d[algo]:  # written before the models saw the whole frame
-        d[algo] = {**d[algo], "view": "cropped"}  # (rl/models.py VIEWS)
-    return make_config(None, {"algo": algo, **d})
+    return make_config(None, {"algo": d.get("algo", DEFAULT_ALGO), **d})
 
 
 def place_knobs(over: dict, knobs: dict | None, algo: str) -> dict:

@@ -116,11 +116,9 @@ def rollout_bytes(cfg, obs_bytes: int) -> int:
 
 
 def working_bytes(cfg) -> tuple[int, int]:
-    """(per env, fixed) device bytes of the learner's peak: a minibatch's forward and backward, or acting for
-    every env at once."""
+    """(per env, fixed) device bytes of the learner's peak: a minibatch's forward and backward, or acting for all."""
     p, e = cfg.ppo, cfg.env
-    kw = (p.model, e.stack_k, e.obs == "packed")
-    net = {"gru": p.gru, "gru_skip": p.gru_skip, "view": p.view}
+    kw, net = (p.model, e.stack_k, e.obs == "packed"), {"gru": p.gru, "gru_skip": p.gru_skip, "view": p.view}
     peak = max(-(-batch_size(cfg) // p.minibatches) * activation_bytes(*kw, True, **net),
                e.num_envs * activation_bytes(*kw, False, **net))
     return -(-peak // e.num_envs), 0
