@@ -127,8 +127,8 @@ def cnn_torso(stack_k: int, arch: str, layer_norm: bool = False, view: str = "fu
 
     body = nn.Sequential(
         _init(nn.Conv2d(stack_k, c1, 8, stride=4)), *norm(c1, True), nn.ReLU(),  # 72x80 -> 17x19
-        _init(nn.Conv2d(c1, c2, 4, stride=2, padding=int(view == "full"))), *norm(c2, True), nn.ReLU(),  # -> 8x9
-        _init(nn.Conv2d(c2, c3, 3, stride=1)), *norm(c3, True), nn.ReLU(),  # -> 6x7
+        _init(nn.Conv2d(c1, c2, 4, stride=2, padding=int(view == "full"))), *norm(c2, True), nn.ReLU(),
+        _init(nn.Conv2d(c2, c3, 3, stride=1)), *norm(c3, True), nn.ReLU(),  # -> 8x9 -> 6x7 (cropped: 7x8 -> 5x6)
         nn.Flatten(), _init(nn.Linear(c3 * h3 * w3, hidden)), *norm(hidden, False), nn.ReLU())
     return body, hidden
 
