@@ -545,3 +545,40 @@ def test_bench_segments_evaluates_a_policy_on_each_segment_task_of_its_pack(tmp_
         assert r.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], \
             r.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def test_bench_view_probes_each_view_reading_the_milestone_row(tmp_path, capsys):
+    """scripts/bench/bench_view.py: frames of random play from a task's start with the flag row redrawn as the env
+    draws it; each view's held-out accuracy curve is written; a task without the row, or bad sizes, is one line and
+    exit status 1, and nothing is written."""
+    import json
+
+    torch = pytest.importorskip("torch")
+    spec = importlib.util.spec_from_file_location("bench_view", ROOT / "scripts/bench/bench_view.py")
+    view = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(view)
+    from gbxcule.rl.evaluate import make_eval_env
+    from gbxcule.rl.training import make_config
+
+    cfg = make_config("configs/long_tasks.toml", {})
+    env = make_eval_env(cfg.env, 1, "cpu", 0, task="quest_m4")  # its start holds MOM, ELDER and CLUB
+    try:
+        env.reset(seed=0)
+        k = len(env.milestone_names)
+        assert torch.equal(view.redraw(env.obs, torch.tensor([3]), k), env.obs)  # the env's own row, redrawn alike
+        assert not torch.equal(view.redraw(env.obs, torch.tensor([2]), k), env.obs)
+    finally:
+        env.close()
+    out = tmp_path / "view.json"
+    assert view.main(["--tasks", "quest_m3", "--envs", "2", "--play", "8", "--steps", "2", "--every", "1", "--batch",
+                      "2", "--out", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert got["frames"] == 4 and got["milestones"] == 11 and set(got["curves"]) == {"full", "cropped"}
+    assert [p["step"] for p in got["curves"]["full"]] == [0, 1, 2]
+    assert all(0 <= p["accuracy"] <= 1 for c in got["curves"].values() for p in c) and got["environment"]["host"]
+    assert "held-out accuracy" in capsys.readouterr().out
+    for args, needle in ((["--tasks", "leave_house"], "shows no milestone row"), (["--steps", "0"], ">= 1")):
+        assert view.main([*args, "--out", str(tmp_path / "x.json")]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: ") and needle in err[0], err
+    assert not (tmp_path / "x.json").exists()
