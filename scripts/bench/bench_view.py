@@ -44,13 +44,15 @@ def frames(cfg, tasks: list[str], envs: int, play: int, seed: int):
 
 
 def redraw(x, held, k: int):
-    """`x` with its last row's flag strip showing the first `held[i]` of `k` milestones, 4 pixels each."""
+    """`x` with its last row's flag strip showing the first `held[i]` of `k` milestones, as the env draws them."""
     import torch
 
+    from gbxcule.rl.env import SHOWN_PX
+
     x = x.clone()
-    cols = torch.arange(4 * k) // 4
+    cols = torch.arange(SHOWN_PX * k) // SHOWN_PX
     on = cols.view(1, 1, -1) < held.view(-1, 1, 1)
-    x[:, :, 71, :4 * k] = torch.where(on, 3, 0).to(torch.uint8)
+    x[:, :, -1, :SHOWN_PX * k] = torch.where(on, 3, 0).to(torch.uint8)
     return x
 
 

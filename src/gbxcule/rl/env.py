@@ -60,7 +60,8 @@ from gbxcule.rl.starts import (
 from gbxcule.rl.tasks import Task, load_task
 
 INFO_MODES = ("none", "stats", "full")
-MAX_SHOWN = 20  # show_milestones: 4 pixels each in an 80-pixel row
+SHOWN_PX = 4  # show_milestones: the pixels each milestone takes in the last row (shade 3 where held)
+MAX_SHOWN = 80 // SHOWN_PX  # milestones an 80-pixel row shows
 _STAT_NAMES = ("episodes", "return_sum", "length_sum", "success_sum", "truncated", "terminated", "steps",
                "template_fired", "template_fired_ok", "ram_goal_reached", "bad_actions")
 
@@ -303,7 +304,7 @@ class GameEnv:
         # per milestone: ended episodes that held it, then ended episodes that hit the dead end (float64 sums)
         self._ms_stats = torch.zeros(k_ms + 1, dtype=torch.float64, device=dev)
         if self.show_milestones:  # the shown row: per column the milestone drawn there (4 pixels, or 1 packed byte)
-            per = 4 if self.obs_mode == "pixels" else 1
+            per = SHOWN_PX if self.obs_mode == "pixels" else 1
             self._strip_cols = torch.arange(k_ms, device=dev).repeat_interleave(per)
             self._strip = torch.zeros(n, w, dtype=torch.uint8, device=dev)
             self._strip_ink = 3 if self.obs_mode == "pixels" else 0xFF
