@@ -478,6 +478,56 @@ def test_win_milestone_counts_a_cells_episode_that_gains_a_milestone_its_start_l
     assert a.tries[:2].tolist() == [2, 2] and a.wins[:2].tolist() == [2, 1]  # envs 0 (the goal), 1 and 3 won
 
 
+def test_the_logs_count_the_cells_episodes_by_the_milestones_their_start_held_and_those_that_gained_one():
+    """`archive/level_episodes` and `archive/level_gains` (and `archive/level_gain/J`, their ratio): the episodes
+    from archive cells that ended, by how many milestones their start held, and those that ended holding one their
+    start lacked, against a plain Python count; episodes from the task's start are not counted; the counters
+    restart at each read and survive a checkpoint taken between reads."""
+    import random
+
+    n, leave = 6, actions(LEAVE)
+    cfg = {"capacity": 256, "inserts": 8, "p_start": 0.25, "schedule": "fixed"}
+    env = game_env("from_bed", n=n, max_steps=14, archive=cfg)
+    env.reset(seed=0)
+    rng = random.Random(5)
+    start = env.milestones.clone()
+    from_cell = [False] * n
+    expect = [[0, 0], [0, 0], [0, 0]]  # by milestones held at the start: [ended, gained]
+    got = [[0, 0], [0, 0], [0, 0]]
+    t = [0] * n
+    for step in range(300):
+        if step == 150:  # between two reads: a fresh env goes on with the counts so far
+            twin = game_env("from_bed", n=n, max_steps=14, archive=cfg)
+            twin.load_state_dict(env.state_dict())
+            env = twin
+        act = [leave[t[0]] if t[0] < len(leave) else rng.randrange(8)] + [rng.randrange(8) for _ in range(n - 1)]
+        _, _, term, trunc, _ = env.step(torch.tensor(act))
+        for e in range(n):
+            t[e] += 1
+            if term[e] or trunc[e]:
+                if from_cell[e]:
+                    level = int(start[:, e].sum())
+                    expect[level][0] += 1
+                    expect[level][1] += bool((env.final_milestones[:, e] & ~start[:, e]).any())
+                t[e] = 0
+                start[:, e] = env.milestones[:, e]
+                from_cell[e] = bool(env.archive.from_archive[e])
+        if step % 40 == 39 or step == 299:
+            stats = env.episode_stats()
+            for j in range(3):
+                got[j][0] += stats["archive/level_episodes"][j]
+                got[j][1] += stats["archive/level_gains"][j]
+                if stats["archive/level_episodes"][j]:
+                    assert stats[f"archive/level_gain/{j}"] == (stats["archive/level_gains"][j]
+                                                                / stats["archive/level_episodes"][j])
+                else:
+                    assert f"archive/level_gain/{j}" not in stats
+    assert got == expect
+    assert expect[0][0] > 0 and expect[0][1] > 0  # cells' episodes that held nothing and reached the town
+    assert expect[1][0] > 0  # and some that held the town
+    assert env.archive.read_stats()["archive/level_episodes"] == [0, 0, 0]  # the last read cleared them
+
+
 def test_patience_ends_an_episode_that_goes_that_many_steps_without_a_new_milestone():
     """`patience` K: an episode ends, truncated, K steps after its start or its latest new milestone (a plain Python
     count, reading the milestones from the reward: only they pay), not where the step limit ends it too; explorers'
@@ -566,11 +616,12 @@ def test_plot_draws_how_far_runs_get(tmp_path):
     run.mkdir()
     rows = [{"update": u, "env_steps": 100 * u, "milestone_rates": [0.5, 0.1 * u], "milestone_deepest": min(2, u),
              "milestone/town": 0.5, "milestone/lab": 0.1 * u, "archive/reach_level": u - 1,
+             "archive/level_episodes": [4, u, 0], "archive/level_gains": [2, u - 1, 0],
              **({"eval/mean_deepest": 1.5} if u == 3 else {})}
             for u in (1, 2, 3)]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     written = {p.name for p in plot_runs([run], tmp_path / "out")}
-    assert "milestones.png" in written
+    assert "milestones.png" in written and "gains_by_start_level.png" in written
     assert (tmp_path / "out" / "milestones.png").stat().st_size > 10_000
 
 

@@ -298,7 +298,8 @@ def _fake_run(folder: Path, seed: int, evals: list[float]) -> None:
                                                    "started": "2026-11-29T10:00:00+0000"}))
     rows = [{"env_steps": 100 * (i + 1), "sps": 1000.0 + i, "wall_s": 2.0 * (i + 1), "eval/greedy_success": g,
              "eval/env_steps": 100 * (i + 1), "eval/wall_s": 2.0 * (i + 1) + 1.5, "eval/elapsed_s": 10.0 + 2 * (i + 1),
-             "archive/start_held": [i * i % 7, 1, 0]}  # envs from the task's start by milestones held: 1, 2, 5, 3, 3
+             "archive/start_held": [i * i % 7, 1, 0],  # envs from the task's start by milestones held: 1, 2, 5, 3, 3
+             "archive/level_episodes": [4, i, 0], "archive/level_gains": [i % 2, i - 1 if i else 0, 0]}
             for i, g in enumerate(evals)]
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (folder / "summary.json").write_text(json.dumps({"wall_s": 2.0 * len(evals) + 3.0, "startup_s": 10.0,
@@ -354,6 +355,10 @@ def test_summarize_writes_one_summary_json_per_figure(tmp_path):
     share = summarize.from_start_share(tmp_path / "runs" / "a_s0", {"env": {"num_envs": 8}}, after_s=4.0)
     assert share == {"median": 0.375, "min": 0.375, "max": 0.625}  # after 4 s, not at it
     assert summarize.from_start_share(tmp_path / "runs" / "a_s0", {"env": {}}) is None
+    # the cells' episodes by the milestones their start held over the last 5 s (walls 6, 8, 10 s: i = 2, 3, 4)
+    assert summarize.level_gains(tmp_path / "runs" / "a_s0", last_s=5.0) == {
+        "last_s": 5.0, "episodes": [12, 9, 0], "gained": [0.083, 0.667, None]}  # 1 of 12; 1 + 2 + 3 of 2 + 3 + 4
+    assert a["level_gains"]["episodes"] == [20, 10, 0]  # the default minute: every update
     spec = importlib.util.spec_from_file_location("bench_learning", ROOT / "scripts/bench/bench_learning.py")
     bench_learning = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench_learning)

@@ -16,10 +16,12 @@ ended, `final_greedy_failed_at`, where the eval reports them; on a task with mil
 `final_greedy_deepest` and `final_sampled_deepest`), the final policy's source, the median training SPS (the first
 two updates left out, as bench_learning.py), with evals beside training the env phase's median with an eval in
 flight and without (`env_phase`), with the state archive the share of envs in an episode from the task's start
-(`from_start_share`), with `bench_learning.py --policy-evals` the greedy success of the weights kept at each mark
-(`policy_evals`), and with its `--segments` the final policy's from each segment task's start (`segments`). A bench
-JSON is copied under its file name, less its `environment`. Tree, machine and date come from the sources
-(facts.json's git, gpu and host, its start; a bench JSON's environment) unless given; BENCHMARKS.md cites the file.
+(`from_start_share`) and, where the task names milestones, the share of its cells' episodes that gained one by
+the milestones their start held over the last minute (`level_gains`), with `bench_learning.py --policy-evals`
+the greedy success of the weights kept at each mark (`policy_evals`), and with its `--segments` the final policy's
+from each segment task's start (`segments`). A bench JSON is copied under its file name, less its `environment`.
+Tree, machine and date come from the sources (facts.json's git, gpu and host, its start; a bench JSON's
+environment) unless given; BENCHMARKS.md cites the file.
 `--plot` also draws NAME.png: each run's periodic greedy success against seconds since its process started.
 """
 
@@ -99,6 +101,9 @@ def run_entry(folder: Path, target: float | None) -> tuple[dict, list]:
     held = from_start_share(folder, config)
     if held is not None:
         entry["from_start_share"] = held
+    gains = level_gains(folder)
+    if gains is not None:
+        entry["level_gains"] = gains
     entry.update(provenance(folder))
     return entry, [(c[1], c[2]) for c in r["curve"]]
 
@@ -137,6 +142,23 @@ def from_start_share(folder: Path, config: dict, after_s: float = 100.0) -> dict
     if not shares:
         return None
     return {"median": round(statistics.median(shares), 3), "min": round(min(shares), 3), "max": round(max(shares), 3)}
+
+
+def level_gains(folder: Path, last_s: float = 60.0) -> dict | None:
+    """Which segments training was solving at the end: over the updates of a run's last `last_s` seconds of
+    training, the archive cells' episodes that ended by the milestones their start held (`archive/level_episodes`)
+    and the share of them that gained a milestone (`archive/level_gains`; None where none ended):
+    {"last_s", "episodes", "gained"}; None without those counts."""
+    rows = [r for r in read_metrics(folder)
+            if isinstance(r.get("archive/level_episodes"), list) and r.get("wall_s") is not None]
+    if not rows:
+        return None
+    end = max(r["wall_s"] for r in rows)
+    rows = [r for r in rows if r["wall_s"] > end - last_s]
+    eps = [sum(col) for col in zip(*(r["archive/level_episodes"] for r in rows), strict=True)]
+    got = [sum(col) for col in zip(*(r["archive/level_gains"] for r in rows), strict=True)]
+    return {"last_s": last_s, "episodes": eps,
+            "gained": [round(g / e, 3) if e else None for e, g in zip(eps, got, strict=True)]}
 
 
 def env_phase(folder: Path, config: dict, skip: int = 3) -> dict:

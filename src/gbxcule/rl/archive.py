@@ -309,6 +309,8 @@ class StateArchive:
         self._hist = torch.zeros(k + 1, **i64)  # the envs playing from the task's start by the milestones they hold
         self.level = 0  # the reach: the milestones the median of them held at the last update's read
         self.level_share = torch.zeros(k + 1, **i64)  # reach_by "held": that read's histogram (on the device)
+        self.level_stats = torch.zeros((k + 1, 2), **i64)  # cells' episodes ended by the milestones their start held,
+        # and those that gained one it lacked: which segments training is solving
         # a task's cell detail (RAM cells only): (a `goals.RamGoal`, the rows of its bytes), above the place's bytes
         self.detail = detail if cell_rows is not None else None
         self._detail_shift = 8 * (0 if cell_rows is None else int(cell_rows.numel()))
@@ -404,8 +406,15 @@ class StateArchive:
         episode that reached the goal (explorers' too) is a goal cell, where the route ends."""
         counted = done & self.counted if self.n_explore else done
         win = success
-        if self.cfg.win == "milestone" and self.milestones is not None:  # or a milestone its start lacked
-            win = success | ((self._flags & ~self.start_bits) != 0)
+        if self.milestones is not None:
+            gained = (self._flags & ~self.start_bits) != 0  # a milestone its start lacked
+            if self.cfg.win == "milestone":
+                win = success | gained
+            if self._bit is not None:  # by the milestones the start held (`archive/level_gains`)
+                level = ((self.start_bits[None] & self._bit) != 0).sum(0)
+                ended = counted & self.from_archive
+                pair = self.torch.stack([ended, ended & gained], 1).to(self.torch.int64)
+                self.level_stats.index_add_(0, level, pair)
         self.account(counted, success, self.from_archive, self.off_steps, self.start_row, win)
         if stalled is not None:
             self.stats[10:11] += (stalled & counted).sum()
@@ -754,7 +763,7 @@ class StateArchive:
         hist = self._hist.zero_()
         playing = self.counted & ~self.from_archive & ~self.restore_mask
         hist.index_add_(0, self._held.clamp(0, len(hist) - 1), playing.to(torch.int64))
-        return torch.cat([self.stats, extra, self.depth_stats.reshape(-1), hist])
+        return torch.cat([self.stats, extra, self.depth_stats.reshape(-1), hist, self.level_stats.reshape(-1)])
 
     def read_stats(self, clear: bool = True, vals: list | None = None) -> dict:
         """The counters since the last call as `archive/...` log entries: `vals`, the host values of
@@ -765,7 +774,9 @@ class StateArchive:
         s = dict(zip(STAT_NAMES, vals[:len(STAT_NAMES)], strict=True))
         cells, max_depth, ever_chosen, areas, route, front = vals[len(STAT_NAMES):len(STAT_NAMES) + 6]
         depth = vals[len(STAT_NAMES) + 6:len(STAT_NAMES) + 6 + 2 * DEPTH_BINS]
-        held = [int(x) for x in vals[len(STAT_NAMES) + 6 + 2 * DEPTH_BINS:]]
+        at = len(STAT_NAMES) + 6 + 2 * DEPTH_BINS
+        held = [int(x) for x in vals[at:at + len(self._hist)]]
+        by_level = [int(x) for x in vals[at + len(self._hist):]]
         level = median_level(held)
         eps_s, eps_a = s["start_episodes"], s["archive_episodes"]
         from_start = s["start_successes"] / eps_s if eps_s else None
@@ -788,6 +799,11 @@ class StateArchive:
             out["archive/frontier_cells"] = int(front) if cells else 0
             out["archive/reach_level"] = level
             out["archive/start_held"] = held  # the envs playing from the task's start by the milestones they hold
+            # the cells' episodes that ended, by the milestones their start held, and those that gained one
+            eps_l, gains_l = by_level[0::2], by_level[1::2]
+            out["archive/level_episodes"], out["archive/level_gains"] = eps_l, gains_l
+            out.update({f"archive/level_gain/{j}": g / e
+                        for j, (e, g) in enumerate(zip(eps_l, gains_l, strict=True)) if e})
             if self.cfg.patience:  # the episodes the patience ended (not those that met the step limit too)
                 out["archive/patience_ends"] = int(s["patience_ends"])
         if clear:
@@ -796,6 +812,7 @@ class StateArchive:
                 self.level_share.copy_(self.torch.tensor(held, dtype=self.torch.int64))
             self.stats.zero_()
             self.depth_stats.zero_()
+            self.level_stats.zero_()
             if from_start is not None:
                 k = self.cfg.smoothing
                 self.ema = from_start if self.ema is None else k * self.ema + (1 - k) * from_start
@@ -814,9 +831,9 @@ class StateArchive:
     # --- state ------------------------------------------------------------------------------------------------
     TENSORS = ("keys", "sorted", "order", "count", "clock", "visits", "steps", "ret", "best", "chosen", "found", "sums",
                "progress", "area_seen", "next_depth", "stats", "depth_stats", "tries", "wins", "parent", "goal_hit",
-               "flags")
+               "flags", "level_stats")
     # added later: a checkpoint without them has none
-    SINCE = {"tries", "wins", "progress", "parent", "goal_hit", "flags"}
+    SINCE = {"tries", "wins", "progress", "parent", "goal_hit", "flags", "level_stats"}
 
     RECORDS = ("off_steps", "off_ret", "from_archive", "start_row", "last_row", "start_bits")  # per env
 

@@ -179,10 +179,16 @@ def plot_runs(runs, out: str | Path | None = None, x: str = "env_steps") -> list
         ax.set_ylim(0, 1)
         ax.legend(fontsize=6, loc="upper right", ncol=2)
         save(fig, "actions" if len(data) == 1 else f"actions_{Path(run).name}")
-    for run, rows in data.items():  # success by start slot, and by the depth of the archive cell started from
-        for keys, name, what in ((("slot_episodes", "slot_successes"), "success_by_start_slot", "start slot"),
-                                 (("archive/depth_episodes", "archive/depth_successes"), "success_by_start_depth",
-                                  "start depth (bins of steps from the task's start)")):
+    # success by start slot, by the depth of the archive cell started from, and the share of the cells' episodes that
+    # gained a milestone by the milestones their start held (which segments training solves)
+    grids = ((("slot_episodes", "slot_successes"), "success_by_start_slot", "start slot", "success by start slot",
+              "success rate"),
+             (("archive/depth_episodes", "archive/depth_successes"), "success_by_start_depth",
+              "start depth (bins of steps from the task's start)", "success by start depth", "success rate"),
+             (("archive/level_episodes", "archive/level_gains"), "gains_by_start_level", "milestones held at the start",
+              "cells' episodes that gained a milestone", "share that gained one"))
+    for run, rows in data.items():
+        for keys, name, what, title, label in grids:
             grid = slot_success_grid(rows, *keys)
             if grid is None:
                 continue
@@ -190,9 +196,8 @@ def plot_runs(runs, out: str | Path | None = None, x: str = "env_steps") -> list
             fig, ax = plt.subplots(figsize=(6, 3.6), dpi=110)
             mesh = ax.pcolormesh(steps, range(len(rates[0]) + 1), [list(c) for c in zip(*rates, strict=True)],
                                  vmin=0, vmax=1, cmap="viridis", shading="flat")
-            fig.colorbar(mesh, ax=ax, label="success rate")
-            ax.set_title(f"success by {what.split(' (')[0]}{'' if len(data) == 1 else ': ' + Path(run).name}",
-                         fontsize=9)
+            fig.colorbar(mesh, ax=ax, label=label)
+            ax.set_title(f"{title}{'' if len(data) == 1 else ': ' + Path(run).name}", fontsize=9)
             ax.set_xlabel("env-steps")
             ax.set_ylabel(what)
             save(fig, name if len(data) == 1 else f"{name}_{Path(run).name}")
