@@ -552,6 +552,65 @@ def test_bench_segments_evaluates_a_policy_on_each_segment_task_of_its_pack(tmp_
     assert not (tmp_path / "x.json").exists()
 
 
+def test_bench_segments_along_plays_from_points_of_each_segments_solution(tmp_path, capsys):
+    """bench_segments.py --along K: from every K-th step of a task's solution (its start script and that many
+    solution steps, the rest of the solution its own, the --steps limit): the rest of the solution wins from each
+    such start, so each is the state that far along; each point's greedy (and with --sampled sampled) success is in
+    the JSON and the table; a bad K or --steps, or a task without a solution, is one line and exit status 1."""
+    import json
+
+    torch = pytest.importorskip("torch")
+    from gbxcule.rl.env import GameEnv
+    from gbxcule.rl.tasks import load_task
+    from gbxcule.rl.training import make_config, train
+
+    spec = importlib.util.spec_from_file_location("bench_segments", ROOT / "scripts/bench/bench_segments.py")
+    seg = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(seg)
+    base = load_task("quest_m2")
+    points = seg.along_tasks("quest_m2", 10, 40)
+    assert [j for j, _ in points] == list(range(0, len(base.solution), 10)) and len(points) >= 3
+    for j, task in points:
+        assert task.start.script == base.start.script + base.solution[:j] and task.step_limit == 40
+        assert task.solution == base.solution[j:]
+    j, task = points[2]  # the rest of the solution from 20 steps in reaches ELDER (its flag is set at 30)
+    env = GameEnv(num_envs=1, task=task)
+    env.reset(seed=0)
+    assert not bool(env.milestones[1, 0])
+    won = False
+    for a in task.solution:
+        _, _, term, trunc, _ = env.step(torch.tensor([a]))
+        won = won or bool(env.final_success[0] if (term | trunc)[0] else False)
+    assert won
+    assert seg.along_tasks("quest_m2", 10, None)[0][1].step_limit == base.step_limit
+
+    run_dir = tmp_path / "run"
+    train(make_config(None, {"total_steps": 16, "env": {"num_envs": 2, "task": "quest"},
+                             "ppo": {"rollout_steps": 4, "epochs": 1, "minibatches": 1, "model": "small"},
+                             "run": {"run_dir": str(run_dir), "device": "cpu", "progress": False, "evals": 0,
+                                     "eval_episodes": 0, "tensorboard": False}}))
+    out = tmp_path / "along.json"
+    assert seg.main([str(run_dir), "--tasks", "quest_m1", "--episodes", "2", "--device", "cpu", "--along", "8",
+                     "--steps", "24", "--sampled", "--out", str(out)]) == 0
+    row = json.loads(out.read_text())["policies"][str(run_dir)]["quest_m1"]
+    assert list(row["along"]) == ["0", "8"] and set(row) == {"greedy", "mean_deepest", "sampled", "along"}
+    for v in row["along"].values():
+        assert set(v) == {"greedy", "sampled"} and all(x is None or 0 <= x <= 1 for x in v.values())
+    assert "quest_m1 from steps 0, 8:" in capsys.readouterr().out
+    for args in (["--along", "0"], ["--along", "4", "--steps", "0"]):
+        r = run([sys.executable, "scripts/bench/bench_segments.py", str(run_dir), "--device", "cpu", "--episodes",
+                 "1", "--out", str(tmp_path / "x.json"), "--tasks", "quest_m1", *args])
+        lines = [x for x in r.stderr.splitlines() if x.strip() and not x.startswith(("Warp", "Module"))]
+        assert r.returncode == 1 and len(lines) == 1 and "--along and --steps must be >= 1" in lines[0], r.stderr
+    assert not (tmp_path / "x.json").exists()
+    nosol = tmp_path / "n.toml"
+    nosol.write_text('[pack]\nname = "n"\nrom = "OVERWORLD"\n[tasks.a]\ngoal_ram = [{ addr = 0xC100, value = 2 }]\n')
+    from gbxcule.core.errors import GbxculeError
+
+    with pytest.raises(GbxculeError, match="no solution to start along"):
+        seg.along_tasks(f"{nosol}:a", 4, None)
+
+
 def test_bench_view_probes_each_view_reading_the_milestone_row(tmp_path, capsys):
     """scripts/bench/bench_view.py: frames of random play from a task's start with the flag row redrawn as the env
     draws it; each view's held-out accuracy curve is written; a task without the row, or bad sizes, is one line and

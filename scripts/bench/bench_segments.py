@@ -2,7 +2,7 @@
 (BENCHMARKS.md "The quest").
 
     python scripts/bench/bench_segments.py RUN_OR_POLICY [RUN_OR_POLICY ...] --episodes 16 --device cpu \
-        --out segments.json
+        --out segments.json [--along 6 --steps 128 --sampled]
 
 A policy trained on a whole quest is judged from the quest's start, where it fails at its first unlearned segment
 and says nothing of the ones after. Here each policy plays, greedy, from the start of every segment task of its
@@ -11,6 +11,11 @@ the state after milestone N-1), in N order, or `--tasks`. Each is `gbxcule eval 
 (`--episodes` episodes from as many start states, the final eval's seed). Prints a table (the greedy success of
 each policy on each task, and the mean deepest milestone its episodes held), writes JSON. A policy or task that
 cannot be evaluated is one line and exit status 1.
+
+`--along K` also says where within each segment the policy fails: it plays from every K-th step of the task's
+solution (the task's start script and that many solution steps; `--steps` limits those episodes, as the state
+archive's `max_steps` limits an episode from a cell), so a policy that learned a segment's end and not its head
+passes from the later points only. A point at or past the goal reports None. `--sampled` adds sampled play.
 """
 
 from __future__ import annotations
@@ -49,10 +54,38 @@ def run_task(source: str) -> str:
     return task
 
 
-def measure(sources: list[str], tasks: list[str] | None, episodes: int, device: str) -> dict:
-    """{"policies": {source: {task: {"greedy", "mean_deepest"}}}}, evaluated in that order."""
+def along_tasks(spec: str, every: int, steps: int | None) -> list[tuple[int, object]]:
+    """(j, the task `spec` started j steps into its solution) for j = 0, every, 2 * every, ... below the solution's
+    length (`every` >= 1): its start script with the solution's first j steps appended, the rest of the solution its
+    own, and the step limit `steps` (default the task's)."""
+    import dataclasses
+
+    from gbxcule.core.errors import GbxculeError
+    from gbxcule.rl.tasks import load_task
+
+    task = load_task(spec)
+    if not task.solution:
+        raise GbxculeError(f"task {task.id} has no solution to start along (--along)")
+    if task.start.states or task.start.generator:
+        raise GbxculeError(f"task {task.id} starts from states or a generator, not a script: --along needs a script")
+    out = []
+    for j in range(0, len(task.solution), every):
+        start = dataclasses.replace(task.start, script=task.start.script + task.solution[:j])
+        out.append((j, dataclasses.replace(task, name=f"{task.name}@{j}", start=start, solution=task.solution[j:],
+                                           step_limit=steps or task.step_limit)))
+    return out
+
+
+def measure(sources: list[str], tasks: list[str] | None, episodes: int, device: str, along: int | None = None,
+            steps: int | None = None, sampled: bool = False) -> dict:
+    """{"policies": {source: {task: {"greedy", "mean_deepest"[, "sampled"][, "along"]}}}}, evaluated in that order;
+    "along": {j: {"greedy"[, "sampled"]}} from j steps into the task's solution (`along_tasks`)."""
     from gbxcule.core.errors import GbxculeError
     from gbxcule.rl.training import evaluate
+
+    modes = ("greedy", "sampled") if sampled else ("greedy",)
+    if along is not None and along < 1 or steps is not None and steps < 1:  # before any play
+        raise GbxculeError(f"--along and --steps must be >= 1, got {along} and {steps}")
 
     out: dict = {"policies": {}}
     for source in sources:
@@ -65,8 +98,15 @@ def measure(sources: list[str], tasks: list[str] | None, episodes: int, device: 
                                    "name some with --tasks")
         rows = {}
         for task in names:
-            g = evaluate(source, episodes=episodes, device=device, task=task, modes=("greedy",))["greedy"]
-            rows[task] = {"greedy": g["success_rate"], "mean_deepest": g.get("mean_deepest")}
+            rep = evaluate(source, episodes=episodes, device=device, task=task, modes=modes)
+            rows[task] = {"greedy": rep["greedy"]["success_rate"], "mean_deepest": rep["greedy"].get("mean_deepest")}
+            if sampled:
+                rows[task]["sampled"] = rep["sampled"]["success_rate"]
+            if along is not None:
+                rows[task]["along"] = {}
+                for j, at in along_tasks(task, along, steps):
+                    rep = evaluate(source, episodes=episodes, device=device, task=at, modes=modes)
+                    rows[task]["along"][str(j)] = {m: rep[m]["success_rate"] for m in modes}
         out["policies"][source] = rows
     return out
 
@@ -85,6 +125,11 @@ def table(result: dict) -> str:
             deep = "" if r is None or r.get("mean_deepest") is None else f" (deepest {r['mean_deepest']:.2f})"
             cells.append("-" if r is None else f"{r['greedy']:.0%}{deep}")
         lines.append(f"{t.rpartition(':')[2][:24]:24s}" + "".join(f" {c:>26s}" for c in cells))
+    for n, label in zip(names, labels, strict=True):  # --along: the greedy success from each point, in percent
+        for t, r in result["policies"][n].items():
+            if r.get("along"):
+                pct = " ".join("-" if v["greedy"] is None else f"{100 * v['greedy']:.0f}" for v in r["along"].values())
+                lines.append(f"{label[-26:]} {t.rpartition(':')[2]} from steps {', '.join(r['along'])}: {pct}")
     return "\n".join(lines)
 
 
@@ -95,16 +140,20 @@ def main(argv=None) -> int:
     ap.add_argument("--episodes", type=int, default=16)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--out", type=Path, default=Path("segments.json"))
+    ap.add_argument("--along", type=int, metavar="K", help="also play from every K-th step of each task's solution")
+    ap.add_argument("--steps", type=int, help="the step limit of the --along episodes (default: the task's)")
+    ap.add_argument("--sampled", action="store_true", help="also play sampled")
     args = ap.parse_args(argv)
     from gbxcule.core.errors import GbxculeError
     from gbxcule.harness.bench import environment
 
     try:
-        result = measure(args.sources, args.tasks, args.episodes, args.device)
+        result = measure(args.sources, args.tasks, args.episodes, args.device, args.along, args.steps, args.sampled)
     except GbxculeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    result.update(episodes=args.episodes, device=args.device, environment=environment())
+    result.update(episodes=args.episodes, device=args.device, along=args.along, steps=args.steps,
+                  environment=environment())
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(table(result))
     print(f"wrote {args.out}")
