@@ -502,6 +502,17 @@ def test_summarize_gives_each_milestones_first_reach_in_the_tasks_chain_order(tm
     assert list(run_entry["milestone_first"]) == ["MOM", "ELDER", "CLUB"]
 
 
+def _tiny_run(folder, task: str):
+    """A run folder of a tiny PPO run (16 env-steps on the CPU device) on `task`."""
+    from gbxcule.rl.training import make_config, train
+
+    train(make_config(None, {"total_steps": 16, "env": {"num_envs": 2, "task": task},
+                             "ppo": {"rollout_steps": 4, "epochs": 1, "minibatches": 1, "model": "small"},
+                             "run": {"run_dir": str(folder), "device": "cpu", "progress": False, "evals": 0,
+                                     "eval_episodes": 0, "tensorboard": False}}))
+    return folder
+
+
 def test_bench_segments_evaluates_a_policy_on_each_segment_task_of_its_pack(tmp_path, capsys):
     """scripts/bench/bench_segments.py: a run's segment tasks are its pack's `<task>_m<N>` in N order (m10 after m9;
     a built-in pack or a pack file); each is evaluated greedy as `gbxcule eval` does it; a task with no segment
@@ -509,7 +520,7 @@ def test_bench_segments_evaluates_a_policy_on_each_segment_task_of_its_pack(tmp_
     import json
 
     pytest.importorskip("torch")
-    from gbxcule.rl.training import evaluate, make_config, train
+    from gbxcule.rl.training import evaluate
 
     spec = importlib.util.spec_from_file_location("bench_segments", ROOT / "scripts/bench/bench_segments.py")
     seg = importlib.util.module_from_spec(spec)
@@ -523,10 +534,7 @@ def test_bench_segments_evaluates_a_policy_on_each_segment_task_of_its_pack(tmp_
     assert seg.segment_tasks(f"{pack}:walk") == [f"{pack}:walk_m1", f"{pack}:walk_m2", f"{pack}:walk_m10"]
 
     run_dir = tmp_path / "run"
-    train(make_config(None, {"total_steps": 16, "env": {"num_envs": 2, "task": "quest"},
-                             "ppo": {"rollout_steps": 4, "epochs": 1, "minibatches": 1, "model": "small"},
-                             "run": {"run_dir": str(run_dir), "device": "cpu", "progress": False, "evals": 0,
-                                     "eval_episodes": 0, "tensorboard": False}}))
+    _tiny_run(run_dir, "quest")
     out = tmp_path / "segments.json"
     assert seg.main([str(run_dir), "--tasks", "quest_m5", "quest_m1", "--episodes", "2", "--device", "cpu",
                      "--out", str(out)]) == 0
@@ -539,10 +547,7 @@ def test_bench_segments_evaluates_a_policy_on_each_segment_task_of_its_pack(tmp_
     assert "quest_m5" in capsys.readouterr().out
 
     lh = tmp_path / "lh"
-    train(make_config(None, {"total_steps": 16, "env": {"num_envs": 2, "task": "leave_house"},
-                             "ppo": {"rollout_steps": 4, "epochs": 1, "minibatches": 1, "model": "small"},
-                             "run": {"run_dir": str(lh), "device": "cpu", "progress": False, "evals": 0,
-                                     "eval_episodes": 0, "tensorboard": False}}))
+    _tiny_run(lh, "leave_house")
     for source, needle in ((lh, "'leave_house' has no segment tasks"), (tmp_path / "nothing", "nothing")):
         r = run([sys.executable, "scripts/bench/bench_segments.py", str(source), "--device", "cpu", "--out",
                  str(tmp_path / "x.json")])
@@ -562,7 +567,6 @@ def test_bench_segments_along_plays_from_points_of_each_segments_solution(tmp_pa
     torch = pytest.importorskip("torch")
     from gbxcule.rl.env import GameEnv
     from gbxcule.rl.tasks import load_task
-    from gbxcule.rl.training import make_config, train
 
     spec = importlib.util.spec_from_file_location("bench_segments", ROOT / "scripts/bench/bench_segments.py")
     seg = importlib.util.module_from_spec(spec)
@@ -585,10 +589,7 @@ def test_bench_segments_along_plays_from_points_of_each_segments_solution(tmp_pa
     assert seg.along_tasks("quest_m2", 10, None)[0][1].step_limit == base.step_limit
 
     run_dir = tmp_path / "run"
-    train(make_config(None, {"total_steps": 16, "env": {"num_envs": 2, "task": "quest"},
-                             "ppo": {"rollout_steps": 4, "epochs": 1, "minibatches": 1, "model": "small"},
-                             "run": {"run_dir": str(run_dir), "device": "cpu", "progress": False, "evals": 0,
-                                     "eval_episodes": 0, "tensorboard": False}}))
+    _tiny_run(run_dir, "quest")
     out = tmp_path / "along.json"
     assert seg.main([str(run_dir), "--tasks", "quest_m1", "--episodes", "2", "--device", "cpu", "--along", "8",
                      "--steps", "24", "--sampled", "--out", str(out)]) == 0
