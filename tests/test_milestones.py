@@ -272,6 +272,48 @@ def test_frontier_share_draws_starts_among_the_cells_that_hold_the_most_mileston
     assert stats["archive/frontier_cells"] == town > 0 and stats["archive/cells"] > town
 
 
+def test_edge_share_draws_starts_among_the_cells_started_from_by_4p_1_minus_p_of_their_win_rate():
+    """`edge` e: after the frontier's and the reach's parts of the share draw, the next e of it is drawn among the
+    cells that episodes have started from, by 4 p (1 - p) of each one's smoothed win rate p = (wins + 1) /
+    (tries + 2) alone (against a plain Python count of the draws); cells never started from are never drawn there;
+    with none started from the usual draw stands; frontier + reach + edge over 1 is one line."""
+    from gbxcule.rl.archive import U_BITS, ArchiveConfig, StateArchive
+    from gbxcule.rl.env import EnvConfigError
+
+    with pytest.raises(EnvConfigError, match="frontier \\+ reach \\+ edge is 1.1") as err:
+        ArchiveConfig(frontier=0.25, reach=0.25, edge=0.6)
+    assert "\n" not in str(err.value)
+    n = 8192
+    g = torch.Generator().manual_seed(3)
+    u_start, u_cell, u_share = (torch.randint(0, 1 << U_BITS, (n,), generator=g) for _ in range(3))
+    done = torch.ones(n, dtype=torch.bool)
+
+    def archive(**kw):
+        a = StateArchive(ArchiveConfig(capacity=8, p_start=0.0, **kw), n, 1, "cpu")
+        a.observe(torch.arange(n) % 6, torch.zeros(n, dtype=torch.int64), torch.zeros(n),
+                  torch.zeros(n, dtype=torch.int32), torch.ones(n, dtype=torch.bool))
+        return a
+
+    plain = archive().choose(done, u_start, u_cell)[1]
+    assert torch.equal(archive(edge=1.0).choose(done, u_start, u_cell, None, u_share)[1], plain)  # none tried
+    tries, wins = [0, 10, 10, 10, 10, 0], [0, 0, 5, 10, 2, 0]
+    expect = [0.0] + [4 * (w + 1) / (t + 2) * (1 - (w + 1) / (t + 2)) for t, w in zip(tries[1:5], wins[1:5],
+                                                                                    strict=True)] + [0.0]
+    expect = [x / sum(expect) for x in expect]  # cells 1-4: 0.31, 1, 0.31, 0.75 before normalising
+    for front, edge in ((0.0, 1.0), (0.25, 0.5)):
+        a = archive(frontier=front, edge=edge)
+        a.tries[:6] = torch.tensor(tries)
+        a.wins[:6] = torch.tensor(wins)
+        rows = a.choose(done, u_start, u_cell, None, u_share)[1]
+        lo, hi = int(front * (1 << U_BITS)), int((front + edge) * (1 << U_BITS))
+        took = (u_share >= lo) & (u_share < hi)
+        got = [float((rows[took] == c).float().mean()) for c in range(6)]
+        assert got[0] == got[5] == 0.0 and max(abs(x - y) for x, y in zip(got, expect, strict=True)) < 0.03, got
+        assert torch.equal(rows[u_share >= hi], plain[u_share >= hi])  # past the edge's part: as before
+        # (no cell holds more milestones than another here, so the frontier's part is the usual draw too)
+        assert torch.equal(rows[u_share < lo], plain[u_share < lo])
+
+
 def test_reach_share_draws_starts_among_the_cells_holding_what_the_median_env_from_the_start_holds():
     """`reach` r: after the frontier's first f of the share draw, the next r of it is drawn among the cells that hold
     as many milestones as the median env playing from the task's start held at the last update's read (explorers
@@ -282,7 +324,7 @@ def test_reach_share_draws_starts_among_the_cells_holding_what_the_median_env_fr
     from gbxcule.rl.archive import U_BITS, ArchiveConfig, StateArchive
     from gbxcule.rl.env import EnvConfigError
 
-    with pytest.raises(EnvConfigError, match="frontier \\+ reach is 1.2") as err:
+    with pytest.raises(EnvConfigError, match="frontier \\+ reach \\+ edge is 1.2") as err:
         ArchiveConfig(frontier=0.5, reach=0.7)
     assert "\n" not in str(err.value)
     n = 4096

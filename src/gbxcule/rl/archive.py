@@ -109,6 +109,12 @@ class ArchiveConfig:
     # in proportion to the envs from the task's start that hold that many milestones (the same histogram), so a
     # segment where a third of them are stuck keeps a third of the reach's starts after the median has moved past it
     reach_by: str = knob("median", choices=("median", "held"))
+    # the edge: this share of the starts from cells, after the frontier's and the reach's, is drawn among the cells
+    # some of whose episodes won and some lost, by 4 p (1 - p) of their smoothed win rate p alone (cells never
+    # started from weigh nothing): where the policy's competence ends, so each segment is learned backwards from its
+    # goal (the backward algorithm of learning from a demonstration, with the archive's cells as the states).
+    # With milestones, win = "milestone" makes a cell's next milestone its goal; frontier + reach + edge <= 1
+    edge: float = knob(0.0, min=0, max=1)
     # the route: once an episode has reached the task's goal, the cells on the stored paths that led there (each
     # cell's parent is the cell its path came through); this share of the starts from cells is drawn among them
     # (by the same weights), so training walks the found way back toward the task's start (Go-Explore's
@@ -146,11 +152,11 @@ class ArchiveConfig:
         except SettingError as exc:
             raise EnvConfigError(str(exc)) from None
         for name in ("w_chosen", "w_visits", "w_recent", "w_depth", "w_fail", "w_mid", "w_progress", "route",
-                     "frontier", "reach"):
+                     "frontier", "reach", "edge"):
             setattr(self, name, float(getattr(self, name)))
-        if self.frontier + self.reach > 1:
-            raise EnvConfigError(f"archive: frontier + reach is {self.frontier + self.reach:g}: their shares of the "
-                                 "starts from cells add up to at most 1")
+        if self.frontier + self.reach + self.edge > 1:
+            raise EnvConfigError(f"archive: frontier + reach + edge is {self.frontier + self.reach + self.edge:g}: "
+                                 "their shares of the starts from cells add up to at most 1")
         if self.w_chosen + self.w_visits + self.w_recent == 0:
             raise EnvConfigError("archive: w_chosen, w_visits and w_recent are all 0 (a new cell could weigh 0)")
 
@@ -449,7 +455,7 @@ class StateArchive:
         r = torch.logical_and(done, ~self.swarm_dst, out=self.restore_mask)
         u = hashed_bits(seed, self.env_ids, episodes, SALT_START, 2 * U_BITS)  # two uniforms in one hash
         u_route = hashed_bits(seed, self.env_ids, episodes, SALT_ROUTE) if self.routes else None
-        shares = self.cfg.frontier + self.cfg.reach > 0
+        shares = self.cfg.frontier + self.cfg.reach + self.cfg.edge > 0
         u_share = hashed_bits(seed, self.env_ids, episodes, SALT_SHARE) if shares else None
         use, row = self.choose(r, u & ((1 << U_BITS) - 1), u >> U_BITS, u_route, u_share)
         slot = torch.where(use, row + self.first, slots)
@@ -601,15 +607,12 @@ class StateArchive:
         if d:  # integer division by the deepest cell's steps: the same bits on every device
             steps = torch.where(used, self.steps[:m], 0).clamp_(max=DEPTH_CAP)
             w = w + torch.div(d * WEIGHT_ONE * steps, steps.max().clamp(min=1), rounding_mode="floor")
-        if e or f:
+        if e:  # the smoothed failure rate of the episodes started from the cell (1/2 before any ended)
             tries = self.tries[:m].clamp(max=DEPTH_CAP)
             fails = tries - self.wins[:m].clamp(max=DEPTH_CAP)
-            if e:  # the smoothed failure rate of the episodes started from the cell (1/2 before any ended)
-                w = w + torch.div(e * WEIGHT_ONE * (fails + 1), tries + 2, rounding_mode="floor")
-            if f:  # 4 p (1 - p) of the smoothed success rate p: 1 before any ended and at one half, near 0 at 0 or 1
-                win = torch.div(WEIGHT_ONE * (tries - fails + 1), tries + 2, rounding_mode="floor")
-                fail = torch.div(WEIGHT_ONE * (fails + 1), tries + 2, rounding_mode="floor")
-                w = w + torch.div(4 * f * win * fail, WEIGHT_ONE, rounding_mode="floor")
+            w = w + torch.div(e * WEIGHT_ONE * (fails + 1), tries + 2, rounding_mode="floor")
+        if f:
+            w = w + self.mid_weights(f)
         if g:  # the milestones a cell holds against the most any cell holds: the frontier of the quest
             held = torch.where(used, self.progress[:m], 0)
             w = w + torch.div(g * WEIGHT_ONE * held, held.max().clamp(min=1), rounding_mode="floor")
@@ -619,9 +622,10 @@ class StateArchive:
         """For envs whose episode ended (`done`): (from_archive bool [N], row int64 [N]). `u_start`, `u_cell`,
         `u_route` (with `route` > 0), `u_share` (with `frontier` or `reach` > 0): int64 [N] uniform in
         [0, 2**U_BITS) (hashed per env and episode). Where `u_share` falls in the first `frontier` of its range a
-        cell start is drawn among the frontier's cells, in the next `reach` among the reach's, then with probability
-        `route` among the route's cells (`on_route`), each by the same weights where there are any. Counts the
-        chosen cells."""
+        cell start is drawn among the frontier's cells, in the next `reach` among the reach's, each by the same weights,
+        in the next `edge` among the cells started from by `mid_weights` alone, then with probability `route` among
+        the route's cells (`on_route`) by the same weights; each where any of its cells weighs more than 0. Counts
+        the chosen cells."""
         torch, m = self.torch, self.m
         w = self.weights()
         cdf = torch.cumsum(w, 0)
@@ -635,6 +639,9 @@ class StateArchive:
             row = self._draw_among(self.held_weights(w), self._rows < self.count, u_cell, u_share, f, f + r, row)
         elif u_share is not None and r > 0:
             row = self._draw_among(w, self.reach_cells(), u_cell, u_share, f, f + r, row)
+        if u_share is not None and self.cfg.edge > 0:  # the cells started from, by 4 p (1 - p) alone
+            tried = (self._rows < self.count) & (self.tries[:m] > 0)
+            row = self._draw_among(self.mid_weights(), tried, u_cell, u_share, f + r, f + r + self.cfg.edge, row)
         if self.routes and u_route is not None:
             row = self._draw_among(w, self.on_route[:m], u_cell, u_route, 0.0, self.cfg.route, row)
         start = u_start >= int(self.p * (1 << U_BITS))
@@ -647,6 +654,16 @@ class StateArchive:
         torch.stack([(depth * use).sum(), use.sum()], out=self._vals[:2])
         self.stats[8:10] += self._vals[:2]
         return use, row
+
+    def mid_weights(self, coef: int = 1):
+        """int64 [capacity]: `coef` x 4 p (1 - p) of each cell's smoothed win rate p = (wins + 1) / (tries + 2),
+        fixed point (WEIGHT_ONE is 1): 1 before any episode from it ended and at one half, near 0 at 0 or 1."""
+        torch, m = self.torch, self.m
+        tries = self.tries[:m].clamp(max=DEPTH_CAP)
+        fails = tries - self.wins[:m].clamp(max=DEPTH_CAP)
+        win = torch.div(WEIGHT_ONE * (tries - fails + 1), tries + 2, rounding_mode="floor")
+        fail = torch.div(WEIGHT_ONE * (fails + 1), tries + 2, rounding_mode="floor")
+        return torch.div(4 * coef * win * fail, WEIGHT_ONE, rounding_mode="floor")
 
     def frontier_cells(self):
         """bool [capacity]: the used cells that hold the most milestones any cell holds (every used cell where the
