@@ -620,7 +620,7 @@ class StateArchive:
 
     def choose(self, done, u_start, u_cell, u_route=None, u_share=None):
         """For envs whose episode ended (`done`): (from_archive bool [N], row int64 [N]). `u_start`, `u_cell`,
-        `u_route` (with `route` > 0), `u_share` (with `frontier` or `reach` > 0): int64 [N] uniform in
+        `u_route` (with `route` > 0), `u_share` (with `frontier`, `reach` or `edge` > 0): int64 [N] uniform in
         [0, 2**U_BITS) (hashed per env and episode). Where `u_share` falls in the first `frontier` of its range a
         cell start is drawn among the frontier's cells, in the next `reach` among the reach's, each by the same weights,
         in the next `edge` among the cells started from by `mid_weights` alone, then with probability `route` among
