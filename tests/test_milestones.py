@@ -276,13 +276,19 @@ def test_edge_share_draws_starts_among_the_cells_started_from_by_4p_1_minus_p_of
     """`edge` e: after the frontier's and the reach's parts of the share draw, the next e of it is drawn among the
     cells that episodes have started from, by 4 p (1 - p) of each one's smoothed win rate p = (wins + 1) /
     (tries + 2) alone (against a plain Python count of the draws); cells never started from are never drawn there;
-    with none started from the usual draw stands; frontier + reach + edge over 1 is one line."""
+    with none started from the usual draw stands; frontier + reach + edge over 1 is one line, and so is the edge
+    under win = "goal" on a task with milestones."""
     from gbxcule.rl.archive import U_BITS, ArchiveConfig, StateArchive
     from gbxcule.rl.env import EnvConfigError
 
     with pytest.raises(EnvConfigError, match="frontier \\+ reach \\+ edge is 1.1") as err:
         ArchiveConfig(frontier=0.25, reach=0.25, edge=0.6)
     assert "\n" not in str(err.value)
+    ArchiveConfig(frontier=0.34, reach=0.56, edge=0.1)  # adds up to 1 (in floats, to a hair over)
+    with pytest.raises(EnvConfigError, match="edge needs win = 'milestone'") as err:  # where the task names some
+        game_env("from_bed", archive={"edge": 0.5})
+    assert "\n" not in str(err.value)
+    game_env("from_bed", archive={"edge": 0.5, "win": "milestone"})
     n = 8192
     g = torch.Generator().manual_seed(3)
     u_start, u_cell, u_share = (torch.randint(0, 1 << U_BITS, (n,), generator=g) for _ in range(3))
@@ -300,17 +306,17 @@ def test_edge_share_draws_starts_among_the_cells_started_from_by_4p_1_minus_p_of
     expect = [0.0] + [4 * (w + 1) / (t + 2) * (1 - (w + 1) / (t + 2)) for t, w in zip(tries[1:5], wins[1:5],
                                                                                     strict=True)] + [0.0]
     expect = [x / sum(expect) for x in expect]  # cells 1-4: 0.31, 1, 0.31, 0.75 before normalising
-    for front, edge in ((0.0, 1.0), (0.25, 0.5)):
-        a = archive(frontier=front, edge=edge)
+    for front, reach, edge in ((0.0, 0.0, 1.0), (0.25, 0.0, 0.5), (0.2, 0.2, 0.4)):
+        a = archive(frontier=front, reach=reach, edge=edge)
         a.tries[:6] = torch.tensor(tries)
         a.wins[:6] = torch.tensor(wins)
         rows = a.choose(done, u_start, u_cell, None, u_share)[1]
-        lo, hi = int(front * (1 << U_BITS)), int((front + edge) * (1 << U_BITS))
+        lo, hi = int((front + reach) * (1 << U_BITS)), int((front + reach + edge) * (1 << U_BITS))
         took = (u_share >= lo) & (u_share < hi)
         got = [float((rows[took] == c).float().mean()) for c in range(6)]
         assert got[0] == got[5] == 0.0 and max(abs(x - y) for x, y in zip(got, expect, strict=True)) < 0.03, got
         assert torch.equal(rows[u_share >= hi], plain[u_share >= hi])  # past the edge's part: as before
-        # (no cell holds more milestones than another here, so the frontier's part is the usual draw too)
+        # (no cell holds more milestones than another here: the frontier's and the reach's parts draw as usual)
         assert torch.equal(rows[u_share < lo], plain[u_share < lo])
 
 

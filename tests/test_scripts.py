@@ -598,11 +598,12 @@ def test_bench_segments_along_plays_from_points_of_each_segments_solution(tmp_pa
     for v in row["along"].values():
         assert set(v) == {"greedy", "sampled"} and all(x is None or 0 <= x <= 1 for x in v.values())
     assert "quest_m1 from steps 0, 8:" in capsys.readouterr().out
-    for args in (["--along", "0"], ["--along", "4", "--steps", "0"]):
+    for args, needle in ((["--along", "0"], "must be >= 1"), (["--along", "4", "--steps", "0"], "must be >= 1"),
+                         (["--steps", "9"], "give --along too")):
         r = run([sys.executable, "scripts/bench/bench_segments.py", str(run_dir), "--device", "cpu", "--episodes",
                  "1", "--out", str(tmp_path / "x.json"), "--tasks", "quest_m1", *args])
         lines = [x for x in r.stderr.splitlines() if x.strip() and not x.startswith(("Warp", "Module"))]
-        assert r.returncode == 1 and len(lines) == 1 and "--along and --steps must be >= 1" in lines[0], r.stderr
+        assert r.returncode == 1 and len(lines) == 1 and needle in lines[0], r.stderr
     assert not (tmp_path / "x.json").exists()
     nosol = tmp_path / "n.toml"
     nosol.write_text('[pack]\nname = "n"\nrom = "OVERWORLD"\n[tasks.a]\ngoal_ram = [{ addr = 0xC100, value = 2 }]\n')

@@ -15,7 +15,8 @@ cannot be evaluated is one line and exit status 1.
 `--along K` also says where within each segment the policy fails: it plays from every K-th step of the task's
 solution (the task's start script and that many solution steps; `--steps` limits those episodes, as the state
 archive's `max_steps` limits an episode from a cell), so a policy that learned a segment's end and not its head
-passes from the later points only. A point at or past the goal reports None. `--sampled` adds sampled play.
+passes from the later points only. Each episode starts, as every eval's, 0-8 random steps after its point, so
+neighbouring points overlap. A point at or past the goal reports None. `--sampled` adds sampled play.
 """
 
 from __future__ import annotations
@@ -86,6 +87,8 @@ def measure(sources: list[str], tasks: list[str] | None, episodes: int, device: 
     modes = ("greedy", "sampled") if sampled else ("greedy",)
     if along is not None and along < 1 or steps is not None and steps < 1:  # before any play
         raise GbxculeError(f"--along and --steps must be >= 1, got {along} and {steps}")
+    if steps is not None and along is None:
+        raise GbxculeError("--steps limits the --along episodes: give --along too")
 
     out: dict = {"policies": {}}
     for source in sources:
@@ -96,6 +99,7 @@ def measure(sources: list[str], tasks: list[str] | None, episodes: int, device: 
             if not names:
                 raise GbxculeError(f"{source}: its task {task!r} has no segment tasks (<task>_m<N> in its pack); "
                                    "name some with --tasks")
+        points = {task: along_tasks(task, along, steps) for task in names} if along is not None else {}
         rows = {}
         for task in names:
             rep = evaluate(source, episodes=episodes, device=device, task=task, modes=modes)
@@ -104,7 +108,7 @@ def measure(sources: list[str], tasks: list[str] | None, episodes: int, device: 
                 rows[task]["sampled"] = rep["sampled"]["success_rate"]
             if along is not None:
                 rows[task]["along"] = {}
-                for j, at in along_tasks(task, along, steps):
+                for j, at in points[task]:
                     rep = evaluate(source, episodes=episodes, device=device, task=at, modes=modes)
                     rows[task]["along"][str(j)] = {m: rep[m]["success_rate"] for m in modes}
         out["policies"][source] = rows

@@ -110,10 +110,11 @@ class ArchiveConfig:
     # segment where a third of them are stuck keeps a third of the reach's starts after the median has moved past it
     reach_by: str = knob("median", choices=("median", "held"))
     # the edge: this share of the starts from cells, after the frontier's and the reach's, is drawn among the cells
-    # some of whose episodes won and some lost, by 4 p (1 - p) of their smoothed win rate p alone (cells never
-    # started from weigh nothing): where the policy's competence ends, so each segment is learned backwards from its
-    # goal (the backward algorithm of learning from a demonstration, with the archive's cells as the states).
-    # With milestones, win = "milestone" makes a cell's next milestone its goal; frontier + reach + edge <= 1
+    # episodes have started from, by 4 p (1 - p) of their smoothed win rate p = (wins + 1) / (tries + 2) alone: most
+    # where about half win, where the policy's competence ends, so each segment is learned backwards from its goal
+    # (the backward algorithm of learning from a demonstration, with the archive's cells as the states). Where the
+    # task names milestones it needs win = "milestone" (a cell's next milestone is its goal); frontier + reach +
+    # edge <= 1
     edge: float = knob(0.0, min=0, max=1)
     # the route: once an episode has reached the task's goal, the cells on the stored paths that led there (each
     # cell's parent is the cell its path came through); this share of the starts from cells is drawn among them
@@ -154,7 +155,7 @@ class ArchiveConfig:
         for name in ("w_chosen", "w_visits", "w_recent", "w_depth", "w_fail", "w_mid", "w_progress", "route",
                      "frontier", "reach", "edge"):
             setattr(self, name, float(getattr(self, name)))
-        if self.frontier + self.reach + self.edge > 1:
+        if round(self.frontier + self.reach + self.edge, 9) > 1:  # (rounded: 0.34 + 0.56 + 0.1 is 1)
             raise EnvConfigError(f"archive: frontier + reach + edge is {self.frontier + self.reach + self.edge:g}: "
                                  "their shares of the starts from cells add up to at most 1")
         if self.w_chosen + self.w_visits + self.w_recent == 0:
@@ -308,6 +309,9 @@ class StateArchive:
         # progress-aware cells: the task's milestones (a `goals.Milestones`: RAM flags as they hold now, screens as
         # the episode holds them)
         self.milestones = milestones if cfg.progress == "auto" else None
+        if cfg.edge > 0 and self.milestones is not None and cfg.win != "milestone":
+            raise EnvConfigError("archive: edge needs win = 'milestone' on a task with milestones (under 'goal' no "
+                                 "cell's episode wins before the task's end, so the edge cannot tell where one ends)")
         self._held = torch.zeros(n, **i64)  # how many each env holds (at its last cell_keys)
         self._flags = torch.zeros(n, **i64)  # and which, as bits
         k = 0 if self.milestones is None else self.milestones.k
@@ -417,7 +421,7 @@ class StateArchive:
             if self.cfg.win == "milestone":
                 win = success | gained
             if self._bit is not None:  # by the milestones the start held (`archive/level_gains`)
-                level = ((self.start_bits[None] & self._bit) != 0).sum(0)
+                level = self.start_flags().sum(0)
                 ended = counted & self.from_archive
                 pair = self.torch.stack([ended, ended & gained], 1).to(self.torch.int64)
                 self.level_stats.index_add_(0, level, pair)
@@ -608,8 +612,7 @@ class StateArchive:
             steps = torch.where(used, self.steps[:m], 0).clamp_(max=DEPTH_CAP)
             w = w + torch.div(d * WEIGHT_ONE * steps, steps.max().clamp(min=1), rounding_mode="floor")
         if e:  # the smoothed failure rate of the episodes started from the cell (1/2 before any ended)
-            tries = self.tries[:m].clamp(max=DEPTH_CAP)
-            fails = tries - self.wins[:m].clamp(max=DEPTH_CAP)
+            tries, fails = self._tries_fails()
             w = w + torch.div(e * WEIGHT_ONE * (fails + 1), tries + 2, rounding_mode="floor")
         if f:
             w = w + self.mid_weights(f)
@@ -658,12 +661,16 @@ class StateArchive:
     def mid_weights(self, coef: int = 1):
         """int64 [capacity]: `coef` x 4 p (1 - p) of each cell's smoothed win rate p = (wins + 1) / (tries + 2),
         fixed point (WEIGHT_ONE is 1): 1 before any episode from it ended and at one half, near 0 at 0 or 1."""
-        torch, m = self.torch, self.m
-        tries = self.tries[:m].clamp(max=DEPTH_CAP)
-        fails = tries - self.wins[:m].clamp(max=DEPTH_CAP)
+        torch = self.torch
+        tries, fails = self._tries_fails()
         win = torch.div(WEIGHT_ONE * (tries - fails + 1), tries + 2, rounding_mode="floor")
         fail = torch.div(WEIGHT_ONE * (fails + 1), tries + 2, rounding_mode="floor")
         return torch.div(4 * coef * win * fail, WEIGHT_ONE, rounding_mode="floor")
+
+    def _tries_fails(self):
+        """(tries, fails) of each cell's episodes, int64 [capacity], capped."""
+        tries = self.tries[:self.m].clamp(max=DEPTH_CAP)
+        return tries, tries - self.wins[:self.m].clamp(max=DEPTH_CAP)
 
     def frontier_cells(self):
         """bool [capacity]: the used cells that hold the most milestones any cell holds (every used cell where the
@@ -793,7 +800,7 @@ class StateArchive:
         depth = vals[len(STAT_NAMES) + 6:len(STAT_NAMES) + 6 + 2 * DEPTH_BINS]
         at = len(STAT_NAMES) + 6 + 2 * DEPTH_BINS
         held = [int(x) for x in vals[at:at + len(self._hist)]]
-        by_level = [int(x) for x in vals[at + len(self._hist):]]
+        by_level = [int(x) for x in vals[at + len(self._hist):at + 3 * len(self._hist)]]
         level = median_level(held)
         eps_s, eps_a = s["start_episodes"], s["archive_episodes"]
         from_start = s["start_successes"] / eps_s if eps_s else None

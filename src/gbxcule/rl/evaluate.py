@@ -32,10 +32,10 @@ def periodic_eval_seed(run_seed: int) -> int:
     return run_seed + 2
 
 
-def make_eval_env(env_cfg, episodes: int, device: str, seed: int, task: str | None = None):
+def make_eval_env(env_cfg, episodes: int, device: str, seed: int, task=None):
     """A GameEnv of `episodes` envs and as many start states (random action prefixes of 0..EVAL_PREFIX_LEN
-    steps from the task's start; each env draws one by the env's seeded slot rule), with the config's task,
-    ROM, goal, observations and reward."""
+    steps from the task's start; each env draws one by the env's seeded slot rule), with the config's task (or
+    `task`: a name, a spec or a `tasks.Task`), ROM, goal, observations and reward."""
     import dataclasses
 
     from gbxcule.rl.config import make_env

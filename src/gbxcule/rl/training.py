@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.typed import CHANGE, ONCE
@@ -31,6 +32,9 @@ from gbxcule.rl.config import (
 )
 from gbxcule.rl.evaluate import EVAL_SEED
 from gbxcule.rl.rundir import CHECKPOINT_NAME, CheckpointError, dumps, final_policy, load_checkpoint
+
+if TYPE_CHECKING:
+    from gbxcule.rl.tasks import Task
 
 
 class RunFinished(GbxculeError):
@@ -266,7 +270,7 @@ def load_model(checkpoint: dict, env, device: str):
     return model
 
 
-def evaluate(source: str | Path, episodes: int = 64, device: str = "auto", task: str | None = None,
+def evaluate(source: str | Path, episodes: int = 64, device: str = "auto", task: str | Task | None = None,
              modes=("greedy", "sampled"), gif: str | Path | None = None, gif_envs: int = 16, seed: int = EVAL_SEED,
              random_baseline: bool = False, rom: str | None = None) -> dict:
     """Evaluate the policy at `source` (a run folder: its final policy.pt; a checkpoint or a policy file) over
