@@ -11,6 +11,7 @@ checkpoint through the algorithm registry (`rl/algos`), the training loop evalua
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -18,6 +19,9 @@ import torch
 from gbxcule.core.errors import GbxculeError
 from gbxcule.rl.goals import ram_key, ram_rows
 from gbxcule.rl.models import epsilon_greedy
+
+if TYPE_CHECKING:
+    from gbxcule.rl.tasks import Task
 
 EVAL_PREFIX_LEN = 8  # eval start states: random action prefixes of 0..8 steps from the task's start
 STUCK_STEPS = 16  # a failed episode whose observation did not change over its last this many steps is "stuck"
@@ -32,7 +36,7 @@ def periodic_eval_seed(run_seed: int) -> int:
     return run_seed + 2
 
 
-def make_eval_env(env_cfg, episodes: int, device: str, seed: int, task=None):
+def make_eval_env(env_cfg, episodes: int, device: str, seed: int, task: str | Task | None = None):
     """A GameEnv of `episodes` envs and as many start states (random action prefixes of 0..EVAL_PREFIX_LEN
     steps from the task's start; each env draws one by the env's seeded slot rule), with the config's task (or
     `task`: a name, a spec or a `tasks.Task`), ROM, goal, observations and reward."""
