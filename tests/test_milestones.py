@@ -320,6 +320,49 @@ def test_edge_share_draws_starts_among_the_cells_started_from_by_4p_1_minus_p_of
         assert torch.equal(rows[u_share < lo], plain[u_share < lo])
 
 
+def test_edge_by_level_gives_every_level_with_tried_cells_the_same_share_of_the_edge():
+    """`edge_by = "level"`: the edge's draw gives the tried cells holding j milestones together the same share as
+    those of every other level with tried cells, each cell its share of its level by 4 p (1 - p) (a plain Python
+    expectation from the tries and wins); untried cells and levels without tried cells draw nothing; "cell" (the
+    default) draws every tried cell by its own weight; a bad value is one line."""
+    from types import SimpleNamespace
+
+    from gbxcule.rl.archive import U_BITS, ArchiveConfig, StateArchive
+    from gbxcule.rl.env import EnvConfigError
+
+    n = 1 << 16
+    g = torch.Generator().manual_seed(5)
+    u_start, u_cell = (torch.randint(0, 1 << U_BITS, (n,), generator=g) for _ in range(2))
+    u_share = torch.zeros(n, dtype=torch.int64)  # every draw is the edge's (frontier and reach 0, edge 1)
+    done = torch.ones(n, dtype=torch.bool)
+    level = [0, 1, 1, 1, 2, 3]  # no cell holds 3 milestones but the last, never tried
+    tries, wins = [4, 40, 10, 10, 10, 0], [2, 0, 0, 5, 9, 0]
+
+    def archive(**kw):
+        a = StateArchive(ArchiveConfig(capacity=8, p_start=0.0, edge=1.0, win="milestone", **kw), n, 1, "cpu",
+                         milestones=SimpleNamespace(k=3))
+        a.observe(torch.arange(n) % 6, torch.zeros(n, dtype=torch.int64), torch.zeros(n),
+                  torch.zeros(n, dtype=torch.int32), torch.ones(n, dtype=torch.bool))
+        a.progress[:6] = torch.tensor(level)
+        a.tries[:6] = torch.tensor(tries)
+        a.wins[:6] = torch.tensor(wins)
+        return a
+
+    mid = [4 * (w + 1) / (t + 2) * (1 - (w + 1) / (t + 2)) if t else 0.0 for t, w in zip(tries, wins, strict=True)]
+    tried_levels = {lv for lv, t in zip(level, tries, strict=True) if t}
+    by_level = [mid[c] / sum(mid[d] for d in range(6) if level[d] == level[c]) / len(tried_levels) if tries[c] else 0.0
+                for c in range(6)]
+    by_cell = [x / sum(mid) for x in mid]
+    for edge_by, expect in (("level", by_level), ("cell", by_cell)):
+        rows = archive(edge_by=edge_by).choose(done, u_start, u_cell, None, u_share)[1]
+        got = (torch.bincount(rows, minlength=9)[:6].double() / n).tolist()
+        assert got[5] == 0.0 and max(abs(x - y) for x, y in zip(got, expect, strict=True)) < 0.01, (edge_by, got)
+    assert by_level[4] > 0.3 > by_cell[4]  # the lone cell of level 2 gets a third, under a fifth by its own weight
+    with pytest.raises(EnvConfigError, match="edge_by") as err:
+        ArchiveConfig(edge_by="segment")
+    assert "\n" not in str(err.value)
+
+
 def test_reach_share_draws_starts_among_the_cells_holding_what_the_median_env_from_the_start_holds():
     """`reach` r: after the frontier's first f of the share draw, the next r of it is drawn among the cells that hold
     as many milestones as the median env playing from the task's start held at the last update's read (explorers
