@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
-INPUTS = ("games", "tasks")  # inputs of scripts and tests (the game set, task packs), not figures
+INPUTS = ("games",)  # inputs of scripts and tests (the game set), not figures; so are benchmarks/tasks/*.toml
 KEYS = ("figure", "command", "tree", "machine", "date", "numbers", "from")
 # a path under benchmarks/, not one in git history (`git show SHA:benchmarks/...`)
 CITED = re.compile(r"(?<![\w:/.-])benchmarks/[\w./{},*-]*[\w/}*]")

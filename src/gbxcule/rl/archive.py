@@ -634,9 +634,8 @@ class StateArchive:
         [0, 2**U_BITS) (hashed per env and episode). Where `u_share` falls in the first `frontier` of its range a
         cell start is drawn among the frontier's cells, in the next `reach` among the reach's, each by the same weights,
         in the next `edge` among the cells started from by `mid_weights` alone (`edge_by` "level": each level alike,
-        `level_weights`), then with probability `route` among
-        the route's cells (`on_route`) by the same weights; each where any of its cells weighs more than 0. Counts
-        the chosen cells."""
+        `level_weights`), then with probability `route` among the route's cells (`on_route`) by the same weights;
+        each where any of its cells weighs more than 0. Counts the chosen cells."""
         torch, m = self.torch, self.m
         w = self.weights()
         cdf = torch.cumsum(w, 0)
