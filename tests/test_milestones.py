@@ -714,6 +714,23 @@ def test_plot_draws_how_far_runs_get(tmp_path):
     written = {p.name for p in plot_runs([run], tmp_path / "out")}
     assert "milestones.png" in written and "gains_by_start_level.png" in written
     assert (tmp_path / "out" / "milestones.png").stat().st_size > 10_000
+    # several runs on one plot (a colour a milestone, a line style a run)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "metrics.jsonl").write_text((run / "metrics.jsonl").read_text())
+    assert "milestones.png" in {p.name for p in plot_runs([run, other], tmp_path / "both")}
+
+
+def test_milestone_order_is_the_order_runs_first_reached_them():
+    from gbxcule.rl.plot import milestone_order
+
+    a = [{"env_steps": 1, "milestone/lab": 0.0, "milestone/town": 0.0, "milestone/gym": 0.0},
+         {"env_steps": 2, "milestone/lab": 0.0, "milestone/town": 0.3, "milestone/gym": 0.0},
+         {"env_steps": 3, "milestone/lab": 0.2, "milestone/town": 0.5, "milestone/gym": 0.0}]
+    b = [{"env_steps": 1, "milestone/lab": 0.0, "milestone/cave": 0.0},
+         {"env_steps": 5, "milestone/lab": 0.0, "milestone/cave": 0.1}]
+    assert milestone_order([a, b], "env_steps") == ["town", "lab", "cave", "gym"]
+    assert milestone_order([b], "env_steps") == ["cave", "lab"]
 
 
 @pytest.mark.parametrize("stack_k, obs", [(1, "pixels"), (3, "pixels"), (2, "packed")])

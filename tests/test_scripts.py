@@ -471,6 +471,8 @@ def test_summarize_splits_the_env_phase_by_whether_an_eval_beside_training_was_i
     (entry,) = json.loads((root / "tasks" / "bg.json").read_text())["numbers"]["runs"]
     assert entry["env_phase"] == {"with_eval": {"updates": 3, "env_s_median": 3.5},
                                   "without": {"updates": 4, "env_s_median": 1.0}}
+    # every update 2.0 s apart; the env phase's median over updates 4-10
+    assert entry["phases"] == {"updates": 6, "update_s": 2.0, "env_s": 1.2}
     cfg["run"]["eval_background"] = False
     (folder / "config.json").write_text(json.dumps(cfg))
     r = run([sys.executable, "scripts/bench/summarize.py", "--topic", "tasks", "--name", "bg", "--command", "c",

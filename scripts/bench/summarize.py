@@ -17,7 +17,8 @@ ended, `final_greedy_failed_at`, where the eval reports them; on a task with mil
 two updates left out, as bench_learning.py), with evals beside training the env phase's median with an eval in
 flight and without (`env_phase`), with the state archive the share of envs in an episode from the task's start
 (`from_start_share`) and, where the task names milestones, the share of its cells' episodes that gained one by
-the milestones their start held over the last minute (`level_gains`), with `bench_learning.py --policy-evals`
+the milestones their start held over the last minute (`level_gains`), the median seconds of an update and of its
+env, inference and learning phases (`phases`), with `bench_learning.py --policy-evals`
 the greedy success of the weights kept at each mark (`policy_evals`), and with its `--segments` the final policy's
 from each segment task's start (`segments`). A bench JSON is copied under its file name, less its `environment`.
 Tree, machine and date come from the sources (facts.json's git, gpu and host, its start; a bench JSON's
@@ -98,6 +99,9 @@ def run_entry(folder: Path, target: float | None) -> tuple[dict, list]:
     phase = env_phase(folder, config)
     if phase:
         entry["env_phase"] = phase
+    phases = update_phases(folder)
+    if phases:
+        entry["phases"] = phases
     held = from_start_share(folder, config)
     if held is not None:
         entry["from_start_share"] = held
@@ -180,6 +184,23 @@ def env_phase(folder: Path, config: dict, skip: int = 3) -> dict:
                  if i >= skip and r.get("time_env_s") is not None and (i in flight) == keep]
         if env_s:
             out[name] = {"updates": len(env_s), "env_s_median": round(statistics.median(env_s), 3)}
+    return out
+
+
+def update_phases(folder: Path, skip: int = 3) -> dict:
+    """The median seconds of an update and of its phases (`time_env_s`, `time_inference_s`, `time_update_s`), the
+    first `skip` updates left out: {"updates", "update_s", "env_s", "inference_s", "learn_s"} rounded to 3 places,
+    a phase left out where no update logged it; {} where no update logged its wall time."""
+    rows = [r for r in read_metrics(folder) if isinstance(r.get("wall_s"), int | float)]
+    walls = [r["wall_s"] for r in rows]
+    steps = [b - a for a, b in zip(walls, walls[1:], strict=False)][skip:]
+    if not steps:
+        return {}
+    out = {"updates": len(steps), "update_s": round(statistics.median(steps), 3)}
+    for key, name in (("time_env_s", "env_s"), ("time_inference_s", "inference_s"), ("time_update_s", "learn_s")):
+        got = [r[key] for r in rows[skip:] if isinstance(r.get(key), int | float)]
+        if got:
+            out[name] = round(statistics.median(got), 3)
     return out
 
 

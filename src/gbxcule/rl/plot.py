@@ -69,11 +69,23 @@ def _points(rows: list[dict], x: str, key: str) -> list[tuple[float, float]]:
     return [(r[x], r[key]) for r in rows if isinstance(r.get(key), int | float) and r.get(x) is not None]
 
 
+def milestone_order(runs_rows, x: str) -> list[str]:
+    """The milestones the runs' rows log (`milestone/NAME`) in the order any run first reached one (its share > 0, by
+    `x`); those never reached last, in the order logged."""
+    runs_rows = list(runs_rows)
+    names = dict.fromkeys(k.split("/", 1)[1] for rows in runs_rows for r in rows for k in r
+                          if k.startswith("milestone/"))
+    first = {n: min((p[0] for rows in runs_rows for p in _points(rows, x, f"milestone/{n}") if p[1] > 0),
+                    default=float("inf")) for n in names}
+    return sorted(names, key=first.__getitem__)
+
+
 def plot_runs(runs, out: str | Path | None = None, x: str = "env_steps") -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
     from PIL import Image
 
     from gbxcule.core.outputs import write_output
@@ -138,33 +150,43 @@ def plot_runs(runs, out: str | Path | None = None, x: str = "env_steps") -> list
     # periodic greedy eval's episodes, from the task's start)
     far = {run: rows for run, rows in data.items() if any(r.get("milestone_rates") for r in rows)}
     if far:
-        fig, (top, low) = plt.subplots(2, 1, figsize=(6.4, 6.0), dpi=110, sharex=True)
-        for run, rows in far.items():
-            label = Path(run).name
+        fig, (top, low) = plt.subplots(2, 1, figsize=(8.4, 6.0), dpi=110, sharex=True)
+        # above, one colour a run; below, one colour a milestone (in the order runs first reached them) and one line
+        # style a run, each named once in the legend
+        every = milestone_order(far.values(), x)
+        colour = {name: plt.get_cmap("tab20" if len(every) > 10 else "tab10")(i) for i, name in enumerate(every)}
+        styles = ["-", "--", ":", "-."]
+        for i, (run, rows) in enumerate(far.items()):
+            label, tint = Path(run).name, plt.get_cmap("tab10")(i % 10)
             deep = _points(rows, x, "milestone_deepest")
             if deep:  # the deepest so far: each milestone's first-reach time is where the staircase climbs to it
-                top.step(*zip(*first_reached(deep), strict=True), where="post", lw=1.4, label=f"{label}: training")
+                top.step(*zip(*first_reached(deep), strict=True), where="post", lw=1.4, color=tint,
+                         label=f"{label}: training")
             held = _points(rows, x, "archive/reach_level")
             if held:  # where the envs playing from the task's start are: the milestones the median one holds
-                top.step(*zip(*held, strict=True), where="post", lw=1.0, ls="--",
+                top.step(*zip(*held, strict=True), where="post", lw=1.0, ls="--", color=tint,
                          label=f"{label}: from the start (median env)")
             greedy = _points(rows, x, "eval/mean_deepest")
             if greedy:
-                top.plot(*zip(*greedy, strict=True), marker="o", ms=3, lw=1.0, label=f"{label}: greedy eval (mean)")
-            names = list(dict.fromkeys(k.split("/", 1)[1] for r in rows for k in r if k.startswith("milestone/")))
-            for name in names:
+                top.plot(*zip(*greedy, strict=True), marker="o", ms=3, lw=1.0, ls=":", color=tint,
+                         label=f"{label}: greedy eval (mean)")
+            for name in every:
                 pts = _points(rows, x, f"milestone/{name}")
                 if pts:
-                    low.plot(*zip(*pts, strict=True), lw=1.0, label=name if len(far) == 1 else f"{label}: {name}")
+                    low.plot(*zip(*pts, strict=True), lw=1.0, color=colour[name], ls=styles[i % len(styles)])
         top.set_title("how far runs get: the deepest milestone reached so far (first-reach times)", fontsize=9)
         top.set_ylabel("milestone (1-based)")
         top.grid(alpha=0.3)
-        top.legend(fontsize=7)
+        top.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
         low.set_title("share of ended episodes that reached each milestone", fontsize=9)
         low.set_xlabel(xlabel)
         low.set_ylim(-0.02, 1.02)
         low.grid(alpha=0.3)
-        low.legend(fontsize=6, ncol=2)
+        keys = [Line2D([], [], color=colour[name], lw=1.0, label=name) for name in every]
+        if len(far) > 1:
+            keys += [Line2D([], [], color="black", lw=1.0, ls=styles[i % len(styles)], label=Path(run).name)
+                     for i, run in enumerate(far)]
+        low.legend(handles=keys, fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
         save(fig, "milestones")
     for run, rows in data.items():  # the action histogram over training, as shares
         hist = [(r[x], r["actions"]) for r in rows if isinstance(r.get("actions"), list) and r.get(x) is not None]
