@@ -155,7 +155,7 @@ def plot_runs(runs, out: str | Path | None = None, x: str = "env_steps") -> list
         # style a run, each named once in the legend
         every = milestone_order(far.values(), x)
         colour = {name: plt.get_cmap("tab20" if len(every) > 10 else "tab10")(i) for i, name in enumerate(every)}
-        styles = ["-", "--", ":", "-."]
+        style = {run: ("-", "--", ":", "-.")[i % 4] for i, run in enumerate(far)}
         for i, (run, rows) in enumerate(far.items()):
             label, tint = Path(run).name, plt.get_cmap("tab10")(i % 10)
             deep = _points(rows, x, "milestone_deepest")
@@ -173,7 +173,7 @@ def plot_runs(runs, out: str | Path | None = None, x: str = "env_steps") -> list
             for name in every:
                 pts = _points(rows, x, f"milestone/{name}")
                 if pts:
-                    low.plot(*zip(*pts, strict=True), lw=1.0, color=colour[name], ls=styles[i % len(styles)])
+                    low.plot(*zip(*pts, strict=True), lw=1.0, color=colour[name], ls=style[run])
         top.set_title("how far runs get: the deepest milestone reached so far (first-reach times)", fontsize=9)
         top.set_ylabel("milestone (1-based)")
         top.grid(alpha=0.3)
@@ -184,8 +184,7 @@ def plot_runs(runs, out: str | Path | None = None, x: str = "env_steps") -> list
         low.grid(alpha=0.3)
         keys = [Line2D([], [], color=colour[name], lw=1.0, label=name) for name in every]
         if len(far) > 1:
-            keys += [Line2D([], [], color="black", lw=1.0, ls=styles[i % len(styles)], label=Path(run).name)
-                     for i, run in enumerate(far)]
+            keys += [Line2D([], [], color="black", lw=1.0, ls=ls, label=Path(run).name) for run, ls in style.items()]
         low.legend(handles=keys, fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
         save(fig, "milestones")
     for run, rows in data.items():  # the action histogram over training, as shares
