@@ -457,8 +457,9 @@ def test_summarize_splits_the_env_phase_by_whether_an_eval_beside_training_was_i
     cfg["run"]["eval_background"] = True
     (folder / "config.json").write_text(json.dumps(cfg))
     env_s = [9.0, 9.0, 9.0, 1.0, 3.0, 3.5, 1.0, 1.2, 4.0, 1.0]  # updates 4-10: the first three left out
-    rows = [{"env_steps": 100 * (i + 1), "sps": 1.0, "wall_s": 2.0 * (i + 1), "time_env_s": t}
-            for i, t in enumerate(env_s)]
+    walls = [9.0, 18.0, 27.0, 28.0, 29.0, 30.0, 31.0, 33.0, 35.0, 37.0]  # updates of 9 s, then 1 s four times, then 2 s
+    rows = [{"env_steps": 100 * (i + 1), "sps": 1.0, "wall_s": w, "time_env_s": t}
+            for i, (w, t) in enumerate(zip(walls, env_s, strict=True))]
     for i, at in ((5, 400), (8, 800), (9, 900)):  # in flight in updates 5 and 6, then 9; the last waited for
         rows[i].update({"eval/greedy_success": 0.0, "eval/env_steps": at, "eval/wall_s": rows[i]["wall_s"],
                         "eval/elapsed_s": rows[i]["wall_s"] + 10.0})
@@ -471,8 +472,8 @@ def test_summarize_splits_the_env_phase_by_whether_an_eval_beside_training_was_i
     (entry,) = json.loads((root / "tasks" / "bg.json").read_text())["numbers"]["runs"]
     assert entry["env_phase"] == {"with_eval": {"updates": 3, "env_s_median": 3.5},
                                   "without": {"updates": 4, "env_s_median": 1.0}}
-    # every update 2.0 s apart; the env phase's median over updates 4-10
-    assert entry["phases"] == {"updates": 6, "update_s": 2.0, "env_s": 1.2}
+    # both medians over updates 4-10: 1, 1, 1, 1, 2, 2, 2 s long (over 5-10 it would be 1.5 s)
+    assert entry["phases"] == {"updates": 7, "update_s": 1.0, "env_s": 1.2}
     cfg["run"]["eval_background"] = False
     (folder / "config.json").write_text(json.dumps(cfg))
     r = run([sys.executable, "scripts/bench/summarize.py", "--topic", "tasks", "--name", "bg", "--command", "c",

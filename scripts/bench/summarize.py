@@ -188,17 +188,18 @@ def env_phase(folder: Path, config: dict, skip: int = 3) -> dict:
 
 
 def update_phases(folder: Path, skip: int = 3) -> dict:
-    """The median seconds of an update and of its phases (`time_env_s`, `time_inference_s`, `time_update_s`), the
-    first `skip` updates left out: {"updates", "update_s", "env_s", "inference_s", "learn_s"} rounded to 3 places,
-    a phase left out where no update logged it; {} where no update logged its wall time."""
+    """The median seconds of an update (its wall time less the one before's) and of its phases (`time_env_s`,
+    `time_inference_s`, `time_update_s`) over the same updates, the first `skip` (at least one) left out:
+    {"updates", "update_s", "env_s", "inference_s", "learn_s"} rounded to 3 places, a phase left out where no update
+    logged it; {} where no update logged its wall time."""
     rows = [r for r in read_metrics(folder) if isinstance(r.get("wall_s"), int | float)]
-    walls = [r["wall_s"] for r in rows]
-    steps = [b - a for a, b in zip(walls, walls[1:], strict=False)][skip:]
+    start = max(skip, 1)
+    steps = [b["wall_s"] - a["wall_s"] for a, b in zip(rows[start - 1:], rows[start:], strict=False)]
     if not steps:
         return {}
     out = {"updates": len(steps), "update_s": round(statistics.median(steps), 3)}
     for key, name in (("time_env_s", "env_s"), ("time_inference_s", "inference_s"), ("time_update_s", "learn_s")):
-        got = [r[key] for r in rows[skip:] if isinstance(r.get(key), int | float)]
+        got = [r[key] for r in rows[start:] if isinstance(r.get(key), int | float)]
         if got:
             out[name] = round(statistics.median(got), 3)
     return out
