@@ -281,7 +281,7 @@ def test_edge_share_draws_starts_among_the_cells_started_from_by_4p_1_minus_p_of
     from gbxcule.rl.archive import U_BITS, ArchiveConfig, StateArchive
     from gbxcule.rl.env import EnvConfigError
 
-    with pytest.raises(EnvConfigError, match="frontier \\+ reach \\+ edge is 1.1") as err:
+    with pytest.raises(EnvConfigError, match="frontier \\+ reach \\+ edge \\+ entry is 1.1") as err:
         ArchiveConfig(frontier=0.25, reach=0.25, edge=0.6)
     assert "\n" not in str(err.value)
     ArchiveConfig(frontier=0.34, reach=0.56, edge=0.1)  # adds up to 1 (in floats, to a hair over)
@@ -363,6 +363,61 @@ def test_edge_by_level_gives_every_level_with_tried_cells_the_same_share_of_the_
     assert "\n" not in str(err.value)
 
 
+def test_entry_share_draws_each_level_alike_among_its_cells_with_the_fewest_steps_from_the_start():
+    """`entry` e: after the frontier's, the reach's and the edge's parts of the share draw, the next e of it is drawn
+    among each level's entry cells (the cells holding j >= 1 milestones with the fewest steps from the start of any
+    holding j; a plain Python reference), every level alike, whatever their win rates; level 0 (the task's start)
+    and the other cells are never drawn there; past its part the draw is as without it; where the task names no
+    milestones it draws nothing new; frontier + reach + edge + entry over 1 is one line."""
+    from types import SimpleNamespace
+
+    from gbxcule.rl.archive import U_BITS, ArchiveConfig, StateArchive
+    from gbxcule.rl.env import EnvConfigError
+
+    n = 1 << 16
+    g = torch.Generator().manual_seed(7)
+    u_start, u_cell, u_share = (torch.randint(0, 1 << U_BITS, (n,), generator=g) for _ in range(3))
+    done = torch.ones(n, dtype=torch.bool)
+    level = [0, 1, 1, 1, 2, 2, 3, 0]
+    steps = [0, 40, 12, 12, 90, 70, 200, 5]  # level 1: cells 2 and 3 tie; level 2: cell 5; level 3: cell 6
+    tries, wins = [0, 9, 30, 30, 0, 50, 8, 0], [0, 4, 0, 0, 0, 0, 0, 0]  # the entries never win
+
+    def archive(k=3, **kw):
+        a = StateArchive(ArchiveConfig(capacity=8, p_start=0.0, win="milestone", **kw), n, 1, "cpu",
+                         milestones=SimpleNamespace(k=k) if k else None)
+        a.observe(torch.arange(n) % 8, torch.zeros(n, dtype=torch.int64), torch.zeros(n),
+                  torch.zeros(n, dtype=torch.int32), torch.ones(n, dtype=torch.bool))
+        if k:
+            a.progress[:8] = torch.tensor(level)
+        a.steps[:8] = torch.tensor(steps)
+        a.tries[:8] = torch.tensor(tries)
+        a.wins[:8] = torch.tensor(wins)
+        return a
+
+    least = {lv: min(s for s, v in zip(steps, level, strict=True) if v == lv) for lv in set(level) if lv}
+    entry = [bool(lv) and steps[c] == least[lv] for c, lv in enumerate(level)]
+    assert entry == [False, False, True, True, False, True, True, False]
+    assert archive().entry_cells()[:8].tolist() == entry
+    n_levels = len(least)
+    expect = [1 / n_levels / sum(e and level[d] == level[c] for d, e in enumerate(entry)) if entry[c] else 0.0
+              for c in range(8)]  # cells 2 and 3 a sixth each, 5 and 6 a third
+    for front, edge, share in ((0.0, 0.0, 1.0), (0.2, 0.3, 0.4)):
+        plain = archive(frontier=front, edge=edge).choose(done, u_start, u_cell, None, u_share)[1]
+        rows = archive(frontier=front, edge=edge, entry=share).choose(done, u_start, u_cell, None, u_share)[1]
+        lo, hi = int((front + edge) * (1 << U_BITS)), int((front + edge + share) * (1 << U_BITS))
+        took = (u_share >= lo) & (u_share < hi)
+        got = (torch.bincount(rows[took], minlength=9)[:8].double() / int(took.sum())).tolist()
+        assert max(abs(x - y) for x, y in zip(got, expect, strict=True)) < 0.01, got
+        assert torch.equal(rows[~took], plain[~took])
+    none = archive(k=0, entry=1.0)  # no milestones: no entry cells, the usual draw
+    assert not bool(none.entry_cells().any())
+    assert torch.equal(none.choose(done, u_start, u_cell, None, u_share)[1],
+                       archive(k=0).choose(done, u_start, u_cell, None, u_share)[1])
+    with pytest.raises(EnvConfigError, match="frontier \\+ reach \\+ edge \\+ entry is 1.2") as err:
+        ArchiveConfig(frontier=0.4, edge=0.4, entry=0.4)
+    assert "\n" not in str(err.value)
+
+
 def test_reach_share_draws_starts_among_the_cells_holding_what_the_median_env_from_the_start_holds():
     """`reach` r: after the frontier's first f of the share draw, the next r of it is drawn among the cells that hold
     as many milestones as the median env playing from the task's start held at the last update's read (explorers
@@ -373,7 +428,7 @@ def test_reach_share_draws_starts_among_the_cells_holding_what_the_median_env_fr
     from gbxcule.rl.archive import U_BITS, ArchiveConfig, StateArchive
     from gbxcule.rl.env import EnvConfigError
 
-    with pytest.raises(EnvConfigError, match="frontier \\+ reach \\+ edge is 1.2") as err:
+    with pytest.raises(EnvConfigError, match="frontier \\+ reach \\+ edge \\+ entry is 1.2") as err:
         ArchiveConfig(frontier=0.5, reach=0.7)
     assert "\n" not in str(err.value)
     n = 4096

@@ -122,6 +122,12 @@ class ArchiveConfig:
     # (on the quest the brute's segment drew 653 of 76,574 cells' episodes in a minute under "cell"); where the
     # task names no milestones every cell is on one level and the two are the same
     edge_by: str = knob("cell", choices=("cell", "level"))
+    # the entry: this share of the starts from cells, after the frontier's, the reach's and the edge's, is drawn among
+    # each level's entry cells (of the cells holding j >= 1 milestones, those with the fewest steps from the task's
+    # start: where a path first held its j-th), every level alike, so each segment is also played from where it
+    # begins, as its milestone task is, whatever the win rate there (the edge gives a cell that never wins next to
+    # no starts); frontier + reach + edge + entry <= 1; where the task names no milestones the usual draw stands
+    entry: float = knob(0.0, min=0, max=1)
     # the route: once an episode has reached the task's goal, the cells on the stored paths that led there (each
     # cell's parent is the cell its path came through); this share of the starts from cells is drawn among them
     # (by the same weights), so training walks the found way back toward the task's start (Go-Explore's
@@ -159,11 +165,12 @@ class ArchiveConfig:
         except SettingError as exc:
             raise EnvConfigError(str(exc)) from None
         for name in ("w_chosen", "w_visits", "w_recent", "w_depth", "w_fail", "w_mid", "w_progress", "route",
-                     "frontier", "reach", "edge"):
+                     "frontier", "reach", "edge", "entry"):
             setattr(self, name, float(getattr(self, name)))
-        if round(self.frontier + self.reach + self.edge, 9) > 1:  # (rounded: 0.34 + 0.56 + 0.1 is 1)
-            raise EnvConfigError(f"archive: frontier + reach + edge is {self.frontier + self.reach + self.edge:g}: "
-                                 "their shares of the starts from cells add up to at most 1")
+        shares = self.frontier + self.reach + self.edge + self.entry
+        if round(shares, 9) > 1:  # (rounded: 0.34 + 0.56 + 0.1 is 1)
+            raise EnvConfigError(f"archive: frontier + reach + edge + entry is {shares:g}: their shares of the starts "
+                                 "from cells add up to at most 1")
         if self.w_chosen + self.w_visits + self.w_recent == 0:
             raise EnvConfigError("archive: w_chosen, w_visits and w_recent are all 0 (a new cell could weigh 0)")
 
@@ -466,7 +473,7 @@ class StateArchive:
         r = torch.logical_and(done, ~self.swarm_dst, out=self.restore_mask)
         u = hashed_bits(seed, self.env_ids, episodes, SALT_START, 2 * U_BITS)  # two uniforms in one hash
         u_route = hashed_bits(seed, self.env_ids, episodes, SALT_ROUTE) if self.routes else None
-        shares = self.cfg.frontier + self.cfg.reach + self.cfg.edge > 0
+        shares = self.cfg.frontier + self.cfg.reach + self.cfg.edge + self.cfg.entry > 0
         u_share = hashed_bits(seed, self.env_ids, episodes, SALT_SHARE) if shares else None
         use, row = self.choose(r, u & ((1 << U_BITS) - 1), u >> U_BITS, u_route, u_share)
         slot = torch.where(use, row + self.first, slots)
@@ -630,12 +637,13 @@ class StateArchive:
 
     def choose(self, done, u_start, u_cell, u_route=None, u_share=None):
         """For envs whose episode ended (`done`): (from_archive bool [N], row int64 [N]). `u_start`, `u_cell`,
-        `u_route` (with `route` > 0), `u_share` (with `frontier`, `reach` or `edge` > 0): int64 [N] uniform in
-        [0, 2**U_BITS) (hashed per env and episode). Where `u_share` falls in the first `frontier` of its range a
-        cell start is drawn among the frontier's cells, in the next `reach` among the reach's, each by the same weights,
-        in the next `edge` among the cells started from by `mid_weights` alone (`edge_by` "level": each level alike,
-        `level_weights`), then with probability `route` among the route's cells (`on_route`) by the same weights;
-        each where any of its cells weighs more than 0. Counts the chosen cells."""
+        `u_route` (with `route` > 0), `u_share` (with `frontier`, `reach`, `edge` or `entry` > 0): int64 [N]
+        uniform in [0, 2**U_BITS) (hashed per env and episode). Where `u_share` falls in the first `frontier` of its
+        range a cell start is drawn among the frontier's cells, in the next `reach` among the reach's, each by the
+        same weights, in the next `edge` among the cells started from by `mid_weights` alone (`edge_by` "level":
+        each level alike, `level_weights`), in the next `entry` among the levels' entry cells (`entry_cells`), each
+        level alike; then with probability `route` among the route's cells (`on_route`) by the same weights; each
+        where any of its cells weighs more than 0. Counts the chosen cells."""
         torch, m = self.torch, self.m
         w = self.weights()
         cdf = torch.cumsum(w, 0)
@@ -655,6 +663,11 @@ class StateArchive:
             if self.cfg.edge_by == "level":  # every level with tried cells alike
                 w_edge = self.level_weights(w_edge, tried, self._even)
             row = self._draw_among(w_edge, tried, u_cell, u_share, f + r, f + r + self.cfg.edge, row)
+        if u_share is not None and self.cfg.entry > 0:  # each level's first cells, every level alike
+            lo = f + r + self.cfg.edge
+            first = self.entry_cells()
+            w_entry = self.level_weights(first.long(), first, self._even)
+            row = self._draw_among(w_entry, first, u_cell, u_share, lo, lo + self.cfg.entry, row)
         if self.routes and u_route is not None:
             row = self._draw_among(w, self.on_route[:m], u_cell, u_route, 0.0, self.cfg.route, row)
         start = u_start >= int(self.p * (1 << U_BITS))
@@ -687,6 +700,16 @@ class StateArchive:
         task names none)."""
         held = self.torch.where(self._rows < self.count, self.progress[:self.m], -1)
         return held == held.max()
+
+    def entry_cells(self):
+        """bool [capacity]: each level's entry cells, the used cells holding j >= 1 milestones with the fewest steps
+        from the task's start of any cell holding j (none where the task names no milestones)."""
+        torch, m = self.torch, self.m
+        used = self._rows < self.count
+        lv = torch.where(used, self.progress[:m], 0).clamp_(0, len(self._even) - 1)
+        steps = torch.where(used, self.steps[:m], STEP_CAP + 1)
+        least = torch.full_like(self._even, STEP_CAP + 1).scatter_reduce_(0, lv, steps, "amin")
+        return used & (lv > 0) & (steps == least.gather(0, lv))
 
     def reach_cells(self):
         """bool [capacity]: the used cells that hold `level` milestones (every used cell where the task names
