@@ -105,7 +105,8 @@ def test_gpu_sh_refuses_what_it_cannot_do(tmp_path):
 
 def test_gpu_sh_jobs_outlive_the_call_and_wait_packs_them(tmp_path):
     """jobs_start returns at once with the job list running in a session of its own; jobs_wait waits for it and
-    packs every job's output, leaving checkpoints out."""
+    packs every job's output, leaving checkpoints out; once the jobs have ended it packs their final policies
+    (`policy.pt`) unless KEEP names what to keep."""
     import tarfile
 
     (tmp_path / "gpu").mkdir()
@@ -113,7 +114,8 @@ def test_gpu_sh_jobs_outlive_the_call_and_wait_packs_them(tmp_path):
     env = {**os.environ, "GPU_ROOT": str(tmp_path / "gpu"), "OUT": str(tmp_path / "out"),
            "RUNS": str(tmp_path / "runs"), "PY": sys.executable}
     jobs = tmp_path / "jobs.txt"
-    jobs.write_text("a: sleep 2; echo done > $JOB_OUT/result.txt; echo x > $JOB_OUT/checkpoint.pt\n")
+    jobs.write_text("a: sleep 2; echo done > $JOB_OUT/result.txt; echo x > $JOB_OUT/checkpoint.pt; "
+                    "echo p > $JOB_OUT/policy.pt\n")
 
     def gpu(*args):
         return subprocess.run(["bash", "scripts/gpu/gpu.sh", *args], cwd=ROOT, capture_output=True, text=True, env=env,
@@ -129,6 +131,11 @@ def test_gpu_sh_jobs_outlive_the_call_and_wait_packs_them(tmp_path):
     with tarfile.open(tmp_path / "out" / "jobs.tgz") as t:
         names = t.getnames()
     assert "./a/result.txt" in names and not any(n.endswith("checkpoint.pt") for n in names)
+    assert "./a/policy.pt" in names  # ended: the final policies come back with this call
+    env["KEEP"] = ""
+    assert gpu("jobs_wait", "1").returncode == 0
+    with tarfile.open(tmp_path / "out" / "jobs.tgz") as t:
+        assert "./a/policy.pt" not in t.getnames()  # KEEP set: as it says
 
 
 def test_dev_sh_without_a_command_prints_its_usage():

@@ -265,16 +265,18 @@ cmd_jobs_start() {
 
 ## jobs_wait SECONDS: wait until the jobs of jobs_start end or SECONDS pass, then pack what is there (checkpoints,
 #    policies and archives left out) into $OUT/jobs.tgz and print the runner's log; exit status 0 once all ended;
-#    KEEP [none]: of the names left out, those to pack after all (e.g. KEEP=policy.pt, a few MB a run)
+#    KEEP [policy.pt once all ended, else none]: of the names left out, those to pack after all (a few MB a run), so
+#    the final policies come back with the call that sees the jobs end (the machine may be gone by the next)
 cmd_jobs_wait() {
   [[ $# -eq 1 && $1 =~ ^[0-9]+$ ]] || die "usage: bash $SELF jobs_wait SECONDS"
   local d=$RUNS/jobs t0; t0=$(date +%s)
   [[ -e $d/.started ]] || die "no jobs started in $d (jobs_start FILE first)"
   while [[ ! -e $d/.ended ]] && (( $(date +%s) - t0 < $1 )); do sleep 5; done
   mkdir -p "$OUT"
-  local drop=() x
+  local drop=() x keep
+  if [[ -e $d/.ended ]]; then keep=${KEEP-policy.pt}; else keep=${KEEP-}; fi
   for x in checkpoint.pt policy.pt best_policy.pt 'policy_*s.pt' archive.npz 'events.out.*'; do
-    [[ " ${KEEP:-} " == *" $x "* ]] || drop+=("$x")
+    [[ " $keep " == *" $x "* ]] || drop+=("$x")
   done
   pack jobs "${drop[@]}"
   cat "$d/runner.log"
