@@ -473,3 +473,58 @@ def test_the_shown_milestones_row_moves_the_policy_with_the_full_view(kind):
         same = torch.equal(out[0], out[1])
         assert not same if view == "full" else (same or kind == "q_ln"), view
         assert model.describe()["view"] == view
+
+
+@pytest.mark.parametrize("kind", ["ac", "gru_skip", "q_ln"])
+def test_the_milestone_row_reaches_the_hidden_layer_as_a_vector(kind):
+    """With `milestone_row` the newest frame's last row joins the flattened convolutions before the hidden layer:
+    even the cropped view (whose convolutions never see that row) then tells apart two frames that differ only in
+    the shown milestones, and only the newest frame's row enters; the parameters keep a plain body's names (the
+    hidden layer 80 inputs wider) and the description names it only when on (older checkpoints still load)."""
+    from gbxcule.rl.models import ROW, ActorCritic, QNetwork
+
+    def build(row, view="cropped"):
+        torch.manual_seed(4)
+        if kind == "q_ln":
+            return QNetwork(8, 2, False, "small", layer_norm=True, view=view, milestone_row=row)
+        return ActorCritic(8, 2, False, "small", gru=8 if kind == "gru_skip" else None, gru_skip=kind == "gru_skip",
+                           view=view, milestone_row=row)
+
+    torch.manual_seed(3)
+    frame = torch.randint(0, 4, (1, 2, 72, 80), dtype=torch.uint8)
+    frame[..., 71, :] = 0
+    shown, older = frame.clone(), frame.clone()
+    shown[:, 1, 71, 4:12] = 3  # the newest frame: the second and third milestones held, 4 pixels each
+    older[:, 0, 71, 4:12] = 3  # the same drawn in the older frame only
+    for row in (False, True):
+        model = build(row)
+        with torch.no_grad():
+            out, _ = model.policy_step(torch.cat([frame, shown, older]), model.initial_state(3, "cpu"))
+        assert torch.equal(out[0], out[1]) is (not row) or kind == "q_ln" and not row
+        if row and kind != "q_ln":  # the cropped convolutions see row 71 of no frame (layer norm's whole-frame
+            assert torch.equal(out[0], out[2])  # statistics do, a little)
+        assert model.describe().get("milestone_row", False) is row
+    plain, wide = build(False).state_dict(), build(True).state_dict()
+    assert list(plain) == list(wide)
+    grew = [k for k in plain if plain[k].shape != wide[k].shape]
+    assert len(grew) == 1 and wide[grew[0]].shape[1] == plain[grew[0]].shape[1] + ROW
+
+
+def test_the_milestone_row_trains_checkpoints_and_evaluates_on_a_task_with_milestones(tmp_path):
+    """ppo.milestone_row on quest_m1 (the flags shown): training writes its model, the checkpoint says so, and
+    `gbxcule eval`'s loader rebuilds it from the run's config; without shown milestones it is one config line."""
+    from gbxcule.rl.training import evaluate
+
+    knobs = {"milestone_row": True, "gru": 8, "gru_skip": True, "minibatches": 1}
+    c = make_config(None, {"total_steps": 3 * 6 * 8,
+                           "env": {"num_envs": 6, "task": "quest_m1", "show_milestones": "auto"},
+                           "ppo": {"rollout_steps": 8, "epochs": 1, "model": "small", **knobs},
+                           "run": {"run_dir": str(tmp_path / "run"), "device": "cpu", "progress": False,
+                                   "tensorboard": False, "eval_episodes": 0}})
+    assert train(c)["updates"] == 3
+    ck = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)
+    assert ck["model_desc"]["milestone_row"] is True
+    rep = evaluate(tmp_path / "run", episodes=2, device="cpu", modes=("greedy",))
+    assert rep["greedy"]["episodes"] == 2
+    with pytest.raises(ConfigError, match="ppo.milestone_row reads the milestones env.show_milestones draws"):
+        tiny(tmp_path / "off", knobs)

@@ -512,12 +512,13 @@ def test_summarize_gives_each_milestones_first_reach_in_the_tasks_chain_order(tm
     assert list(run_entry["milestone_first"]) == ["MOM", "ELDER", "CLUB"]
 
 
-def _tiny_run(folder, task: str):
-    """A run folder of a tiny PPO run (16 env-steps on the CPU device) on `task`."""
+def _tiny_run(folder, task: str, env=None, ppo=None):
+    """A run folder of a tiny PPO run (16 env-steps on the CPU device) on `task` (more `env` and `ppo` settings)."""
     from gbxcule.rl.training import make_config, train
 
-    train(make_config(None, {"total_steps": 16, "env": {"num_envs": 2, "task": task},
-                             "ppo": {"rollout_steps": 4, "epochs": 1, "minibatches": 1, "model": "small"},
+    train(make_config(None, {"total_steps": 16, "env": {"num_envs": 2, "task": task, **(env or {})},
+                             "ppo": {"rollout_steps": 4, "epochs": 1, "minibatches": 1, "model": "small",
+                                     **(ppo or {})},
                              "run": {"run_dir": str(folder), "device": "cpu", "progress": False, "evals": 0,
                                      "eval_episodes": 0, "tensorboard": False}}))
     return folder
@@ -621,6 +622,39 @@ def test_bench_segments_along_plays_from_points_of_each_segments_solution(tmp_pa
 
     with pytest.raises(GbxculeError, match="no solution to start along"):
         seg.along_tasks(f"{nosol}:a", 4, None)
+
+
+def test_bench_segments_flags_measures_how_much_the_policy_reads_the_newest_shown_milestone(tmp_path, capsys):
+    """bench_segments.py --flags: at each --along point, the total variation between the policy's actions on the
+    observation and on it with the newest shown milestone cleared: exactly 0 for the cropped torso (which never sees
+    the row), above 0 for a fresh full-view policy, None at a point that holds no milestone; without shown milestones
+    or without --along it is one line and exit status 1."""
+    import json
+
+    pytest.importorskip("torch")
+    spec = importlib.util.spec_from_file_location("bench_segments", ROOT / "scripts/bench/bench_segments.py")
+    seg = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(seg)
+    shown = {"show_milestones": "auto"}
+    tv = {}
+    for view in ("full", "cropped"):
+        run_dir = _tiny_run(tmp_path / view, "quest", shown, {"view": view})
+        out = tmp_path / f"{view}.json"
+        assert seg.main([str(run_dir), "--tasks", "quest_m1", "quest_m2", "--episodes", "1", "--device", "cpu",
+                         "--along", "16", "--steps", "4", "--flags", "--out", str(out)]) == 0
+        rows = json.loads(out.read_text())["policies"][str(run_dir)]
+        assert rows["quest_m1"]["along"]["0"]["flags"] is None  # the quest's start holds no milestone
+        tv[view] = rows["quest_m2"]["along"]["0"]["flags"]  # MOM held
+    assert tv["cropped"] == 0 and 0 < tv["full"] <= 1, tv
+    assert "quest_m2 newest milestone cleared, total variation:" in capsys.readouterr().out
+    plain = _tiny_run(tmp_path / "plain", "quest")
+    for source, args, needle in ((plain, ["--along", "16"], "does not show milestones"),
+                                 (tmp_path / "full", [], "give --along too")):
+        r = run([sys.executable, "scripts/bench/bench_segments.py", str(source), "--device", "cpu", "--episodes",
+                 "1", "--out", str(tmp_path / "x.json"), "--tasks", "quest_m2", "--flags", *args])
+        lines = [x for x in r.stderr.splitlines() if x.strip() and not x.startswith(("Warp", "Module"))]
+        assert r.returncode == 1 and len(lines) == 1 and needle in lines[0], r.stderr
+    assert not (tmp_path / "x.json").exists()
 
 
 def test_bench_view_probes_each_view_reading_the_milestone_row(tmp_path, capsys):

@@ -17,6 +17,11 @@ solution (the task's start script and that many solution steps; `--steps` limits
 archive's `max_steps` limits an episode from a cell), so a policy that learned a segment's end and not its head
 passes from the later points only. Each episode starts, as every eval's, 0-8 random steps after its point, so
 neighbouring points overlap. A point at or past the goal reports None. `--sampled` adds sampled play.
+
+`--flags` (with `--along`, a task whose milestones are shown: env.show_milestones) asks whether the policy reads the
+shown milestones: at each point (no random steps) the total variation between its action distribution on the
+first observation and on the same observation with the newest held milestone cleared from the last row, from a
+fresh recurrent state; near 0 where it acts alike either way.
 """
 
 from __future__ import annotations
@@ -77,10 +82,47 @@ def along_tasks(spec: str, every: int, steps: int | None) -> list[tuple[int, obj
     return out
 
 
+def flag_reliance(source: str, task, device: str) -> float | None:
+    """The total variation between the policy's action distribution on `task`'s first observation and on the same
+    with the newest milestone the last row shows cleared (a fresh recurrent state); None where it shows none."""
+    import torch
+
+    from gbxcule.core.errors import GbxculeError
+    from gbxcule.rl.config import resolve_device
+    from gbxcule.rl.env import SHOWN_PX
+    from gbxcule.rl.evaluate import make_eval_env
+    from gbxcule.rl.rundir import final_policy, load_checkpoint
+    from gbxcule.rl.training import config_from_dict, load_model
+
+    device = resolve_device(device)
+    ck = load_checkpoint(final_policy(source))
+    env = make_eval_env(config_from_dict(ck["config"], evaluate_only=True).env, 1, device, 0, task)
+    try:
+        if not env.show_milestones:
+            raise GbxculeError(f"{source}: its env does not show milestones (env.show_milestones): --flags has none "
+                               "to clear")
+        model = load_model(ck, env, device)
+        obs = env.obs.clone()
+        per = SHOWN_PX if env.obs_mode == "pixels" else 1
+        held = (obs[0, -1, 71, :per * len(env.milestone_names)].view(-1, per) > 0).any(1).nonzero()
+        if not len(held):
+            return None
+        newest = int(held[-1])
+        cleared = obs.clone()
+        cleared[:, :, 71, newest * per:(newest + 1) * per] = 0
+        with torch.no_grad():
+            probs = [model.policy_step(o, model.initial_state(1, device))[0].float().softmax(-1)
+                     for o in (obs, cleared)]
+        return 0.5 * float((probs[0] - probs[1]).abs().sum())
+    finally:
+        env.close()
+
+
 def measure(sources: list[str], tasks: list[str] | None, episodes: int, device: str, along: int | None = None,
-            steps: int | None = None, sampled: bool = False) -> dict:
+            steps: int | None = None, sampled: bool = False, flags: bool = False) -> dict:
     """{"policies": {source: {task: {"greedy", "mean_deepest"[, "sampled"][, "along"]}}}}, evaluated in that order;
-    "along": {j: {"greedy"[, "sampled"]}} from j steps into the task's solution (`along_tasks`)."""
+    "along": {j: {"greedy"[, "sampled"][, "flags"]}} from j steps into the task's solution (`along_tasks`; "flags":
+    `flag_reliance` there)."""
     from gbxcule.core.errors import GbxculeError
     from gbxcule.rl.training import evaluate
 
@@ -89,6 +131,8 @@ def measure(sources: list[str], tasks: list[str] | None, episodes: int, device: 
         raise GbxculeError(f"--along and --steps must be >= 1, got {along} and {steps}")
     if steps is not None and along is None:
         raise GbxculeError("--steps limits the --along episodes: give --along too")
+    if flags and along is None:
+        raise GbxculeError("--flags is measured at the --along points: give --along too")
 
     out: dict = {"policies": {}}
     for source in sources:
@@ -111,6 +155,8 @@ def measure(sources: list[str], tasks: list[str] | None, episodes: int, device: 
                 for j, at in points[task]:
                     rep = evaluate(source, episodes=episodes, device=device, task=at, modes=modes)
                     rows[task]["along"][str(j)] = {m: rep[m]["success_rate"] for m in modes}
+                    if flags:
+                        rows[task]["along"][str(j)]["flags"] = flag_reliance(source, at, device)
         out["policies"][source] = rows
     return out
 
@@ -134,6 +180,10 @@ def table(result: dict) -> str:
             if r.get("along"):
                 pct = " ".join("-" if v["greedy"] is None else f"{100 * v['greedy']:.0f}" for v in r["along"].values())
                 lines.append(f"{label[-26:]} {t.rpartition(':')[2]} from steps {', '.join(r['along'])}: {pct}")
+                if any("flags" in v for v in r["along"].values()):
+                    tv = " ".join("-" if v.get("flags") is None else f"{v['flags']:.2f}" for v in r["along"].values())
+                    lines.append(f"{label[-26:]} {t.rpartition(':')[2]} newest milestone cleared, total variation: "
+                                 f"{tv}")
     return "\n".join(lines)
 
 
@@ -147,16 +197,19 @@ def main(argv=None) -> int:
     ap.add_argument("--along", type=int, metavar="K", help="also play from every K-th step of each task's solution")
     ap.add_argument("--steps", type=int, help="the step limit of the --along episodes (default: the task's)")
     ap.add_argument("--sampled", action="store_true", help="also play sampled")
+    ap.add_argument("--flags", action="store_true", help="with --along: how much the policy's actions there depend on "
+                    "the newest shown milestone")
     args = ap.parse_args(argv)
     from gbxcule.core.errors import GbxculeError
     from gbxcule.harness.bench import environment
 
     try:
-        result = measure(args.sources, args.tasks, args.episodes, args.device, args.along, args.steps, args.sampled)
+        result = measure(args.sources, args.tasks, args.episodes, args.device, args.along, args.steps, args.sampled,
+                         args.flags)
     except GbxculeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    result.update(episodes=args.episodes, device=args.device, along=args.along, steps=args.steps,
+    result.update(episodes=args.episodes, device=args.device, along=args.along, steps=args.steps, flags=args.flags,
                   environment=environment())
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(table(result))

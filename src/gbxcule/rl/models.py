@@ -23,6 +23,7 @@ TORSO = {"nature": (32, 64, 64, 512), "small": (16, 32, 32, 256)}  # conv filter
 VIEWS = ("full", "cropped")
 VIEW_BEFORE = "cropped"  # the torso of a checkpoint whose model description names no view (rl/rundir.py)
 CONV_OUT = {"full": ((17, 19), (8, 9), (6, 7)), "cropped": ((17, 19), (7, 8), (5, 6))}  # 72x80 through the convs
+ROW = 80  # `milestone_row`: the newest frame's last row (env.show_milestones draws the flags there), as a vector
 
 
 def _init(layer: nn.Module, gain: float = math.sqrt(2)) -> nn.Module:
@@ -35,18 +36,19 @@ class ActorCritic(nn.Module):
     """A Nature-DQN-style CNN ("nature": 32-64-64 filters, 512 hidden; "small": 16-32-32, 256) with a policy
     and a value head. Input uint8 [B, K, 72, 80] shades (or [B, K, 72, 20] packed with `packed=True`),
     scaled to [0, 1] inside. With `gru` the heads read a GRU's state over the CNN's features; with `gru_skip`
-    they read the features too, beside it (what needs no memory can be learned as without the GRU). `view`: VIEWS."""
+    they read the features too, beside it (what needs no memory can be learned as without the GRU). `view`: VIEWS;
+    `milestone_row`: `cnn_torso`'s."""
 
     def __init__(self, num_actions: int, stack_k: int = 1, packed: bool = False, arch: str = "nature",
-                 gru: int | None = None, gru_skip: bool = False, view: str = "full"):
+                 gru: int | None = None, gru_skip: bool = False, view: str = "full", milestone_row: bool = False):
         super().__init__()
         if gru is not None and (isinstance(gru, bool) or not isinstance(gru, int) or gru < 1):
             raise ValueError(f"gru (the recurrent state's size) must be an integer >= 1 or none, got {gru!r}")
         if gru_skip and gru is None:
             raise ValueError("gru_skip needs a gru (the heads read the features beside its state)")
         self.num_actions, self.stack_k, self.packed, self.arch, self.gru = num_actions, stack_k, packed, arch, gru
-        self.gru_skip, self.view = bool(gru_skip), view
-        self.body, hidden = cnn_torso(stack_k, arch, view=view)
+        self.gru_skip, self.view, self.milestone_row = bool(gru_skip), view, bool(milestone_row)
+        self.body, hidden = cnn_torso(stack_k, arch, view=view, milestone_row=self.milestone_row)
         width = hidden + gru if self.gru_skip else (gru or hidden)
         self.pi = _init(nn.Linear(width, num_actions), 0.01)
         self.v = _init(nn.Linear(width, 1), 1.0)
@@ -62,10 +64,12 @@ class ActorCritic(nn.Module):
             d["gru"] = self.gru
         if self.gru_skip:
             d["gru_skip"] = True
+        if self.milestone_row:
+            d["milestone_row"] = True
         return d
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.body(scaled(obs, self.packed, next(self.parameters()).dtype))
+        return torso_features(self.body, scaled(obs, self.packed, next(self.parameters()).dtype), self.milestone_row)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits, value) of a feed-forward model (a recurrent one steps through `forward_step`)."""
@@ -111,10 +115,13 @@ class ActorCritic(nn.Module):
         return logits, (None if state is None else state.float())
 
 
-def cnn_torso(stack_k: int, arch: str, layer_norm: bool = False, view: str = "full") -> tuple[nn.Sequential, int]:
+def cnn_torso(stack_k: int, arch: str, layer_norm: bool = False, view: str = "full",
+              milestone_row: bool = False) -> tuple[nn.Sequential, int]:
     """The Nature-DQN-style CNN every model shares, and its output width. `layer_norm` normalises each conv
     layer's output over (C, H, W) (GroupNorm with one group) and the hidden layer (LayerNorm) before the ReLU;
-    `view`: VIEWS."""
+    `view`: VIEWS; `milestone_row`: the hidden layer also reads the newest frame's last row, ROW shades, beside the
+    flattened convolutions (`torso_features` runs it), so the milestones env.show_milestones draws there are an
+    input of their own rather than one row of the picture."""
     if arch not in MODELS:
         raise ValueError(f"model must be one of {', '.join(MODELS)}, got {arch!r}")
     if view not in VIEWS:
@@ -129,8 +136,22 @@ def cnn_torso(stack_k: int, arch: str, layer_norm: bool = False, view: str = "fu
         _init(nn.Conv2d(stack_k, c1, 8, stride=4)), *norm(c1, True), nn.ReLU(),  # 72x80 -> 17x19
         _init(nn.Conv2d(c1, c2, 4, stride=2, padding=int(view == "full"))), *norm(c2, True), nn.ReLU(),
         _init(nn.Conv2d(c2, c3, 3, stride=1)), *norm(c3, True), nn.ReLU(),  # -> 8x9 -> 6x7 (cropped: 7x8 -> 5x6)
-        nn.Flatten(), _init(nn.Linear(c3 * h3 * w3, hidden)), *norm(hidden, False), nn.ReLU())
+        nn.Flatten(), _init(nn.Linear(c3 * h3 * w3 + ROW * milestone_row, hidden)), *norm(hidden, False), nn.ReLU())
     return body, hidden
+
+
+def torso_features(body: nn.Sequential, x: torch.Tensor, milestone_row: bool) -> torch.Tensor:
+    """`cnn_torso`'s features of scaled frames x [B, K, 72, 80]; with `milestone_row` the newest frame's last row
+    joins the flattened convolutions before the hidden layer (the body's modules run in order; its parameters'
+    names are those of a body without it)."""
+    if not milestone_row:
+        return body(x)
+    h = x
+    for layer in body:
+        h = layer(h)
+        if isinstance(layer, nn.Flatten):
+            h = torch.cat((h, x[:, -1, -1, :].to(h.dtype)), 1)
+    return h
 
 
 def activation_bytes(arch: str, stack_k: int, packed: bool, train: bool, layer_norm: bool = False,
@@ -170,23 +191,26 @@ class QNetwork(nn.Module):
     kind = "q"
 
     def __init__(self, num_actions: int, stack_k: int = 1, packed: bool = False, arch: str = "nature",
-                 dueling: bool = False, layer_norm: bool = False, view: str = "full"):
+                 dueling: bool = False, layer_norm: bool = False, view: str = "full", milestone_row: bool = False):
         super().__init__()
         self.num_actions, self.stack_k, self.packed, self.arch = num_actions, stack_k, packed, arch
-        self.dueling, self.layer_norm, self.view = dueling, layer_norm, view
-        self.body, hidden = cnn_torso(stack_k, arch, layer_norm, view)
+        self.dueling, self.layer_norm, self.view, self.milestone_row = dueling, layer_norm, view, bool(milestone_row)
+        self.body, hidden = cnn_torso(stack_k, arch, layer_norm, view, self.milestone_row)
         self.q = _init(nn.Linear(hidden, num_actions), 1.0)
         self.v = _init(nn.Linear(hidden, 1), 1.0) if dueling else None
 
     def describe(self) -> dict:
-        return {"arch": self.arch, "num_actions": self.num_actions, "stack_k": self.stack_k, "packed": self.packed,
-                "view": self.view, "head": "dueling" if self.dueling else "q", "layer_norm": self.layer_norm,
-                "params": sum(p.numel() for p in self.parameters())}
+        d = {"arch": self.arch, "num_actions": self.num_actions, "stack_k": self.stack_k, "packed": self.packed,
+             "view": self.view, "head": "dueling" if self.dueling else "q", "layer_norm": self.layer_norm,
+             "params": sum(p.numel() for p in self.parameters())}
+        if self.milestone_row:
+            d["milestone_row"] = True
+        return d
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Action values [B, A], float32: the head runs outside autocast (values of different actions often
         differ by less than bf16 resolves)."""
-        h = self.body(scaled(obs, self.packed, next(self.parameters()).dtype))
+        h = torso_features(self.body, scaled(obs, self.packed, next(self.parameters()).dtype), self.milestone_row)
         with torch.autocast(h.device.type, enabled=False):
             h = h.float()
             q = self.q(h)

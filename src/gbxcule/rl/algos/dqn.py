@@ -55,12 +55,14 @@ class DQNConfig:
     checkpoint_buffer: bool = False  # keep the buffer in checkpoints (bit-exact resume; else resume refills it)
     model: str = knob("nature", choices=MODELS)
     view: str = knob("full", choices=VIEWS)  # what of the frame the CNN sees (rl/models.py VIEWS)
+    milestone_row: bool = False  # the hidden layer also reads the shown milestones' row as a vector (rl/models.py)
     compile: bool = False  # torch.compile the network and the loss
     amp: str = knob("auto", choices=("auto", "bf16", "off"))  # auto: bf16 autocast on CUDA
 
 
 def build_model(d: DQNConfig, num_actions: int, stack_k: int, packed: bool) -> QNetwork:
-    return QNetwork(num_actions, stack_k, packed, d.model, dueling=d.dueling, view=d.view)
+    return QNetwork(num_actions, stack_k, packed, d.model, dueling=d.dueling, view=d.view,
+                    milestone_row=d.milestone_row)
 
 
 def steps_per_update(cfg) -> int:

@@ -7,14 +7,14 @@ eval, checkpoints, stop rules) `rl/session.py`.
     gbxcule train --config configs/leave_house_ppo_share.toml   # one epoch, half the envs train each rollout
 
 With `learn_share` s < 1 every env acts, but only a block of ceil(s x num_envs) envs (moving on by its size each
-update, so every env takes its turn) is stored and trained on: at 16-65K envs the learner, not the emulator, sets
-the pace, and `epochs = 1` with minibatches is then PPO's update with each sample used once (docs/training.md).
+update, so every env takes its turn) is stored and trained on: at 16-65K envs the learner sets the pace, and one
+epoch of minibatches uses each sample once (docs/training.md).
 
 With `gru = H` the policy is recurrent (a GRU of H over the CNN features, reset where an episode ends; with
 env.archive.memory = "cell" to its cell's kept state): every acting env carries its state; the state each learning
 env starts a rollout with is kept, and the update's minibatches are groups of learning envs whose whole rollouts are
-unrolled again from it (backpropagation through the rollout's steps), as CleanRL's LSTM PPO does. With `overlap`
-each rollout is collected beside the learner's update of the one before, correcting for acting one update behind."""
+unrolled again from it (backpropagation through the rollout's steps), as CleanRL's LSTM PPO does. `overlap` collects
+each rollout beside the learner's update of the one before, correcting for acting one update behind."""
 
 from __future__ import annotations
 
@@ -37,8 +37,7 @@ class PPOConfig:
     rollout_steps: int = knob(32, min=1)
     epochs: int = knob(4, min=1)
     minibatches: int = knob(4, min=1)
-    # share of the envs whose rollout is stored and trained on: every env acts, a block of ceil(share * num_envs)
-    # envs that moves on each update feeds the learner
+    # share of the envs whose rollout is trained on: every env acts, a moving block of ceil(share * num_envs) learns
     learn_share: float = knob(1.0, gt=0, max=1)
     lr: float = knob(2.5e-4, gt=0)
     anneal_lr: bool = True
@@ -53,6 +52,7 @@ class PPOConfig:
     target_kl: float | None = knob(None, gt=0)  # stop an update's epochs once approx_kl passes it
     model: str = knob("nature", choices=MODELS)
     view: str = knob("full", choices=VIEWS)  # what of the frame the CNN sees (rl/models.py VIEWS)
+    milestone_row: bool = False  # the hidden layer also reads the shown milestones' row as a vector (rl/models.py)
     channels_last: bool = False  # the CNN's weights and activations channels-last (NHWC): fewer cuDNN layout copies
     compile: bool = False
     amp: str = knob("auto", choices=("auto", "bf16", "off"))  # auto: bf16 autocast on CUDA
@@ -62,7 +62,7 @@ class PPOConfig:
 
 
 def build_model(p: PPOConfig, num_actions: int, stack_k: int, packed: bool) -> ActorCritic:
-    return ActorCritic(num_actions, stack_k, packed, p.model, gru=p.gru, gru_skip=p.gru_skip, view=p.view)
+    return ActorCritic(num_actions, stack_k, packed, p.model, p.gru, p.gru_skip, p.view, p.milestone_row)
 
 
 def acting_envs(cfg) -> int:

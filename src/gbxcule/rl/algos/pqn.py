@@ -39,12 +39,14 @@ class PQNConfig:
     dueling: bool = False
     model: str = knob("nature", choices=MODELS)
     view: str = knob("full", choices=VIEWS)  # what of the frame the CNN sees (rl/models.py VIEWS)
+    milestone_row: bool = False  # the hidden layer also reads the shown milestones' row as a vector (rl/models.py)
     compile: bool = False  # torch.compile the network
     amp: str = knob("auto", choices=("auto", "bf16", "off"))  # auto: bf16 autocast on CUDA
 
 
 def build_model(p: PQNConfig, num_actions: int, stack_k: int, packed: bool) -> QNetwork:
-    return QNetwork(num_actions, stack_k, packed, p.model, dueling=p.dueling, layer_norm=p.layer_norm, view=p.view)
+    return QNetwork(num_actions, stack_k, packed, p.model, dueling=p.dueling, layer_norm=p.layer_norm, view=p.view,
+                    milestone_row=p.milestone_row)
 
 
 def steps_per_update(cfg) -> int:
