@@ -528,3 +528,19 @@ def test_the_milestone_row_trains_checkpoints_and_evaluates_on_a_task_with_miles
     assert rep["greedy"]["episodes"] == 2
     with pytest.raises(ConfigError, match="ppo.milestone_row reads the milestones env.show_milestones draws"):
         tiny(tmp_path / "off", knobs)
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "dqn", "pqn"])
+def test_every_algorithm_builds_the_milestone_row_from_its_config_and_refuses_it_unshown(tmp_path, algo):
+    """`<algo>.milestone_row` reaches the model each algorithm builds (its description names it); with
+    env.show_milestones off it is one config line naming the knob."""
+    from gbxcule.rl.algos import get
+
+    env = {"num_envs": 4, "task": "quest_m1"}
+    run = {"run_dir": str(tmp_path), "device": "cpu", "progress": False, "tensorboard": False}
+    on = {"algo": algo, "total_steps": 100_000, algo: {"milestone_row": True, "model": "small"}, "run": run}
+    cfg = make_config(None, {**on, "env": {**env, "show_milestones": "auto"}})
+    model = get(algo).build_model(cfg.section, 8, cfg.env.stack_k, cfg.env.obs == "packed")
+    assert model.describe()["milestone_row"] is True
+    with pytest.raises(ConfigError, match=f"{algo}.milestone_row reads the milestones"):
+        make_config(None, {**on, "env": env})
