@@ -106,7 +106,7 @@ def test_gpu_sh_refuses_what_it_cannot_do(tmp_path):
 def test_gpu_sh_jobs_outlive_the_call_and_wait_packs_them(tmp_path):
     """jobs_start returns at once with the job list running in a session of its own; jobs_wait waits for it and
     packs every job's output, leaving checkpoints out; once the jobs have ended it packs their final policies
-    (`policy.pt`) unless KEEP names what to keep."""
+    (`policy.pt`) unless KEEP names what to keep; a pack larger than PART_BYTES comes as parts that join to it."""
     import tarfile
 
     (tmp_path / "gpu").mkdir()
@@ -136,6 +136,14 @@ def test_gpu_sh_jobs_outlive_the_call_and_wait_packs_them(tmp_path):
     assert gpu("jobs_wait", "1").returncode == 0
     with tarfile.open(tmp_path / "out" / "jobs.tgz") as t:
         assert "./a/policy.pt" not in t.getnames()  # KEEP set: as it says
+    env["PART_BYTES"] = "100"  # over what a call returns: parts that join to the same archive
+    r = gpu("jobs_wait", "1")
+    parts = sorted((tmp_path / "out").glob("jobs.tgz.part-*"))
+    assert r.returncode == 0 and len(parts) > 1 and "parts: cat jobs.tgz.part-*" in r.stdout, r.stdout + r.stderr
+    assert not (tmp_path / "out" / "jobs.tgz").exists() and all(p.stat().st_size <= 100 for p in parts)
+    (tmp_path / "joined.tgz").write_bytes(b"".join(p.read_bytes() for p in parts))
+    with tarfile.open(tmp_path / "joined.tgz") as t:
+        assert "./a/result.txt" in t.getnames()
 
 
 def test_dev_sh_without_a_command_prints_its_usage():

@@ -266,7 +266,9 @@ cmd_jobs_start() {
 ## jobs_wait SECONDS: wait until the jobs of jobs_start end or SECONDS pass, then pack what is there (checkpoints,
 #    policies and archives left out) into $OUT/jobs.tgz and print the runner's log; exit status 0 once all ended;
 #    KEEP [policy.pt once all ended, else none]: of the names left out, those to pack after all (a few MB a run), so
-#    the final policies come back with the call that sees the jobs end (the machine may be gone by the next)
+#    the final policies come back with the call that sees the jobs end (the machine may be gone by the next);
+#    PART_BYTES [15 MiB]: a larger jobs.tgz is split into jobs.tgz.part-aa, -ab, ... of that size (a call returns
+#    files of at most 16 MiB, 8 of them): `cat jobs.tgz.part-* > jobs.tgz` joins them
 cmd_jobs_wait() {
   [[ $# -eq 1 && $1 =~ ^[0-9]+$ ]] || die "usage: bash $SELF jobs_wait SECONDS"
   local d=$RUNS/jobs t0; t0=$(date +%s)
@@ -278,7 +280,13 @@ cmd_jobs_wait() {
   for x in checkpoint.pt policy.pt best_policy.pt 'policy_*s.pt' archive.npz 'events.out.*'; do
     [[ " $keep " == *" $x "* ]] || drop+=("$x")
   done
+  rm -f "$OUT"/jobs.tgz.part-*
   pack jobs "${drop[@]}"
+  local part=${PART_BYTES:-15728640}
+  if (( $(stat -c %s "$OUT/jobs.tgz") > part )); then
+    split -b "$part" "$OUT/jobs.tgz" "$OUT/jobs.tgz.part-" && rm "$OUT/jobs.tgz"
+    echo "split into $(ls "$OUT"/jobs.tgz.part-* | wc -l) parts: cat jobs.tgz.part-* > jobs.tgz"
+  fi
   cat "$d/runner.log"
   [[ -e $d/.ended ]] || { echo "still running after $1 s: call jobs_wait again within the idle release"; return 3; }
 }
