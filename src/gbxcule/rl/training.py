@@ -72,7 +72,7 @@ def make_config(path=None, overrides: dict | None = None):
     if keeps_memory(cfg.env.archive) and not spec.cell_memory:
         raise ConfigError(f"env.archive.memory = 'cell' keeps a recurrent policy's state with the cells: {algo} does "
                           f"not (ppo with ppo.gru does); set it to 'zero' or train ppo")
-    if getattr(cfg.section, "milestone_row", False) and cfg.env.show_milestones == "off":
+    if cfg.section.milestone_row and cfg.env.show_milestones == "off":  # every algorithm has the knob
         raise ConfigError(f"{algo}.milestone_row reads the milestones env.show_milestones draws in the last row: set "
                           f"env.show_milestones to \"auto\" or \"on\"")
     if spec.check is not None:
