@@ -636,7 +636,8 @@ def test_bench_segments_flags_measures_how_much_the_policy_reads_the_newest_show
     """bench_segments.py --flags: at each --along point, the total variation between the policy's actions on the
     observation and on it with the newest shown milestone cleared: exactly 0 for the cropped torso (which never sees
     the row), above 0 for a fresh full-view policy, None at a point that holds no milestone; without shown milestones
-    or without --along it is one line and exit status 1."""
+    or without --along it is one line and exit status 1. --agree: the greedy action and the probability of the
+    solution's next one, exact for a policy that acts by its head's bias alone."""
     import json
 
     pytest.importorskip("torch")
@@ -655,6 +656,29 @@ def test_bench_segments_flags_measures_how_much_the_policy_reads_the_newest_show
         tv[view] = rows["quest_m2"]["along"]["0"]["flags"]  # MOM held
     assert tv["cropped"] == 0 and 0 < tv["full"] <= 1, tv
     assert "quest_m2 newest milestone cleared, total variation:" in capsys.readouterr().out
+
+    # --agree: a policy whose action head is only its bias acts by softmax(bias) everywhere
+    import torch
+
+    from gbxcule.core.action_codec import get_codec
+    from gbxcule.rl.tasks import load_task
+
+    ck = torch.load(tmp_path / "full" / "policy.pt", weights_only=False)
+    bias = torch.tensor([0.0, 3.0, 0.0, 0.0, 1.0, 2.0, 0.0, 0.0])
+    ck["model"]["pi.weight"].zero_()
+    ck["model"]["pi.bias"].copy_(bias)
+    torch.save(ck, tmp_path / "biased.pt")
+    out = tmp_path / "agree.json"
+    assert seg.main([str(tmp_path / "biased.pt"), "--tasks", "quest_m2", "--episodes", "1", "--device", "cpu",
+                     "--along", "5", "--steps", "4", "--agree", "--out", str(out)]) == 0
+    along = json.loads(out.read_text())["policies"][str(tmp_path / "biased.pt")]["quest_m2"]["along"]
+    names, solution, probs = get_codec(ck["codec"]).names, load_task("quest_m2").solution, bias.softmax(0)
+    assert list(along) == [str(j) for j in range(0, len(solution), 5)]
+    for j, v in along.items():
+        want = solution[int(j)]
+        assert v["agree"] == {"solution": names[want], "p_solution": pytest.approx(float(probs[want])),
+                              "greedy": "a"} and "flags" not in v
+    assert "the solution's action, its probability, the greedy action: down 0.21 a" in capsys.readouterr().out
     plain = _tiny_run(tmp_path / "plain", "quest")
     for source, args, needle in ((plain, ["--along", "16"], "does not show milestones"),
                                  (tmp_path / "full", [], "give --along too")):

@@ -21,7 +21,10 @@ neighbouring points overlap. A point at or past the goal reports None. `--sample
 `--flags` (with `--along`, a task whose milestones are shown: env.show_milestones) asks whether the policy reads the
 shown milestones: at each point (no random steps) the total variation between its action distribution on the
 first observation and on the same observation with the newest held milestone cleared from the last row, from a
-fresh recurrent state; near 0 where it acts alike either way.
+fresh recurrent state; near 0 where it acts alike either way. `--agree` (with `--along`) asks where the policy
+leaves the solution: at each point (no random steps, a fresh recurrent state) its greedy action beside the
+solution's next one and the probability it gives that one. The solution is one way through, so a different action is
+not always a wrong one (another route, or a button that does nothing there).
 """
 
 from __future__ import annotations
@@ -82,9 +85,11 @@ def along_tasks(spec: str, every: int, steps: int | None) -> list[tuple[int, obj
     return out
 
 
-def flag_reliance(source: str, task, device: str) -> float | None:
-    """The total variation between the policy's action distribution on `task`'s first observation and on the same
-    with the newest milestone the last row shows cleared (a fresh recurrent state); None where it shows none."""
+def first_look(source: str, task, device: str, flags: bool) -> dict:
+    """The policy at `task`'s first observation (no random steps, a fresh recurrent state): "agree", its greedy
+    action beside the task's solution's next action and the probability it gives that action; with `flags`,
+    "flags", the total variation between its action distribution there and on the same observation with the newest
+    milestone the last row shows cleared (None where it shows none)."""
     import torch
 
     from gbxcule.core.errors import GbxculeError
@@ -98,31 +103,35 @@ def flag_reliance(source: str, task, device: str) -> float | None:
     ck = load_checkpoint(final_policy(source))
     env = make_eval_env(config_from_dict(ck["config"], evaluate_only=True).env, 1, device, 0, task)
     try:
-        if not env.show_milestones:
+        if flags and not env.show_milestones:
             raise GbxculeError(f"{source}: its env does not show milestones (env.show_milestones): --flags has none "
                                "to clear")
         model = load_model(ck, env, device)
-        obs = env.obs.clone()
-        per = SHOWN_PX if env.obs_mode == "pixels" else 1
-        held = (obs[0, -1, 71, :per * len(env.milestone_names)].view(-1, per) > 0).any(1).nonzero()
-        if not len(held):
-            return None
-        newest = int(held[-1])
-        cleared = obs.clone()
-        cleared[:, :, 71, newest * per:(newest + 1) * per] = 0
+        obs = [env.obs.clone()]
+        if flags:
+            per = SHOWN_PX if env.obs_mode == "pixels" else 1
+            held = (obs[0][0, -1, 71, :per * len(env.milestone_names)].view(-1, per) > 0).any(1).nonzero()
+            if len(held):
+                newest = int(held[-1])
+                obs.append(obs[0].clone())
+                obs[1][:, :, 71, newest * per:(newest + 1) * per] = 0
         with torch.no_grad():
-            probs = [model.policy_step(o, model.initial_state(1, device))[0].float().softmax(-1)
-                     for o in (obs, cleared)]
-        return 0.5 * float((probs[0] - probs[1]).abs().sum())
+            probs = [model.policy_step(o, model.initial_state(1, device))[0].float().softmax(-1)[0] for o in obs]
+        names, want = env.codec.names, task.solution[0]
+        out = {"agree": {"solution": names[want], "p_solution": float(probs[0][want]),
+                         "greedy": names[int(probs[0].argmax())]}}
+        if flags:
+            out["flags"] = 0.5 * float((probs[0] - probs[1]).abs().sum()) if len(probs) == 2 else None
+        return out
     finally:
         env.close()
 
 
 def measure(sources: list[str], tasks: list[str] | None, episodes: int, device: str, along: int | None = None,
-            steps: int | None = None, sampled: bool = False, flags: bool = False) -> dict:
+            steps: int | None = None, sampled: bool = False, flags: bool = False, agree: bool = False) -> dict:
     """{"policies": {source: {task: {"greedy", "mean_deepest"[, "sampled"][, "along"]}}}}, evaluated in that order;
-    "along": {j: {"greedy"[, "sampled"][, "flags"]}} from j steps into the task's solution (`along_tasks`; "flags":
-    `flag_reliance` there)."""
+    "along": {j: {"greedy"[, "sampled"][, "flags"][, "agree"]}} from j steps into the task's solution
+    (`along_tasks`; "flags", "agree": `first_look` there)."""
     from gbxcule.core.errors import GbxculeError
     from gbxcule.rl.training import evaluate
 
@@ -131,8 +140,8 @@ def measure(sources: list[str], tasks: list[str] | None, episodes: int, device: 
         raise GbxculeError(f"--along and --steps must be >= 1, got {along} and {steps}")
     if steps is not None and along is None:
         raise GbxculeError("--steps limits the --along episodes: give --along too")
-    if flags and along is None:
-        raise GbxculeError("--flags is measured at the --along points: give --along too")
+    if (flags or agree) and along is None:
+        raise GbxculeError("--flags and --agree are measured at the --along points: give --along too")
 
     out: dict = {"policies": {}}
     for source in sources:
@@ -155,8 +164,9 @@ def measure(sources: list[str], tasks: list[str] | None, episodes: int, device: 
                 for j, at in points[task]:
                     rep = evaluate(source, episodes=episodes, device=device, task=at, modes=modes)
                     rows[task]["along"][str(j)] = {m: rep[m]["success_rate"] for m in modes}
-                    if flags:
-                        rows[task]["along"][str(j)]["flags"] = flag_reliance(source, at, device)
+                    if flags or agree:
+                        look = first_look(source, at, device, flags)
+                        rows[task]["along"][str(j)].update(look if agree else {"flags": look["flags"]})
         out["policies"][source] = rows
     return out
 
@@ -184,6 +194,11 @@ def table(result: dict) -> str:
                     tv = " ".join("-" if v.get("flags") is None else f"{v['flags']:.2f}" for v in r["along"].values())
                     lines.append(f"{label[-26:]} {t.rpartition(':')[2]} newest milestone cleared, total variation: "
                                  f"{tv}")
+                if any("agree" in v for v in r["along"].values()):
+                    ag = " ".join(f"{v['agree']['solution']} {v['agree']['p_solution']:.2f} {v['agree']['greedy']}"
+                                  for v in r["along"].values())
+                    lines.append(f"{label[-26:]} {t.rpartition(':')[2]} the solution's action, its probability, the "
+                                 f"greedy action: {ag}")
     return "\n".join(lines)
 
 
@@ -199,18 +214,20 @@ def main(argv=None) -> int:
     ap.add_argument("--sampled", action="store_true", help="also play sampled")
     ap.add_argument("--flags", action="store_true", help="with --along: how much the policy's actions there depend on "
                     "the newest shown milestone")
+    ap.add_argument("--agree", action="store_true", help="with --along: the policy's greedy action there and the "
+                    "probability it gives the solution's")
     args = ap.parse_args(argv)
     from gbxcule.core.errors import GbxculeError
     from gbxcule.harness.bench import environment
 
     try:
         result = measure(args.sources, args.tasks, args.episodes, args.device, args.along, args.steps, args.sampled,
-                         args.flags)
+                         args.flags, args.agree)
     except GbxculeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     result.update(episodes=args.episodes, device=args.device, along=args.along, steps=args.steps, flags=args.flags,
-                  environment=environment())
+                  agree=args.agree, environment=environment())
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(table(result))
     print(f"wrote {args.out}")
