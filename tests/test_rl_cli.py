@@ -52,6 +52,15 @@ def test_goal_capture_show_calibrate(tmp_path, capsys):
     assert rc == 0 and near["random_p"]["0"] < r["random_p"]["0"]
     rc, _, err = cli(capsys, "goal", "calibrate", str(tpl), "--task", "leave_house", "--start-states", "solution:x")
     assert rc != 0 and len(err.strip().splitlines()) == 1
+    # a template for envs of the mean view: captured, calibrated and used in that view
+    mean = tmp_path / "mean.npz"
+    rc, out, _ = cli(capsys, "goal", "capture", "--task", "leave_house", "--view", "mean", "--out", str(mean), "--json")
+    assert rc == 0 and json.loads(out)["meta"]["view"] == "mean"
+    env = GameEnv(task="leave_house", num_envs=1, obs_view="mean", goal=mean)
+    assert np.array_equal(GoalTemplate.load(mean).frames, env.template.frames)
+    rc, out, _ = cli(capsys, "goal", "calibrate", str(mean), "--task", "leave_house", "--envs", "4", "--steps", "3",
+                     "--plot", str(tmp_path / "m.png"), "--json")
+    assert rc == 0 and json.loads(out)["separated"] and sum(json.loads(out)["solution_hist"]) == 13
     # a trace file (indices) and a ROM with no task
     trace = tmp_path / "trace.txt"
     trace.write_text("0 0 0 0 0 7 7 7 7 5 5 5 5 5 5 7 0 0\n")

@@ -301,6 +301,43 @@ def test_template_file_format_and_fit(tmp_path):
             GameEnv(task="leave_house", num_envs=1, goal=other)
 
 
+def test_the_mean_view_from_a_config_samples_2x2_blocks_and_keeps_its_templates_apart(tmp_path):
+    """env.obs_view: "stride" shows pixel (2r, 2c) of the screen, "mean" each 2x2 block's mean rounded half up, each
+    checked against the full screen after a few steps; a task's template is captured in the env's view, a template of
+    the other view is refused by name, and a template file from before the view loads as "stride"."""
+    import io
+    import json
+
+    from gbxcule.rl.config import ConfigError, make_env
+    from gbxcule.rl.training import make_config
+
+    seen = {}
+    for view in ("stride", "mean"):
+        cfg = make_config(None, {"env": {"task": "leave_house", "num_envs": 2, "obs_view": view},
+                                 "run": {"device": "cpu"}})
+        env = make_env(cfg.env, "cpu", 0)
+        env.reset(seed=0)
+        for a in (5, 5, 7, 0):
+            env.step(torch.full((2,), a, dtype=torch.int32))
+        full = env.frames().astype(int)
+        want = full[:, ::2, ::2] if view == "stride" else (full.reshape(2, 72, 2, 80, 2).sum((2, 4)) + 2) // 4
+        assert np.array_equal(env.obs[:, -1].numpy(), want)
+        assert env.template.meta.view == view
+        seen[view] = env.template
+        env.close()
+    assert not np.array_equal(seen["stride"].frames, seen["mean"].frames)
+    with pytest.raises(TemplateError, match="view 'stride'"):
+        GameEnv(task="leave_house", num_envs=1, obs_view="mean", goal=seen["stride"])
+    with pytest.raises(ConfigError, match="obs_view"):
+        make_config(None, {"env": {"obs_view": "max"}})
+    old = io.BytesIO()
+    data = np.load(io.BytesIO(seen["stride"].to_bytes()))
+    meta = json.loads(data["meta"].tobytes().decode())
+    del meta["view"]
+    np.savez(old, frames=data["frames"], mask=data["mask"], meta=np.frombuffer(json.dumps(meta).encode(), np.uint8))
+    assert GoalTemplate.from_bytes(old.getvalue()).meta == seen["stride"].meta
+
+
 def test_bad_input_is_a_typed_error(tmp_path):
     env = GameEnv(task="leave_house", num_envs=2)
     env.reset()

@@ -187,6 +187,7 @@ class WarpVecBackend:
         # lean (default: on for CUDA): frames that draw nothing run a second kernel built without the
         # renderer (kernels/step.py load_kernels(draws=False)); off, every frame runs the one full kernel.
         self.lean = device.startswith("cuda") if lean is None else bool(lean)
+        self.obs_view = obs_mode
         self._stage_args = (int(obs_mode == "mean"), int(obs_packed), lo, hi)
         boot_rom = pyboy_boot_rom()
         n = num_envs

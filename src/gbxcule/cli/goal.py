@@ -42,6 +42,8 @@ def register(sub) -> None:
     src.add_argument("--trace", metavar="FILE", help="recorded trace: a script, action indices, or a JSON list")
     c.add_argument("--stack-k", type=int, default=1, help="frame stack of the envs it is for (default 1)")
     c.add_argument("--obs", default="pixels", choices=("pixels", "packed"), help="observation mode (default pixels)")
+    c.add_argument("--view", default="stride", choices=("stride", "mean"),
+                   help="how the envs' frames sample the screen (env.obs_view; default stride)")
     c.add_argument("--mask-box", metavar="R0,C0,R1,C1", help="count only the 72x80 pixels in rows R0..R1-1 and "
                                                              "columns C0..C1-1 (default: all)")
     c.add_argument("--name", default="", help="the task name stored in the metadata (default: the task's)")
@@ -167,7 +169,7 @@ def capture_cmd(args) -> int:
     if task.start == StartSpec() and start is None and args.task is None:
         start = "power_on"
     tpl, report = capture(task, actions, rom=rom, stack_k=args.stack_k, obs=args.obs, mask=_mask(args.mask_box),
-                          start_states=start)
+                          start_states=start, view=args.view)
     from gbxcule.core.screen import write_png
     from gbxcule.rl.templates import replay
 

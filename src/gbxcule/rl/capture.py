@@ -49,11 +49,11 @@ def template_meta(backend, stack_k: int, obs: str, task: str = "") -> TemplateMe
     observation format."""
     s = backend.schedule
     return TemplateMeta(backend.rom.info.sha1, backend.codec.name, backend.codec.version, s.frames_per_step,
-                        s.release_after_frames, stack_k, obs, task)
+                        s.release_after_frames, stack_k, obs, task, view=backend.obs_view)
 
 
 def capture(task: Task, actions=None, rom=None, device: str = "cpu", stack_k: int = 1, obs: str = "pixels",
-            mask: np.ndarray | None = None, start_states=None) -> tuple[GoalTemplate, dict]:
+            mask: np.ndarray | None = None, start_states=None, view: str = "stride") -> tuple[GoalTemplate, dict]:
     """Run `actions` (default: the task's solution) from the task's start (or `start_states`; it must be
     one state) in one env and take the last frame as the goal: the observation a `GameEnv` with the same
     settings shows there. Returns the template and a report (steps, whether the RAM goal holds there, the
@@ -63,7 +63,7 @@ def capture(task: Task, actions=None, rom=None, device: str = "cpu", stack_k: in
         raise GbxculeError(f"task {task.id} has no solution: give the actions that reach the goal")
     check_obs(stack_k, obs)
     tdev, wdev = device_names(device)
-    be = open_backend(bare_task(task), rom, 1, wdev, packed=obs == "packed")
+    be = open_backend(bare_task(task), rom, 1, wdev, packed=obs == "packed", obs_view=view)
     try:
         slots = build_starts(be, capture_task(task, start_states).start, 0, task.base_dir)
         if slots != 1:
@@ -124,7 +124,7 @@ def task_template(task: Task, meta: TemplateMeta, device: str = "cpu") -> GoalTe
         except GbxculeError:
             path.unlink(missing_ok=True)  # a damaged cache entry: capture again
     # on the env's device: the same bits as on the CPU, and a GPU machine builds no CPU-device kernels for it
-    tpl, report = capture(task, device=device, stack_k=meta.stack_k, obs=meta.obs)
+    tpl, report = capture(task, device=device, stack_k=meta.stack_k, obs=meta.obs, view=meta.view)
     if report["ram_goal_holds"] is False:
         raise GbxculeError(f"task {task.id}: its solution does not reach the RAM goal, so no template")
     tpl.save(path)

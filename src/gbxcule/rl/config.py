@@ -38,6 +38,8 @@ class EnvConfig:
     num_envs: int = knob(64, min=1)
     stack_k: int = knob(1, min=1)
     obs: str = knob("pixels", choices=("pixels", "packed"))
+    # how the 72x80 frame samples the 160x144 screen: pixel (2r, 2c), or the 2x2 block's mean (small text stays legible)
+    obs_view: str = knob("stride", choices=("stride", "mean"))
     max_steps: int | None = knob(None, min=1)
     reward: dict = knob(default_factory=dict)
     # emulator speed knobs (backends/warp_vec.py TUNING_OPTIONS): the same bits whatever their values
@@ -295,9 +297,9 @@ def make_env(e: EnvConfig, device: str, seed: int, num_envs: int | None = None, 
 
     try:
         env = GameEnv(e.rom, num_envs or e.num_envs, device, task=e.task, start_states=e.start_states,
-                      stack_k=e.stack_k, obs=e.obs, max_steps=e.max_steps, reward=e.reward, goal=e.goal, seed=seed,
-                      backend_options=e.backend, archive=e.archive, spread_clocks=e.spread_clocks,
-                      show_milestones=e.show_milestones, **kw)
+                      stack_k=e.stack_k, obs=e.obs, obs_view=e.obs_view, max_steps=e.max_steps, reward=e.reward,
+                      goal=e.goal, seed=seed, backend_options=e.backend, archive=e.archive,
+                      spread_clocks=e.spread_clocks, show_milestones=e.show_milestones, **kw)
     except (TypeError, ValueError) as exc:  # a backend option of the wrong type or value
         if isinstance(exc, GbxculeError):
             raise

@@ -26,7 +26,8 @@ from gbxcule.core.typed import SettingError, check_fields
 
 OBS_H, OBS_W = 72, 80
 TEMPLATE_FORMAT = 1
-_META_KEYS = ("rom_sha1", "codec", "codec_version", "frames_per_step", "release_after_frames", "stack_k", "obs")
+_META_KEYS = ("rom_sha1", "codec", "codec_version", "frames_per_step", "release_after_frames", "stack_k", "obs",
+              "view")
 
 
 class TemplateError(GbxculeError, ValueError):
@@ -52,6 +53,7 @@ class TemplateMeta:
     tau: float | None = None  # suggested by `gbxcule goal calibrate`
     k_consecutive: int | None = None
     note: str = ""
+    view: str = "stride"  # how the 72x80 frame samples the screen (backends/warp_vec.py OBS_VIEWS)
 
     def mismatches(self, other: TemplateMeta) -> list[str]:
         return [f"{k} {getattr(self, k)!r} (env: {getattr(other, k)!r})" for k in _META_KEYS

@@ -43,7 +43,7 @@ def replay(task: Task, template: GoalTemplate, actions=None, rom=None, device: s
     MIN_SETTLE_GAP), so a template taken at the end never matches the settled goal screen."""
     actions = tuple(task.solution or ()) if actions is None else tuple(int(a) for a in actions)
     env = GameEnv(rom, 1, device, task=bare_task(capture_task(task, start_states)), goal=template,
-                  stack_k=template.meta.stack_k, obs=template.meta.obs, info_mode="none",
+                  stack_k=template.meta.stack_k, obs=template.meta.obs, obs_view=template.meta.view, info_mode="none",
                   reward={"tau": 0.0, "terminate_on": "template"}, max_steps=len(actions) + hold + 1)
     goal = RamGoal(task.goal_ram, env.backend.layout, env.device) if task.goal_ram else None
     env.reset(seed=0)
@@ -98,8 +98,9 @@ def calibrate(task: Task, template: GoalTemplate, num_envs: int = 64, steps: int
         _keep_nearest(near, cand, lambda idx: [rep["frames"][i] for i in idx], nearest)
     steps = steps or min(task.step_limit, 200)
     env = GameEnv(rom, num_envs, device, task=bare_task(task), goal=template, stack_k=template.meta.stack_k,
-                  obs=template.meta.obs, info_mode="none", reward={"tau": 0.0, "terminate_on": "template"},
-                  max_steps=steps + 1, start_states=start_states, seed=seed)
+                  obs=template.meta.obs, obs_view=template.meta.view, info_mode="none",
+                  reward={"tau": 0.0, "terminate_on": "template"}, max_steps=steps + 1, start_states=start_states,
+                  seed=seed)
     goal = RamGoal(task.goal_ram, env.backend.layout, env.device) if has_ram else None
     env.reset(seed=seed)
     gen = torch.Generator(device="cpu").manual_seed(seed)
