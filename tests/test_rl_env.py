@@ -336,6 +336,11 @@ def test_the_mean_view_from_a_config_samples_2x2_blocks_and_keeps_its_templates_
     del meta["view"]
     np.savez(old, frames=data["frames"], mask=data["mask"], meta=np.frombuffer(json.dumps(meta).encode(), np.uint8))
     assert GoalTemplate.from_bytes(old.getvalue()).meta == seen["stride"].meta
+    meta["view"] = "max"
+    bad = io.BytesIO()
+    np.savez(bad, frames=data["frames"], mask=data["mask"], meta=np.frombuffer(json.dumps(meta).encode(), np.uint8))
+    with pytest.raises(TemplateError, match="view"):
+        GoalTemplate.from_bytes(bad.getvalue())
 
 
 def test_bad_input_is_a_typed_error(tmp_path):
