@@ -42,10 +42,10 @@ from gbxcule.core.schema import (
     power_on_fields,
     ram_layout,
 )
+from gbxcule.core.screen import OBS_VIEWS
 from gbxcule.core.snapshot import EnvState, Snapshot, encode_snapshot, write_snapshot
 
 RENDER_MODES = {"none": 0, "last": 1, "all": 2}
-OBS_VIEWS = ("stride", "mean")  # how the 72x80 observation samples the screen
 SORT_KEYS = ("pc", "path", "path_light", "stack")
 DEFAULT_SORT_KEY = "path"  # docs/divergence.md, "What is built"
 MAX_SORT_PARTS = 64

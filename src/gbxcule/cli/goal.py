@@ -22,6 +22,7 @@ from gbxcule.cli import checks
 from gbxcule.cli.common import parse_start_states
 from gbxcule.core.errors import GbxculeError
 from gbxcule.core.outputs import write_output
+from gbxcule.core.screen import OBS_VIEWS
 
 BINS = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0001)
 SCALE = 4  # pixels per observation pixel in written sheets (72x80 -> 288x320)
@@ -42,7 +43,7 @@ def register(sub) -> None:
     src.add_argument("--trace", metavar="FILE", help="recorded trace: a script, action indices, or a JSON list")
     c.add_argument("--stack-k", type=int, default=1, help="frame stack of the envs it is for (default 1)")
     c.add_argument("--obs", default="pixels", choices=("pixels", "packed"), help="observation mode (default pixels)")
-    c.add_argument("--view", default="stride", choices=("stride", "mean"),
+    c.add_argument("--view", default="stride", choices=OBS_VIEWS,
                    help="how the envs' frames sample the screen (env.obs_view; default stride)")
     c.add_argument("--mask-box", metavar="R0,C0,R1,C1", help="count only the 72x80 pixels in rows R0..R1-1 and "
                                                              "columns C0..C1-1 (default: all)")

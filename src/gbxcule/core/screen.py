@@ -15,6 +15,7 @@ import numpy as np
 
 DMG_GREYS = (0xFF, 0xAA, 0x55, 0x00)  # grey level of shades 0-3 in written images
 PYBOY_GREYS = (0xFFFFFF, 0x999999, 0x555555, 0x000000)  # the palette gbxcule gives PyBoy
+OBS_VIEWS = ("stride", "mean")  # how the 72x80 observation samples the screen: pixel (2r, 2c), or each 2x2 block's mean
 
 _PYBOY_RED = np.full(256, 255, dtype=np.uint8)
 for _shade, _rgb in enumerate(PYBOY_GREYS):

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gbxcule.core.errors import GbxculeError
+from gbxcule.core.screen import OBS_VIEWS
 from gbxcule.core.typed import CHANGE, ONCE, SettingError, check_fields, field_rule, knob, unsettable
 from gbxcule.rl.tasks import START_GENERATORS
 
@@ -39,7 +40,7 @@ class EnvConfig:
     stack_k: int = knob(1, min=1)
     obs: str = knob("pixels", choices=("pixels", "packed"))
     # how the 72x80 frame samples the 160x144 screen: pixel (2r, 2c), or the 2x2 block's mean (small text stays legible)
-    obs_view: str = knob("stride", choices=("stride", "mean"))
+    obs_view: str = knob("stride", choices=OBS_VIEWS)
     max_steps: int | None = knob(None, min=1)
     reward: dict = knob(default_factory=dict)
     # emulator speed knobs (backends/warp_vec.py TUNING_OPTIONS): the same bits whatever their values

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from gbxcule.core.errors import GbxculeError
+from gbxcule.core.screen import OBS_VIEWS
 from gbxcule.core.typed import SettingError, check_fields, knob
 
 OBS_H, OBS_W = 72, 80
@@ -53,7 +54,7 @@ class TemplateMeta:
     tau: float | None = None  # suggested by `gbxcule goal calibrate`
     k_consecutive: int | None = None
     note: str = ""
-    view: str = knob("stride", choices=("stride", "mean"))  # how the frame samples the screen (warp_vec.py OBS_VIEWS)
+    view: str = knob("stride", choices=OBS_VIEWS)  # how the frame samples the screen
 
     def mismatches(self, other: TemplateMeta) -> list[str]:
         return [f"{k} {getattr(self, k)!r} (env: {getattr(other, k)!r})" for k in _META_KEYS
