@@ -533,7 +533,7 @@ def test_the_milestone_row_trains_checkpoints_and_evaluates_on_a_task_with_miles
 @pytest.mark.parametrize("algo", ["ppo", "a2c", "dqn", "pqn"])
 def test_every_algorithm_builds_the_milestone_row_from_its_config_and_refuses_it_unshown(tmp_path, algo):
     """`<algo>.milestone_row` reaches the model each algorithm builds (its description names it); with
-    env.show_milestones off it is one config line naming the knob."""
+    env.show_milestones off, or "auto" on a task without milestones, it is one config line naming the knob."""
     from gbxcule.rl.algos import get
 
     env = {"num_envs": 4, "task": "quest_m1"}
@@ -544,3 +544,5 @@ def test_every_algorithm_builds_the_milestone_row_from_its_config_and_refuses_it
     assert model.describe()["milestone_row"] is True
     with pytest.raises(ConfigError, match=f"{algo}.milestone_row reads the milestones"):
         make_config(None, {**on, "env": env})
+    with pytest.raises(ConfigError, match=f"{algo}.milestone_row .* the task leave_house names none"):
+        make_config(None, {**on, "env": {**env, "task": "leave_house", "show_milestones": "auto"}})
