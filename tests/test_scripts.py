@@ -632,36 +632,38 @@ def test_bench_segments_along_plays_from_points_of_each_segments_solution(tmp_pa
         seg.along_tasks(f"{nosol}:a", 4, None)
 
 
-def test_bench_segments_flags_measures_how_much_the_policy_reads_the_newest_shown_milestone(tmp_path, capsys):
-    """bench_segments.py --flags: at each --along point, the total variation between the policy's actions on the
-    observation and on it with the newest shown milestone cleared: exactly 0 for the cropped torso (which never sees
-    the row), above 0 for a fresh full-view policy, None at a point that holds no milestone; without shown milestones
-    or without --along it is one line and exit status 1. --agree: the greedy action and the probability of the
-    solution's next one, exact for a policy that acts by its head's bias alone."""
+def test_bench_segments_flags_and_agree_follow_the_solution_in_one_episode(tmp_path, capsys):
+    """bench_segments.py --flags: at each step of a task's solution, played in one episode, the total variation
+    between the policy's actions on the observation and on it with the newest shown milestone cleared: exactly 0 for
+    the cropped torso (which never sees the row), above 0 for a fresh full-view policy, None where no milestone is
+    held; without shown milestones, or on a task without a solution, it is one line. --agree: the greedy action and
+    the probability of the solution's next one, exact for a policy that acts by its head's bias alone; a recurrent
+    policy's state is carried along the solution, not fresh at each step."""
     import json
 
-    pytest.importorskip("torch")
+    torch = pytest.importorskip("torch")
     spec = importlib.util.spec_from_file_location("bench_segments", ROOT / "scripts/bench/bench_segments.py")
     seg = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(seg)
+    from gbxcule.rl.tasks import load_task
+
     shown = {"show_milestones": "auto"}
     tv = {}
     for view in ("full", "cropped"):
         run_dir = _tiny_run(tmp_path / view, "quest", shown, {"view": view})
         out = tmp_path / f"{view}.json"
         assert seg.main([str(run_dir), "--tasks", "quest_m1", "quest_m2", "--episodes", "1", "--device", "cpu",
-                         "--along", "16", "--steps", "4", "--flags", "--out", str(out)]) == 0
+                         "--flags", "--out", str(out)]) == 0
         rows = json.loads(out.read_text())["policies"][str(run_dir)]
-        assert rows["quest_m1"]["along"]["0"]["flags"] is None  # the quest's start holds no milestone
-        tv[view] = rows["quest_m2"]["along"]["0"]["flags"]  # MOM held
-    assert tv["cropped"] == 0 and 0 < tv["full"] <= 1, tv
-    assert "quest_m2 newest milestone cleared, total variation:" in capsys.readouterr().out
+        m1 = rows["quest_m1"]["follow"]
+        assert list(m1) == [str(j) for j in range(len(load_task("quest_m1").solution))]  # to the goal
+        assert m1["0"] == {"flags": None}  # the quest's start holds no milestone
+        tv[view] = [v["flags"] for v in rows["quest_m2"]["follow"].values()]  # MOM held throughout
+    assert set(tv["cropped"]) == {0} and all(0 < x <= 1 for x in tv["full"]), tv
+    assert "quest_m2 newest milestone cleared, total variation at each step:" in capsys.readouterr().out
 
     # --agree: a policy whose action head is only its bias acts by softmax(bias) everywhere
-    import torch
-
     from gbxcule.core.action_codec import get_codec
-    from gbxcule.rl.tasks import load_task
 
     ck = torch.load(tmp_path / "full" / "policy.pt", weights_only=False)
     bias = torch.tensor([0.0, 3.0, 0.0, 0.0, 1.0, 2.0, 0.0, 0.0])
@@ -670,23 +672,37 @@ def test_bench_segments_flags_measures_how_much_the_policy_reads_the_newest_show
     torch.save(ck, tmp_path / "biased.pt")
     out = tmp_path / "agree.json"
     assert seg.main([str(tmp_path / "biased.pt"), "--tasks", "quest_m2", "--episodes", "1", "--device", "cpu",
-                     "--along", "5", "--steps", "4", "--agree", "--out", str(out)]) == 0
-    along = json.loads(out.read_text())["policies"][str(tmp_path / "biased.pt")]["quest_m2"]["along"]
+                     "--agree", "--out", str(out)]) == 0
+    steps = json.loads(out.read_text())["policies"][str(tmp_path / "biased.pt")]["quest_m2"]["follow"]
     names, solution, probs = get_codec(ck["codec"]).names, load_task("quest_m2").solution, bias.softmax(0)
-    assert list(along) == [str(j) for j in range(0, len(solution), 5)]
-    for j, v in along.items():
+    assert list(steps) == [str(j) for j in range(25)]  # to step 24, where ELDER's flag ends the episode
+    for j, v in steps.items():
         want = solution[int(j)]
-        assert v["agree"] == {"solution": names[want], "p_solution": pytest.approx(float(probs[want])),
-                              "greedy": "a"} and "flags" not in v
-    assert "the solution's action, its probability, the greedy action: down 0.21 a" in capsys.readouterr().out
+        assert v == {"agree": {"solution": names[want], "p_solution": pytest.approx(float(probs[want])),
+                               "greedy": "a"}}
+    assert "at each step the solution's action, its probability, the greedy action: down 0.21 a" in \
+        capsys.readouterr().out
+
+    # a recurrent policy: its state after the solution's first j steps, not a fresh one, decides step j
+    gru = _tiny_run(tmp_path / "gru", "quest", None, {"gru": 8})
+    carried = seg.follow(str(gru), "quest_m2", "cpu", False, True)
+    fresh = {j: seg.follow(str(gru), at, "cpu", False, True)["0"] for j, at in seg.along_tasks("quest_m2", 6, None)}
+    assert fresh[0] == carried["0"]  # the start: the same observation and state
+    assert any(carried[str(j)]["agree"]["p_solution"] != pytest.approx(v["agree"]["p_solution"], abs=1e-6)
+               for j, v in fresh.items() if j > 0), (carried, fresh)
+
     plain = _tiny_run(tmp_path / "plain", "quest")
-    for source, args, needle in ((plain, ["--along", "16"], "does not show milestones"),
-                                 (tmp_path / "full", [], "give --along too")):
-        r = run([sys.executable, "scripts/bench/bench_segments.py", str(source), "--device", "cpu", "--episodes",
-                 "1", "--out", str(tmp_path / "x.json"), "--tasks", "quest_m2", "--flags", *args])
-        lines = [x for x in r.stderr.splitlines() if x.strip() and not x.startswith(("Warp", "Module"))]
-        assert r.returncode == 1 and len(lines) == 1 and needle in lines[0], r.stderr
+    r = run([sys.executable, "scripts/bench/bench_segments.py", str(plain), "--device", "cpu", "--episodes", "1",
+             "--out", str(tmp_path / "x.json"), "--tasks", "quest_m2", "--flags"])
+    lines = [x for x in r.stderr.splitlines() if x.strip() and not x.startswith(("Warp", "Module"))]
+    assert r.returncode == 1 and len(lines) == 1 and "does not show milestones" in lines[0], r.stderr
     assert not (tmp_path / "x.json").exists()
+    nosol = tmp_path / "n.toml"
+    nosol.write_text('[pack]\nname = "n"\nrom = "OVERWORLD"\n[tasks.a]\ngoal_ram = [{ addr = 0xC100, value = 2 }]\n')
+    from gbxcule.core.errors import GbxculeError
+
+    with pytest.raises(GbxculeError, match="no solution to follow"):
+        seg.follow(str(plain), f"{nosol}:a", "cpu", False, True)
 
 
 def test_bench_view_probes_each_view_reading_the_milestone_row(tmp_path, capsys):

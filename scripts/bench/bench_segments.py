@@ -2,7 +2,7 @@
 (BENCHMARKS.md "The quest").
 
     python scripts/bench/bench_segments.py RUN_OR_POLICY [RUN_OR_POLICY ...] --episodes 16 --device cpu \
-        --out segments.json [--along 6 --steps 128 --sampled]
+        --out segments.json [--along 6 --steps 128 --sampled] [--flags] [--agree]
 
 A policy trained on a whole quest is judged from the quest's start, where it fails at its first unlearned segment
 and says nothing of the ones after. Here each policy plays, greedy, from the start of every segment task of its
@@ -18,13 +18,14 @@ archive's `max_steps` limits an episode from a cell), so a policy that learned a
 passes from the later points only. Each episode starts, as every eval's, 0-8 random steps after its point, so
 neighbouring points overlap. A point at or past the goal reports None. `--sampled` adds sampled play.
 
-`--flags` (with `--along`, a task whose milestones are shown: env.show_milestones) asks whether the policy reads the
-shown milestones: at each point (no random steps) the total variation between its action distribution on the
-first observation and on the same observation with the newest held milestone cleared from the last row, from a
-fresh recurrent state; near 0 where it acts alike either way. `--agree` (with `--along`) asks where the policy
-leaves the solution: at each point (no random steps, a fresh recurrent state) its greedy action beside the
-solution's next one and the probability it gives that one. The solution is one way through, so a different action is
-not always a wrong one (another route, or a button that does nothing there).
+`--flags` and `--agree` follow each task's solution in one episode from its start to its goal (no random steps): its
+actions are played while the policy looks on, its recurrent state carried along them, so at each step it is in the
+state an episode that followed the solution would hold. `--flags` (a task whose milestones are shown:
+env.show_milestones) asks whether the policy reads the shown milestones: at each step the total variation between
+its action distribution and the one from the same state with the newest held milestone cleared from the last row;
+near 0 where it acts alike either way. `--agree` asks where the policy leaves the solution: at each step its greedy
+action beside the solution's and the probability it gives the solution's. The solution is one way through, so a
+different action is not always a wrong one (another route, or a button that does nothing there).
 """
 
 from __future__ import annotations
@@ -85,10 +86,11 @@ def along_tasks(spec: str, every: int, steps: int | None) -> list[tuple[int, obj
     return out
 
 
-def first_look(source: str, task, device: str, flags: bool) -> dict:
-    """The policy at `task`'s first observation (no random steps, a fresh recurrent state): "agree", its greedy
-    action beside the task's solution's next action and the probability it gives that action; with `flags`,
-    "flags", the total variation between its action distribution there and on the same observation with the newest
+def follow(source: str, spec: str, device: str, flags: bool, agree: bool) -> dict:
+    """The policy along task `spec`'s solution in one episode from its start (no random steps; the solution's actions
+    are played and the policy's recurrent state is carried along them): at each step j, {"agree": its greedy action,
+    the solution's action and the probability it gives that one} with `agree`; with `flags`, "flags": the total
+    variation between its action distribution and the one from the same state on the same observation with the newest
     milestone the last row shows cleared (None where it shows none)."""
     import torch
 
@@ -97,8 +99,12 @@ def first_look(source: str, task, device: str, flags: bool) -> dict:
     from gbxcule.rl.env import SHOWN_PX
     from gbxcule.rl.evaluate import make_eval_env
     from gbxcule.rl.rundir import final_policy, load_checkpoint
+    from gbxcule.rl.tasks import load_task
     from gbxcule.rl.training import config_from_dict, load_model
 
+    task = load_task(spec)
+    if not task.solution:
+        raise GbxculeError(f"task {task.id} has no solution to follow (--flags, --agree)")
     device = resolve_device(device)
     ck = load_checkpoint(final_policy(source))
     env = make_eval_env(config_from_dict(ck["config"], evaluate_only=True).env, 1, device, 0, task)
@@ -107,21 +113,30 @@ def first_look(source: str, task, device: str, flags: bool) -> dict:
             raise GbxculeError(f"{source}: its env does not show milestones (env.show_milestones): --flags has none "
                                "to clear")
         model = load_model(ck, env, device)
-        obs = [env.obs.clone()]
-        if flags:
-            per = SHOWN_PX if env.obs_mode == "pixels" else 1
-            held = (obs[0][0, -1, 71, :per * len(env.milestone_names)].view(-1, per) > 0).any(1).nonzero()
-            if len(held):
-                newest = int(held[-1])
-                obs.append(obs[0].clone())
-                obs[1][:, :, 71, newest * per:(newest + 1) * per] = 0
-        with torch.no_grad():
-            probs = [model.policy_step(o, model.initial_state(1, device))[0].float().softmax(-1)[0] for o in obs]
-        names, want = env.codec.names, task.solution[0]
-        out = {"agree": {"solution": names[want], "p_solution": float(probs[0][want]),
-                         "greedy": names[int(probs[0].argmax())]}}
-        if flags:
-            out["flags"] = 0.5 * float((probs[0] - probs[1]).abs().sum()) if len(probs) == 2 else None
+        per = SHOWN_PX if env.obs_mode == "pixels" else 1
+        names, state, out = env.codec.names, model.initial_state(1, device), {}
+        for j, want in enumerate(task.solution):
+            obs = [env.obs.clone()]
+            if flags:
+                held = (obs[0][0, -1, 71, :per * len(env.milestone_names)].view(-1, per) > 0).any(1).nonzero()
+                if len(held):
+                    newest = int(held[-1])
+                    obs.append(obs[0].clone())
+                    obs[1][:, :, 71, newest * per:(newest + 1) * per] = 0
+            with torch.no_grad():
+                logits, after = model.policy_step(obs[0], state)
+                probs = [logits.float().softmax(-1)[0]]
+                probs += [model.policy_step(o, state)[0].float().softmax(-1)[0] for o in obs[1:]]
+            row = out[str(j)] = {}
+            if agree:
+                row["agree"] = {"solution": names[want], "p_solution": float(probs[0][want]),
+                                "greedy": names[int(probs[0].argmax())]}
+            if flags:
+                row["flags"] = 0.5 * float((probs[0] - probs[1]).abs().sum()) if len(probs) == 2 else None
+            _, _, term, trunc, _ = env.step(torch.tensor([want], device=env.obs.device))
+            state = after
+            if bool((term | trunc)[0]):  # the episode ended (the goal, or the task's step limit)
+                break
         return out
     finally:
         env.close()
@@ -129,9 +144,9 @@ def first_look(source: str, task, device: str, flags: bool) -> dict:
 
 def measure(sources: list[str], tasks: list[str] | None, episodes: int, device: str, along: int | None = None,
             steps: int | None = None, sampled: bool = False, flags: bool = False, agree: bool = False) -> dict:
-    """{"policies": {source: {task: {"greedy", "mean_deepest"[, "sampled"][, "along"]}}}}, evaluated in that order;
-    "along": {j: {"greedy"[, "sampled"][, "flags"][, "agree"]}} from j steps into the task's solution
-    (`along_tasks`; "flags", "agree": `first_look` there)."""
+    """{"policies": {source: {task: {"greedy", "mean_deepest"[, "sampled"][, "along"][, "follow"]}}}}, evaluated in
+    that order; "along": {j: {"greedy"[, "sampled"]}} from j steps into the task's solution (`along_tasks`);
+    "follow": {j: {["agree"][, "flags"]}} at each step of the solution played in one episode (`follow`)."""
     from gbxcule.core.errors import GbxculeError
     from gbxcule.rl.training import evaluate
 
@@ -140,8 +155,6 @@ def measure(sources: list[str], tasks: list[str] | None, episodes: int, device: 
         raise GbxculeError(f"--along and --steps must be >= 1, got {along} and {steps}")
     if steps is not None and along is None:
         raise GbxculeError("--steps limits the --along episodes: give --along too")
-    if (flags or agree) and along is None:
-        raise GbxculeError("--flags and --agree are measured at the --along points: give --along too")
 
     out: dict = {"policies": {}}
     for source in sources:
@@ -164,9 +177,8 @@ def measure(sources: list[str], tasks: list[str] | None, episodes: int, device: 
                 for j, at in points[task]:
                     rep = evaluate(source, episodes=episodes, device=device, task=at, modes=modes)
                     rows[task]["along"][str(j)] = {m: rep[m]["success_rate"] for m in modes}
-                    if flags or agree:
-                        look = first_look(source, at, device, flags)
-                        rows[task]["along"][str(j)].update(look if agree else {"flags": look["flags"]})
+            if flags or agree:
+                rows[task]["follow"] = follow(source, task, device, flags, agree)
         out["policies"][source] = rows
     return out
 
@@ -190,15 +202,17 @@ def table(result: dict) -> str:
             if r.get("along"):
                 pct = " ".join("-" if v["greedy"] is None else f"{100 * v['greedy']:.0f}" for v in r["along"].values())
                 lines.append(f"{label[-26:]} {t.rpartition(':')[2]} from steps {', '.join(r['along'])}: {pct}")
-                if any("flags" in v for v in r["along"].values()):
-                    tv = " ".join("-" if v.get("flags") is None else f"{v['flags']:.2f}" for v in r["along"].values())
-                    lines.append(f"{label[-26:]} {t.rpartition(':')[2]} newest milestone cleared, total variation: "
-                                 f"{tv}")
-                if any("agree" in v for v in r["along"].values()):
+            if r.get("follow"):  # --flags, --agree: at each step of the solution
+                steps = r["follow"].values()
+                if any("flags" in v for v in steps):
+                    tv = " ".join("-" if v["flags"] is None else f"{v['flags']:.2f}" for v in steps)
+                    lines.append(f"{label[-26:]} {t.rpartition(':')[2]} newest milestone cleared, total variation at "
+                                 f"each step: {tv}")
+                if any("agree" in v for v in steps):
                     ag = " ".join(f"{v['agree']['solution']} {v['agree']['p_solution']:.2f} {v['agree']['greedy']}"
-                                  for v in r["along"].values())
-                    lines.append(f"{label[-26:]} {t.rpartition(':')[2]} the solution's action, its probability, the "
-                                 f"greedy action: {ag}")
+                                  for v in steps)
+                    lines.append(f"{label[-26:]} {t.rpartition(':')[2]} at each step the solution's action, its "
+                                 f"probability, the greedy action: {ag}")
     return "\n".join(lines)
 
 
@@ -212,10 +226,10 @@ def main(argv=None) -> int:
     ap.add_argument("--along", type=int, metavar="K", help="also play from every K-th step of each task's solution")
     ap.add_argument("--steps", type=int, help="the step limit of the --along episodes (default: the task's)")
     ap.add_argument("--sampled", action="store_true", help="also play sampled")
-    ap.add_argument("--flags", action="store_true", help="with --along: how much the policy's actions there depend on "
-                    "the newest shown milestone")
-    ap.add_argument("--agree", action="store_true", help="with --along: the policy's greedy action there and the "
-                    "probability it gives the solution's")
+    ap.add_argument("--flags", action="store_true", help="along each task's solution: how much the policy's actions "
+                    "depend on the newest shown milestone")
+    ap.add_argument("--agree", action="store_true", help="along each task's solution: the policy's greedy action and "
+                    "the probability it gives the solution's")
     args = ap.parse_args(argv)
     from gbxcule.core.errors import GbxculeError
     from gbxcule.harness.bench import environment
