@@ -864,6 +864,33 @@ def test_a_bad_cell_detail_is_one_task_error(bad, needle):
         parse_pack(PACK.replace('[pack]\n', f'[pack]\n{bad}\n'), "m.toml")
 
 
+def test_keys_that_hash_the_place_are_not_read_back_as_places():
+    """A RAM cell whose place, detail and milestone bits pass 62 is hashed (`archive.progress_key`): the archive
+    says its keys no longer hold the place (`place_in_keys`), and the heat maps (`explore.area_grids`) draw none,
+    where with the quest pack's own cells they read area, x and y back."""
+    import re
+    from importlib import resources
+
+    from gbxcule.rl import explore
+    from gbxcule.rl.env import GameEnv
+
+    text = (resources.files("gbxcule.rl") / "packs" / "quest.toml").read_text()
+    wide = re.sub(r"(cell_detail = .*cells = )\[[^]]*\]", r"\1[0xC1C5, 0xC1C7, 0xC1C4, 0xC1C9]", text)
+    assert wide != text
+    for pack, exact in ((text, True), (wide, False)):
+        env = GameEnv(num_envs=2, task=parse_pack(pack, "q.toml")["quest_m5"], seed=0,
+                      archive={"capacity": 64, "inserts": 2, "p_start": 1.0})
+        for a in actions("U2 L2"):
+            env.step(torch.tensor([a, a]))
+        assert env.archive.place_in_keys is exact
+        grids = explore.area_grids(explore.snapshot(env), "visits")
+        if exact:  # the brute's pass in EAST WOODS (map 3): x to 13, y to 4 (the grid is [y, x])
+            assert [a for a, _ in grids] == [3] and grids[0][1].shape == (5, 14), grids
+        else:
+            assert grids == []
+        env.close()
+
+
 def test_cell_detail_keeps_a_fights_states_apart_and_leaves_every_other_cell_as_it_was():
     """The quest's fight with the brute (quest_m4's solution), cells against a plain Python reference: (map, x, y),
     then, at the fight's menu (MODE 4) only, a set bit and the player's HP, the brute's and the berries, then the

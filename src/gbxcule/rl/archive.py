@@ -404,6 +404,13 @@ class StateArchive:
         self._flags.copy_((held.to(self._bit.dtype) * self._bit).sum(0))
         return progress_key(place, self._flags, self._place_bits, len(held))
 
+    @property
+    def place_in_keys(self) -> bool:
+        """Whether each key holds its RAM cell's bytes as they are from its low byte (area, x, y for a map's place),
+        so a tool can read them back: RAM cells whose place and milestone bits fit `progress_key`'s exact form."""
+        k = 0 if self.milestones is None else self.milestones.k
+        return self.cell_mode == "ram" and (k == 0 or exact_progress(self._place_bits, k))
+
     def start_flags(self):
         """bool [K, N]: the milestones held by the cell each env's episode started from (none from the task's
         start; `start_bits`): what a screen milestone's start holds, which no state keeps."""
@@ -973,11 +980,16 @@ def median_level(hist) -> int | None:
     return None
 
 
+def exact_progress(place_bits: int, count: int) -> bool:
+    """Whether `progress_key` keeps a place's `place_bits` bits as they are beside `count` milestone bits."""
+    return place_bits > 0 and place_bits + count <= 62
+
+
 def progress_key(place, bits, place_bits: int, count: int):
     """int64 [N]: a place's key and the `count` milestone bits held there in one key, the place's first byte (its
     area) still the key's low byte: exact where they fit in 62 bits (`place_bits` of place, then the milestone
     bits; RAM cells), else the rest of the place and the bits hashed together (`mix64`) above the area byte."""
-    if place_bits > 0 and place_bits + count <= 62:
+    if exact_progress(place_bits, count):
         return place | (bits << place_bits)
     rest = mix64((place >> 8) ^ (bits * (0x9E3779B97F4A7C15 - (1 << 64))))
     return ((rest << 8) | (place & 0xFF)) & ((1 << 62) - 1)

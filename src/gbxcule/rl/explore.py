@@ -4,7 +4,8 @@ snapshot that the run folder keeps (`archive.npz`, written with each checkpoint)
 
 A snapshot holds `screens` (the first 16 envs' screens), and with a state archive the used cells' records
 (`keys`, `visits`, `steps`, `chosen`, `found`, `best`), the `frontier` (screens of the 16 deepest cells) and
-`ram_cells` (1 when the keys are RAM cells: area, x, y in the low bytes).
+`ram_cells` (1 when the keys hold RAM cells' bytes as they are: area, x, y in the low bytes; not where a place's
+bytes and its milestones are hashed together, `archive.progress_key`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def snapshot(env, screens: int = SCREENS) -> dict[str, np.ndarray]:
     if env.archive is not None:
         cells = env.archive.snapshot()
         out.update(cells)
-        out["ram_cells"] = np.array(int(env.cell_mode == "ram"))
+        out["ram_cells"] = np.array(int(env.archive.place_in_keys))
         deepest = np.argsort(-cells["steps"], kind="stable")[:screens]
         slots = torch.as_tensor(deepest + env.num_slots, dtype=torch.int64, device=env.device)
         shots = wp.to_torch(env.backend.slot_frames()[1])  # on the host where the store is
