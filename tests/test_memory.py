@@ -198,7 +198,8 @@ def tensor_peak(fn, *args) -> int:
 
 @pytest.mark.parametrize("kind,arch,k,packed", [("ac", "nature", 1, False), ("ac", "small", 4, True),
                                                 ("q_ln", "nature", 2, False), ("gru", "small", 1, True),
-                                                ("gru_skip", "nature", 1, False), ("ac_cropped", "nature", 1, False)])
+                                                ("gru_skip", "nature", 1, False), ("ac_cropped", "nature", 1, False),
+                                                ("ac_row", "nature", 2, False), ("gru_row", "small", 1, True)])
 def test_activation_bytes_covers_what_a_forward_and_backward_keeps(kind, arch, k, packed):
     """`activation_bytes` against torch's own count of a model's tensors per sample (the slope between two batch
     sizes: weights and their gradients drop out), float32 within 15% above it, bf16 autocast below it."""
@@ -207,9 +208,9 @@ def test_activation_bytes_covers_what_a_forward_and_backward_keeps(kind, arch, k
 
     torch.manual_seed(0)
     gru, skip = (64 if kind.startswith("gru") else None), kind == "gru_skip"
-    view = "cropped" if kind.endswith("cropped") else "full"
+    view, row = ("cropped" if kind.endswith("cropped") else "full"), kind.endswith("_row")
     model = (QNetwork(8, k, packed, arch, layer_norm=True) if kind == "q_ln"
-             else ActorCritic(8, k, packed, arch, gru=gru, gru_skip=skip, view=view))
+             else ActorCritic(8, k, packed, arch, gru=gru, gru_skip=skip, view=view, milestone_row=row))
     state = torch.zeros(192, gru) if gru else None
 
     def step(obs, train, amp):
