@@ -62,8 +62,7 @@ class PPOConfig:
 
 
 def build_model(p: PPOConfig, num_actions: int, stack_k: int, packed: bool) -> ActorCritic:
-    return ActorCritic(num_actions, stack_k, packed, p.model, gru=p.gru, gru_skip=p.gru_skip, view=p.view,
-                       milestone_row=p.milestone_row)
+    return ActorCritic(num_actions, stack_k, packed, p.model, p.gru, p.gru_skip, p.view, p.milestone_row)
 
 
 def acting_envs(cfg) -> int:
