@@ -1049,3 +1049,113 @@ def test_a_screen_milestone_keys_archive_cells_and_an_episode_from_a_cell_holds_
     assert bool((from_cell & ~shows).any())  # held from the cell alone, not from its first frame
     _, r, *_ = env.step(torch.zeros(n, dtype=torch.int64))
     assert not bool(((r > 0) & from_cell).any())  # not paid again
+
+
+# --- lives: a byte whose change the losing way is a life lost (a penalty; with life_ends the episode's end) ---------
+LIVES_PACK = """
+[pack]
+name = "lv"
+rom = "OVERWORLD"
+lives = { addr = 0xC104, lost = "up" }  # FLAGS: its town bit rises on the way out, a stand-in for a losses counter
+
+[tasks.out]
+start = { script = "N5" }
+step_limit = 30
+goal_ram = [{ addr = 0xC100, value = 2 }]
+reward = { step_cost = 0.0, goal_bonus = 0.0, life_lost = -3.0 }
+
+[tasks.counts_down]
+start = { script = "N5" }
+step_limit = 30
+goal_ram = [{ addr = 0xC100, value = 2 }]
+lives = { addr = 0xC104 }
+reward = { step_cost = 0.0, goal_bonus = 0.0, life_lost = -3.0 }
+"""
+
+
+def test_a_pack_names_its_lives_byte_for_every_task_unless_the_task_names_its_own():
+    from gbxcule.rl.tasks import Lives
+
+    tasks = parse_pack(LIVES_PACK, "lv.toml")
+    assert tasks["out"].lives == Lives(0xC104, "up") and tasks["counts_down"].lives == Lives(0xC104, "down")
+    assert parse_pack(PACK, "m.toml")["a"].lives is None
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ("lives = 0xC104", "lives must be a table of addr and lost"),
+    ('lives = { lost = "up" }', "lives must be a table of addr and lost"),
+    ('lives = { addr = 0xC104, lost = "sideways" }', 'lives.lost must be "down" or "up"'),
+    ('lives = { addr = 0x8000 }', "not a WRAM"),
+    ('lives = { addr = 0xC104, mask = 1 }', "lives must be a table"),
+])
+def test_a_bad_lives_byte_is_one_line(bad, needle):
+    text = f'[pack]\nname = "m"\nrom = "OVERWORLD"\n{bad}\n[tasks.a]\ngoal_ram = [{{ addr = 0xC100, value = 1 }}]\n'
+    with pytest.raises(TaskError, match=needle):
+        parse_pack(text, "m.toml")
+
+
+def test_a_life_is_lost_when_the_byte_moves_the_losing_way_modulo_256():
+    from types import SimpleNamespace
+
+    from gbxcule.rl.goals import LivesByte
+    from gbxcule.rl.tasks import Lives
+
+    layout = SimpleNamespace(bases={"wram": 0, "hram": 0x2000})
+    before = torch.tensor([0, 255, 5, 5, 5, 200], dtype=torch.uint8)
+    now = torch.tensor([1, 0, 4, 5, 133, 72], dtype=torch.uint8)  # +1, +1 (wrapped), -1, 0, +128, -128
+    ram = torch.zeros(8, 6, dtype=torch.uint8)
+    for lost, want in (("up", [True, True, False, False, False, False]),
+                       ("down", [False, False, True, False, False, False])):
+        lives = LivesByte(Lives(0xC003, lost), layout, 6, "cpu")
+        ram[3] = before
+        lives.before(ram)
+        ram[3] = now
+        assert lives.lost(ram).tolist() == want, lost
+
+
+def lives_env(task: str, **kw):
+    from gbxcule.rl.env import GameEnv
+
+    return GameEnv(num_envs=2, task=parse_pack(LIVES_PACK, "lv.toml")[task], **kw)
+
+
+@pytest.mark.parametrize("ends", [False, True])
+def test_a_life_lost_pays_its_penalty_once_and_with_life_ends_ends_the_episode(ends):
+    env = lives_env("out", life_ends=ends)
+    env.reset(seed=0)
+    paid, ended_at = torch.zeros(2), []
+    for k, a in enumerate(actions(LEAVE + " N3"), 1):  # env 0 walks out (FLAGS' town bit rises), then waits
+        _, r, term, trunc, _ = env.step(torch.tensor([a, 0]))
+        paid += r
+        assert not bool(trunc.any()) and not bool(term[1])
+        if bool(term[0]):
+            ended_at.append(k)
+    assert paid.tolist() == [-3.0, 0.0]  # after the end, the restored start's lower byte is no loss
+    assert len(ended_at) == (1 if ends else 0)
+    if ends:
+        assert not bool(env.final_success[0]) and int(env.steps[0]) == len(actions(LEAVE + " N3")) - ended_at[0]
+    st = env.episode_stats()
+    assert st["lives_lost"] == 1 and st["episodes"] == (1 if ends else 0)
+    assert env.describe()["life_ends"] is ends
+
+
+def test_a_byte_that_counts_down_is_no_life_lost_when_it_rises():
+    env = lives_env("counts_down", life_ends=True)
+    env.reset(seed=0)
+    paid = sum(env.step(torch.tensor([a, 0]))[1] for a in actions(LEAVE))
+    assert paid.tolist() == [0.0, 0.0] and env.episode_stats()["lives_lost"] == 0
+
+
+def test_life_ends_and_its_penalty_need_a_lives_byte_and_evals_play_on():
+    from gbxcule.rl.config import EnvConfig
+    from gbxcule.rl.evaluate import make_eval_env
+    from gbxcule.rl.starts import EnvConfigError
+
+    for kw in ({"life_ends": True}, {"reward": {"life_lost": -1.0}}):
+        with pytest.raises(EnvConfigError, match="need a task whose pack names its lives byte"):
+            game_env("from_bed", **kw)
+    env = make_eval_env(EnvConfig(task=parse_pack(LIVES_PACK, "lv.toml")["out"], life_ends=True), 2, "cpu", 0)
+    try:
+        assert env.life_ends is False and game_env("from_bed").episode_stats().get("lives_lost") is None
+    finally:
+        env.close()

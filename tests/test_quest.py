@@ -183,6 +183,23 @@ def test_the_env_ends_the_episode_on_the_mistake(game):
         env.close()
 
 
+def test_the_packs_lives_byte_counts_a_lost_fight_as_one_life_lost():
+    """The pack's `lives` is LOSSES: with life_ends the env ends the episode on the fight's last step, once."""
+    torch = pytest.importorskip("torch")
+    from gbxcule.rl.env import GameEnv
+
+    env = GameEnv(task="quest_m3", num_envs=1, device="cpu", info_mode="none", life_ends=True,
+                  reward={"life_lost": -1.0, "milestone": 0.0, "step_cost": 0.0})
+    try:
+        env.reset(seed=0)
+        ended = [k for k, a in enumerate(script(LOSS), 1)
+                 if bool(env.step(torch.tensor([a], dtype=torch.int32))[2][0])]
+        assert len(ended) == 1 and ended[0] > len(script(LOSS)) - 8  # the loss, among the fight's last steps
+        assert float(env.final_return[0]) == -1.0 and env.episode_stats()["lives_lost"] == 1
+    finally:
+        env.close()
+
+
 def test_a_lost_fight_sends_the_player_home_with_full_hp_and_keeps_the_rest(game):
     game.play(script(STARTS[2]))  # quest_m3's start: the letter, no club
     before = state(game.read)

@@ -50,6 +50,8 @@ class EnvConfig:
     spread_clocks: bool = False  # first episodes end at seeded steps, so truncations do not all fall on one step
     # the task's milestone flags drawn over each observation's last row (GameEnv); auto: where the task has some
     show_milestones: str = knob("off", choices=("off", "on", "auto"))
+    # a life lost (the task's lives byte: a fight lost) ends the training episode, terminated; evals play on
+    life_ends: bool = False
 
 
 @dataclass
@@ -300,7 +302,8 @@ def make_env(e: EnvConfig, device: str, seed: int, num_envs: int | None = None, 
         env = GameEnv(e.rom, num_envs or e.num_envs, device, task=e.task, start_states=e.start_states,
                       stack_k=e.stack_k, obs=e.obs, obs_view=e.obs_view, max_steps=e.max_steps, reward=e.reward,
                       goal=e.goal, seed=seed, backend_options=e.backend, archive=e.archive,
-                      spread_clocks=e.spread_clocks, show_milestones=e.show_milestones, **kw)
+                      spread_clocks=e.spread_clocks, show_milestones=e.show_milestones,
+                      life_ends=e.life_ends, **kw)
     except (TypeError, ValueError) as exc:  # a backend option of the wrong type or value
         if isinstance(exc, GbxculeError):
             raise

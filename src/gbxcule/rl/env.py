@@ -37,6 +37,7 @@ from gbxcule.rl.capture import task_template, template_meta
 from gbxcule.rl.goals import (
     GoalError,
     GoalTemplate,
+    LivesByte,
     Milestones,
     NoveltyTable,
     RamGoal,
@@ -68,9 +69,9 @@ _STAT_NAMES = ("episodes", "return_sum", "length_sum", "success_sum", "truncated
 
 _STATE_TENSORS = ("steps", "episodes", "ep_return", "ep_success", "success", "distance", "_dist_sum", "_prev_sum",
                   "_near", "final_return", "final_length", "final_success", "_stats", "rewards", "terminated",
-                  "truncated", "_slot_stats", "_ms_stats", "milestones", "final_milestones", "failed")
+                  "truncated", "_slot_stats", "_ms_stats", "milestones", "final_milestones", "failed", "_lives_stats")
 # absent from env states saved before they existed: zero then
-_NEWER_STATE = ("_slot_stats", "_ms_stats", "milestones", "final_milestones", "failed")
+_NEWER_STATE = ("_slot_stats", "_ms_stats", "milestones", "final_milestones", "failed", "_lives_stats")
 
 
 def _slot_hash(torch, seed: int, env_ids, episodes, k: int):
@@ -108,6 +109,8 @@ class GameEnv:
         rest of the row 0): the game's hidden progress made visible, as Pokemon Red agents observe event
         flags. True ("on") needs a task with milestones (at most 20); "auto" draws them where the task has
         some; goal templates and screen milestones are scored on the frame without them.
+    life_ends: a life lost (the task's `lives` byte) ends the episode, terminated and unsuccessful (training's
+        episodic lives: the game plays on in evaluations, which leave it off).
     """
 
     def __init__(self, rom: str | Path | Rom | None = None, num_envs: int = 1, device: str = "cpu",
@@ -117,7 +120,7 @@ class GameEnv:
                  goal: str | Path | GoalTemplate | None = None, info_mode: str = "stats", seed: int = 0,
                  keep_final_obs: bool = False, obs_view: str = "stride", backend_options: dict | None = None,
                  memory_reserve=None, archive: dict | ArchiveConfig | None = None, spread_clocks: bool = False,
-                 show_milestones: bool | str = False):
+                 show_milestones: bool | str = False, life_ends: bool = False):
         import torch
         import warp as wp
 
@@ -179,6 +182,12 @@ class GameEnv:
         self.num_slots = build_starts(be, spec, self.seed, t.base_dir if t else ".", extra_slots=extra,
                                       host_slots=self.archive_cfg is not None and self.archive_cfg.store == "host")
         self._build_buffers()  # the device buffers
+        self.life_ends = bool(life_ends)
+        self._lives = None if not (t and t.lives) else LivesByte(t.lives, be.layout, n, self.device)
+        if self._lives is None and (self.life_ends or self.reward_cfg.life_lost):
+            self.close()
+            raise EnvConfigError(f"life_ends and reward.life_lost need a task whose pack names its lives byte "
+                                 f"(lives = {{ addr, lost }}); task {t.name if t else None!r} names none")
         self.spread_clocks = bool(spread_clocks)
         if spread_clocks or (self.archive_cfg is not None and self.archive_cfg.max_steps):  # per-env step limits
             self._limit = torch.full((n,), self.max_steps, dtype=torch.int32, device=self.device)
@@ -303,6 +312,8 @@ class GameEnv:
         self.failed = torch.zeros(n, dtype=torch.bool, device=dev)  # the task became unwinnable this step
         # per milestone: ended episodes that held it, then ended episodes that hit the dead end (float64 sums)
         self._ms_stats = torch.zeros(k_ms + 1, dtype=torch.float64, device=dev)
+        self._lives_stats = torch.zeros(1, dtype=torch.float64, device=dev)  # lives lost (a task's lives byte)
+        self.life_lost = torch.zeros(n, dtype=torch.bool, device=dev)  # a life was lost this step
         if self.show_milestones:  # the shown row: per column the milestone drawn there (4 pixels, or 1 packed byte)
             per = SHOWN_PX if self.obs_mode == "pixels" else 1
             self._strip_cols = torch.arange(k_ms, device=dev).repeat_interleave(per)
@@ -568,6 +579,8 @@ class GameEnv:
         act = self._actions(actions)
         if self.archive is not None and self.archive.n_explore:  # the archive's explorers act at random
             self.archive.explore_actions(self._act32, self.codec.num_actions, self.seed)
+        if self._lives is not None:
+            self._lives.before(self._ram)
         self.backend.step(act)
         latest = self._latest
         self.steps += 1
@@ -592,6 +605,11 @@ class GameEnv:
             torch.logical_and(self._dead_end.evaluate(self._ram), ~self.terminated, out=self.failed)
             self.terminated |= self.failed
             reward.add_(self.failed, alpha=cfg.dead_end)
+        if self._lives is not None:  # a life lost: its penalty, and with life_ends the episode's end
+            self.life_lost = self._lives.lost(self._ram)
+            reward.add_(self.life_lost, alpha=cfg.life_lost)
+            if self.life_ends:
+                self.terminated |= self.life_lost
         limit = self.max_steps if self._limit is None else self._limit
         torch.logical_and(self.steps >= limit, ~self.terminated, out=self.truncated)
         if self._milestones is not None:  # each milestone's bonus the first time it holds in the episode
@@ -666,10 +684,12 @@ class GameEnv:
     def _accumulate(self) -> None:
         """Add this step's totals to the device stats (one stack, one add; `_STAT_NAMES` order)."""
         torch, d, v = self.torch, self._done, self._stat_vals
-        fired, trunc, term, success, failed = self._fired, self.truncated, self.terminated, self.success, self.failed
+        fired, trunc, term, success = self._fired, self.truncated, self.terminated, self.success
+        failed, lost = self.failed, self.life_lost
         if self.archive is not None and self.archive.n_explore:  # the archive's explorers are not counted
             c = self.archive.counted
-            d, fired, trunc, term, success, failed = d & c, fired & c, trunc & c, term & c, success & c, failed & c
+            d, fired, trunc, term, success = d & c, fired & c, trunc & c, term & c, success & c
+            failed, lost = failed & c, lost & c
         vals = (d.sum(), (self.ep_return * d).sum(), (self.steps * d).sum(), (self.ep_success & d).sum(),
                 trunc.sum(), term.sum(), self._n_const, fired.sum(), (fired & success).sum(), success.sum())
         torch.stack([x.to(torch.float64) for x in vals], out=v)
@@ -678,6 +698,8 @@ class GameEnv:
             self._ms_stats[:-1] += (self.milestones & d).sum(1)
         if self._dead_end is not None:
             self._ms_stats[-1:] += failed.sum()
+        if self._lives is not None:
+            self._lives_stats += lost.sum()
         if self.num_slots > 1:  # `_slots` still holds the slot each ending episode started from
             pair = self._slot_pair
             slots = self._slots
@@ -733,7 +755,7 @@ class GameEnv:
     def stat_tensors(self) -> list:
         """The device totals `episode_stats` reads (float64 sums since its last call): the training session of
         several processes sums every process's into them before reading."""
-        return [self._stats, self._slot_stats, self._ms_stats]
+        return [self._stats, self._slot_stats, self._ms_stats, self._lives_stats]
 
     def episode_stats(self, clear: bool = True) -> dict[str, float]:
         """Totals since the last call: finished episodes, their mean return, length and success rate, and
@@ -742,7 +764,8 @@ class GameEnv:
         `success_from_start` (`StateArchive.read_stats`, which moves the start schedule when `clear`). Reads the
         device once. Raises ValueError if out-of-range actions were seen."""
         torch, n, k = self.torch, len(_STAT_NAMES), self.num_slots
-        parts = [self._stats] + ([self._slot_stats.reshape(-1)] if k > 1 else []) + [self._ms_stats]
+        parts = [self._stats] + ([self._slot_stats.reshape(-1)] if k > 1 else []) + [self._ms_stats,
+                                                                                     self._lives_stats]
         if self.archive is not None:
             parts.append(self.archive.stat_vector().to(torch.float64))  # counts: exact in float64
         vals = torch.cat(parts).tolist()
@@ -753,7 +776,7 @@ class GameEnv:
             pairs, rest = rest[:2 * k], rest[2 * k:]
             per_slot = {"slot_episodes": [int(x) for x in pairs[0::2]], "slot_successes": [int(x) for x in pairs[1::2]]}
         k_ms = len(self.milestone_names)
-        ms, rest = rest[:k_ms + 1], rest[k_ms + 1:]
+        ms, lives, rest = rest[:k_ms + 1], rest[k_ms + 1], rest[k_ms + 2:]
         eps = s["episodes"]
         if k_ms:  # the share of ended episodes that held each milestone, and the deepest any of them held
             held = [int(x) for x in ms[:k_ms]]
@@ -761,10 +784,13 @@ class GameEnv:
                              "milestone_deepest": max((i + 1 for i, h in enumerate(held) if h), default=0)})
         if self._dead_end is not None:
             per_slot["dead_ends"] = int(ms[k_ms])
+        if self._lives is not None:
+            per_slot["lives_lost"] = int(lives)
         if clear:
             self._stats.zero_()
             self._slot_stats.zero_()
             self._ms_stats.zero_()
+            self._lives_stats.zero_()
         if self.archive is not None:
             per_slot.update(self.archive.read_stats(clear, rest))
         eps, steps = s["episodes"], max(s["steps"], 1.0)
@@ -929,4 +955,5 @@ class GameEnv:
                 "archive": None if self.archive is None else {**self.archive_cfg.to_dict(), "cells": self.cell_mode,
                                                               "bytes": self.archive_bytes},
                 "spread_clocks": self.spread_clocks, "show_milestones": self.show_milestones,
+                "life_ends": self.life_ends,
                 "reward": {k: v for k, v in vars(self.reward_cfg).items() if k != "extra"}}

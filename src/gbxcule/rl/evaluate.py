@@ -46,7 +46,8 @@ def make_eval_env(env_cfg, episodes: int, device: str, seed: int, task: str | Ta
 
     if episodes < 1:
         raise GbxculeError(f"episodes must be >= 1, got {episodes}")
-    cfg = dataclasses.replace(env_cfg, archive={}, spread_clocks=False)  # from the task's start, as it is
+    # from the task's start, as it is: no archive, and the game plays on after a life lost
+    cfg = dataclasses.replace(env_cfg, archive={}, spread_clocks=False, life_ends=False)
     if task is not None:
         cfg.task = task
     if episodes > 1:

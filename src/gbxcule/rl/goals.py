@@ -9,6 +9,7 @@ Everything here is pure torch on the env's device (no host work per step) plus t
   Packed observations (4 pixels a byte) are scored through a lookup table, never unpacked.
 - **RAM condition**: `(byte at addr & mask) OP value` on a WRAM/HRAM byte; a goal is a conjunction.
 - **Novelty table**: a per-env bitmap of hashed keys (RAM bytes or a coarse frame hash) seen this episode.
+- **Lives**: a RAM byte counting lives or losses, read before and after a step: whether a life was lost.
 """
 
 from __future__ import annotations
@@ -296,6 +297,31 @@ class RamGoal:
         return all(c.holds(read) for c in self.conditions)
 
 
+class LivesByte:
+    """A task's lives byte (`tasks.Lives`) on the device: `before(ram)` keeps it before a step, `lost(ram)` says
+    (bool [N], a buffer of its own) in which envs it moved the way that loses a life since, modulo 256: a change of
+    1..127 that way (a counter's wrap from 255 to 0 is a rise of 1)."""
+
+    def __init__(self, lives, layout, num_envs: int, device):
+        import torch
+
+        self.row = ram_rows([lives.addr], layout)[0]
+        self.sign = 1 if lives.lost == "up" else -1
+        self._before = torch.zeros(num_envs, dtype=torch.int16, device=device)
+        self._change = torch.zeros(num_envs, dtype=torch.int16, device=device)
+        self._lost = torch.zeros(num_envs, dtype=torch.bool, device=device)
+
+    def before(self, ram) -> None:
+        self._before.copy_(ram[self.row])
+
+    def lost(self, ram):
+        import torch
+
+        torch.sub(ram[self.row], self._before, alpha=1, out=self._change)
+        self._change.mul_(self.sign).sub_(1).bitwise_and_(0xFF)  # the change the losing way, less 1, modulo 256
+        return torch.lt(self._change, 127, out=self._lost)
+
+
 class Milestones:
     """A task's milestones in chain order, each a RAM condition (an event flag) or a screen: a `TemplateScorer`
     and the integer distance sum under which its template holds (`threshold`). `each(ram, frame)`: bool [K, N],
@@ -430,7 +456,8 @@ def _frame_weights(count: int, device):
 @dataclass
 class RewardConfig:
     """Reward = step_cost + alpha * (prev_dist - dist) + goal_bonus * (the goal ended it) + novelty terms +
-    milestone * (milestones first held this step) + dead_end * (the task became unwinnable this step)."""
+    milestone * (milestones first held this step) + dead_end * (the task became unwinnable this step) +
+    life_lost * (a life was lost this step: the task's lives byte)."""
 
     step_cost: float = -0.01
     alpha: float = 1.0
@@ -442,6 +469,7 @@ class RewardConfig:
     novelty_size: int = 4096
     milestone: float = 1.0  # bonus for each of the task's milestones the first time it holds in an episode
     dead_end: float = 0.0  # added once when the task's fail_ram holds (the episode then ends, unsuccessful)
+    life_lost: float = 0.0  # added at each life lost (the task's `lives` byte; needs a task that names one)
     terminate_on: str = "auto"  # "template", "ram", "none" (only max_steps) or "auto" (template if any, else RAM)
     extra: dict = field(default_factory=dict)
 

@@ -92,6 +92,16 @@ class CellDetail:
 
 
 @dataclass(frozen=True)
+class Lives:
+    """A byte that counts the player's lives (`lost = "down"`: a life is lost when it falls) or losses (`"up"`:
+    when it rises), read modulo 256 (a step of 1..127 up is a rise): what `reward.life_lost` and `env.life_ends`
+    read (docs/rl_env.md "Lives")."""
+
+    addr: int
+    lost: str = "down"
+
+
+@dataclass(frozen=True)
 class Task:
     name: str
     pack: str
@@ -113,6 +123,7 @@ class Task:
     milestones: tuple[Milestone, ...] = ()  # progress events in chain order, each rewarded once per episode
     fail_ram: tuple[RamCondition, ...] = ()  # the task can no longer be won: the episode ends, unsuccessful
     cell_detail: CellDetail | None = None  # bytes added to the cell while a condition holds (rl/archive.py)
+    lives: Lives | None = None  # the byte whose change says a life was lost (a fight lost, a fall)
 
     @property
     def id(self) -> str:
@@ -194,6 +205,21 @@ def _cell_detail(task: dict, pack: dict, place: tuple[int, ...], where: str) -> 
     return CellDetail(when, cells)
 
 
+def _lives(task: dict, pack: dict, where: str) -> Lives | None:
+    """`lives = { addr = ADDRESS, lost = "down" | "up" }` of the task, else of its pack."""
+    d = task.get("lives", pack.get("lives"))
+    if d is None:
+        return None
+    if not isinstance(d, dict) or "addr" not in d or set(d) - {"addr", "lost"}:
+        raise TaskError(f"{where}: lives must be a table of addr and lost (\"down\": a lives counter, \"up\": a "
+                        "losses counter)")
+    lost = d.get("lost", "down")
+    if lost not in ("down", "up"):
+        raise TaskError(f"{where}: lives.lost must be \"down\" or \"up\", got {lost!r}")
+    (addr,) = _ram_bytes({"addr": [d["addr"]]}, {}, "addr", f"{where}: lives")
+    return Lives(addr, lost)
+
+
 def _ram_bytes(task: dict, pack: dict, key: str, where: str) -> tuple[int, ...]:
     """A task's (else its pack's) list of at most 8 WRAM/HRAM addresses under `key`."""
     addrs = task.get(key, pack.get(key, ()))
@@ -207,9 +233,10 @@ def _ram_bytes(task: dict, pack: dict, key: str, where: str) -> tuple[int, ...]:
 
 
 _TASK_KEYS = {"description", "start", "step_limit", "solution", "goal_ram", "template", "reward", "novelty_ram",
-              "codec", "frames_per_step", "release_after_frames", "cells", "cell_detail", "milestones", "fail_ram"}
+              "codec", "frames_per_step", "release_after_frames", "cells", "cell_detail", "milestones", "fail_ram",
+              "lives"}
 _PACK_KEYS = {"name", "rom", "rom_sha1", "codec", "frames_per_step", "release_after_frames", "novelty_ram", "cells",
-              "cell_detail", "milestones", "fail_ram"}
+              "cell_detail", "milestones", "fail_ram", "lives"}
 
 
 def parse_pack(text: str, where: str, base_dir: str = ".") -> dict[str, Task]:
@@ -258,7 +285,8 @@ def parse_pack(text: str, where: str, base_dir: str = ".") -> dict[str, Task]:
                         int(t.get("step_limit", 1000)), None if sol is None else parse_script(sol, codec),
                         _ram_conditions(t.get("goal_ram"), w), t.get("template"), reward, novelty, base_dir, cells,
                         _milestones(t.get("milestones", pack.get("milestones", ())), w),
-                        _ram_conditions(t.get("fail_ram", pack.get("fail_ram")), w, "fail_ram"), detail)
+                        _ram_conditions(t.get("fail_ram", pack.get("fail_ram")), w, "fail_ram"), detail,
+                        _lives(t, pack, w))
         except GoalError as exc:
             raise TaskError(f"{w}: {exc}") from None
         if task.step_limit < 1:
