@@ -17,7 +17,8 @@ ended, `final_greedy_failed_at`, where the eval reports them; on a task with mil
 two updates left out, as bench_learning.py), with evals beside training the env phase's median with an eval in
 flight and without (`env_phase`), with the state archive the share of envs in an episode from the task's start
 (`from_start_share`) and, where the task names milestones, the share of its cells' episodes that gained one by
-the milestones their start held over the last minute (`level_gains`), the median seconds of an update and of its
+the milestones their start held over the last minute (`level_gains`), where the task names a lives byte the lives
+lost in training and over its last minute (`lives_lost`), the median seconds of an update and of its
 env, inference and learning phases (`phases`), with `bench_learning.py --policy-evals`
 the greedy success of the weights kept at each mark (`policy_evals`), and with its `--segments` the final policy's
 from each segment task's start (`segments`). A bench JSON is copied under its file name, less its `environment`.
@@ -108,6 +109,9 @@ def run_entry(folder: Path, target: float | None) -> tuple[dict, list]:
     gains = level_gains(folder)
     if gains is not None:
         entry["level_gains"] = gains
+    lives = lives_lost(folder)
+    if lives is not None:
+        entry["lives_lost"] = lives
     entry.update(provenance(folder))
     return entry, [(c[1], c[2]) for c in r["curve"]]
 
@@ -163,6 +167,20 @@ def level_gains(folder: Path, last_s: float = 60.0) -> dict | None:
     got = [sum(col) for col in zip(*(r["archive/level_gains"] for r in rows), strict=True)]
     return {"last_s": last_s, "episodes": eps,
             "gained": [round(g / e, 3) if e else None for e, g in zip(eps, got, strict=True)]}
+
+
+def lives_lost(folder: Path, last_s: float = 60.0) -> dict | None:
+    """The lives lost in a run's training episodes (`lives_lost`, logged where the task names a lives byte): over
+    the run and over its last `last_s` seconds of training, beside the episodes that ended in each: {"total",
+    "episodes", "last_s", "last", "last_episodes"}; None where the run logged none."""
+    rows = [r for r in read_metrics(folder) if isinstance(r.get("lives_lost"), int) and r.get("wall_s") is not None]
+    if not rows:
+        return None
+    end = max(r["wall_s"] for r in rows)
+    last = [r for r in rows if r["wall_s"] > end - last_s]
+    return {"total": sum(r["lives_lost"] for r in rows), "episodes": sum(r.get("episodes", 0) for r in rows),
+            "last_s": last_s, "last": sum(r["lives_lost"] for r in last),
+            "last_episodes": sum(r.get("episodes", 0) for r in last)}
 
 
 def env_phase(folder: Path, config: dict, skip: int = 3) -> dict:
