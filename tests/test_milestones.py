@@ -1064,6 +1064,12 @@ step_limit = 30
 goal_ram = [{ addr = 0xC100, value = 2 }]
 reward = { step_cost = 0.0, goal_bonus = 0.0, life_lost = -3.0 }
 
+[tasks.near_door]
+start = { script = "N5 R4 D5" }
+step_limit = 30
+goal_ram = [{ addr = 0xC100, value = 2 }]
+reward = { step_cost = 0.0, goal_bonus = 0.0, life_lost = -3.0 }
+
 [tasks.counts_down]
 start = { script = "N5" }
 step_limit = 30
@@ -1159,3 +1165,30 @@ def test_life_ends_and_its_penalty_need_a_lives_byte_and_evals_play_on():
         assert env.life_ends is False and game_env("from_bed").episode_stats().get("lives_lost") is None
     finally:
         env.close()
+
+
+def test_a_run_with_episodic_lives_logs_them_and_resumes_bit_for_bit(tmp_path):
+    import json
+
+    from gbxcule.rl.training import make_config, train
+
+    pack = tmp_path / "lv.toml"
+    pack.write_text(LIVES_PACK)
+
+    def cfg(run, **extra):
+        return make_config(None, {"total_steps": 3 * 4 * 8, "env": {"num_envs": 4, "task": f"{pack}:near_door",
+                                                                     "max_steps": 12, "life_ends": True},
+                                  "ppo": {"rollout_steps": 8, "epochs": 1, "minibatches": 2, "model": "small"},
+                                  "run": {"run_dir": str(run), "device": "cpu", "progress": False, "evals": 0,
+                                          "tensorboard": False, "eval_episodes": 0, "checkpoint_every": 1, **extra}})
+
+    def rows(run):
+        keep = ("env_steps", "lives_lost", "episodes", "term_rate", "episode_return", "pg_loss")
+        return [{k: r.get(k) for k in keep} for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
+
+    train(cfg(tmp_path / "a"))
+    train(cfg(tmp_path / "b", stop_after_updates=1))
+    train(cfg(tmp_path / "b"), resume=True)
+    a = rows(tmp_path / "a")
+    assert a == rows(tmp_path / "b") and len(a) == 3
+    assert all(isinstance(r["lives_lost"], int) for r in a) and sum(r["lives_lost"] for r in a) > 0

@@ -160,6 +160,8 @@ def test_gym_bad_input(vec):
         gymnasium.make_vec(ID, num_envs=0)
     with pytest.raises(ValueError, match="SHA-1"):
         gymnasium.make_vec("gbxcule/Game-v0", num_envs=2, rom="ALU_LOOP", task="leave_house")
+    with pytest.raises(ValueError, match="names its lives byte"):  # passed through to GameEnv: leave_house has none
+        gymnasium.make_vec(ID, num_envs=2, life_ends=True)
     with pytest.raises(ValueError, match="array must be"):
         gymnasium.make_vec(ID, num_envs=2, array="jax")
     vec.reset(seed=0)

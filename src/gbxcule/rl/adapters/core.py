@@ -20,7 +20,7 @@ SHADE_SCALE = 85  # shades 0..3 -> 0, 85, 170, 255 with scale=True
 # GameEnv keyword arguments an adapter passes through (the adapter owns num_envs, device, info_mode,
 # keep_final_obs and seed).
 GAME_KWARGS = ("rom", "task", "start_states", "stack_k", "obs", "obs_view", "frames_per_step", "release_after_frames",
-               "codec", "max_steps", "reward", "goal", "backend_options")
+               "codec", "max_steps", "reward", "goal", "backend_options", "life_ends")
 
 
 class AdapterConfigError(GbxculeError, ValueError):
