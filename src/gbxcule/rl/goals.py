@@ -317,7 +317,7 @@ class LivesByte:
     def lost(self, ram):
         import torch
 
-        torch.sub(ram[self.row], self._before, alpha=1, out=self._change)
+        torch.sub(ram[self.row], self._before, out=self._change)
         self._change.mul_(self.sign).sub_(1).bitwise_and_(0xFF)  # the change the losing way, less 1, modulo 256
         return torch.lt(self._change, 127, out=self._lost)
 
