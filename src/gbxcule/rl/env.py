@@ -606,7 +606,7 @@ class GameEnv:
             self.terminated |= self.failed
             reward.add_(self.failed, alpha=cfg.dead_end)
         if self._lives is not None:  # a life lost: its penalty, and with life_ends the episode's end
-            self.life_lost = self._lives.lost(self._ram)
+            self._lives.lost(self._ram, self.life_lost)
             reward.add_(self.life_lost, alpha=cfg.life_lost)
             if self.life_ends:
                 self.terminated |= self.life_lost
@@ -684,12 +684,11 @@ class GameEnv:
     def _accumulate(self) -> None:
         """Add this step's totals to the device stats (one stack, one add; `_STAT_NAMES` order)."""
         torch, d, v = self.torch, self._done, self._stat_vals
-        fired, trunc, term, success = self._fired, self.truncated, self.terminated, self.success
-        failed, lost = self.failed, self.life_lost
+        fired, trunc, term, success, failed = self._fired, self.truncated, self.terminated, self.success, self.failed
+        c = None
         if self.archive is not None and self.archive.n_explore:  # the archive's explorers are not counted
             c = self.archive.counted
-            d, fired, trunc, term, success = d & c, fired & c, trunc & c, term & c, success & c
-            failed, lost = failed & c, lost & c
+            d, fired, trunc, term, success, failed = d & c, fired & c, trunc & c, term & c, success & c, failed & c
         vals = (d.sum(), (self.ep_return * d).sum(), (self.steps * d).sum(), (self.ep_success & d).sum(),
                 trunc.sum(), term.sum(), self._n_const, fired.sum(), (fired & success).sum(), success.sum())
         torch.stack([x.to(torch.float64) for x in vals], out=v)
@@ -699,7 +698,7 @@ class GameEnv:
         if self._dead_end is not None:
             self._ms_stats[-1:] += failed.sum()
         if self._lives is not None:
-            self._lives_stats += lost.sum()
+            self._lives_stats += (self.life_lost if c is None else self.life_lost & c).sum()
         if self.num_slots > 1:  # `_slots` still holds the slot each ending episode started from
             pair = self._slot_pair
             slots = self._slots

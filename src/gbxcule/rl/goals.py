@@ -298,9 +298,9 @@ class RamGoal:
 
 
 class LivesByte:
-    """A task's lives byte (`tasks.Lives`) on the device: `before(ram)` keeps it before a step, `lost(ram)` says
-    (bool [N], a buffer of its own) in which envs it moved the way that loses a life since, modulo 256: a change of
-    1..127 that way (a counter's wrap from 255 to 0 is a rise of 1)."""
+    """A task's lives byte (`tasks.Lives`) on the device: `before(ram)` keeps it before a step, `lost(ram, out)`
+    writes (bool [N]) in which envs it moved the way that loses a life since, modulo 256: a change of 1..127 that
+    way (a counter's wrap from 255 to 0 is a rise of 1)."""
 
     def __init__(self, lives, layout, num_envs: int, device):
         import torch
@@ -309,17 +309,16 @@ class LivesByte:
         self.sign = 1 if lives.lost == "up" else -1
         self._before = torch.zeros(num_envs, dtype=torch.int16, device=device)
         self._change = torch.zeros(num_envs, dtype=torch.int16, device=device)
-        self._lost = torch.zeros(num_envs, dtype=torch.bool, device=device)
 
     def before(self, ram) -> None:
         self._before.copy_(ram[self.row])
 
-    def lost(self, ram):
+    def lost(self, ram, out):
         import torch
 
         torch.sub(ram[self.row], self._before, out=self._change)
         self._change.mul_(self.sign).sub_(1).bitwise_and_(0xFF)  # the change the losing way, less 1, modulo 256
-        return torch.lt(self._change, 127, out=self._lost)
+        return torch.lt(self._change, 127, out=out)
 
 
 class Milestones:

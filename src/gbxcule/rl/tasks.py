@@ -216,7 +216,10 @@ def _lives(task: dict, pack: dict, where: str) -> Lives | None:
     lost = d.get("lost", "down")
     if lost not in ("down", "up"):
         raise TaskError(f"{where}: lives.lost must be \"down\" or \"up\", got {lost!r}")
-    (addr,) = _ram_bytes({"addr": [d["addr"]]}, {}, "addr", f"{where}: lives")
+    addr = d["addr"]
+    if not isinstance(addr, int) or isinstance(addr, bool):
+        raise TaskError(f"{where}: lives.addr must be an address, got {addr!r}")
+    ram_offset(addr, f"{where}: lives")
     return Lives(addr, lost)
 
 
