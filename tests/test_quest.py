@@ -6,6 +6,7 @@ harness (tests/test_overworld.py: `Game`, `steps_to_goal`)."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -214,6 +215,57 @@ def test_a_lost_fight_sends_the_player_home_with_full_hp_and_keeps_the_rest(game
     for key in ("EVENTS_0", "EVENTS_1", "EVENTS_2", "EVENTS_3", "BERRIES"):
         assert after[key] == before[key], key  # flags, items and berries kept
     assert not has(game.read, "BRUTE") and has(game.read, "HAS_LETTER") and game.mode() == MODE_WALK
+
+
+def test_the_fight_box_draws_both_hps_as_bars_that_the_agents_view_tells_apart():
+    """Along the fight in quest_m4's solution the box's bars hold the foe's and the player's HP (two a full tile, a
+    half for an odd one), and in the default view (every other pixel) the menus of different turns differ in the
+    bars' columns: the digits' thin strokes alone differed by 2 of the frame's pixels between 8 HP and 2."""
+    torch = pytest.importorskip("torch")
+    from gbxcule.core.schema import ram_layout
+    from gbxcule.rl.env import GameEnv
+    from gbxcule.roms.overworld.game import TILE_BLANK, TILE_STORY, WIN_MAP, encode
+    from gbxcule.roms.overworld.story import BAR_COL, BAR_W
+
+    base = ram_layout(0).bases
+
+    def at(addr: int) -> int:  # the env's RAM row of a VRAM or WRAM address
+        return base["vram"] + addr - 0x8000 if addr < 0xA000 else base["wram"] + addr - 0xC000
+
+    env = GameEnv(task="quest_m4", num_envs=1, device="cpu", info_mode="none", obs_view="stride")
+    menus = {}
+    try:
+        env.reset(seed=0)
+        for a in script(SEGMENTS[3][1]):
+            env.step(torch.tensor([a], dtype=torch.int32))
+            ram = env.ram[:, 0]
+            if int(ram[at(WIN_MAP + 4 * 32 + 2)]) != encode("F")[0]:  # the choices are not shown
+                continue
+            hps = int(ram[at(ADDR["FOE_HP"])]), int(ram[at(ADDR["HP"])])
+            for row, hp in zip((1, 2), hps, strict=True):
+                bar = [int(ram[at(WIN_MAP + row * 32 + BAR_COL + i)]) for i in range(BAR_W)]
+                assert bar == [TILE_STORY] * (hp // 2) + [TILE_STORY + 1] * (hp % 2) + \
+                    [TILE_BLANK] * (BAR_W - (hp + 1) // 2), (row, hp)
+            menus.setdefault(hps, env.obs[0, -1].clone())
+    finally:
+        env.close()
+    assert len(menus) >= 4 and any(hp % 2 for hps in menus for hp in hps)  # the turns, an odd HP among them
+    cols = slice(4 * BAR_COL, 4 * (BAR_COL + BAR_W))  # the bars' columns in the 80-wide frame
+    frames = list(menus.values())
+    for i, a in enumerate(frames):
+        for b in frames[i + 1:]:
+            assert int((a[:, cols] != b[:, cols]).sum()) >= 12  # a 2-HP tile: 4 columns of 3 rows at least
+
+
+@pytest.mark.parametrize("change, needle", [
+    (lambda s: {"foes": (replace(s.foes[0], name="BRUTISH"),)}, "name longer than 6"),
+    (lambda s: {"foes": (replace(s.foes[0], hp=100),)}, "HP must be 1-99"),
+    (lambda s: {"hp": 0}, "the player's HP must be 1-99"),
+])
+def test_a_story_whose_fight_box_cannot_show_it_is_refused(change, needle):
+    world = replace(WORLD, story=replace(STORY, **change(STORY)))
+    with pytest.raises(ValueError, match=needle):
+        world.check()
 
 
 def test_the_bag_uses_the_chosen_item_in_the_right_place_only(game):

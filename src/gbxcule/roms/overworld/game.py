@@ -111,9 +111,14 @@ BOX_IDS = {name: FONT_BASE + len(FONT_CHARS) + i for i, name in enumerate(art.BO
 TILE_BLANK = FONT_BASE + FONT_CHARS.index(" ")
 
 
-def font_tiles() -> bytes:
+TILE_STORY = FONT_BASE + len(FONT_CHARS) + len(art.BOX)  # a story's tiles (story.BAR_TILES) follow the box's
+
+
+def font_tiles(world: World = WORLD) -> bytes:
+    """The font's and the boxes' tiles; a world with a story adds its HP bars' tiles."""
+    story = b"".join(art.tile_bytes(t) for t in story_code.BAR_TILES.values()) if world.story else b""
     return b"".join(art.tile_bytes(art.glyph_tile(g)) for g in art.GLYPHS.values()) + \
-        b"".join(art.tile_bytes(t) for t in art.BOX.values())
+        b"".join(art.tile_bytes(t) for t in art.BOX.values()) + story
 
 
 def sprite_tiles(world: World = WORLD) -> bytes:
@@ -195,7 +200,7 @@ def _equates(world: World) -> str:
         "STAT_LYC": 0x40, "IE_GAME": 0x07, "TAC_GAME": 0x04, "TMA_GAME": 0xC0, "JOB_MASK": 15,
     }
     if world.story:
-        consts |= story_code.equates(world, FONT_BASE + FONT_CHARS.index("0"))
+        consts |= story_code.equates(world, FONT_BASE + FONT_CHARS.index("0"), TILE_STORY)
     lines += [f"DEF {name} EQU ${value:04X}" for name, value in consts.items()]
     return "\n".join(lines)
 
@@ -2004,7 +2009,7 @@ def _banked_data(world: World) -> str:
     out = [f'SECTION "gfx", ROMX, BANK[{BANK_GFX}]',
            "gfx_sprites:", _db(sprite_tiles(world)), "gfx_sprites_end:",
            "gfx_bg:", _db(b"".join(tiles)), "gfx_bg_end:",
-           "gfx_font:", _db(font_tiles()), "gfx_font_end:",
+           "gfx_font:", _db(font_tiles(world)), "gfx_font_end:",
            f'SECTION "texts", ROMX, BANK[{BANK_TEXT}]']
     out += [f"text_{k}:\n{_db(encode_pages(pages))}" for k, pages in world.texts.items()]
     for bank in sorted({m.bank for m in world.maps}):
@@ -2087,7 +2092,7 @@ def signature(world: World = WORLD) -> dict[int, bytes]:
         DONE_ADDR: bytes([DONE_VALUE]),
         ADDR["MAP_ID"]: state,
         0x8000: sprite_tiles(world),
-        0x8800: font_tiles(),
+        0x8800: font_tiles(world),
         0x9000: tiles[:water],
         0x9000 + water + 16: tiles[water + 16:],
         BG_MAP: boot_bg_map(world),

@@ -18,7 +18,14 @@ ACT_HEAL, ACT_RELOAD, ACT_BATTLE = 0x01, 0x02, 0x04
 MODE_BATTLE = 4
 BAG_W = 10
 BOX_W, BOX_H = 20, 6  # the fight box (the text box's size and place)
-FOE_HP_COL, HP_COL = 16, 16  # columns of the HP numbers in rows 1 (the foe) and 2 (the player)
+BAR_COL, BAR_W = 8, 8  # the HP bars: columns 8-15 of rows 1 (the foe) and 2 (the player), two HP a tile
+HP_COL = 17  # the HP numbers: columns 17-18 of the same rows (a foe's name: columns 2-7, tables.FOE_NAME)
+# The bars' tiles, loaded after the font's (game.font_tiles): two HP a tile, so a bar of 8 tiles shows up to 16 HP
+# one by one. Solid rows 1-6 survive an observation of every other pixel (the digits' thin strokes mostly do not).
+BAR_TILES = {
+    "full": ("........",) + ("33333333",) * 6 + ("........",),
+    "half": ("........",) + ("3333....",) * 6 + ("........",),
+}
 
 # Documented state (docs/quest.md); the quest's STATE adds these to OVERWORLD's.
 STORY_STATE = {  # name -> (address, size, meaning)
@@ -47,7 +54,7 @@ MAX_BLOCKS = 0x800  # bytes of wBlocks: (width + 2 PAD) * (height + 2 PAD) at mo
 MAP_HEADER_STORY = ("wMapSize", 2), ("wMapChanges", 2), ("wMapDark", 1), ("wMapEnterEvent", 1)
 
 
-def equates(world: World, tile_digit0: int) -> dict[str, int]:
+def equates(world: World, tile_digit0: int, tile_bar: int) -> dict[str, int]:
     """The story's WRAM names and constants, for the assembly."""
     s = world.story
     assert s is not None
@@ -59,8 +66,9 @@ def equates(world: World, tile_digit0: int) -> dict[str, int]:
         "POWER": s.power, "WEAPON_FLAG": s.flag(s.weapon), "WEAPON_POWER": s.weapon_power,
         "LOSS_MAP": world.map_ids[s.loss[0]], "LOSS_X": s.loss[1], "LOSS_Y": s.loss[2], "LOSS_FACING": s.loss[3],
         "DARK_METATILE": world.metatile_ids[s.dark], "MODE_BATTLE": MODE_BATTLE,
-        "TILE_DIGIT0": tile_digit0, "FOE_HP_POS": BOX_W + FOE_HP_COL,
-        "HP_POS": 2 * BOX_W + HP_COL, "BOX_SIZE": BOX_W * BOX_H, "ITEM_NAME": ITEM_NAME,
+        "TILE_DIGIT0": tile_digit0, "TILE_BAR_FULL": tile_bar, "TILE_BAR_HALF": tile_bar + 1, "BAR_W": BAR_W,
+        "FOE_HP_POS": BOX_W + HP_COL, "HP_POS": 2 * BOX_W + HP_COL, "FOE_BAR_POS": BOX_W + BAR_COL,
+        "BAR_POS": 2 * BOX_W + BAR_COL, "BOX_SIZE": BOX_W * BOX_H, "ITEM_NAME": ITEM_NAME,
         **{f"TEXT_{k.upper()}": world.text_ids[s.texts[k]] for k in ENGINE_TEXTS},
     }
 
@@ -839,7 +847,7 @@ battle:
     call show_text
     jp reload_map
 
-; draw_battle: the fight box (the foe's name and HP, the player's HP, the choices) with its cursor.
+; draw_battle: the fight box (the foe's name, both HPs as bars and numbers, the choices) with its cursor.
 draw_battle:
     ld a, MODE_BATTLE
     ld [wMode], a
@@ -855,9 +863,15 @@ draw_battle:
     ld a, [wFoeHp]
     ld hl, wBattleBox + FOE_HP_POS
     call put_number
+    ld a, [wFoeHp]
+    ld hl, wBattleBox + FOE_BAR_POS
+    call put_bar
     ld a, [wHp]
     ld hl, wBattleBox + HP_POS
     call put_number
+    ld a, [wHp]
+    ld hl, wBattleBox + BAR_POS
+    call put_bar
     call hide_window
     ld hl, WIN_MAP
     ld de, wBattleBox
@@ -910,6 +924,28 @@ put_number:
     ld a, b
     add TILE_DIGIT0
     ld [hl], a
+    ret
+
+; put_bar: A (HP) as BAR_W tiles at HL, two HP a tile: full, then a half for an odd one, then blanks (a bar of
+; more than 2 * BAR_W HP shows full).
+put_bar:
+    ld b, BAR_W
+.tile:
+    cp 2
+    jr c, .short
+    sub 2
+    ld [hl], TILE_BAR_FULL
+    jr .next
+.short:
+    ld [hl], TILE_BLANK
+    and a
+    jr z, .next
+    ld [hl], TILE_BAR_HALF
+    xor a
+.next:
+    inc hl
+    dec b
+    jr nz, .tile
     ret
 
 ; lose: the player's HP ran out: back to LOSS_MAP with full HP (flags, items and the berries left kept).
@@ -973,7 +1009,7 @@ def tables(world: World, encode, frame) -> list[str]:
     out += [f"    db {f.hp}, {f.attack}, {s.flag(f.win)}, {world.text_ids[f.strikes]}, {world.text_ids[f.beaten]}\n"
             f"    dw foe_box_{f.key}\n    db 0" for f in s.foes]
     for f in s.foes:
-        box = frame(BOX_W, BOX_H, {1: f.name.ljust(11) + "HP", 2: "YOU".ljust(11) + "HP", 4: "FIGHT ITEM  RUN"})
+        box = frame(BOX_W, BOX_H, {1: f.name, 2: "YOU", 4: "FIGHT ITEM  RUN"})  # bars and numbers: draw_battle
         out += [f"foe_box_{f.key}:", "    db " + ", ".join(f"${b:02X}" for b in box)]
     bag = frame(BAG_W, len(s.items) + 2)
     out += ["bag_rows:", "    db " + ", ".join(f"${b:02X}" for b in bag)]

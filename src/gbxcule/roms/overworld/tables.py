@@ -21,6 +21,8 @@ DOWN, UP, LEFT, RIGHT = 0, 1, 2, 3
 PAD = 5  # border metatiles stored around every map, so the camera never reads outside it
 LINE_CHARS = 17  # characters on a text-box line
 MAX_PEOPLE = 4
+FOE_NAME = 6  # characters of a foe's name in the fight box (its HP bar follows)
+MAX_HP = 99  # HP the fight box shows as two digits
 
 Pages = tuple[tuple[str, ...], ...]  # pages of up to two lines of up to LINE_CHARS characters
 
@@ -315,6 +317,10 @@ class World:
         problems += [f"use {u}: unknown item, map or script" for u in s.uses
                      if u.item not in keys or u.map not in self.map_ids or u.script not in s.scripts]
         problems += [f"item {i.key}: name longer than 7" for i in s.items if len(i.name) > 7]
+        problems += [f"foe {f.key}: name longer than {FOE_NAME}" for f in s.foes if len(f.name) > FOE_NAME]
+        problems += [f"foe {f.key}: HP must be 1-{MAX_HP}" for f in s.foes if not 1 <= f.hp <= MAX_HP]
+        if not 1 <= s.hp <= MAX_HP:
+            problems.append(f"story: the player's HP must be 1-{MAX_HP}")
         problems += [f"engine text {k} not named" for k in ENGINE_TEXTS if s.texts.get(k) not in self.texts]
         if sum(i.flag is None for i in s.items) != 1:
             problems.append("exactly one item (the berry) is counted rather than flagged")
