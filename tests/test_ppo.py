@@ -161,6 +161,20 @@ def test_the_clipped_loss_is_the_plain_one_at_the_acting_policy_and_stops_past_t
 TIMING = {"sps", "updates_per_s", "wall_s", "time_env_s", "time_inference_s", "time_update_s"}
 
 
+def test_epsilon_soft_acting_replaces_a_share_of_the_actions_by_uniform_ones():
+    """ppo.explore_eps: each action is replaced with probability eps by one drawn uniformly (so it may be the same);
+    at 0 nothing changes, at 1 every action is uniform whatever the policy chose."""
+    from gbxcule.rl.models import epsilon_soft
+
+    torch.manual_seed(0)
+    chosen = torch.full((80_000,), 3)
+    assert torch.equal(epsilon_soft(chosen, 8, 0.0), chosen)
+    counts = torch.bincount(epsilon_soft(chosen, 8, 1.0), minlength=8).float() / len(chosen)
+    assert torch.allclose(counts, torch.full((8,), 1 / 8), atol=0.01)
+    moved = (epsilon_soft(chosen, 8, 0.25) != 3).float().mean()
+    assert abs(float(moved) - 0.25 * 7 / 8) < 0.01
+
+
 def tiny(run_dir, knobs=None, total_steps=3 * 6 * 8, **run):
     return make_config(None, {"total_steps": total_steps, "env": {"num_envs": 6},
                               "ppo": {"rollout_steps": 8, "epochs": 1, "minibatches": 2, "model": "small",
@@ -175,8 +189,9 @@ def metrics(run_dir):
 
 
 @pytest.mark.parametrize("knobs", [{"minibatches": 3}, {"learn_share": 0.4, "channels_last": True},
-                                   {"clip": 0.01, "learn_share": 0.5, "minibatches": 4}],
-                         ids=["one_epoch", "share", "clip"])
+                                   {"clip": 0.01, "learn_share": 0.5, "minibatches": 4},
+                                   {"explore_eps": 0.5, "learn_share": 0.5}],
+                         ids=["one_epoch", "share", "clip", "explore"])
 def test_one_epoch_on_a_share_of_the_envs_trains_and_resumes_bit_for_bit(tmp_path, knobs):
     straight = tmp_path / "straight"
     s = train(tiny(straight, knobs))
@@ -188,6 +203,9 @@ def test_one_epoch_on_a_share_of_the_envs_trains_and_resumes_bit_for_bit(tmp_pat
     assert all(0 <= r["approx_kl"] < 10 for r in rows) and all(0 <= r["clipfrac"] <= 1 for r in rows)
     if knobs.get("clip") == 0.01:  # a tight clip: the later minibatches find samples past it
         assert any(r["clipfrac"] > 0 for r in rows)
+    if knobs.get("explore_eps"):  # the knob acts: without it the same run takes other actions
+        train(tiny(tmp_path / "plain", dict(knobs, explore_eps=0.0)))
+        assert [r["actions"] for r in metrics(tmp_path / "plain")] != [r["actions"] for r in rows]
     part = tmp_path / "part"
     assert train(tiny(part, knobs, stop_after_updates=1))["stopped"] == "stop_after_updates"
     assert train(tiny(part, knobs), resume=True)["updates"] == 3

@@ -228,9 +228,15 @@ class QNetwork(nn.Module):
 def epsilon_greedy(q: torch.Tensor, epsilon: float | torch.Tensor) -> torch.Tensor:
     """Actions [B] from action values [B, A]: uniformly random with probability `epsilon` (one for all, or [B], one
     per row), else the argmax."""
-    explore = torch.rand(q.shape[0], device=q.device) < epsilon
-    random = torch.randint(q.shape[1], (q.shape[0],), device=q.device)
-    return torch.where(explore, random, q.argmax(-1))
+    return epsilon_soft(q.argmax(-1), q.shape[1], epsilon)
+
+
+def epsilon_soft(actions: torch.Tensor, num_actions: int, epsilon: float | torch.Tensor) -> torch.Tensor:
+    """`actions` [B] with each replaced, with probability `epsilon` (one for all, or [B]), by one drawn uniformly
+    from `num_actions` (the device's default generator)."""
+    explore = torch.rand(actions.shape[0], device=actions.device) < epsilon
+    random = torch.randint(num_actions, (actions.shape[0],), device=actions.device)
+    return torch.where(explore, random, actions)
 
 
 def epsilon_ladder(num_envs: int, alpha: float, device, rank: int = 0, world: int = 1) -> torch.Tensor:

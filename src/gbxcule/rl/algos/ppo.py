@@ -6,15 +6,14 @@ eval, checkpoints, stop rules) `rl/session.py`.
     gbxcule train --algo ppo --task leave_house --num-envs 4096 --total-steps 20000000
     gbxcule train --config configs/leave_house_ppo_share.toml   # one epoch, half the envs train each rollout
 
-With `learn_share` s < 1 every env acts, but only a block of ceil(s x num_envs) envs (moving on by its size each
-update, so every env takes its turn) is stored and trained on: at 16-65K envs the learner sets the pace, and one
-epoch of minibatches uses each sample once (docs/training.md).
+With `learn_share` s < 1 every env acts, but only a block of ceil(s x num_envs) envs (moving on each update) is
+stored and trained on: at 16-65K envs the learner sets the pace, and one epoch uses each sample once.
 
 With `gru = H` the policy is recurrent (a GRU of H over the CNN features, reset where an episode ends; with
 env.archive.memory = "cell" to its cell's kept state): every acting env carries its state; the state each learning
 env starts a rollout with is kept, and the update's minibatches are groups of learning envs whose whole rollouts are
-unrolled again from it (backpropagation through the rollout's steps), as CleanRL's LSTM PPO does. `overlap` collects
-each rollout beside the learner's update of the one before, correcting for acting one update behind."""
+unrolled again from it, as CleanRL's LSTM PPO does. `overlap` collects each rollout beside the learner's update of
+the one before, correcting for acting one update behind."""
 
 from __future__ import annotations
 
@@ -28,7 +27,7 @@ from gbxcule.core.typed import knob
 from gbxcule.rl import returns
 from gbxcule.rl.archive import explorer_envs, keeps_memory, memory_bytes
 from gbxcule.rl.config import ConfigError
-from gbxcule.rl.models import MODELS, VIEWS, ActorCritic, activation_bytes
+from gbxcule.rl.models import MODELS, VIEWS, ActorCritic, activation_bytes, epsilon_soft
 from gbxcule.rl.session import AlgoSpec, NonFiniteError, Session
 
 
@@ -37,8 +36,7 @@ class PPOConfig:
     rollout_steps: int = knob(32, min=1)
     epochs: int = knob(4, min=1)
     minibatches: int = knob(4, min=1)
-    # share of the envs whose rollout is trained on: every env acts, a moving block of ceil(share * num_envs) learns
-    learn_share: float = knob(1.0, gt=0, max=1)
+    learn_share: float = knob(1.0, gt=0, max=1)  # every env acts; a moving block of ceil(share * envs) learns
     lr: float = knob(2.5e-4, gt=0)
     anneal_lr: bool = True
     gamma: float = knob(0.99, min=0, max=1)
@@ -46,6 +44,7 @@ class PPOConfig:
     clip: float = knob(0.1, gt=0)
     clip_vloss: bool = True
     ent_coef: float = knob(0.01, min=0)
+    explore_eps: float = knob(0.0, min=0, max=1)  # epsilon-soft acting, learned as the policy's own (docs/training.md)
     vf_coef: float = knob(0.5, min=0)
     max_grad_norm: float = knob(0.5, gt=0)
     norm_adv: bool = True
@@ -264,6 +263,8 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                         put(h_buf[t], h_step)
             dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
             action = dist.sample()
+            if p.explore_eps:  # a uniform action instead; its log-probability below is the policy's, as if sampled
+                action = epsilon_soft(action, env.num_actions, p.explore_eps)
             if ids is not None:
                 put(b["obs"][t], env.obs)
             for k, x in (("act", action), ("logp", dist.log_prob(action)), ("val", value.float())):
@@ -322,8 +323,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                             mb = (torch.arange(t_len, device=dev)[:, None] * n_learn + mb).reshape(-1)
                     dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
                     a = normalize(b_adv[mb]) if p.norm_adv else b_adv[mb]
-                    if lag_w is not None:
-                        a = a * lag_w[mb]
+                    a = a if lag_w is None else a * lag_w[mb]
                     loss, m = ppo_loss(dist.log_prob(b_act[mb]), prox_logp[mb], a, new_v.float(), b_val[mb], b_ret[mb],
                                        dist.entropy(), coefs)
                     optimizer.zero_grad(set_to_none=True)
