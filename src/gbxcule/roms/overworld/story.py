@@ -9,7 +9,7 @@ Scripts are records of 6 bytes: condition, two flags to set, one to clear, a tex
 
 from __future__ import annotations
 
-from gbxcule.roms.overworld.tables import ENGINE_TEXTS, PAD, World
+from gbxcule.roms.overworld.tables import ENGINE_TEXTS, FOE_NAME, PAD, World
 
 RECORD_SIZE, FOE_SIZE, USE_SIZE = 6, 8, 5
 ITEM_NAME = 8  # bytes per item name in ROM (7 characters and a blank)
@@ -18,8 +18,9 @@ ACT_HEAL, ACT_RELOAD, ACT_BATTLE = 0x01, 0x02, 0x04
 MODE_BATTLE = 4
 BAG_W = 10
 BOX_W, BOX_H = 20, 6  # the fight box (the text box's size and place)
-BAR_COL, BAR_W = 8, 8  # the HP bars: columns 8-15 of rows 1 (the foe) and 2 (the player), two HP a tile
-HP_COL = 17  # the HP numbers: columns 17-18 of the same rows (a foe's name: columns 2-7, tables.FOE_NAME)
+# Rows 1 (the foe) and 2 (the player): the name from column 2, the HP bar (two HP a tile) right after it, columns
+# 8-15, and the HP number in columns 17-18.
+BAR_COL, BAR_W, HP_COL = 2 + FOE_NAME, 8, 17
 # The bars' tiles, loaded after the font's (game.font_tiles): two HP a tile, so a bar of 8 tiles shows up to 16 HP
 # one by one. Solid rows 1-6 survive an observation of every other pixel (the digits' thin strokes mostly do not).
 BAR_TILES = {
