@@ -108,7 +108,7 @@ def test_bench_games_writes_a_row_per_game_and_the_median(tmp_path):
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--variants" in r.stderr
 
 
-def _part(slugs_x: dict[str, float], tree: str = "t1", envs: int = 4) -> dict:
+def _part(slugs_x: dict[str, float], tree: str = "t1", envs: int = 4, emulator: str | None = None) -> dict:
     """A bench_games.py artifact with one row per game at x times PyBoy's 100 env-steps/s."""
     games = [{"slug": slug, "kind": "test", "sps_path": 100 * x, "pyboy_sps": 100.0, "x_pyboy": {"path": x},
               "sps_shared": 300 * x, "ips_path": 1e6, "ips_shared": 2e6, "ipstep_path": 10.0, "divergence": 2.0}
@@ -117,7 +117,7 @@ def _part(slugs_x: dict[str, float], tree: str = "t1", envs: int = 4) -> dict:
                 "pyboy_repeat": 1, "warmup": 1, "window": 0, "state_frames": 30, "frames_per_step": 24,
                 "codec": "pokemonred_puffer_v1", "stage": "full_step"}
     return {"games": games, "failed": [], "summary": {"path": {}, "divergence": {}}, **settings,
-            "environment": {"source_sha1": tree}}
+            "environment": {"source_sha1": tree, **({"emulator_sha1": emulator} if emulator else {})}}
 
 
 def test_bench_games_merges_parts_of_the_set_into_one_table(tmp_path):
@@ -144,6 +144,34 @@ def test_bench_games_merges_parts_of_the_set_into_one_table(tmp_path):
         r = _run(ROOT / "scripts/bench/bench_games.py", "--merge", paths["a"], path, "--out", tmp_path / "x.json")
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and word in r.stderr, r.stderr
     assert not (tmp_path / "x.json").exists()
+    # parts that name their emulator's sources join across trees that differ elsewhere, and not across emulators;
+    # a part without that name compares the whole tree with every part before it
+    named = {"e1": _part({"g5": 2.0}, tree="t2", emulator="e1"), "e2": _part({"g6": 2.0}, tree="t2", emulator="e2"),
+             "a_e1": _part({"g1": 10.0}, emulator="e1"), "old": _part({"g7": 2.0}, tree="t2")}
+    for name, part in named.items():
+        paths[name] = tmp_path / f"{name}.json"
+        paths[name].write_text(json.dumps(part))
+    r = _run(ROOT / "scripts/bench/bench_games.py", "--merge", paths["a_e1"], paths["e1"], "--out", out)
+    assert r.returncode == 0, r.stderr
+    for bad, word in ((["a_e1", "e2"], "emulator_sha1"), (["e1", "a_e1", "old"], "source_sha1")):
+        args = [paths[b] for b in bad]
+        r = _run(ROOT / "scripts/bench/bench_games.py", "--merge", *args, "--out", tmp_path / "y.json")
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and word in r.stderr, r.stderr
+
+
+def test_environment_names_the_emulators_sources(tmp_path):
+    """The emulator's digest covers core, kernels, backends and harness only: a change to the trainers leaves it."""
+    from gbxcule.harness.bench import EMULATOR_PARTS, environment, source_digest
+
+    for part in ("core", "rl"):
+        (tmp_path / part).mkdir()
+        (tmp_path / part / "a.py").write_text("x = 1\n")
+    whole, emu = source_digest(tmp_path), source_digest(tmp_path, EMULATOR_PARTS)
+    (tmp_path / "rl" / "a.py").write_text("x = 2\n")
+    assert source_digest(tmp_path) != whole and source_digest(tmp_path, EMULATOR_PARTS) == emu
+    (tmp_path / "core" / "a.py").write_text("x = 2\n")
+    assert source_digest(tmp_path, EMULATOR_PARTS) != emu
+    assert environment()["emulator_sha1"] == source_digest(parts=EMULATOR_PARTS)
 
 
 def test_bench_spread_times_variants_from_one_spread_state(tmp_path):

@@ -20,7 +20,9 @@ steps of random play (default 30), once the envs have spread apart: steps 2-11 f
 fast, against PyBoy, as steps 32 on (docs/divergence.md, "How to measure it"; `--window` shows the curve).
 
 A set too long for one call (a GPU lease's 10-minute commands) runs in parts (`--only`), and `--merge` makes
-the one table and artifact from them; the parts must share their settings and source tree.
+the one table and artifact from them; the parts must share their settings and the emulator's sources
+(`environment.emulator_sha1`: core, kernels, backends, harness), so parts measured before and after a change
+to the trainers still join.
 
     python scripts/bench/fetch_games.py --out .games
     python scripts/bench/bench_games.py --games .games --envs 65536 --out bench_out/games.json
@@ -308,7 +310,8 @@ def report(rows: list[dict], failed: list[dict], keys: list[str], meta: dict, ou
     return 1 if failed else 0
 
 
-# settings every merged part must share, and the source tree (environment.source_sha1)
+# settings every merged part must share, and the emulator's sources (environment.emulator_sha1; in artifacts
+# written before it, the whole package's: environment.source_sha1)
 MERGE_KEYS = ("variants", "envs", "pyboy_envs", "host_cores", "device", "steps", "pyboy_steps", "pyboy_repeat",
               "warmup", "window", "state_frames", "frames_per_step", "codec", "stage")
 
@@ -321,14 +324,15 @@ def merge_parts(paths: list[Path]) -> tuple[list[dict], list[dict], dict]:
             data = json.loads(path.read_text())
             part = {k: data[k] for k in MERGE_KEYS if k != "variants"}
             part["variants"] = data.get("variants") or [k for k in data["summary"] if not k.startswith("divergence")]
-            games, tree = data["games"], data["environment"].get("source_sha1")
+            games, env = data["games"], data["environment"]
+            key = "emulator_sha1" if all("emulator_sha1" in p for p in (env, *parts)) else "source_sha1"
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"{path}: not an artifact of bench_games.py ({exc.__class__.__name__})") from None
         if meta is not None and part != meta:
             raise ValueError(f"{path}: other settings than {paths[0]} "
                              f"({', '.join(k for k in MERGE_KEYS if part[k] != meta[k])})")
-        if parts and tree != parts[0].get("source_sha1"):
-            raise ValueError(f"{path}: another source tree than {paths[0]} (environment.source_sha1)")
+        if any(env.get(key) != p.get(key) for p in parts):
+            raise ValueError(f"{path}: another source tree than {paths[0]} (environment.{key})")
         twice = sorted({r["slug"] for r in rows} & {g["slug"] for g in games})
         if twice:
             raise ValueError(f"{path}: measured again: {', '.join(twice)}")

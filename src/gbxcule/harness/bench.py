@@ -246,16 +246,24 @@ def environment() -> dict:
         sha = None
     return {"host": platform.node(), "machine": platform.machine(), "processor": platform.processor(),
             "python": platform.python_version(), "packages": versions, "git_sha": sha,
-            "source_sha1": source_digest(), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            "source_sha1": source_digest(), "emulator_sha1": source_digest(parts=EMULATOR_PARTS),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
-def source_digest(root: Path | None = None) -> str:
-    """SHA-1 over the package's Python sources (relative paths and contents): names the code that ran even
-    where `git_sha` cannot (a copied working tree whose .git is stale or absent)."""
+# the package's folders that emulation and its timing run through (not the trainers, the tasks or the CLI)
+EMULATOR_PARTS = ("core", "kernels", "backends", "harness")
+
+
+def source_digest(root: Path | None = None, parts: tuple[str, ...] | None = None) -> str:
+    """SHA-1 over the package's Python sources (relative paths and contents), or over those under the folders
+    `parts` only: names the code that ran even where `git_sha` cannot (a copied working tree whose .git is stale
+    or absent)."""
     root = root or Path(__file__).resolve().parents[1]
     h = hashlib.sha1()
     for path in sorted(root.rglob("*.py")):
-        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+        rel = path.relative_to(root)
+        if parts is None or rel.parts[0] in parts:
+            h.update(rel.as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
 
 
