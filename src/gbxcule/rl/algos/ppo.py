@@ -61,7 +61,8 @@ class PPOConfig:
 
 
 def build_model(p: PPOConfig, num_actions: int, stack_k: int, packed: bool) -> ActorCritic:
-    return ActorCritic(num_actions, stack_k, packed, p.model, p.gru, p.gru_skip, p.view, p.milestone_row)
+    return ActorCritic(num_actions, stack_k, packed, p.model, gru=p.gru, gru_skip=p.gru_skip, view=p.view,
+                       milestone_row=p.milestone_row)
 
 
 def acting_envs(cfg) -> int:
@@ -79,8 +80,7 @@ def steps_per_update(cfg) -> int:
     return cfg.env.num_envs * cfg.ppo.rollout_steps
 
 
-def batch_size(cfg) -> int:
-    """Samples trained on per update."""
+def batch_size(cfg) -> int:  # samples trained on per update
     return learn_envs(cfg) * cfg.ppo.rollout_steps
 
 
