@@ -2,6 +2,7 @@
 one-epoch learner on a share of the envs (`learn_share`, `channels_last`) and its recurrent policy (`gru`) trained,
 checkpointed and resumed bit for bit on the CPU device."""
 
+import copy
 import json
 import math
 
@@ -286,19 +287,25 @@ def test_bad_knobs_are_one_line(tmp_path, bad, word):
         tiny(tmp_path, bad)
 
 
-@pytest.mark.parametrize("skip", [False, True])
-def test_unroll_replays_acting_with_resets_at_episode_ends(skip):
+@pytest.mark.parametrize("skip,levels", [(False, 0), (True, 0), (True, 3)], ids=["gru", "skip", "level_heads"])
+def test_unroll_replays_acting_with_resets_at_episode_ends(skip, levels):
     """ppo.unroll (the recurrent update's forward) against acting step by step with the state reset before the step
     after an episode's end, as the eval's `policy_step` does: the same logits and values at every step, and the
-    resets matter (with `gru_skip` too, whose heads also read the features)."""
+    resets matter (with `gru_skip` too, whose heads also read the features; with `level_heads`, each step read by
+    its shown level's heads)."""
     from gbxcule.rl.models import ActorCritic
 
     torch.manual_seed(1)
-    model = ActorCritic(5, 1, False, "small", gru=8, gru_skip=skip)
+    model = ActorCritic(5, 1, False, "small", gru=8, gru_skip=skip, level_heads=levels)
     for head in (model.pi, model.v):  # weights large enough that the state shows in the outputs
         torch.nn.init.normal_(head.weight, std=1.0)
     t_len, n = 6, 3
     obs = torch.randint(0, 4, (t_len, n, 1, 72, 80), dtype=torch.uint8) * 60
+    if levels:  # the shown row: 0, 1 or 2 milestones held (4 pixels of shade 3 each), differing across steps
+        obs[..., 71, :] = 0
+        held = torch.arange(t_len * n).reshape(t_len, n) % 3
+        obs[..., 71, :8] = torch.where(torch.arange(8) < 4 * held[..., None, None], 3, 0).to(torch.uint8)
+        assert torch.equal(model.levels(obs), held)
     dones = torch.zeros(t_len, n, dtype=torch.bool)
     dones[1, 0] = dones[3, 2] = True
     h0 = torch.randn(n, 8)
@@ -528,12 +535,14 @@ def test_the_milestone_row_reaches_the_hidden_layer_as_a_vector(kind):
     assert len(grew) == 1 and wide[grew[0]].shape[1] == plain[grew[0]].shape[1] + ROW
 
 
-def test_the_milestone_row_trains_checkpoints_and_evaluates_on_a_task_with_milestones(tmp_path):
-    """ppo.milestone_row on quest_m1 (the flags shown): training writes its model, the checkpoint says so, and
-    `gbxcule eval`'s loader rebuilds it from the run's config; without shown milestones it is one config line."""
+@pytest.mark.parametrize("knob,value", [("milestone_row", True), ("level_heads", 3)])
+def test_the_milestone_row_trains_checkpoints_and_evaluates_on_a_task_with_milestones(tmp_path, knob, value):
+    """ppo.milestone_row or ppo.level_heads on quest_m1 (the flags shown): training writes its model, the checkpoint
+    says so, and `gbxcule eval`'s loader rebuilds it from the run's config; without shown milestones it is one
+    config line."""
     from gbxcule.rl.training import evaluate
 
-    knobs = {"milestone_row": True, "gru": 8, "gru_skip": True, "minibatches": 1}
+    knobs = {knob: value, "gru": 8, "gru_skip": True, "minibatches": 1}
     c = make_config(None, {"total_steps": 3 * 6 * 8,
                            "env": {"num_envs": 6, "task": "quest_m1", "show_milestones": "auto"},
                            "ppo": {"rollout_steps": 8, "epochs": 1, "model": "small", **knobs},
@@ -541,11 +550,52 @@ def test_the_milestone_row_trains_checkpoints_and_evaluates_on_a_task_with_miles
                                    "tensorboard": False, "eval_episodes": 0}})
     assert train(c)["updates"] == 3
     ck = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)
-    assert ck["model_desc"]["milestone_row"] is True
+    assert ck["model_desc"][knob] == value
     rep = evaluate(tmp_path / "run", episodes=2, device="cpu", modes=("greedy",))
     assert rep["greedy"]["episodes"] == 2
-    with pytest.raises(ConfigError, match="ppo.milestone_row reads the milestones env.show_milestones draws"):
+    with pytest.raises(ConfigError, match=f"ppo.{knob} reads the milestones env.show_milestones draws"):
         tiny(tmp_path / "off", knobs)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_level_heads_read_each_observation_by_its_shown_level(packed):
+    """`level_heads` L: an observation's level is the milestones shown over its newest frame's last row (4 pixels
+    of shade 3 each; packed, one byte), at most L - 1; its logits and value come from that level's heads alone (a
+    change to another level's heads leaves them), and the model without it keeps one pair of the same shapes."""
+    from gbxcule.rl.goals import pack_shades
+    from gbxcule.rl.models import ActorCritic
+
+    torch.manual_seed(5)
+    frames = torch.randint(0, 4, (5, 2, 72, 80), dtype=torch.uint8)
+    frames[..., 71, :] = 0
+    for i, held in enumerate((0, 1, 2, 5)):  # the newest frame shows `held` milestones
+        frames[i, 1, 71, 8:8 + 4 * held] = 3  # (not the first: the count, not the place, is the level)
+    frames[4, 0, 71, :8] = 3  # two shown in the older frame only: level 0
+    obs = torch.from_numpy(pack_shades(frames.numpy())) if packed else frames
+    model = ActorCritic(8, 2, packed, "small", level_heads=3)
+    assert model.levels(obs).tolist() == [0, 1, 2, 2, 0]
+    assert model.describe()["level_heads"] == 3
+    with torch.no_grad():
+        logits, value = model(obs)
+        assert logits.shape == (5, 8) and value.shape == (5,)
+        assert torch.equal(model.value(obs), value)
+        for level in range(3):
+            changed = copy.deepcopy(model)
+            changed.pi.weight[level * 8:(level + 1) * 8] += 1.0
+            changed.v.bias[level] += 1.0
+            lg, v = changed(obs)
+            moved = (lg != logits).any(-1)
+            assert moved.tolist() == (model.levels(obs) == level).tolist() == (v != value).tolist()
+        with pytest.raises(ValueError, match="needs each observation's level"):
+            model.heads(model.features(obs))
+    one = ActorCritic(8, 2, packed, "small")
+    assert one.levels(obs) is None and "level_heads" not in one.describe()
+    width = one.pi.weight.shape[1]
+    assert one.pi.weight.shape == (8, width) and one.v.weight.shape == (1, width)  # older checkpoints' shapes
+    assert model.pi.weight.shape == (24, width) and model.v.weight.shape == (3, width)
+    for bad in (-1, True, 2.0):
+        with pytest.raises(ValueError, match="level_heads"):
+            ActorCritic(8, 2, packed, "small", level_heads=bad)
 
 
 @pytest.mark.parametrize("algo", ["ppo", "a2c", "dqn", "pqn"])

@@ -35,6 +35,7 @@ from gbxcule.rl.archive import (
 )
 from gbxcule.rl.capture import task_template, template_meta
 from gbxcule.rl.goals import (
+    SHOWN_PX,
     GoalError,
     GoalTemplate,
     LivesByte,
@@ -61,7 +62,6 @@ from gbxcule.rl.starts import (
 from gbxcule.rl.tasks import Task, load_task
 
 INFO_MODES = ("none", "stats", "full")
-SHOWN_PX = 4  # show_milestones: the pixels each milestone takes in the last row (shade 3 where held)
 MAX_SHOWN = 80 // SHOWN_PX  # milestones an 80-pixel row shows
 _STAT_NAMES = ("episodes", "return_sum", "length_sum", "success_sum", "truncated", "terminated", "steps",
                "template_fired", "template_fired_ok", "ram_goal_reached", "bad_actions")

@@ -204,6 +204,9 @@ class TemplateScorer:
         return self.distance_sum(latest).to(torch.float32) * self.scale
 
 
+SHOWN_PX = 4  # env.show_milestones: the pixels each milestone takes in a frame's last row (shade 3 where held)
+
+
 def pack_shades(frames: np.ndarray) -> np.ndarray:
     """Pack shade indices [..., 80] into [..., 20] bytes, first pixel in bits 7-6 (the backend's format)."""
     f = np.asarray(frames, dtype=np.uint8).reshape(*np.shape(frames)[:-1], -1, 4)

@@ -12,7 +12,7 @@ import math
 import torch
 from torch import nn
 
-from gbxcule.rl.goals import unpack_shades
+from gbxcule.rl.goals import SHOWN_PX, unpack_shades
 
 MODELS = ("nature", "small")
 TORSO = {"nature": (32, 64, 64, 512), "small": (16, 32, 32, 256)}  # conv filters and hidden width
@@ -37,21 +37,27 @@ class ActorCritic(nn.Module):
     and a value head. Input uint8 [B, K, 72, 80] shades (or [B, K, 72, 20] packed with `packed=True`),
     scaled to [0, 1] inside. With `gru` the heads read a GRU's state over the CNN's features; with `gru_skip`
     they read the features too, beside it (what needs no memory can be learned as without the GRU). `view`: VIEWS;
-    `milestone_row`: `cnn_torso`'s."""
+    `milestone_row`: `cnn_torso`'s. With `level_heads` L the policy and value heads are L of each, one per milestone
+    level (`levels`): each observation is read by its level's pair, so a level first reached late in training starts
+    from heads no earlier level trained (the torso, and the GRU, stay shared)."""
 
     def __init__(self, num_actions: int, stack_k: int = 1, packed: bool = False, arch: str = "nature",
-                 gru: int | None = None, gru_skip: bool = False, view: str = "full", milestone_row: bool = False):
+                 gru: int | None = None, gru_skip: bool = False, view: str = "full", milestone_row: bool = False,
+                 level_heads: int = 0):
         super().__init__()
+        if isinstance(level_heads, bool) or not isinstance(level_heads, int) or level_heads < 0:
+            raise ValueError(f"level_heads (head pairs, one a level) must be an integer >= 0, got {level_heads!r}")
         if gru is not None and (isinstance(gru, bool) or not isinstance(gru, int) or gru < 1):
             raise ValueError(f"gru (the recurrent state's size) must be an integer >= 1 or none, got {gru!r}")
         if gru_skip and gru is None:
             raise ValueError("gru_skip needs a gru (the heads read the features beside its state)")
         self.num_actions, self.stack_k, self.packed, self.arch, self.gru = num_actions, stack_k, packed, arch, gru
         self.gru_skip, self.view, self.milestone_row = bool(gru_skip), view, bool(milestone_row)
+        self.level_heads = level_heads
         self.body, hidden = cnn_torso(stack_k, arch, view=view, milestone_row=self.milestone_row)
         width = hidden + gru if self.gru_skip else (gru or hidden)
-        self.pi = _init(nn.Linear(width, num_actions), 0.01)
-        self.v = _init(nn.Linear(width, 1), 1.0)
+        self.pi = _init(nn.Linear(width, num_actions * max(1, level_heads)), 0.01)  # level-major columns
+        self.v = _init(nn.Linear(width, max(1, level_heads)), 1.0)
         if gru is not None:  # a GRU over the CNN features: the policy and value read its state
             self.rnn = nn.GRUCell(hidden, gru)
             for name, w in self.rnn.named_parameters():
@@ -66,14 +72,36 @@ class ActorCritic(nn.Module):
             d["gru_skip"] = True
         if self.milestone_row:
             d["milestone_row"] = True
+        if self.level_heads:
+            d["level_heads"] = self.level_heads
         return d
+
+    def levels(self, obs: torch.Tensor) -> torch.Tensor | None:
+        """With `level_heads`: each observation's milestone level ([...] of obs [..., K, 72, W]), the milestones held
+        as env.show_milestones draws them over the newest frame's last row (SHOWN_PX pixels of shade 3 each), at
+        most level_heads - 1; None without."""
+        if not self.level_heads:
+            return None
+        row = obs[..., -1, -1, :]
+        ink = (unpack_shades(row) if self.packed else row) == 3
+        return (ink.sum(-1) // SHOWN_PX).clamp_(max=self.level_heads - 1)
+
+    def at_level(self, out: torch.Tensor, level: torch.Tensor | None) -> torch.Tensor:
+        """Of a head's outputs for every level ([..., L x C], level-major), the C columns of each row's `level`
+        ([...]); `out` itself without `level_heads`."""
+        if not self.level_heads:
+            return out
+        if level is None:
+            raise ValueError("a model with level_heads needs each observation's level (ActorCritic.levels)")
+        per = out.shape[-1] // self.level_heads
+        return out.gather(-1, level.unsqueeze(-1) * per + torch.arange(per, device=out.device))
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         return torso_features(self.body, scaled(obs, self.packed, next(self.parameters()).dtype), self.milestone_row)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits, value) of a feed-forward model (a recurrent one steps through `forward_step`)."""
-        return self.heads(self.features(obs))
+        return self.heads(self.features(obs), level=self.levels(obs))
 
     def head_input(self, feats: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
         """What the heads read ([..., width]): the CNN's features `feats`; of a recurrent model its state `h` after
@@ -82,15 +110,17 @@ class ActorCritic(nn.Module):
             return feats
         return torch.cat((feats, h.to(feats.dtype)), -1) if self.gru_skip else h
 
-    def heads(self, feats: torch.Tensor, h: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(logits, value) from the features and, of a recurrent model, its state after them (`head_input`)."""
+    def heads(self, feats: torch.Tensor, h: torch.Tensor | None = None,
+              level: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits, value) from the features and, of a recurrent model, its state after them (`head_input`); with
+        `level_heads`, each row's level's (`levels`)."""
         x = self.head_input(feats, h)
-        return self.pi(x), self.v(x).squeeze(-1)
+        return self.at_level(self.pi(x), level), self.at_level(self.v(x), level).squeeze(-1)
 
     def value(self, obs: torch.Tensor, state: torch.Tensor | None = None) -> torch.Tensor:
         f = self.features(obs)
         h = None if self.gru is None else self.rnn(f, state.to(f.dtype))
-        return self.v(self.head_input(f, h)).squeeze(-1)
+        return self.at_level(self.v(self.head_input(f, h)), self.levels(obs)).squeeze(-1)
 
     def forward_step(self, obs: torch.Tensor, state: torch.Tensor | None):
         """(logits, value, next state): one step of a recurrent model (state [N, gru]), or the feed-forward one
@@ -98,7 +128,7 @@ class ActorCritic(nn.Module):
         f = self.features(obs)
         if self.gru is not None:
             state = self.rnn(f, state.to(f.dtype))
-        logits, value = self.heads(f, state)
+        logits, value = self.heads(f, state, self.levels(obs))
         return logits, value, state
 
     kind = "pg"

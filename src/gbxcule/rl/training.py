@@ -73,22 +73,24 @@ def make_config(path=None, overrides: dict | None = None):
     if keeps_memory(cfg.env.archive) and not spec.cell_memory:
         raise ConfigError(f"env.archive.memory = 'cell' keeps a recurrent policy's state with the cells: {algo} does "
                           f"not (ppo with ppo.gru does); set it to 'zero' or train ppo")
-    if cfg.section.milestone_row:  # every algorithm has the knob
-        check_milestone_row(algo, cfg.env)
+    for row_knob in ("milestone_row", "level_heads"):  # every algorithm has the first, PPO the second
+        if getattr(cfg.section, row_knob, False):
+            check_shown_row(f"{algo}.{row_knob}", cfg.env)
     if spec.check is not None:
         spec.check(cfg)
     return cfg
 
 
-def check_milestone_row(algo: str, env) -> None:
-    """`<algo>.milestone_row` reads the row env.show_milestones draws: refused (one line) where nothing is drawn,
-    with the knob off or, with it "auto", on a task that names no milestones (the row would be the screen's)."""
+def check_shown_row(knob: str, env) -> None:
+    """A model knob (`<algo>.milestone_row`, `ppo.level_heads`) that reads the row env.show_milestones draws: refused
+    (one line) where nothing is drawn, with the knob off or, with it "auto", on a task that names no milestones (the
+    row would be the screen's)."""
     if env.show_milestones == "off":
-        raise ConfigError(f"{algo}.milestone_row reads the milestones env.show_milestones draws in the last row: set "
+        raise ConfigError(f"{knob} reads the milestones env.show_milestones draws in the last row: set "
                           f"env.show_milestones to \"auto\" or \"on\"")
     if env.show_milestones == "auto" and not load_task(env.task).milestones:
-        raise ConfigError(f"{algo}.milestone_row reads the milestones env.show_milestones draws in the last row, "
-                          f"but the task {env.task} names none: set {algo}.milestone_row = false")
+        raise ConfigError(f"{knob} reads the milestones env.show_milestones draws in the last row, "
+                          f"but the task {env.task} names none: set {knob} = {'0' if 'level' in knob else 'false'}")
 
 
 # The windowed, clipped, minibatched learner that was `--algo a2c` is PPO with one epoch: the names of its old

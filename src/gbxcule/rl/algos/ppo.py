@@ -52,6 +52,7 @@ class PPOConfig:
     model: str = knob("nature", choices=MODELS)
     view: str = knob("full", choices=VIEWS)  # what of the frame the CNN sees (rl/models.py VIEWS)
     milestone_row: bool = False  # the hidden layer also reads the shown milestones' row as a vector (rl/models.py)
+    level_heads: int = knob(0, min=0, max=21)  # a policy and value head per shown milestone level (rl/models.py)
     channels_last: bool = False  # the CNN's weights and activations channels-last (NHWC): fewer cuDNN layout copies
     compile: bool = False
     amp: str = knob("auto", choices=("auto", "bf16", "off"))  # auto: bf16 autocast on CUDA
@@ -62,7 +63,7 @@ class PPOConfig:
 
 def build_model(p: PPOConfig, num_actions: int, stack_k: int, packed: bool) -> ActorCritic:
     return ActorCritic(num_actions, stack_k, packed, p.model, gru=p.gru, gru_skip=p.gru_skip, view=p.view,
-                       milestone_row=p.milestone_row)
+                       milestone_row=p.milestone_row, level_heads=p.level_heads)
 
 
 def acting_envs(cfg) -> int:
@@ -169,7 +170,7 @@ def unroll(model: ActorCritic, obs: torch.Tensor, state: torch.Tensor, dones: to
         h = model.rnn(feats[t], state.to(feats.dtype))
         hs.append(h)
         state = torch.where(dones[t].unsqueeze(-1), 0.0 if starts is None else starts[t].to(h.dtype), h)
-    return model.heads(feats, torch.stack(hs))
+    return model.heads(feats, torch.stack(hs), model.levels(obs))
 
 
 # --- the loop ------------------------------------------------------------------------------------------------------
@@ -180,8 +181,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                  steps_per_update=steps_per_update(cfg), working_bytes=working_bytes(cfg)) as s:
         env = s.env
         model = build_model(p, env.num_actions, env.stack_k, env.obs_mode == "packed").to(s.device)
-        if p.channels_last:
-            model = model.to(memory_format=torch.channels_last)
+        model = model.to(memory_format=torch.channels_last) if p.channels_last else model
         optimizer = torch.optim.Adam(model.parameters(), lr=p.lr, eps=1e-5)
         fwd = torch.compile(model) if p.compile else model
         learner = s.wrap(model)  # DDP over the model with run.grad_sync = "ddp" on several processes
