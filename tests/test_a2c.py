@@ -105,8 +105,8 @@ def test_loss_has_no_gradient_through_the_target():
     assert m["adv_mean"].item() == pytest.approx(0.5)
 
 
-def tiny(run_dir, a2c=None, **run):
-    return make_config(None, {"algo": "a2c", "total_steps": 3 * 6 * 8, "env": {"num_envs": 6},
+def tiny(run_dir, a2c=None, env=None, **run):
+    return make_config(None, {"algo": "a2c", "total_steps": 3 * 6 * 8, "env": {"num_envs": 6, **(env or {})},
                               "a2c": {"steps_per_update": 8, "model": "small", **(a2c or {})},
                               "run": {"run_dir": str(run_dir), "device": "cpu", "progress": False,
                                       "tensorboard": False, "checkpoint_every": 1, "eval_episodes": 0, **run}})
@@ -118,11 +118,14 @@ def metrics(run_dir):
 
 
 @pytest.mark.parametrize("knobs", [{}, {"n_step": 4, "gae_lambda": 0.9}, {"gru": 8},
-                                   {"n_step": 4, "update_every": 4, "target_entropy": 0.99, "ent_lr": 0.5}],
-                         ids=["td0", "window", "gru", "target_entropy"])
+                                   {"n_step": 4, "update_every": 4, "target_entropy": 0.99, "ent_lr": 0.5},
+                                   {"gru": 8, "level_heads": 3}],
+                         ids=["td0", "window", "gru", "target_entropy", "level_heads"])
 def test_tiny_run_trains_checkpoints_and_resumes_bit_for_bit(tmp_path, knobs):
+    # level_heads reads the milestones shown over the last row: a task that names them (quest_m1), shown
+    env = {"task": "quest_m1", "show_milestones": "auto"} if knobs.get("level_heads") else None
     straight = tmp_path / "straight"
-    s = train(tiny(straight, knobs))
+    s = train(tiny(straight, knobs, env))
     assert s["updates"] == 3 and s["env_steps"] == 3 * 48 and s["stopped"] == "done"
     rows = metrics(straight)
     assert [r["update"] for r in rows] == [1, 2, 3]
@@ -132,8 +135,8 @@ def test_tiny_run_trains_checkpoints_and_resumes_bit_for_bit(tmp_path, knobs):
     assert sum(rows[-1]["actions"]) == 8 * 6  # the trained samples' actions
     assert rows[0]["entropy"] > 2.0
     part = tmp_path / "part"
-    assert train(tiny(part, knobs, stop_after_updates=1))["stopped"] == "stop_after_updates"
-    resumed = train(tiny(part, knobs), resume=True)
+    assert train(tiny(part, knobs, env, stop_after_updates=1))["stopped"] == "stop_after_updates"
+    resumed = train(tiny(part, knobs, env), resume=True)
     assert resumed["updates"] == 3
     assert metrics(part) == rows
     a = torch.load(straight / "checkpoint.pt", weights_only=False)
@@ -142,6 +145,7 @@ def test_tiny_run_trains_checkpoints_and_resumes_bit_for_bit(tmp_path, knobs):
     # Adam's step count: one optimizer step per update_every env-steps
     steps = 3 * 8 // knobs.get("update_every", 4)
     assert all(st["step"].item() == steps for st in a["optimizer"]["state"].values())
+    assert a["model_desc"].get("level_heads", 0) == knobs.get("level_heads", 0)
     if knobs.get("gru"):
         assert a["extra"]["state"].shape == (6, 8) and torch.equal(a["extra"]["state"], b["extra"]["state"])
     if knobs.get("target_entropy"):  # the adaptive weight moved, was checkpointed and resumed with the rest

@@ -598,6 +598,27 @@ def test_level_heads_read_each_observation_by_its_shown_level(packed):
             ActorCritic(8, 2, packed, "small", level_heads=bad)
 
 
+@pytest.mark.parametrize("algo", ["ppo", "a2c"])
+def test_the_actor_critic_algorithms_build_level_heads_from_their_config_and_refuse_them_unshown(tmp_path, algo):
+    """`<algo>.level_heads` reaches the actor-critic PPO and A2C build (its description names it), and reads the
+    row env.show_milestones draws: off, or "auto" on a task without milestones, it is one config line; the Q
+    learners have no such knob."""
+    from gbxcule.rl.algos import get
+
+    env = {"num_envs": 4, "task": "quest_m1"}
+    run = {"run_dir": str(tmp_path), "device": "cpu", "progress": False, "tensorboard": False}
+    on = {"algo": algo, "total_steps": 100_000, algo: {"level_heads": 4, "model": "small"}, "run": run}
+    cfg = make_config(None, {**on, "env": {**env, "show_milestones": "auto"}})
+    model = get(algo).build_model(cfg.section, 8, cfg.env.stack_k, cfg.env.obs == "packed")
+    assert model.describe()["level_heads"] == 4 and model.pi.out_features == 32
+    with pytest.raises(ConfigError, match=f"{algo}.level_heads reads the milestones"):
+        make_config(None, {**on, "env": env})
+    with pytest.raises(ConfigError, match=f"{algo}.level_heads .* the task leave_house names none: set {algo}.level"):
+        make_config(None, {**on, "env": {**env, "task": "leave_house", "show_milestones": "auto"}})
+    with pytest.raises(ConfigError, match="level_heads"):
+        make_config(None, {"algo": "dqn", "dqn": {"level_heads": 4}, "run": run, "env": env})
+
+
 @pytest.mark.parametrize("algo", ["ppo", "a2c", "dqn", "pqn"])
 def test_every_algorithm_builds_the_milestone_row_from_its_config_and_refuses_it_unshown(tmp_path, algo):
     """`<algo>.milestone_row` reaches the model each algorithm builds (its description names it); with

@@ -73,7 +73,7 @@ def make_config(path=None, overrides: dict | None = None):
     if keeps_memory(cfg.env.archive) and not spec.cell_memory:
         raise ConfigError(f"env.archive.memory = 'cell' keeps a recurrent policy's state with the cells: {algo} does "
                           f"not (ppo with ppo.gru does); set it to 'zero' or train ppo")
-    for row_knob in ("milestone_row", "level_heads"):  # every algorithm has the first, PPO the second
+    for row_knob in ("milestone_row", "level_heads"):  # every algorithm has the first, PPO and A2C the second
         if getattr(cfg.section, row_knob, False):
             check_shown_row(f"{algo}.{row_knob}", cfg.env)
     if spec.check is not None:

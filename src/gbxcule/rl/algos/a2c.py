@@ -51,13 +51,15 @@ class A2CConfig:
     model: str = knob("nature", choices=MODELS)
     view: str = knob("full", choices=VIEWS)  # what of the frame the CNN sees (rl/models.py VIEWS)
     milestone_row: bool = False  # the hidden layer also reads the shown milestones' row as a vector (rl/models.py)
+    level_heads: int = knob(0, min=0, max=21)  # a policy and value head per shown milestone level (rl/models.py)
     gru: int | None = knob(None, min=1, max=4096)  # a GRU of this size over the CNN features (reset at episode ends)
     compile: bool = False
     amp: str = knob("auto", choices=("auto", "bf16", "off"))  # auto: bf16 autocast on CUDA
 
 
 def build_model(a: A2CConfig, num_actions: int, stack_k: int, packed: bool) -> ActorCritic:
-    return ActorCritic(num_actions, stack_k, packed, a.model, gru=a.gru, view=a.view, milestone_row=a.milestone_row)
+    return ActorCritic(num_actions, stack_k, packed, a.model, gru=a.gru, view=a.view, milestone_row=a.milestone_row,
+                       level_heads=a.level_heads)
 
 
 def steps_per_update(cfg) -> int:
