@@ -561,7 +561,8 @@ def test_the_milestone_row_trains_checkpoints_and_evaluates_on_a_task_with_miles
 def test_level_heads_read_each_observation_by_its_shown_level(packed):
     """`level_heads` L: an observation's level is the milestones shown over its newest frame's last row (4 pixels
     of shade 3 each; packed, one byte), at most L - 1; its logits and value come from that level's heads alone (a
-    change to another level's heads leaves them), and the model without it keeps one pair of the same shapes."""
+    change to another level's heads leaves them), so Adam steps on other levels leave a level's pair as made; the
+    model without it keeps one pair of the same shapes."""
     from gbxcule.rl.goals import pack_shades
     from gbxcule.rl.models import ActorCritic
 
@@ -588,6 +589,21 @@ def test_level_heads_read_each_observation_by_its_shown_level(packed):
             assert moved.tolist() == (model.levels(obs) == level).tolist() == (v != value).tolist()
         with pytest.raises(ValueError, match="needs each observation's level"):
             model.heads(model.features(obs))
+    # what the knob is for: Adam steps on observations of levels 0 and 1 leave level 2's pair as it was made
+    def pair(k):
+        return [t.detach().clone() for t in (model.pi.weight[8 * k:8 * k + 8], model.pi.bias[8 * k:8 * k + 8],
+                                             model.v.weight[k], model.v.bias[k])]
+
+    fresh, level0 = pair(2), pair(0)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2, eps=1e-5)
+    for _ in range(3):
+        logits, value = model(obs[[0, 1, 4]])
+        loss = -torch.log_softmax(logits, -1)[:, 3].mean() + value.square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert all(torch.equal(a, b) for a, b in zip(pair(2), fresh, strict=True))
+    assert not any(torch.equal(a, b) for a, b in zip(pair(0), level0, strict=True))  # level 0's pair learned
     one = ActorCritic(8, 2, packed, "small")
     assert one.levels(obs) is None and "level_heads" not in one.describe()
     width = one.pi.weight.shape[1]
