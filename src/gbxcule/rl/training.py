@@ -82,7 +82,7 @@ def make_config(path=None, overrides: dict | None = None):
 
 
 def check_shown_row(knob: str, env) -> None:
-    """A model knob (`<algo>.milestone_row`, `ppo.level_heads`) that reads the row env.show_milestones draws: refused
+    """A model knob (`<algo>.milestone_row`, `<algo>.level_heads`) that reads the row env.show_milestones draws: refused
     (one line) where nothing is drawn, with the knob off or, with it "auto", on a task that names no milestones (the
     row would be the screen's)."""
     if env.show_milestones == "off":
