@@ -73,24 +73,24 @@ def make_config(path=None, overrides: dict | None = None):
     if keeps_memory(cfg.env.archive) and not spec.cell_memory:
         raise ConfigError(f"env.archive.memory = 'cell' keeps a recurrent policy's state with the cells: {algo} does "
                           f"not (ppo with ppo.gru does); set it to 'zero' or train ppo")
-    for row_knob in ("milestone_row", "level_heads"):  # every algorithm has the first, PPO and A2C the second
+    for row_knob, off in (("milestone_row", "false"), ("level_heads", "0")):  # all algorithms; PPO and A2C
         if getattr(cfg.section, row_knob, False):
-            check_shown_row(f"{algo}.{row_knob}", cfg.env)
+            check_shown_row(f"{algo}.{row_knob}", off, cfg.env)
     if spec.check is not None:
         spec.check(cfg)
     return cfg
 
 
-def check_shown_row(knob: str, env) -> None:
-    """A model knob (`<algo>.milestone_row`, `<algo>.level_heads`) that reads the row env.show_milestones draws: refused
-    (one line) where nothing is drawn, with the knob off or, with it "auto", on a task that names no milestones (the
-    row would be the screen's)."""
+def check_shown_row(knob: str, off: str, env) -> None:
+    """A model knob (`<algo>.milestone_row`, `<algo>.level_heads`; `off` its value that turns it off) that reads the
+    row env.show_milestones draws: refused (one line) where nothing is drawn, with env.show_milestones off or, with it
+    "auto", on a task that names no milestones (the row would be the screen's)."""
     if env.show_milestones == "off":
         raise ConfigError(f"{knob} reads the milestones env.show_milestones draws in the last row: set "
                           f"env.show_milestones to \"auto\" or \"on\"")
     if env.show_milestones == "auto" and not load_task(env.task).milestones:
         raise ConfigError(f"{knob} reads the milestones env.show_milestones draws in the last row, "
-                          f"but the task {env.task} names none: set {knob} = {'0' if 'level' in knob else 'false'}")
+                          f"but the task {env.task} names none: set {knob} = {off}")
 
 
 # The windowed, clipped, minibatched learner that was `--algo a2c` is PPO with one epoch: the names of its old
