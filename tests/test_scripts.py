@@ -464,6 +464,36 @@ def test_bench_learning_evaluates_the_kept_policies_and_the_summary_keeps_their_
     assert json.loads((root / "tasks" / "q2.json").read_text())["numbers"]["runs"][0]["segments"] == segs
 
 
+def test_bench_learning_sampled_evals_play_both_and_keep_both_rates(tmp_path):
+    """--sampled-evals: the kept policies' evals drop --greedy-only and the segments add --sampled; a report's sampled
+    success and deepest milestone join its mark's rates (and only where the report has them)."""
+    import json
+    import types
+
+    spec = importlib.util.spec_from_file_location("bench_learning", ROOT / "scripts/bench/bench_learning.py")
+    bench_learning = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_learning)
+    run_dir = tmp_path / "runs" / "a_s0"
+    _fake_run(run_dir, 0, [0.0])
+    (run_dir / "policies").mkdir()
+    for name in ("policy_300s.pt", "policy_600s.pt"):
+        (run_dir / "policies" / name).write_bytes(b"")
+    args = types.SimpleNamespace(episodes=8, gpus=0, segments=True, sampled_evals=True)
+    cmds = bench_learning.policy_eval_commands(args, run_dir)
+    assert [c[5:] for c, _ in cmds] == [["--json", "--episodes", "8", "--device", "cpu"]] * 2
+    [(seg, _)] = bench_learning.segment_command(args, run_dir)
+    assert seg[2:6] == [str(run_dir), "--episodes", "8", "--sampled"]
+    (run_dir / "policy_evals").mkdir()
+    (run_dir / "policy_evals" / "300s.json").write_text(json.dumps({
+        "env_steps_trained": 10, "greedy": {"success_rate": 0.0, "mean_deepest": 3.0},
+        "sampled": {"success_rate": 0.5, "mean_deepest": 5.0}}) + "\n")
+    (run_dir / "policy_evals" / "600s.json").write_text(json.dumps({
+        "env_steps_trained": 20, "greedy": {"success_rate": 1.0, "mean_deepest": 11.0}}) + "\n")
+    assert bench_learning.read_run(run_dir, 0.9)["policy_evals"] == [
+        {"mark_s": 300, "env_steps": 10, "greedy": 0.0, "mean_deepest": 3.0, "sampled": 0.5, "sampled_deepest": 5.0},
+        {"mark_s": 600, "env_steps": 20, "greedy": 1.0, "mean_deepest": 11.0}]
+
+
 def test_summarize_splits_the_env_phase_by_whether_an_eval_beside_training_was_in_flight(tmp_path):
     """With run.eval_background, each run's median env phase an update with an eval in flight (from the update after
     its weights' through the one that logged it) and without; an eval training waited for counts as none."""

@@ -19,7 +19,8 @@ it kept at its marks (`run.policy_every_s`: RUN/policies/policy_<S>s.pt) are eva
 once (`gbxcule eval --greedy-only`, the final eval's episodes and seed; RUN/policy_evals/<S>s.json): the success
 reached at 5, 10, 20 minutes of training without evals beside it slowing training. With `--segments`, the final
 policy is also evaluated greedy from each segment task of its pack (`<task>_m<N>`, scripts/bench/bench_segments.py;
-RUN/segments.json): which segments of a long task it has learned.
+RUN/segments.json): which segments of a long task it has learned. `--sampled-evals` plays both sampled as well (about
+twice their time): a stochastic policy that wins sampled can stall greedy on a still screen.
 """
 
 from __future__ import annotations
@@ -71,20 +72,23 @@ def kept_policies(run_dir: Path) -> list[tuple[int, Path]]:
 
 
 def policy_eval_commands(args, run_dir: Path) -> list[tuple[list[str], Path]]:
-    """One greedy `gbxcule eval` per kept policy (the final eval's seed, `--episodes` episodes) and the JSON file
-    its report goes to."""
-    return [([sys.executable, "-m", "gbxcule", "eval", str(path), "--greedy-only", "--json", "--episodes",
+    """One greedy `gbxcule eval` per kept policy (the final eval's seed, `--episodes` episodes; sampled as well with
+    `--sampled-evals`) and the JSON file its report goes to."""
+    modes = [] if getattr(args, "sampled_evals", False) else ["--greedy-only"]
+    return [([sys.executable, "-m", "gbxcule", "eval", str(path), *modes, "--json", "--episodes",
               str(args.episodes), "--device", "cuda" if args.gpus else "cpu"], run_dir / "policy_evals" / f"{s}s.json")
             for s, path in kept_policies(run_dir)]
 
 
 def segment_command(args, run_dir: Path) -> list[tuple[list[str], Path]]:
     """With `--segments`: scripts/bench/bench_segments.py on the run's final policy (each segment task of its pack,
-    greedy, `--episodes` episodes; RUN/segments.json) and the file its table goes to (RUN/segments.txt)."""
+    greedy, sampled as well with `--sampled-evals`, `--episodes` episodes; RUN/segments.json) and the file its table
+    goes to (RUN/segments.txt)."""
     if not args.segments:
         return []
     script = Path(__file__).resolve().parent / "bench_segments.py"
-    return [([sys.executable, str(script), str(run_dir), "--episodes", str(args.episodes), "--device",
+    modes = ["--sampled"] if getattr(args, "sampled_evals", False) else []
+    return [([sys.executable, str(script), str(run_dir), "--episodes", str(args.episodes), *modes, "--device",
               "cuda" if args.gpus else "cpu", "--out", str(run_dir / "segments.json")], run_dir / "segments.txt")]
 
 
@@ -133,7 +137,7 @@ def run_jobs(args, jobs: list[dict]) -> None:
                     item[1:] = [[start(cmd, ids, *out) for (cmd, _), out in zip(evals, outs, strict=True)], ids,
                                 [f for pair in outs for f in pair], "evals"]
                     job["t_evals"] = time.time()
-                    print(f"[{time.strftime('%H:%M:%S')}] start {job['name']} seed {job['seed']}: {len(evals)} greedy "
+                    print(f"[{time.strftime('%H:%M:%S')}] start {job['name']} seed {job['seed']}: {len(evals)} "
                           "evals (its kept policies, its segments)", flush=True)
                     continue
             else:
@@ -165,6 +169,9 @@ def policy_evals(run_dir: Path) -> list[dict]:
         greedy = rep.get("greedy", {})
         out.append({"mark_s": s, "env_steps": rep.get("env_steps_trained"), "greedy": greedy.get("success_rate"),
                     "mean_deepest": greedy.get("mean_deepest")})
+        if "sampled" in rep:  # --sampled-evals
+            out[-1] |= {"sampled": rep["sampled"].get("success_rate"),
+                        "sampled_deepest": rep["sampled"].get("mean_deepest")}
     return out
 
 
@@ -224,6 +231,11 @@ def fmt(x, spec: str) -> str:
     return "-".rjust(width) if x is None else format(x, spec)
 
 
+def deepest(x) -> str:
+    """" (deepest X.X)" for a mean deepest milestone, "" where there is none."""
+    return "" if x is None else f" (deepest {x:.1f})"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--setup", nargs=2, action="append", required=True, metavar=("NAME", "FLAGS"),
@@ -243,6 +255,8 @@ def main() -> int:
     ap.add_argument("--summarize-only", action="store_true", help="read the run folders under --out, run nothing")
     ap.add_argument("--policy-evals", action="store_true",
                     help="once a run ends, evaluate the weights it kept at its marks (run.policy_every_s) greedy")
+    ap.add_argument("--sampled-evals", action="store_true",
+                    help="with --policy-evals and --segments: sampled as well as greedy (about twice the time)")
     ap.add_argument("--segments", action="store_true",
                     help="once a run ends, evaluate its final policy greedy on each segment task of its task's pack "
                          "(<task>_m<N>; scripts/bench/bench_segments.py)")
@@ -307,19 +321,20 @@ def main() -> int:
           "policy's greedy and sampled success; stuck: its greedy episodes that failed on a still screen")
     marks = [r for r in results if r.get("policy_evals")]
     if marks:
-        print("greedy success of the weights kept at each mark of training (--policy-evals; deepest: the mean "
-              "deepest milestone of the episodes)")
+        print("greedy (and with --sampled-evals sampled) success of the weights kept at each mark of training "
+              "(--policy-evals; deepest: the mean deepest milestone of the episodes)")
         for r in marks:
-            cells = [f"{e['mark_s']} s {fmt(e['greedy'], '.1%')}" + (f" (deepest {e['mean_deepest']:.1f})"
-                                                                    if e.get("mean_deepest") is not None else "")
-                     for e in r["policy_evals"]]
+            cells = [f"{e['mark_s']} s {fmt(e['greedy'], '.1%')}" + deepest(e.get("mean_deepest"))
+                     + (f", sampled {fmt(e['sampled'], '.1%')}{deepest(e.get('sampled_deepest'))}"
+                        if "sampled" in e else "") for e in r["policy_evals"]]
             print(f"{r['setup'][:14]:14s} {r['seed']:>4d}  " + "; ".join(cells))
     segs = [r for r in results if r.get("segments")]
     if segs:
-        print("greedy success of each final policy from each segment task's start (--segments)")
+        print("greedy (sampled) success of each final policy from each segment task's start (--segments)")
         for r in segs:
             print(f"{r['setup'][:14]:14s} {r['seed']:>4d}  " + "; ".join(
-                f"{t} {fmt(e.get('greedy'), '.0%')}" for t, e in r["segments"].items()))
+                f"{t} {fmt(e.get('greedy'), '.0%')}" + (f" (sampled {fmt(e['sampled'], '.0%')})" if "sampled" in e
+                                                          else "") for t, e in r["segments"].items()))
     print(f"artifact: {out / 'learning.json'}")
     return 0
 
