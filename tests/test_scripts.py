@@ -665,6 +665,49 @@ def test_bench_segments_along_plays_from_points_of_each_segments_solution(tmp_pa
         seg.along_tasks(f"{nosol}:a", 4, None)
 
 
+def test_bench_segments_trace_plays_greedy_from_the_start_and_folds_a_stall(tmp_path, capsys):
+    """bench_segments.py --trace N: greedy from the task's start, at each step the place (the pack's cells bytes, read
+    live), the greedy action and the four likeliest with their probabilities (exact for a policy that acts by its
+    head's bias alone); the table folds a run of one place and one action into a line with its count; N < 1 is one
+    line and exit status 1."""
+    import json
+
+    torch = pytest.importorskip("torch")
+    spec = importlib.util.spec_from_file_location("bench_segments", ROOT / "scripts/bench/bench_segments.py")
+    seg = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(seg)
+    run_dir = _tiny_run(tmp_path / "run", "quest")
+    ck = torch.load(run_dir / "policy.pt", weights_only=False)
+    ck["model"]["pi.weight"].zero_()
+    traces = {}
+    for name, bias in (("b", [0.1, 0.2, 3.0, 0.3, 2.0, 1.0, 0.4, 0.5]), ("down", [0.1, 0.2, 0.3, 0.4, 1.0, 3.0, 0.5,
+                                                                                  0.6])):
+        ck["model"]["pi.bias"].copy_(torch.tensor(bias))
+        torch.save(ck, tmp_path / f"{name}.pt")
+        out = tmp_path / f"{name}.json"
+        assert seg.main([str(tmp_path / f"{name}.pt"), "--tasks", "quest_m2", "--episodes", "1", "--device", "cpu",
+                         "--trace", "12", "--out", str(out)]) == 0
+        traces[name] = json.loads(out.read_text())["policies"][str(tmp_path / f"{name}.pt")]["quest_m2"]["trace"]
+    probs = torch.tensor([0.1, 0.2, 3.0, 0.3, 2.0, 1.0, 0.4, 0.5]).softmax(0)
+    b = traces["b"]
+    assert len(b) == 12 and all(len(x["at"]) == 3 and x["greedy"] == "b" for x in b)
+    assert list(b[0]["top"]) == ["b", "up", "down", "right"]
+    assert b[0]["top"]["up"] == pytest.approx(float(probs[4]), abs=1e-3)
+    assert len({tuple(x["at"]) for x in b}) == 1  # B moves nobody: one place throughout
+    place = ",".join(map(str, b[0]["at"]))
+    assert f"  0-11 ({place}) b x12: b " in capsys.readouterr().out
+    down = traces["down"]
+    assert down[0]["at"] == b[0]["at"] and len({tuple(x["at"]) for x in down}) > 1  # walking down moves the place
+    step = {"at": [1, 2], "greedy": "b", "top": {"b": 0.5, "up": 0.25}}
+    moved = {**step, "at": [1, 3]}
+    assert seg.fold([step, step, step, moved, {**moved, "greedy": "up"}]) == [
+        "0-2 (1,2) b x3: b 0.50 up 0.25", "3 (1,3) b x1: b 0.50 up 0.25", "4 (1,3) up x1: b 0.50 up 0.25"]
+    r = run([sys.executable, "scripts/bench/bench_segments.py", str(run_dir), "--device", "cpu", "--tasks",
+             "quest_m2", "--trace", "0", "--out", str(tmp_path / "x.json")])
+    lines = [x for x in r.stderr.splitlines() if x.strip() and not x.startswith(("Warp", "Module"))]
+    assert r.returncode == 1 and len(lines) == 1 and "--trace must be >= 1" in lines[0], r.stderr
+
+
 def test_bench_segments_flags_and_agree_follow_the_solution_in_one_episode(tmp_path, capsys):
     """bench_segments.py --flags: at each step of a task's solution, played in one episode, the total variation
     between the policy's actions on the observation and on it with the newest shown milestone cleared: exactly 0 for

@@ -2,7 +2,7 @@
 (BENCHMARKS.md "The quest").
 
     python scripts/bench/bench_segments.py RUN_OR_POLICY [RUN_OR_POLICY ...] --episodes 16 --device cpu \
-        --out segments.json [--along 6 --steps 128 --sampled] [--flags] [--agree]
+        --out segments.json [--along 6 --steps 128 --sampled] [--flags] [--agree] [--trace 40]
 
 A policy trained on a whole quest is judged from the quest's start, where it fails at its first unlearned segment
 and says nothing of the ones after. Here each policy plays, greedy, from the start of every segment task of its
@@ -26,6 +26,11 @@ its action distribution and the one from the same state with the newest held mil
 near 0 where it acts alike either way. `--agree` asks where the policy leaves the solution: at each step its greedy
 action beside the solution's and the probability it gives the solution's. The solution is one way through, so a
 different action is not always a wrong one (another route, or a button that does nothing there).
+
+`--trace N` asks where a greedy policy stalls: it plays greedy from each task's start (no random steps) for up to N
+steps, and at each step records the place (the task's `cells` bytes, else its `novelty_ram`), the greedy action and
+the four likeliest actions with their probabilities. The table folds steps that repeat the place and the action: a
+greedy policy pressing one button on a still screen shows as one line with its count.
 """
 
 from __future__ import annotations
@@ -86,6 +91,70 @@ def along_tasks(spec: str, every: int, steps: int | None) -> list[tuple[int, obj
     return out
 
 
+def policy_env(source: str, task, device: str):
+    """One eval env of `task` at its start (no random steps) on `device` and the policy of `source` built for it."""
+    from gbxcule.rl.config import resolve_device
+    from gbxcule.rl.evaluate import make_eval_env
+    from gbxcule.rl.rundir import final_policy, load_checkpoint
+    from gbxcule.rl.training import config_from_dict, load_model
+
+    device = resolve_device(device)
+    ck = load_checkpoint(final_policy(source))
+    env = make_eval_env(config_from_dict(ck["config"], evaluate_only=True).env, 1, device, 0, task)
+    try:
+        return env, load_model(ck, env, device)
+    except BaseException:
+        env.close()
+        raise
+
+
+def trace(source: str, spec: str, device: str, steps: int) -> list[dict]:
+    """The policy played greedy from task `spec`'s start for up to `steps` steps (until the episode ends): at each
+    step {"at": the place's RAM bytes, "greedy": the action, "top": {action: probability} of the four likeliest}."""
+    import torch
+
+    from gbxcule.rl.goals import ram_rows
+    from gbxcule.rl.tasks import load_task
+
+    task = load_task(spec)
+    env, model = policy_env(source, task, device)
+    try:
+        rows = ram_rows(task.cells or task.novelty_ram, env.backend.layout)
+        names, state, out = env.codec.names, model.initial_state(1, env.obs.device), []
+        for _ in range(steps):
+            with torch.no_grad():
+                logits, state = model.policy_step(env.obs, state)
+            probs = logits.float().softmax(-1)[0]
+            top = torch.topk(probs, min(4, probs.numel()))
+            action = int(probs.argmax())
+            out.append({"at": [int(env.ram[r, 0]) for r in rows], "greedy": names[action],
+                        "top": {names[int(i)]: round(float(v), 3) for v, i in zip(top.values, top.indices,
+                                                                                   strict=True)}})
+            _, _, term, trunc, _ = env.step(torch.tensor([action], device=env.obs.device))
+            if bool((term | trunc)[0]):
+                break
+        return out
+    finally:
+        env.close()
+
+
+def fold(steps: list[dict]) -> list[str]:
+    """A `trace` as lines, one per run of steps with the same place and greedy action: "j-k (place) action xN: top"
+    with the run's first step's probabilities."""
+    lines, j = [], 0
+    while j < len(steps):
+        k = j
+        while k + 1 < len(steps) and (steps[k + 1]["at"], steps[k + 1]["greedy"]) == (steps[j]["at"],
+                                                                                        steps[j]["greedy"]):
+            k += 1
+        top = " ".join(f"{a} {p:.2f}" for a, p in steps[j]["top"].items())
+        span = f"{j}" if k == j else f"{j}-{k}"
+        place = ",".join(map(str, steps[j]["at"]))
+        lines.append(f"{span} ({place}) {steps[j]['greedy']} x{k - j + 1}: {top}")
+        j = k + 1
+    return lines
+
+
 def follow(source: str, spec: str, device: str, flags: bool, agree: bool) -> dict:
     """The policy along task `spec`'s solution in one episode from its start (no random steps; the solution's actions
     are played and the policy's recurrent state is carried along them): at each step j, {"agree": its greedy action,
@@ -95,24 +164,17 @@ def follow(source: str, spec: str, device: str, flags: bool, agree: bool) -> dic
     import torch
 
     from gbxcule.core.errors import GbxculeError
-    from gbxcule.rl.config import resolve_device
     from gbxcule.rl.env import SHOWN_PX
-    from gbxcule.rl.evaluate import make_eval_env
-    from gbxcule.rl.rundir import final_policy, load_checkpoint
     from gbxcule.rl.tasks import load_task
-    from gbxcule.rl.training import config_from_dict, load_model
 
     task = load_task(spec)
     if not task.solution:
         raise GbxculeError(f"task {task.id} has no solution to follow (--flags, --agree)")
-    device = resolve_device(device)
-    ck = load_checkpoint(final_policy(source))
-    env = make_eval_env(config_from_dict(ck["config"], evaluate_only=True).env, 1, device, 0, task)
+    env, model = policy_env(source, task, device)
     try:
         if flags and not env.show_milestones:
             raise GbxculeError(f"{source}: its env does not show milestones (env.show_milestones): --flags has none "
                                "to clear")
-        model = load_model(ck, env, device)
         per = SHOWN_PX if env.obs_mode == "pixels" else 1
         names, state, out = env.codec.names, model.initial_state(1, device), {}
         for j, want in enumerate(task.solution):
@@ -143,10 +205,12 @@ def follow(source: str, spec: str, device: str, flags: bool, agree: bool) -> dic
 
 
 def measure(sources: list[str], tasks: list[str] | None, episodes: int, device: str, along: int | None = None,
-            steps: int | None = None, sampled: bool = False, flags: bool = False, agree: bool = False) -> dict:
-    """{"policies": {source: {task: {"greedy", "mean_deepest"[, "sampled"][, "along"][, "follow"]}}}}, evaluated in
-    that order; "along": {j: {"greedy"[, "sampled"]}} from j steps into the task's solution (`along_tasks`);
-    "follow": {j: {["agree"][, "flags"]}} at each step of the solution played in one episode (`follow`)."""
+            steps: int | None = None, sampled: bool = False, flags: bool = False, agree: bool = False,
+            greedy_trace: int | None = None) -> dict:
+    """{"policies": {source: {task: {"greedy", "mean_deepest"[, "sampled"][, "along"][, "follow"][, "trace"]}}}},
+    evaluated in that order; "along": {j: {"greedy"[, "sampled"]}} from j steps into the task's solution
+    (`along_tasks`); "follow": {j: {["agree"][, "flags"]}} at each step of the solution played in one episode
+    (`follow`); "trace": the greedy play from the task's start (`trace`)."""
     from gbxcule.core.errors import GbxculeError
     from gbxcule.rl.training import evaluate
 
@@ -155,6 +219,8 @@ def measure(sources: list[str], tasks: list[str] | None, episodes: int, device: 
         raise GbxculeError(f"--along and --steps must be >= 1, got {along} and {steps}")
     if steps is not None and along is None:
         raise GbxculeError("--steps limits the --along episodes: give --along too")
+    if greedy_trace is not None and greedy_trace < 1:
+        raise GbxculeError(f"--trace must be >= 1, got {greedy_trace}")
 
     out: dict = {"policies": {}}
     for source in sources:
@@ -179,6 +245,8 @@ def measure(sources: list[str], tasks: list[str] | None, episodes: int, device: 
                     rows[task]["along"][str(j)] = {m: rep[m]["success_rate"] for m in modes}
             if flags or agree:
                 rows[task]["follow"] = follow(source, task, device, flags, agree)
+            if greedy_trace is not None:
+                rows[task]["trace"] = trace(source, task, device, greedy_trace)
         out["policies"][source] = rows
     return out
 
@@ -213,6 +281,10 @@ def table(result: dict) -> str:
                                   for v in steps)
                     lines.append(f"{label[-26:]} {t.rpartition(':')[2]} at each step the solution's action, its "
                                  f"probability, the greedy action: {ag}")
+            if r.get("trace"):  # --trace: greedy from the task's start, runs of one place and action folded
+                lines.append(f"{label[-26:]} {t.rpartition(':')[2]} greedy from its start: steps (place) action xN: "
+                             "the likeliest actions")
+                lines += [f"  {x}" for x in fold(r["trace"])]
     return "\n".join(lines)
 
 
@@ -230,18 +302,20 @@ def main(argv=None) -> int:
                     "depend on the newest shown milestone")
     ap.add_argument("--agree", action="store_true", help="along each task's solution: the policy's greedy action and "
                     "the probability it gives the solution's")
+    ap.add_argument("--trace", type=int, metavar="N", help="from each task's start: the place, the greedy action and "
+                    "the likeliest actions at each of up to N greedy steps")
     args = ap.parse_args(argv)
     from gbxcule.core.errors import GbxculeError
     from gbxcule.harness.bench import environment
 
     try:
         result = measure(args.sources, args.tasks, args.episodes, args.device, args.along, args.steps, args.sampled,
-                         args.flags, args.agree)
+                         args.flags, args.agree, args.trace)
     except GbxculeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     result.update(episodes=args.episodes, device=args.device, along=args.along, steps=args.steps, flags=args.flags,
-                  agree=args.agree, environment=environment())
+                  agree=args.agree, trace=args.trace, environment=environment())
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(table(result))
     print(f"wrote {args.out}")
