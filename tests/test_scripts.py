@@ -702,6 +702,10 @@ def test_bench_segments_trace_plays_greedy_from_the_start_and_folds_a_stall(tmp_
     moved = {**step, "at": [1, 3]}
     assert seg.fold([step, step, step, moved, {**moved, "greedy": "up"}]) == [
         "0-2 (1,2) b x3: b 0.50 up 0.25", "3 (1,3) b x1: b 0.50 up 0.25", "4 (1,3) up x1: b 0.50 up 0.25"]
+    assert seg.trace(str(tmp_path / "b.pt"), "quest_m2", "auto", 3) == b[:3]  # "auto" resolved, the start exact
+    gru = _tiny_run(tmp_path / "gru", "quest", None, {"gru": 8})  # a recurrent state made on the resolved device
+    assert len(seg.trace(str(gru), "quest_m2", "auto", 3)) == 3 and seg.follow(str(gru), "quest_m2", "auto", False,
+                                                                              True)["0"]["agree"]
     r = run([sys.executable, "scripts/bench/bench_segments.py", str(run_dir), "--device", "cpu", "--tasks",
              "quest_m2", "--trace", "0", "--out", str(tmp_path / "x.json")])
     lines = [x for x in r.stderr.splitlines() if x.strip() and not x.startswith(("Warp", "Module"))]

@@ -176,7 +176,7 @@ def follow(source: str, spec: str, device: str, flags: bool, agree: bool) -> dic
             raise GbxculeError(f"{source}: its env does not show milestones (env.show_milestones): --flags has none "
                                "to clear")
         per = SHOWN_PX if env.obs_mode == "pixels" else 1
-        names, state, out = env.codec.names, model.initial_state(1, device), {}
+        names, state, out = env.codec.names, model.initial_state(1, env.obs.device), {}
         for j, want in enumerate(task.solution):
             obs = [env.obs.clone()]
             if flags:
