@@ -18,7 +18,8 @@ two updates left out, as bench_learning.py), with evals beside training the env 
 flight and without (`env_phase`), with the state archive the share of envs in an episode from the task's start
 (`from_start_share`) and, where the task names milestones, the share of its cells' episodes that gained one by
 the milestones their start held over the last minute (`level_gains`), where the task names a lives byte the lives
-lost in training and over its last minute (`lives_lost`), the median seconds of an update and of its
+lost in training and over its last minute (`lives_lost`), the policy's mean entropy at its first update and over its
+last minute (`entropy`: how far from greedy a sampled policy still is), the median seconds of an update and of its
 env, inference and learning phases (`phases`), with `bench_learning.py --policy-evals`
 the greedy success of the weights kept at each mark (`policy_evals`), and with its `--segments` the final policy's
 from each segment task's start (`segments`). A bench JSON is copied under its file name, less its `environment`.
@@ -112,6 +113,9 @@ def run_entry(folder: Path, target: float | None) -> tuple[dict, list]:
     lives = lives_lost(folder)
     if lives is not None:
         entry["lives_lost"] = lives
+    ent = entropy(folder)
+    if ent is not None:
+        entry["entropy"] = ent
     entry.update(provenance(folder))
     return entry, [(c[1], c[2]) for c in r["curve"]]
 
@@ -181,6 +185,19 @@ def lives_lost(folder: Path, last_s: float = 60.0) -> dict | None:
     return {"total": sum(r["lives_lost"] for r in rows), "episodes": sum(r.get("episodes", 0) for r in rows),
             "last_s": last_s, "last": sum(r["lives_lost"] for r in last),
             "last_episodes": sum(r.get("episodes", 0) for r in last)}
+
+
+def entropy(folder: Path, last_s: float = 60.0) -> dict | None:
+    """The policy's mean entropy in nats (`entropy`, logged each update by the policy-gradient trainers) at its first
+    update and averaged over its last `last_s` seconds of training: {"first", "last_s", "last"}; None where the run
+    logged none."""
+    rows = [r for r in read_metrics(folder) if isinstance(r.get("entropy"), (int, float))
+            and r.get("wall_s") is not None]
+    if not rows:
+        return None
+    end = max(r["wall_s"] for r in rows)
+    last = [r["entropy"] for r in rows if r["wall_s"] > end - last_s]
+    return {"first": round(rows[0]["entropy"], 3), "last_s": last_s, "last": round(sum(last) / len(last), 3)}
 
 
 def env_phase(folder: Path, config: dict, skip: int = 3) -> dict:
