@@ -422,7 +422,7 @@ def test_bench_learning_evaluates_the_kept_policies_and_the_summary_keeps_their_
     (run_dir / "policies").mkdir()
     for name in ("policy_900s.pt", "policy_300s.pt", "policy_1200s.pt", "policy.pt", "policy_xs.pt"):
         (run_dir / "policies" / name).write_bytes(b"")
-    args = types.SimpleNamespace(episodes=32, gpus=1)
+    args = types.SimpleNamespace(episodes=32, gpus=1, sampled_evals=False)
     cmds = bench_learning.policy_eval_commands(args, run_dir)
     assert [out.name for _, out in cmds] == ["300s.json", "900s.json", "1200s.json"]
     cmd = cmds[0][0]
@@ -449,7 +449,7 @@ def test_bench_learning_evaluates_the_kept_policies_and_the_summary_keeps_their_
     assert json.loads((root / "tasks" / "q.json").read_text())["numbers"]["runs"][0]["policy_evals"] == rates
     # --segments: bench_segments.py on the final policy, once it exists, beside the policy evals; its report read
     assert bench_learning.segment_command(types.SimpleNamespace(episodes=32, gpus=1, segments=False), run_dir) == []
-    args = types.SimpleNamespace(episodes=16, gpus=0, segments=True)
+    args = types.SimpleNamespace(episodes=16, gpus=0, segments=True, sampled_evals=False)
     [(cmd, table)] = bench_learning.segment_command(args, run_dir)
     assert cmd[1].endswith("bench_segments.py") and cmd[2:] == [str(run_dir), "--episodes", "16", "--device", "cpu",
                                                                 "--out", str(run_dir / "segments.json")]

@@ -74,7 +74,7 @@ def kept_policies(run_dir: Path) -> list[tuple[int, Path]]:
 def policy_eval_commands(args, run_dir: Path) -> list[tuple[list[str], Path]]:
     """One greedy `gbxcule eval` per kept policy (the final eval's seed, `--episodes` episodes; sampled as well with
     `--sampled-evals`) and the JSON file its report goes to."""
-    modes = [] if getattr(args, "sampled_evals", False) else ["--greedy-only"]
+    modes = [] if args.sampled_evals else ["--greedy-only"]
     return [([sys.executable, "-m", "gbxcule", "eval", str(path), *modes, "--json", "--episodes",
               str(args.episodes), "--device", "cuda" if args.gpus else "cpu"], run_dir / "policy_evals" / f"{s}s.json")
             for s, path in kept_policies(run_dir)]
@@ -87,7 +87,7 @@ def segment_command(args, run_dir: Path) -> list[tuple[list[str], Path]]:
     if not args.segments:
         return []
     script = Path(__file__).resolve().parent / "bench_segments.py"
-    modes = ["--sampled"] if getattr(args, "sampled_evals", False) else []
+    modes = ["--sampled"] if args.sampled_evals else []
     return [([sys.executable, str(script), str(run_dir), "--episodes", str(args.episodes), *modes, "--device",
               "cuda" if args.gpus else "cpu", "--out", str(run_dir / "segments.json")], run_dir / "segments.txt")]
 
