@@ -265,8 +265,8 @@ cmd_jobs_start() {
 
 ## jobs_wait SECONDS: wait until the jobs of jobs_start end or SECONDS pass, then pack what is there (checkpoints,
 #    policies and archives left out) into $OUT/jobs.tgz and print the runner's log; exit status 0 once all ended;
-#    KEEP [policy.pt once all ended, else none]: of the names left out, those to pack after all (a few MB a run), so
-#    the final policies come back with the call that sees the jobs end (the machine may be gone by the next);
+#    KEEP [the policies kept at marks, policy_*s.pt; once all ended policy.pt too]: of the names left out, those to
+#    pack after all (a few MB a policy), so each call brings back what a lost machine would take with it;
 #    PART_BYTES [15 MiB]: a larger jobs.tgz is split into jobs.tgz.part-aa, -ab, ... of that size (a call returns
 #    files of at most 16 MiB, 8 of them): `cat jobs.tgz.part-* > jobs.tgz` joins them
 cmd_jobs_wait() {
@@ -276,7 +276,7 @@ cmd_jobs_wait() {
   while [[ ! -e $d/.ended ]] && (( $(date +%s) - t0 < $1 )); do sleep 5; done
   mkdir -p "$OUT"
   local drop=() x keep
-  if [[ -e $d/.ended ]]; then keep=${KEEP-policy.pt}; else keep=${KEEP-}; fi
+  if [[ -e $d/.ended ]]; then keep=${KEEP-"policy.pt policy_*s.pt"}; else keep=${KEEP-"policy_*s.pt"}; fi
   for x in checkpoint.pt policy.pt best_policy.pt 'policy_*s.pt' archive.npz 'events.out.*'; do
     [[ " $keep " == *" $x "* ]] || drop+=("$x")
   done
