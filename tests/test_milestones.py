@@ -1171,3 +1171,32 @@ def test_a_run_with_episodic_lives_logs_them_and_resumes_bit_for_bit(tmp_path):
                         ("env_steps", "lives_lost", "episodes", "term_rate", "episode_return", "pg_loss"))
     assert a == b and len(a) == 3
     assert all(isinstance(r["lives_lost"], int) for r in a) and sum(r["lives_lost"] for r in a) > 0
+
+
+@pytest.mark.parametrize("stack_k, obs, show", [(1, "pixels", True), (3, "pixels", False), (2, "packed", True)])
+def test_the_still_reward_pays_exactly_the_steps_that_left_the_screen_as_it_was(stack_k, obs, show):
+    """reward.still: paid on a step whose screen above the last row (where show_milestones draws) is the one the
+    step was taken on, as a Python reference over the observations says, after resets too; the env's buffer for it
+    is counted in its memory."""
+    from gbxcule.core.memory import env_bytes
+
+    env = game_env("from_bed", stack_k=stack_k, obs=obs, max_steps=16, show_milestones=show, keep_final_obs=True,
+                   reward={"still": -0.5, "step_cost": 0.0, "milestone": 0.0, "goal_bonus": 0.0})
+    o, _ = env.reset(seed=0)
+    still = torch.zeros(2, dtype=torch.int64)
+    steps = ends = 0
+    for a in actions(LEAVE + " U N2 D N2 N3 B A L"):  # env 0 walks out and back; env 1 waits; both restart at 16
+        before = o[:, -1, :71].clone()
+        o, r, term, trunc, info = env.step(torch.tensor([a, 0]))
+        done = term | trunc
+        after = torch.where(done[:, None, None], info["final_obs"][:, -1, :71], o[:, -1, :71])
+        same = (before == after).flatten(1).all(1)
+        assert torch.equal(r, -0.5 * same.to(torch.float32)), (steps, r, same)
+        still += same
+        steps += 1
+        ends += int(done.sum())
+    assert ends == 2 and 0 < still[0] < steps and still[1] > still[0]  # paid for some of env 0's steps, not all
+    w = 80 if obs == "pixels" else 20
+    assert env_bytes(obs, stack_k, still=True) - env_bytes(obs, stack_k) == 71 * w
+    plain = game_env("from_bed", stack_k=stack_k, obs=obs)
+    assert plain._before is None  # off (0.0): no buffer, no work

@@ -261,7 +261,8 @@ class GameEnv:
         need = (emulator_need("warp_vec_cuda" if self.device.startswith("cuda") else "warp_vec_cpu", rom, True,
                               self.obs_mode, False, self.num_envs)
                 + Need.device("env buffers", env_bytes(self.obs_mode, self.stack_k, self.keep_final_obs, tables,
-                                                       cfg.novelty_size), slot_bytes(slots, ram, self.obs_mode)))
+                                                       cfg.novelty_size, bool(cfg.still)),
+                              slot_bytes(slots, ram, self.obs_mode)))
         if self.archive_cfg is not None:  # its cells are slots of the backend's slot store too
             cap, slot = self.archive_cfg.capacity, slot_bytes(1, ram, self.obs_mode)
             if self.archive_cfg.store == "host":  # the slots in host memory, the records on the device
@@ -284,6 +285,9 @@ class GameEnv:
             self._ring = torch.zeros(n, 2 * k, 72, w, dtype=torch.uint8, device=dev)
         self._ring_wp = wp.from_torch(self._ring)
         self._pos = 0
+        # the `still` reward's screen each step is taken on: all but the last row, where show_milestones draws
+        self._before = torch.zeros(n, 71, w, dtype=torch.uint8, device=dev) if self.reward_cfg.still else None
+        self._still = torch.zeros(n, dtype=torch.bool, device=dev)
         self._env_ids = torch.arange(n, dtype=torch.int64, device=dev)
         self._act32 = torch.zeros(n, dtype=torch.int32, device=dev)
         self._act_wp = wp.from_torch(self._act32)
@@ -581,10 +585,16 @@ class GameEnv:
             self.archive.explore_actions(self._act32, self.codec.num_actions, self.seed)
         if self._lives is not None:
             self._lives.before(self._ram)
+        if self._before is not None:
+            self._before.copy_(self._latest[:, :71])
         self.backend.step(act)
         latest = self._latest
         self.steps += 1
         reward = self.rewards.fill_(cfg.step_cost)
+        if self._before is not None:  # a step that left the screen as it was (compared in place: no new buffer)
+            same = torch.eq(self._before, latest[:, :71], out=self._before.view(torch.bool))
+            torch.all(same.view(self.num_envs, -1), 1, out=self._still)
+            reward.add_(self._still, alpha=cfg.still)
         if self.scorer is not None:
             self._dist_sum.copy_(self.scorer.distance_sum(latest))
             self.distance.copy_(self._dist_sum.to(torch.float32) * self.scorer.scale)

@@ -459,7 +459,7 @@ def _frame_weights(count: int, device):
 class RewardConfig:
     """Reward = step_cost + alpha * (prev_dist - dist) + goal_bonus * (the goal ended it) + novelty terms +
     milestone * (milestones first held this step) + dead_end * (the task became unwinnable this step) +
-    life_lost * (a life was lost this step: the task's lives byte)."""
+    life_lost * (a life was lost this step: the task's lives byte) + still * (the step left the screen as it was)."""
 
     step_cost: float = -0.01
     alpha: float = 1.0
@@ -472,6 +472,7 @@ class RewardConfig:
     milestone: float = 1.0  # bonus for each of the task's milestones the first time it holds in an episode
     dead_end: float = 0.0  # added once when the task's fail_ram holds (the episode then ends, unsuccessful)
     life_lost: float = 0.0  # added at each life lost (the task's `lives` byte; needs a task that names one)
+    still: float = 0.0  # added at each step whose screen (all but its last row) is the one the step was taken on
     terminate_on: str = "auto"  # "template", "ram", "none" (only max_steps) or "auto" (template if any, else RAM)
     extra: dict = field(default_factory=dict)
 
