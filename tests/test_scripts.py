@@ -105,10 +105,11 @@ def test_gpu_sh_refuses_what_it_cannot_do(tmp_path):
 
 def test_gpu_sh_jobs_outlive_the_call_and_wait_packs_them(tmp_path):
     """jobs_start returns at once with the job list running in a session of its own; jobs_wait waits for it and
-    packs every job's output, leaving checkpoints out, with the policies kept at marks while they run (a lost machine
-    keeps nothing) and once they have ended their final policies (`policy.pt`) too, unless KEEP names what to keep; a
-    pack larger than PART_BYTES comes as parts that join to it."""
+    packs every job's output, leaving checkpoints out, with the policies kept at marks while the jobs run (a machine
+    lost between calls takes them with it) and once they have ended their final policies (`policy.pt`) too, unless
+    KEEP names what to keep; a pack larger than PART_BYTES comes as parts that join to it."""
     import tarfile
+    import time
 
     (tmp_path / "gpu").mkdir()
     (tmp_path / "gpu" / ".ready").touch()
@@ -116,7 +117,8 @@ def test_gpu_sh_jobs_outlive_the_call_and_wait_packs_them(tmp_path):
            "RUNS": str(tmp_path / "runs"), "PY": sys.executable}
     jobs = tmp_path / "jobs.txt"
     jobs.write_text("a: mkdir $JOB_OUT/policies; echo m > $JOB_OUT/policies/policy_60s.pt; "
-                    "echo x > $JOB_OUT/checkpoint.pt; sleep 8; echo done > $JOB_OUT/result.txt; "
+                    "echo x > $JOB_OUT/checkpoint.pt; for i in $(seq 600); do [ -e $JOB_OUT/go ] && break; sleep 0.1; "
+                    "done; echo done > $JOB_OUT/result.txt; "
                     "echo p > $JOB_OUT/policy.pt\n")
 
     def gpu(*args):
@@ -128,11 +130,17 @@ def test_gpu_sh_jobs_outlive_the_call_and_wait_packs_them(tmp_path):
     assert r.returncode == 0 and "started" in r.stdout, r.stderr
     assert not (tmp_path / "runs" / "jobs" / "a" / "result.txt").exists()  # still running when the call returned
     assert gpu("jobs_start", str(jobs)).returncode == 1  # one list at a time
-    r = gpu("jobs_wait", "1")  # returns after one 5 s poll, the job still sleeping
+    job = tmp_path / "runs" / "jobs" / "a"
+    for _ in range(300):  # the job has kept a policy and waits for `go`
+        if (job / "checkpoint.pt").exists():
+            break
+        time.sleep(0.1)
+    r = gpu("jobs_wait", "1")
     assert r.returncode == 3 and "still running" in r.stdout, r.stdout + r.stderr
     with tarfile.open(tmp_path / "out" / "jobs.tgz") as t:
         names = t.getnames()
     assert "./a/policies/policy_60s.pt" in names and not any(n.endswith("checkpoint.pt") for n in names)
+    (job / "go").touch()
     r = gpu("jobs_wait", "60")
     assert r.returncode == 0 and "done  a rc 0" in r.stdout, r.stdout + r.stderr
     with tarfile.open(tmp_path / "out" / "jobs.tgz") as t:
