@@ -164,7 +164,7 @@ def follow(source: str, spec: str, device: str, flags: bool, agree: bool) -> dic
     import torch
 
     from gbxcule.core.errors import GbxculeError
-    from gbxcule.rl.env import SHOWN_PX
+    from gbxcule.rl.goals import SHOWN_PX
     from gbxcule.rl.tasks import load_task
 
     task = load_task(spec)

@@ -286,8 +286,9 @@ class GameEnv:
         self._ring_wp = wp.from_torch(self._ring)
         self._pos = 0
         # the `still` reward's screen each step is taken on: all but the last row, where show_milestones draws
-        self._before = torch.zeros(n, 71, w, dtype=torch.uint8, device=dev) if self.reward_cfg.still else None
-        self._still = torch.zeros(n, dtype=torch.bool, device=dev)
+        still = bool(self.reward_cfg.still)
+        self._before = torch.zeros_like(self._latest[:, :-1]) if still else None
+        self._still = torch.zeros(n, dtype=torch.bool, device=dev) if still else None
         self._env_ids = torch.arange(n, dtype=torch.int64, device=dev)
         self._act32 = torch.zeros(n, dtype=torch.int32, device=dev)
         self._act_wp = wp.from_torch(self._act32)
@@ -586,13 +587,13 @@ class GameEnv:
         if self._lives is not None:
             self._lives.before(self._ram)
         if self._before is not None:
-            self._before.copy_(self._latest[:, :71])
+            self._before.copy_(self._latest[:, :-1])
         self.backend.step(act)
         latest = self._latest
         self.steps += 1
         reward = self.rewards.fill_(cfg.step_cost)
         if self._before is not None:  # a step that left the screen as it was (compared in place: no new buffer)
-            same = torch.eq(self._before, latest[:, :71], out=self._before.view(torch.bool))
+            same = torch.eq(self._before, latest[:, :-1], out=self._before.view(torch.bool))
             torch.all(same.view(self.num_envs, -1), 1, out=self._still)
             reward.add_(self._still, alpha=cfg.still)
         if self.scorer is not None:
