@@ -1173,30 +1173,63 @@ def test_a_run_with_episodic_lives_logs_them_and_resumes_bit_for_bit(tmp_path):
     assert all(isinstance(r["lives_lost"], int) for r in a) and sum(r["lives_lost"] for r in a) > 0
 
 
-@pytest.mark.parametrize("stack_k, obs, show", [(1, "pixels", True), (3, "pixels", False), (2, "packed", True)])
-def test_the_still_reward_pays_exactly_the_steps_that_left_the_screen_as_it_was(stack_k, obs, show):
-    """reward.still: paid on a step whose screen above the last row (where show_milestones draws) is the one the
-    step was taken on, as a Python reference over the observations says, after resets too; the env's buffer for it
-    is counted in its memory."""
-    from gbxcule.core.memory import env_bytes
+@pytest.mark.parametrize("stack_k, obs, show, k", [(1, "pixels", True, 1), (3, "pixels", False, 1),
+                                                   (2, "packed", True, 1), (1, "pixels", False, 4),
+                                                   (2, "packed", True, 3)])
+def test_the_still_reward_pays_exactly_the_steps_whose_screen_the_last_still_steps_were_taken_on(stack_k, obs, show, k):
+    """reward.still: paid on a step whose screen above the last row (where show_milestones draws) is one the
+    episode's last `still_steps` steps were taken on (1: the step left the screen as it was), as a Python reference
+    over the observations says, after resets too; with k > 1 an env cloned from a state mid-episode pays the same;
+    the env's buffers for it are counted in its memory."""
+    from collections import deque
 
-    env = game_env("from_bed", stack_k=stack_k, obs=obs, max_steps=16, show_milestones=show, keep_final_obs=True,
-                   reward={"still": -0.5, "step_cost": 0.0, "milestone": 0.0, "goal_bonus": 0.0})
-    o, _ = env.reset(seed=0)
-    still = torch.zeros(2, dtype=torch.int64)
-    steps = ends = 0
-    for a in actions(LEAVE + " U N2 D N2 N3 B A L"):  # env 0 walks out and back; env 1 waits; both restart at 16
-        before = o[:, -1, :71].clone()
-        o, r, term, trunc, info = env.step(torch.tensor([a, 0]))
-        done = term | trunc
-        after = torch.where(done[:, None, None], info["final_obs"][:, -1, :71], o[:, -1, :71])
-        same = (before == after).flatten(1).all(1)
-        assert torch.equal(r, -0.5 * same.to(torch.float32)), (steps, r, same)
-        still += same
-        steps += 1
-        ends += int(done.sum())
+    from gbxcule.core.memory import env_bytes
+    from gbxcule.rl.env import EnvConfigError
+
+    kw = dict(stack_k=stack_k, obs=obs, max_steps=16, show_milestones=show, keep_final_obs=True,
+              reward={"still": -0.5, "still_steps": k, "step_cost": 0.0, "milestone": 0.0, "goal_bonus": 0.0})
+
+    def play(env, script: str, clone_at: int = 0):
+        """Step env 0 through `script` (env 1 waits), checking each reward against the reference; with
+        `clone_at` an env loaded from the state after that many steps pays the same from there."""
+        o, _ = env.reset(seed=0)
+        seen = [deque(maxlen=k), deque(maxlen=k)]  # per env: the screens its episode's last k steps were taken on
+        still = torch.zeros(2, dtype=torch.int64)
+        back = steps = ends = 0  # back: env 0's paid steps whose screen was not the one the step was taken on
+        twin = None
+        for a in actions(script):
+            before = o[:, -1, :71].clone()
+            o, r, term, trunc, info = env.step(torch.tensor([a, 0]))
+            if twin is not None:
+                assert torch.equal(twin.step(torch.tensor([a, 0]))[1], r), steps
+            done = term | trunc
+            after = torch.where(done[:, None, None], info["final_obs"][:, -1, :71], o[:, -1, :71])
+            for i in range(2):
+                seen[i].append(before[i])
+                paid = any(torch.equal(x, after[i]) for x in seen[i])
+                assert r[i].item() == (-0.5 if paid else 0.0), (steps, i, r)
+                still[i] += paid
+                back += i == 0 and paid and not torch.equal(before[i], after[i])
+                if done[i]:
+                    seen[i].clear()
+            steps += 1
+            ends += int(done.sum())
+            if steps == clone_at:
+                twin = game_env("from_bed", **{**kw, "max_steps": env.max_steps})
+                twin.load_state_dict(env.state_dict())
+        return still, back, steps, ends
+
+    env = game_env("from_bed", **kw)
+    # env 0 walks to and fro, out, back; both restart at 16
+    still, back, steps, ends = play(env, "R2 L R L R2 D6 R N2 U N2 D N2 N3 B A L", 5 if k > 1 else 0)
     assert ends == 2 and 0 < still[0] < steps and still[1] > still[0]  # paid for some of env 0's steps, not all
+    assert (back > 0) == (k > 1)  # to and fro: paid only where earlier screens count
+    # 3-step episodes: the new episode's first step reaches a screen the last one's steps were taken on, unpaid
+    assert play(game_env("from_bed", **{**kw, "max_steps": 3}), "R N N R N N")[3] == 4
     w = 80 if obs == "pixels" else 20
-    assert env_bytes(obs, stack_k, still=True) - env_bytes(obs, stack_k) == 71 * w
+    assert env_bytes(obs, stack_k, still=k) - env_bytes(obs, stack_k) == k * 71 * w
+    assert env._before.numel() == k * 2 * 71 * w
     plain = game_env("from_bed", stack_k=stack_k, obs=obs)
     assert plain._before is None  # off (0.0): no buffer, no work
+    with pytest.raises(EnvConfigError, match="still_steps"):
+        game_env("from_bed", reward={"still": -0.5, "still_steps": 0})

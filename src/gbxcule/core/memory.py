@@ -50,13 +50,14 @@ def emulator_bytes(ram_bytes: int, obs: str | None = "pixels", render: bool = Tr
 
 
 def env_bytes(obs: str = "pixels", stack_k: int = 1, keep_final_obs: bool = False, novelty_tables: int = 0,
-              novelty_size: int = 0, still: bool = False) -> int:
+              novelty_size: int = 0, still: int = 0) -> int:
     """Device bytes one GameEnv env adds to its emulator: the frame ring (2K frames when K > 1; the
     emulator's observation is the ring when K = 1), the finished episodes' last observation, counters, the
-    novelty tables' per-env bitmaps, and with the `still` reward the screen each step was taken on."""
+    novelty tables' per-env bitmaps, and with the `still` reward the screens its last `still` steps were taken on
+    (all but the last row)."""
     frame = OBS_ROWS * OBS_WIDTH[obs]
     return ((2 * stack_k * frame if stack_k > 1 else 0) + (stack_k * frame if keep_final_obs else 0)
-            + ENV_COUNTER_BYTES + novelty_tables * novelty_size + ((OBS_ROWS - 1) * OBS_WIDTH[obs] if still else 0))
+            + ENV_COUNTER_BYTES + novelty_tables * novelty_size + still * (OBS_ROWS - 1) * OBS_WIDTH[obs])
 
 
 def slot_bytes(num_slots: int, ram_bytes: int, obs: str = "pixels") -> int:

@@ -261,7 +261,7 @@ class GameEnv:
         need = (emulator_need("warp_vec_cuda" if self.device.startswith("cuda") else "warp_vec_cpu", rom, True,
                               self.obs_mode, False, self.num_envs)
                 + Need.device("env buffers", env_bytes(self.obs_mode, self.stack_k, self.keep_final_obs, tables,
-                                                       cfg.novelty_size, bool(cfg.still)),
+                                                       cfg.novelty_size, self._still_steps()),
                               slot_bytes(slots, ram, self.obs_mode)))
         if self.archive_cfg is not None:  # its cells are slots of the backend's slot store too
             cap, slot = self.archive_cfg.capacity, slot_bytes(1, ram, self.obs_mode)
@@ -285,10 +285,14 @@ class GameEnv:
             self._ring = torch.zeros(n, 2 * k, 72, w, dtype=torch.uint8, device=dev)
         self._ring_wp = wp.from_torch(self._ring)
         self._pos = 0
-        # the `still` reward's screen each step is taken on: all but the last row, where show_milestones draws
-        still = bool(self.reward_cfg.still)
-        self._before = torch.zeros_like(self._latest[:, :-1]) if still else None
-        self._still = torch.zeros(n, dtype=torch.bool, device=dev) if still else None
+        # the `still` reward's screens, those the episode's last K steps were taken on (a ring, `_bpos` the newest):
+        # all but the last row, where show_milestones draws
+        ks = self._still_steps()
+        self._before = torch.zeros((ks, *self._latest[:, :-1].shape), dtype=torch.uint8, device=dev) if ks else None
+        self._bpos = 0
+        self._still = torch.zeros(n, dtype=torch.bool, device=dev) if ks else None
+        self._hit = torch.zeros(n, dtype=torch.bool, device=dev) if ks > 1 else None
+        self._valid = torch.zeros(n, dtype=torch.bool, device=dev) if ks > 1 else None
         self._env_ids = torch.arange(n, dtype=torch.int64, device=dev)
         self._act32 = torch.zeros(n, dtype=torch.int32, device=dev)
         self._act_wp = wp.from_torch(self._act32)
@@ -587,15 +591,14 @@ class GameEnv:
         if self._lives is not None:
             self._lives.before(self._ram)
         if self._before is not None:
-            self._before.copy_(self._latest[:, :-1])
+            self._bpos = (self._bpos + 1) % len(self._before)
+            self._before[self._bpos].copy_(self.obs[:, -1, :-1])  # the newest frame the policy saw
         self.backend.step(act)
         latest = self._latest
         self.steps += 1
         reward = self.rewards.fill_(cfg.step_cost)
-        if self._before is not None:  # a step that left the screen as it was (compared in place: no new buffer)
-            same = torch.eq(self._before, latest[:, :-1], out=self._before.view(torch.bool))
-            torch.all(same.view(self.num_envs, -1), 1, out=self._still)
-            reward.add_(self._still, alpha=cfg.still)
+        if self._before is not None:
+            reward.add_(self._seen_again(latest), alpha=cfg.still)
         if self.scorer is not None:
             self._dist_sum.copy_(self.scorer.distance_sum(latest))
             self.distance.copy_(self._dist_sum.to(torch.float32) * self.scorer.scale)
@@ -678,6 +681,25 @@ class GameEnv:
         if self.after_step is not None:
             self.after_step()
         return self.obs, self.rewards, self.terminated, self.truncated, info
+
+    def _still_steps(self) -> int:
+        """How many screens the `still` reward keeps per env (0: off)."""
+        return self.reward_cfg.still_steps if self.reward_cfg.still else 0
+
+    def _seen_again(self, latest):
+        """Per env, whether the new screen (all but its last row) is one its episode's last K steps were taken
+        on. The oldest is compared in place first (the next step overwrites it), then serves as every other
+        compare's output: no buffer beyond the K screens, none allocated."""
+        torch, b, k, n = self.torch, self._before, len(self._before), self.num_envs
+        now, out = latest[:, :-1], b[(self._bpos + 1) % k].view(torch.bool)
+        for d in range(k - 1, -1, -1):  # d steps before this one (0: the screen this step was taken on)
+            hit = self._still if d == k - 1 else self._hit
+            torch.all(torch.eq(b[(self._bpos - d) % k], now, out=out).view(n, -1), 1, out=hit)
+            if d:  # only screens of this episode: it has taken more than d steps
+                hit &= torch.gt(self.steps, d, out=self._valid)
+            if d < k - 1:
+                self._still |= hit
+        return self._still
 
     def _archive_step(self) -> None:
         """The archive's share of a step, before the episode ends are counted: every env's state is offered as
@@ -825,6 +847,8 @@ class GameEnv:
         for name in _STATE_TENSORS:
             d[name] = getattr(self, name).detach().cpu().clone()
         d["ring"] = self._ring.cpu().clone()
+        if self._before is not None and len(self._before) > 1:  # (one screen is rewritten before each step)
+            d["still_screens"], d["still_pos"] = self._before.cpu().clone(), self._bpos
         for name in ("_nov_ram", "_nov_px"):
             table = getattr(self, name)
             if table is not None:
@@ -913,6 +937,12 @@ class GameEnv:
             self._done.fill_(True)
             self._restore_done(self.seed)
             self._done.zero_()
+        if self._before is not None and len(self._before) > 1:  # the `still` reward's earlier screens
+            if "still_screens" in d and "emu" in d and d["still_screens"].shape == self._before.shape:
+                self._before.copy_(d["still_screens"])
+                self._bpos = int(d["still_pos"])
+            else:  # none kept: each is the screen the next step is taken on
+                self._before.copy_(self.obs[:, -1, :-1].expand_as(self._before))
 
     def _load_archive(self, a: dict | None) -> None:
         if a is None:

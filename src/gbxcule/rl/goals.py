@@ -459,7 +459,8 @@ def _frame_weights(count: int, device):
 class RewardConfig:
     """Reward = step_cost + alpha * (prev_dist - dist) + goal_bonus * (the goal ended it) + novelty terms +
     milestone * (milestones first held this step) + dead_end * (the task became unwinnable this step) +
-    life_lost * (a life was lost this step: the task's lives byte) + still * (the step left the screen as it was)."""
+    life_lost * (a life was lost this step: the task's lives byte) + still * (the step's screen is one the episode's
+    last `still_steps` steps were taken on: 1, the step left the screen as it was)."""
 
     step_cost: float = -0.01
     alpha: float = 1.0
@@ -472,7 +473,8 @@ class RewardConfig:
     milestone: float = 1.0  # bonus for each of the task's milestones the first time it holds in an episode
     dead_end: float = 0.0  # added once when the task's fail_ram holds (the episode then ends, unsuccessful)
     life_lost: float = 0.0  # added at each life lost (the task's `lives` byte; needs a task that names one)
-    still: float = 0.0  # added at each step whose screen (all but its last row) is the one the step was taken on
+    still: float = 0.0  # added at each step whose screen (all but its last row) is one of the still_steps below
+    still_steps: int = 1  # with still: the screens the episode's last this many steps were taken on (1: this step's)
     terminate_on: str = "auto"  # "template", "ram", "none" (only max_steps) or "auto" (template if any, else RAM)
     extra: dict = field(default_factory=dict)
 
@@ -487,6 +489,8 @@ class RewardConfig:
             raise GoalError(f"terminate_on must be auto, template, ram or none, got {self.terminate_on!r}")
         if self.tau is not None and not 0 <= self.tau <= 1:
             raise GoalError(f"tau must be in [0, 1], got {self.tau}")
+        if self.still_steps < 1:
+            raise GoalError(f"still_steps must be >= 1, got {self.still_steps}")
         if self.novelty_size < 1:
             raise GoalError(f"novelty_size must be >= 1, got {self.novelty_size}")
 
