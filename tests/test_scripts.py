@@ -685,8 +685,9 @@ def test_bench_segments_along_plays_from_points_of_each_segments_solution(tmp_pa
 def test_bench_segments_trace_plays_greedy_from_the_start_and_folds_a_stall(tmp_path, capsys):
     """bench_segments.py --trace N: greedy from the task's start, at each step the place (the pack's cells bytes, read
     live), the greedy action and the four likeliest with their probabilities (exact for a policy that acts by its
-    head's bias alone); the table folds a run of one place and one action into a line with its count; N < 1 is one
-    line and exit status 1."""
+    head's bias alone); the table folds a run of one place and one action into a line with its count, and a cycle of
+    places and actions repeated back to back into a line with its period and count; N < 1 is one line and exit status
+    1."""
     import json
 
     torch = pytest.importorskip("torch")
@@ -719,6 +720,16 @@ def test_bench_segments_trace_plays_greedy_from_the_start_and_folds_a_stall(tmp_
     moved = {**step, "at": [1, 3]}
     assert seg.fold([step, step, step, moved, {**moved, "greedy": "up"}]) == [
         "0-2 (1,2) b x3: b 0.50 up 0.25", "3 (1,3) b x1: b 0.50 up 0.25", "4 (1,3) up x1: b 0.50 up 0.25"]
+    back = {"at": [1, 2], "greedy": "up", "top": {"up": 0.6, "b": 0.3}}  # to and fro: a cycle of 2, then 3
+    there = {**back, "at": [1, 3], "greedy": "down", "top": {"down": 0.7, "up": 0.2}}
+    third = {**back, "at": [1, 4]}
+    assert seg.fold([step, back, there, back, there, back, there, back, step, back, third, step, back, third,
+                     step]) == [
+        "0 (1,2) b x1: b 0.50 up 0.25",
+        "1-6 cycle of 2 x3: (1,2) up: up 0.60 > b 0.30; (1,3) down: down 0.70 > up 0.20",
+        "7 (1,2) up x1: up 0.60 b 0.30", "8-13 cycle of 3 x2: (1,2) b: b 0.50 > up 0.25; (1,2) up: up 0.60 > b 0.30; "
+        "(1,4) up: up 0.60 > b 0.30", "14 (1,2) b x1: b 0.50 up 0.25"]
+    assert seg.fold([step, step, back, back]) == ["0-1 (1,2) b x2: b 0.50 up 0.25", "2-3 (1,2) up x2: up 0.60 b 0.30"]
     assert seg.trace(str(tmp_path / "b.pt"), "quest_m2", "auto", 3) == b[:3]  # "auto" resolved, the start exact
     gru = _tiny_run(tmp_path / "gru", "quest", None, {"gru": 8})  # a recurrent state made on the resolved device
     assert len(seg.trace(str(gru), "quest_m2", "auto", 3)) == 3 and seg.follow(str(gru), "quest_m2", "auto", False,

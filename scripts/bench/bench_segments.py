@@ -30,7 +30,9 @@ different action is not always a wrong one (another route, or a button that does
 `--trace N` asks where a greedy policy stalls: it plays greedy from each task's start (no random steps) for up to N
 steps, and at each step records the place (the task's `cells` bytes, else its `novelty_ram`), the greedy action and
 the four likeliest actions with their probabilities. The table folds steps that repeat the place and the action: a
-greedy policy pressing one button on a still screen shows as one line with its count.
+greedy policy pressing one button on a still screen shows as one line with its count. It folds a cycle too (2 to
+`CYCLE_MAX` steps of places and actions repeated back to back at least twice): a policy walking to and fro shows as
+one line with each of its steps' place, action and the two likeliest probabilities.
 """
 
 from __future__ import annotations
@@ -138,14 +140,42 @@ def trace(source: str, spec: str, device: str, steps: int) -> list[dict]:
         env.close()
 
 
+CYCLE_MAX = 8  # the longest cycle `fold` looks for
+
+
+def cycle_at(keys: list, j: int) -> tuple[int, int]:
+    """(P, R): the shortest block of 2 to CYCLE_MAX (place, action) keys from j, not one key repeated, that repeats
+    back to back R >= 2 times; (0, 0) if none."""
+    for p in range(2, CYCLE_MAX + 1):
+        block = keys[j:j + p]
+        if len(block) < p or all(x == block[0] for x in block):
+            continue
+        r = 1
+        while keys[j + r * p:j + (r + 1) * p] == block:
+            r += 1
+        if r >= 2:
+            return p, r
+    return 0, 0
+
+
 def fold(steps: list[dict]) -> list[str]:
-    """A `trace` as lines, one per run of steps with the same place and greedy action: "j-k (place) action xN: top"
-    with the run's first step's probabilities."""
+    """A `trace` as lines: one per cycle (`cycle_at`), "j-k cycle of P xR: (place) action p > runner-up p; ..." with
+    its first repeat's two likeliest actions; else one per run of steps with the same place and greedy action,
+    "j-k (place) action xN: top" with the run's first step's probabilities."""
+    keys = [(x["at"], x["greedy"]) for x in steps]
     lines, j = [], 0
     while j < len(steps):
+        p, r = cycle_at(keys, j)
+        if p:
+            parts = []
+            for x in steps[j:j + p]:
+                (a, pa), (b, pb) = list(x["top"].items())[:2]
+                parts.append(f"({','.join(map(str, x['at']))}) {x['greedy']}: {a} {pa:.2f} > {b} {pb:.2f}")
+            lines.append(f"{j}-{j + r * p - 1} cycle of {p} x{r}: " + "; ".join(parts))
+            j += r * p
+            continue
         k = j
-        while k + 1 < len(steps) and (steps[k + 1]["at"], steps[k + 1]["greedy"]) == (steps[j]["at"],
-                                                                                        steps[j]["greedy"]):
+        while k + 1 < len(steps) and keys[k + 1] == keys[j]:
             k += 1
         top = " ".join(f"{a} {p:.2f}" for a, p in steps[j]["top"].items())
         span = f"{j}" if k == j else f"{j}-{k}"
