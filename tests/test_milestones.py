@@ -1179,8 +1179,8 @@ def test_a_run_with_episodic_lives_logs_them_and_resumes_bit_for_bit(tmp_path):
 def test_the_still_reward_pays_exactly_the_steps_whose_screen_the_last_still_steps_were_taken_on(stack_k, obs, show, k):
     """reward.still: paid on a step whose screen above the last row (where show_milestones draws) is one the
     episode's last `still_steps` steps were taken on (1: the step left the screen as it was), as a Python reference
-    over the observations says, after resets too; with k > 1 an env cloned from a state mid-episode pays the same;
-    the env's buffers for it are counted in its memory."""
+    over the observations says, after resets too; an env loaded from a state mid-episode pays the same; the env's
+    buffers for it are counted in its memory."""
     from collections import deque
 
     from gbxcule.core.memory import env_bytes
@@ -1221,7 +1221,7 @@ def test_the_still_reward_pays_exactly_the_steps_whose_screen_the_last_still_ste
 
     env = game_env("from_bed", **kw)
     # env 0 walks to and fro, out, back; both restart at 16
-    still, back, steps, ends = play(env, "R2 L R L R2 D6 R N2 U N2 D N2 N3 B A L", 5 if k > 1 else 0)
+    still, back, steps, ends = play(env, "R2 L R L R2 D6 R N2 U N2 D N2 N3 B A L", 5)
     assert ends == 2 and 0 < still[0] < steps and still[1] > still[0]  # paid for some of env 0's steps, not all
     assert (back > 0) == (k > 1)  # to and fro: paid only where earlier screens count
     # 3-step episodes: the new episode's first step reaches a screen the last one's steps were taken on, unpaid
