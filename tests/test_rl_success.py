@@ -146,6 +146,30 @@ def test_eval_counts_failed_episodes_that_end_on_a_still_screen():
     env.close()
 
 
+def test_eval_counts_failed_episodes_that_end_circling():
+    """`cycle_rate`: the failed episodes, not stuck, each of whose last STUCK_STEPS newest frames was one of the
+    CYCLE_STEPS before it (a greedy policy walking to and fro for good). Right, left, right, ... is circling where it
+    moves the screen, stuck where it does not; standing still is stuck and not circling; the solution succeeds and is
+    neither."""
+    from gbxcule.rl.evaluate import STUCK_STEPS, random_policy
+
+    env = GameEnv(task="leave_house", num_envs=8, max_steps=STUCK_STEPS + 8, start_states=["random_actions", 8, 8])
+    right, left = env.codec.actions.index(("right",)), env.codec.actions.index(("left",))
+    fro = run_episodes(env, scripted([right, left] * env.max_steps), env.max_steps)
+    moving = fro["still"] < STUCK_STEPS  # (a start in a menu or a text box: right and left leave it still)
+    assert (fro["loop"] >= STUCK_STEPS).all() and moving.sum() >= 6
+    rep = summarize(fro, env.success_source, False)
+    assert rep["cycle_rate"] == moving.mean() and rep["stuck_rate"] == 1 - moving.mean()
+    idle = summarize(run_episodes(env, scripted([]), env.max_steps), env.success_source, False)
+    assert idle["stuck_rate"] == 1.0 and idle["cycle_rate"] == 0.0  # a still screen is stuck, not circling
+    walk = run_episodes(env, random_policy(env.num_actions, 0), env.max_steps)
+    assert (walk["loop"] <= STUCK_STEPS + 8).all() and walk["loop"].min() < STUCK_STEPS  # some random walks move on
+    env = GameEnv(task="leave_house", num_envs=2, max_steps=STUCK_STEPS + 20)
+    solved = summarize(run_episodes(env, scripted(SOLUTION), env.max_steps), env.success_source, False)
+    assert solved["success_rate"] == 1.0 and solved["cycle_rate"] == 0.0
+    env.close()
+
+
 def test_eval_report_says_what_a_stuck_greedy_policy_kept_pressing():
     """A policy whose argmax is "left" walks into the room's wall from every start: the report's top level (what the
     train summary prints) and the greedy mode's both name it, and `stuck_on` prints it."""
@@ -159,6 +183,7 @@ def test_eval_report_says_what_a_stuck_greedy_policy_kept_pressing():
         model.pi.bias[left] = 100.0
     rep = evaluate_model(model, env, modes=("greedy",))
     assert rep["stuck_rate"] == 1.0 and rep["stuck_actions"] == rep["greedy"]["stuck_actions"] == {"left": 8}
+    assert rep["cycle_rate"] == rep["greedy"]["cycle_rate"] == 0.0
     assert stuck_on(rep) == "left 8"
     env.close()
 

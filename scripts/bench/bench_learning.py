@@ -218,6 +218,7 @@ def read_run(run_dir: Path, target: float) -> dict:
             "final_eval_greedy": final.get("success_rate"),
             "final_eval_sampled": final.get("sampled", {}).get("success_rate"),
             "final_eval_stuck": final.get("greedy", {}).get("stuck_rate"),  # greedy failures on a still screen
+            "final_eval_cycling": final.get("greedy", {}).get("cycle_rate"),  # ... and circling
             "final_eval_failed_at": final.get("greedy", {}).get("failed_at"),  # and where the failures ended
             "sps_median": statistics.median(sps) if sps else None,
             "policy_evals": policy_evals(run_dir),

@@ -5,26 +5,26 @@
     python scripts/bench/summarize.py --topic emulator --name overworld --command "gbxcule bench --rom OVERWORLD \\
         ..." bench_out/ow_262144.json bench_out/ow_65536.json
 
-The file holds `figure`, `command`, `tree` (the commit the figure was measured on), `machine`, `date`
-(YYYY-MM-DD), `numbers` and `from` (the sources). A run folder (config.json, summary.json, metrics.jsonl,
-eval.json, facts.json) is one entry of numbers["runs"]: seed, envs, env-steps, training and start-up seconds, why it
-stopped, the first periodic greedy eval at the target (seconds since the process started and training seconds when
-it reported, the training seconds of the weights it evaluated, env-steps; null if none reached it), every periodic
-eval's greedy success, the final eval's greedy and sampled success (and the greedy episodes that failed on a still
-screen, `final_greedy_stuck`, and what they kept pressing, `final_greedy_stuck_actions`, and where the failed ones
-ended, `final_greedy_failed_at`, where the eval reports them; on a task with milestones the mean deepest milestone,
-`final_greedy_deepest` and `final_sampled_deepest`), the final policy's source, the median training SPS (the first
-two updates left out, as bench_learning.py), with evals beside training the env phase's median with an eval in
-flight and without (`env_phase`), with the state archive the share of envs in an episode from the task's start
-(`from_start_share`) and, where the task names milestones, the share of its cells' episodes that gained one by
-the milestones their start held over the last minute (`level_gains`), where the task names a lives byte the lives
-lost in training and over its last minute (`lives_lost`), the policy's mean entropy at its first update and over its
-last minute (`entropy`: how far from greedy a sampled policy still is), the median seconds of an update and of its
-env, inference and learning phases (`phases`), with `bench_learning.py --policy-evals`
-the greedy success of the weights kept at each mark (`policy_evals`), and with its `--segments` the final policy's
-from each segment task's start (`segments`). A bench JSON is copied under its file name, less its `environment`.
-Tree, machine and date come from the sources (facts.json's git, gpu and host, its start; a bench JSON's
-environment) unless given; BENCHMARKS.md cites the file.
+The file holds `figure`, `command`, `tree` (the commit the figure was measured on), `machine`, `date` (YYYY-MM-DD),
+`numbers` and `from` (the sources). A run folder (config.json, summary.json, metrics.jsonl, eval.json, facts.json)
+is one entry of numbers["runs"]: seed, envs, env-steps, training and start-up seconds, why it stopped, the first
+periodic greedy eval at the target (seconds since the process started and training seconds when it reported, the
+training seconds of the weights it evaluated, env-steps; null if none reached it), every periodic eval's greedy
+success, the final eval's greedy and sampled success (and the greedy episodes that failed on a still screen,
+`final_greedy_stuck`, and what they kept pressing, `final_greedy_stuck_actions`, those that ended circling through a
+few screens, `final_greedy_cycling`, and where the failed ones ended, `final_greedy_failed_at`, where the eval
+reports them; on a task with milestones the mean deepest milestone, `final_greedy_deepest` and
+`final_sampled_deepest`), the final policy's source, the median training SPS (the first two updates left out, as
+bench_learning.py), with evals beside training the env phase's median with an eval in flight and without
+(`env_phase`), with the state archive the share of envs in an episode from the task's start (`from_start_share`)
+and, where the task names milestones, the share of its cells' episodes that gained one by the milestones their start
+held over the last minute (`level_gains`), where the task names a lives byte the lives lost in training and over its
+last minute (`lives_lost`), the policy's mean entropy at its first update and over its last minute (`entropy`: how
+far from greedy a sampled policy still is), the median seconds of an update and of its env, inference and learning
+phases (`phases`), with `bench_learning.py --policy-evals` the greedy success of the weights kept at each mark
+(`policy_evals`), and with its `--segments` the final policy's from each segment task's start (`segments`). A bench
+JSON is copied under its file name, less its `environment`. Tree, machine and date come from the sources
+(facts.json's git, gpu and host, its start; a bench JSON's environment) unless given; BENCHMARKS.md cites the file.
 `--plot` also draws NAME.png: each run's periodic greedy success against seconds since its process started.
 """
 
@@ -86,6 +86,8 @@ def run_entry(folder: Path, target: float | None) -> tuple[dict, list]:
         entry["final_greedy_stuck"] = greedy["stuck_rate"]
     if greedy.get("stuck_actions"):  # what they kept pressing
         entry["final_greedy_stuck_actions"] = greedy["stuck_actions"]
+    if greedy.get("cycle_rate") is not None:  # ... and those that ended circling (evaluate.CYCLE_STEPS)
+        entry["final_greedy_cycling"] = greedy["cycle_rate"]
     if greedy.get("failed_at"):  # where the failed greedy episodes took their last step (the task's cell bytes)
         entry["final_greedy_failed_at"] = {"cells": greedy.get("failed_at_cells"), "places": greedy["failed_at"]}
     for mode in ("greedy", "sampled"):  # the mean deepest milestone its episodes reached (tasks with milestones)

@@ -51,7 +51,9 @@ def run(args) -> int:
         return (f"  {name:8s} {success_label(r.get('success_source'))} {pct(r['success_rate']):>6s}  median steps "
                 f"{num(r['median_steps'], '.0f')}  p90 {num(r['p90_steps'], '.0f')}  mean return "
                 f"{num(r['mean_return'])}" + (f"  stuck {pct(r['stuck_rate'])} ({stuck_on(r)})" if r.get("stuck_rate")
-                                              else "") + (f"  failed most at {failed_on(r)}" if failed_on(r) else ""))
+                                              else "") + (f"  cycling {pct(r['cycle_rate'])}" if r.get("cycle_rate")
+                                                          else "")
+                + (f"  failed most at {failed_on(r)}" if failed_on(r) else ""))
 
     def text(r: dict) -> str:
         out = [f"{r['task']}: {r['episodes']} episodes from {r['start_states']} start states ({r['device']})"

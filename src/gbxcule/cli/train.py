@@ -195,6 +195,7 @@ def run(args) -> int:
                          f"{success_label(e.get('success_source'))} {pct(e['success_rate'])}, median steps "
                          f"{num(e['median_steps'], '.0f')}, mean return {num(e['mean_return'])}"
                          + (f", stuck {pct(e['stuck_rate'])} ({stuck_on(e)})" if e.get("stuck_rate") else "")
+                         + (f", cycling {pct(e['cycle_rate'])}" if e.get("cycle_rate") else "")
                          + (f"; failed most at {failed_on(e)}" if failed_on(e) else ""))
         said = achievement(last, s.get("eval"))
         if said:

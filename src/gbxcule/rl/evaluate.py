@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 EVAL_PREFIX_LEN = 8  # eval start states: random action prefixes of 0..8 steps from the task's start
 STUCK_STEPS = 16  # a failed episode whose observation did not change over its last this many steps is "stuck"
+CYCLE_STEPS = 8  # ... whose every observation over its last STUCK_STEPS steps was one of this many before it: "cycling"
 FAILED_AT_TOP = 8  # the places where most failed episodes ended, as many as this (`failed_at`)
 Q_SAMPLED_EPSILON = 0.05  # "sampled" for a Q-network: epsilon-greedy with this epsilon
 EVAL_SEED = 1  # the start states of a run's final eval and of `gbxcule eval`: the same for every run
@@ -120,7 +121,9 @@ class Episodes:
     per env. Each run starts from the same start states (a seeded reset: the env's slot sequence starts over),
     so evals of one env differ only by the policy. `skipped`: envs whose start state already passed the success
     test (not counted by `summarize`). `still`: per env, the steps at its episode's end over which the observation
-    did not change (a policy without memory whose argmax walks into a wall sees one frame for good); `last_action`:
+    did not change (a policy without memory whose argmax walks into a wall sees one frame for good); `loop`: the steps
+    at its end whose newest frame was one of the CYCLE_STEPS newest frames before it (a policy walking to and fro, or
+    a still screen, repeats its frames); `last_action`:
     the action its episode ended on; `place`: where a task names cell bytes (its `cells`: map, x, y), their values
     packed (`goals.ram_key`) at its episode's last step."""
 
@@ -140,6 +143,9 @@ class Episodes:
         self.prev = self.obs.clone()  # the observation before this step's
         self.static = torch.zeros(n, dtype=torch.int64, device=env.device)  # steps it has not changed, so far
         self.still = torch.zeros(n, dtype=torch.int64, device=env.device)  # ... at the end of the finished episode
+        self.recent = self.obs[:, -1].unsqueeze(0).repeat(CYCLE_STEPS, 1, 1, 1)  # the newest frames of the last steps
+        self.looping = torch.zeros(n, dtype=torch.int64, device=env.device)  # steps its frame was a recent one, so far
+        self.loop = torch.zeros(n, dtype=torch.int64, device=env.device)  # ... at the end of the finished episode
         self.last_action = torch.zeros(n, dtype=torch.int64, device=env.device)  # its episode's last, so far
         self.cells = list(env.task.cells) if env.task is not None and env.task.cells else []
         self.cell_rows = (torch.tensor(ram_rows(self.cells, env.backend.layout), dtype=torch.int64, device=env.device)
@@ -168,6 +174,11 @@ class Episodes:
         same = (self.obs == self.prev).flatten(1).all(1)
         self.static.add_(1).mul_(same & ~self.done)
         self.prev.copy_(self.obs)
+        torch.where(self.done & live, self.looping, self.loop, out=self.loop)
+        newest = self.obs[:, -1]
+        seen = (self.recent == newest.unsqueeze(0)).flatten(2).all(2).any(0)
+        self.looping.add_(1).mul_(seen & ~self.done)
+        self.recent[self.steps % CYCLE_STEPS].copy_(newest)  # (an ended env's: only its first episode counts)
         if env.milestone_names:  # an env that ended holds its finished episode's in final_milestones
             now = torch.where(self.done, env.final_milestones, env.milestones)
             torch.where(live, now, self.milestones, out=self.milestones)
@@ -180,6 +191,7 @@ class Episodes:
                 "skipped": self.skipped.cpu().numpy(), "milestones": self.milestones.cpu().numpy(),
                 "milestone_names": list(self.env.milestone_names),
                 "still": torch.where(self.finished, self.still, self.static).cpu().numpy(),
+                "loop": torch.where(self.finished, self.loop, self.looping).cpu().numpy(),
                 "last_action": self.last_action.cpu().numpy(),
                 "action_names": list(self.env.codec.names),
                 **({"place": self.place.cpu().numpy(), "place_cells": self.cells} if self.cells else {})}
@@ -361,6 +373,9 @@ def summarize(res: dict, success_source: str | None, template: bool) -> dict:
             labels = res.get("action_names") or []
             out["stuck_actions"] = {(labels[a] if a < len(labels) else str(a)): c
                                     for a, c in most_common(res["last_action"][keep][stuck])}
+        if "loop" in res:  # ... and those that ended circling: each of their last STUCK_STEPS frames a recent one
+            cycling = (res["loop"][keep] >= STUCK_STEPS) & ~stuck & ~succ
+            out["cycle_rate"] = float(cycling.mean()) if cycling.size else None
     if "place" in res:  # where the failed episodes ended: the task's cell bytes (map, x, y), most first
         out["failed_at"] = failed_places(res["place"][keep][~succ], len(res["place_cells"]))
         out["failed_at_cells"] = [f"0x{a:04X}" for a in res["place_cells"]]
@@ -436,7 +451,8 @@ def evaluate_model(model, env, modes=("greedy", "sampled"), seed: int = EVAL_SEE
     primary = report[modes[0]]
     report.update({k: primary[k] for k in ("success_rate", "median_steps", "p90_steps", "mean_return", "episodes",
                                            "starts_skipped")})
-    for k in ("milestone_rates", "mean_deepest", "stuck_rate", "stuck_actions", "failed_at", "failed_at_cells"):
+    for k in ("milestone_rates", "mean_deepest", "stuck_rate", "stuck_actions", "cycle_rate", "failed_at",
+              "failed_at_cells"):
         if k in primary:
             report[k] = primary[k]
     if "template_agreement" in primary:

@@ -601,7 +601,7 @@ class Session:
             row.update({"eval/mean_deepest": rep["mean_deepest"],
                         **{f"eval/milestone/{k}": v for k, v in rep["milestone_rates"].items()}})
         row.update({"eval/greedy_success": rep["success_rate"], "eval/greedy_return": rep["mean_return"],
-                    "eval/stuck": rep.get("stuck_rate"),
+                    "eval/stuck": rep.get("stuck_rate"), "eval/cycling": rep.get("cycle_rate"),
                     "eval/median_steps": rep["median_steps"], "eval/starts_skipped": rep["starts_skipped"],
                     "eval/env_steps": env_steps, "eval/wall_s": self.train_wall(),
                     "eval/elapsed_s": self.startup_s + self.train_wall(), "eval/seconds": seconds,
