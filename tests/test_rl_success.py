@@ -148,9 +148,9 @@ def test_eval_counts_failed_episodes_that_end_on_a_still_screen():
 
 def test_eval_counts_failed_episodes_that_end_circling():
     """`cycle_rate`: the failed episodes, not stuck, each of whose last STUCK_STEPS newest frames was one of the
-    CYCLE_STEPS before it (a greedy policy walking to and fro for good). Right, left, right, ... is circling where it
-    moves the screen, stuck where it does not; standing still is stuck and not circling; the solution succeeds and is
-    neither."""
+    CYCLE_STEPS before it (a greedy policy walking to and fro, or round a loop, for good). Right, left, right, ... is
+    circling where it moves the screen, stuck where it does not; so is a square walk of 5 steps a side (a 20-step
+    loop); standing still is stuck and not circling; the solution succeeds and is neither."""
     from gbxcule.rl.evaluate import STUCK_STEPS, random_policy
 
     env = GameEnv(task="leave_house", num_envs=8, max_steps=STUCK_STEPS + 8, start_states=["random_actions", 8, 8])
@@ -160,6 +160,11 @@ def test_eval_counts_failed_episodes_that_end_circling():
     assert (fro["loop"] >= STUCK_STEPS).all() and moving.sum() >= 6
     rep = summarize(fro, env.success_source, False)
     assert rep["cycle_rate"] == moving.mean() and rep["stuck_rate"] == 1 - moving.mean()
+    walker = GameEnv(task="leave_house", num_envs=8, max_steps=STUCK_STEPS + 48, start_states=["random_actions", 8, 8])
+    down, up = walker.codec.actions.index(("down",)), walker.codec.actions.index(("up",))
+    square = run_episodes(walker, scripted(([right] * 5 + [down] * 5 + [left] * 5 + [up] * 5) * 4), walker.max_steps)
+    assert (square["loop"] >= STUCK_STEPS).all() and (square["still"] < STUCK_STEPS).all()  # (a ring of 8 sees none)
+    walker.close()
     idle = summarize(run_episodes(env, scripted([]), env.max_steps), env.success_source, False)
     assert idle["stuck_rate"] == 1.0 and idle["cycle_rate"] == 0.0  # a still screen is stuck, not circling
     walk = run_episodes(env, random_policy(env.num_actions, 0), env.max_steps)

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from gbxcule.core.errors import GbxculeError
-from gbxcule.rl.goals import ram_key, ram_rows
+from gbxcule.rl.goals import frame_key, ram_key, ram_rows
 from gbxcule.rl.models import epsilon_greedy
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 EVAL_PREFIX_LEN = 8  # eval start states: random action prefixes of 0..8 steps from the task's start
 STUCK_STEPS = 16  # a failed episode whose observation did not change over its last this many steps is "stuck"
-CYCLE_STEPS = 8  # ... whose every observation over its last STUCK_STEPS steps was one of this many before it: "cycling"
+CYCLE_STEPS = 32  # ... whose every newest frame over its last STUCK_STEPS steps was one of this many before: "cycling"
 FAILED_AT_TOP = 8  # the places where most failed episodes ended, as many as this (`failed_at`)
 Q_SAMPLED_EPSILON = 0.05  # "sampled" for a Q-network: epsilon-greedy with this epsilon
 EVAL_SEED = 1  # the start states of a run's final eval and of `gbxcule eval`: the same for every run
@@ -122,8 +122,9 @@ class Episodes:
     so evals of one env differ only by the policy. `skipped`: envs whose start state already passed the success
     test (not counted by `summarize`). `still`: per env, the steps at its episode's end over which the observation
     did not change (a policy without memory whose argmax walks into a wall sees one frame for good); `loop`: the steps
-    at its end whose newest frame was one of the CYCLE_STEPS newest frames before it (a policy walking to and fro, or
-    a still screen, repeats its frames); `last_action`:
+    at its end whose newest frame was one of the CYCLE_STEPS newest frames before it (a policy walking to and fro or
+    round a loop, or a still screen, repeats its frames; each frame is kept as an exact hash, `goals.frame_key` at one
+    pixel per block, so the ring is CYCLE_STEPS integers per env); `last_action`:
     the action its episode ended on; `place`: where a task names cell bytes (its `cells`: map, x, y), their values
     packed (`goals.ram_key`) at its episode's last step."""
 
@@ -143,7 +144,7 @@ class Episodes:
         self.prev = self.obs.clone()  # the observation before this step's
         self.static = torch.zeros(n, dtype=torch.int64, device=env.device)  # steps it has not changed, so far
         self.still = torch.zeros(n, dtype=torch.int64, device=env.device)  # ... at the end of the finished episode
-        self.recent = self.obs[:, -1].unsqueeze(0).repeat(CYCLE_STEPS, 1, 1, 1)  # the newest frames of the last steps
+        self.recent = frame_key(self.obs[:, -1], 1).unsqueeze(0).repeat(CYCLE_STEPS, 1)  # the last steps' frames' keys
         self.looping = torch.zeros(n, dtype=torch.int64, device=env.device)  # steps its frame was a recent one, so far
         self.loop = torch.zeros(n, dtype=torch.int64, device=env.device)  # ... at the end of the finished episode
         self.last_action = torch.zeros(n, dtype=torch.int64, device=env.device)  # its episode's last, so far
@@ -175,8 +176,8 @@ class Episodes:
         self.static.add_(1).mul_(same & ~self.done)
         self.prev.copy_(self.obs)
         torch.where(self.done & live, self.looping, self.loop, out=self.loop)
-        newest = self.obs[:, -1]
-        seen = (self.recent == newest.unsqueeze(0)).flatten(2).all(2).any(0)
+        newest = frame_key(self.obs[:, -1], 1)
+        seen = (self.recent == newest.unsqueeze(0)).any(0)
         self.looping.add_(1).mul_(seen & ~self.done)
         self.recent[self.steps % CYCLE_STEPS].copy_(newest)  # (an ended env's: only its first episode counts)
         if env.milestone_names:  # an env that ended holds its finished episode's in final_milestones
