@@ -730,6 +730,11 @@ def test_bench_segments_trace_plays_greedy_from_the_start_and_folds_a_stall(tmp_
         "7 (1,2) up x1: up 0.60 b 0.30", "8-13 cycle of 3 x2: (1,2) b: b 0.50 > up 0.25; (1,2) up: up 0.60 > b 0.30; "
         "(1,4) up: up 0.60 > b 0.30", "14 (1,2) b x1: b 0.50 up 0.25"]
     assert seg.fold([step, step, back, back]) == ["0-1 (1,2) b x2: b 0.50 up 0.25", "2-3 (1,2) up x2: up 0.60 b 0.30"]
+    loop = [{**back, "at": [1, x]} for x in range(12)]  # round a loop of 12 places, twice: the eval's ring sees it
+    folded = seg.fold(loop * 2 + [step])
+    assert len(folded) == 2 and folded[0].startswith("0-23 cycle of 12 x2: (1,0) up: ") and folded[0].count(";") == 11
+    from gbxcule.rl.evaluate import CYCLE_STEPS
+    assert seg.CYCLE_MAX == CYCLE_STEPS
     assert seg.trace(str(tmp_path / "b.pt"), "quest_m2", "auto", 3) == b[:3]  # "auto" resolved, the start exact
     gru = _tiny_run(tmp_path / "gru", "quest", None, {"gru": 8})  # a recurrent state made on the resolved device
     assert len(seg.trace(str(gru), "quest_m2", "auto", 3)) == 3 and seg.follow(str(gru), "quest_m2", "auto", False,

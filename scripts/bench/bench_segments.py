@@ -140,7 +140,7 @@ def trace(source: str, spec: str, device: str, steps: int) -> list[dict]:
         env.close()
 
 
-CYCLE_MAX = 8  # the longest cycle `fold` looks for
+CYCLE_MAX = 32  # the longest cycle `fold` looks for: the eval's cycle ring (rl/evaluate.py CYCLE_STEPS)
 
 
 def cycle_at(keys: list, j: int) -> tuple[int, int]:
