@@ -175,6 +175,37 @@ def test_eval_counts_failed_episodes_that_end_circling():
     env.close()
 
 
+def test_eval_gif_shows_each_episode_where_it_ended():
+    """With `gif_envs` an env whose episode has ended shows the screen it ended on from then on, not its next
+    episode: env 0 plays the solution and freezes on the town screen it reaches (the one an env that does not end at
+    the goal shows after the same steps), env 1 stands still until the step limit."""
+    env = GameEnv(task="leave_house", num_envs=2, max_steps=len(SOLUTION) + 6)
+    t = {"step": 0}
+
+    def act(obs, done=None):
+        a = SOLUTION[t["step"]] if t["step"] < len(SOLUTION) else 0
+        t["step"] += 1
+        return torch.tensor([a, 0], dtype=torch.int64)
+
+    res = run_episodes(env, act, env.max_steps, gif_envs=2)
+    assert res["success"].tolist() == [True, False] and len(res["frames"]) == env.max_steps + 1
+    n = int(res["length"][0])  # the goal holds after n steps; frames[j] is the screen before step j + 1
+    ref = GameEnv(task="leave_house", num_envs=1, max_steps=10**6, reward={"terminate_on": "none"})
+    ref.reset(seed=env.seed)
+    for a in SOLUTION[:n]:
+        ref.step(torch.tensor([a], dtype=torch.int64))
+    end = ref.frames([0])[0]
+    assert not (res["frames"][n - 1][0] == end).all() and not (res["frames"][0][0] == end).all()
+    assert all((f[0] == end).all() for f in res["frames"][n:])  # (the start screen, before the fix)
+    assert res["frame_successes"][n] == 1 and res["frame_successes"][n - 1] == 0
+    with pytest.raises(IndexError, match="env 2 out of range"):
+        env.keep_final_frames([2])
+    with pytest.raises(ValueError, match="keep_final_frames first"):  # run_episodes let go of them
+        env.final_frames()
+    env.close()
+    ref.close()
+
+
 def test_eval_report_says_what_a_stuck_greedy_policy_kept_pressing():
     """A policy whose argmax is "left" walks into the room's wall from every start: the report's top level (what the
     train summary prints) and the greedy mode's both name it, and `stuck_on` prints it."""

@@ -343,6 +343,7 @@ class GameEnv:
                                        device=dev)
         self.final_obs = (torch.zeros(n, *self.single_obs_shape, dtype=torch.uint8, device=dev)
                           if self.keep_final_obs else None)
+        self._final_frames = None  # (env ids, their screens): `keep_final_frames`
         # the start slots: their first frames (a view of the backend's slot store), their template distances,
         # the reset cache's identity (for load_state_dict), and per slot the episodes that ended and succeeded
         # since the last episode_stats() (a demonstration start's slot i replays i/K of the solution: how far
@@ -661,6 +662,10 @@ class GameEnv:
             torch.where(self._done, self.milestones, self.final_milestones, out=self.final_milestones)
         info = self._info()
         self.episodes += self._done
+        if self._final_frames is not None:  # the screens the ending episodes ended on, before their reset
+            ids, kept = self._final_frames
+            full = self._wp.to_torch(self.backend.frame_buffer())
+            torch.where(self._done[ids, None, None], full[ids], kept, out=kept)
         self._restore_done(self.seed)
         if self._milestones is not None:  # a new episode holds what its start holds
             torch.where(self._done, self._start_milestones(), self.milestones, out=self.milestones)
@@ -976,11 +981,32 @@ class GameEnv:
         full = self._wp.to_torch(self.backend.frame_buffer())
         if envs is None:
             return full.cpu().numpy().copy()
+        return full[self._id_tensor(envs)].cpu().numpy()
+
+    def _id_tensor(self, envs):
+        """int64 [len(envs)] on the device; IndexError for an env out of range."""
         ids = [int(e) for e in envs]
         bad = [e for e in ids if not 0 <= e < self.num_envs]
         if bad:
             raise IndexError(f"env {bad[0]} out of range for {self.num_envs} envs")
-        return full[self.torch.tensor(ids, dtype=self.torch.int64, device=full.device)].cpu().numpy()
+        return self.torch.tensor(ids, dtype=self.torch.int64, device=self.device)
+
+    def keep_final_frames(self, envs) -> None:
+        """From now on keep, for these envs, the full-size screen each episode ended on (`final_frames`), which
+        the reset at its end replaces: an eval's GIF shows where an episode ended, not its next start. Until an
+        episode ends it holds the screen of this call. None: keep none (the default)."""
+        if envs is None:
+            self._final_frames = None
+            return
+        ids = self._id_tensor(envs)
+        self._final_frames = (ids, self._wp.to_torch(self.backend.frame_buffer())[ids].clone())
+
+    def final_frames(self) -> np.ndarray:
+        """uint8 [len(envs), 144, 160] on the host (synchronises): the screens the `keep_final_frames` envs' last
+        ended episodes ended on."""
+        if self._final_frames is None:
+            raise ValueError("final_frames needs keep_final_frames first")
+        return self._final_frames[1].cpu().numpy()
 
     def close(self) -> None:
         self.backend.close()

@@ -201,20 +201,36 @@ class Episodes:
 def run_episodes(env, act, max_steps: int, gif_envs: int = 0) -> dict:
     """Step every env until each has finished its first episode (or `max_steps` steps); per-env results
     (`Episodes`). With `gif_envs`, also the first `gif_envs` envs' screens before each step and at the end
-    (`frames`) and how many of them had reached the goal by then (`frame_successes`)."""
+    (`frames`: an env whose episode has ended shows the screen it ended on from then on) and how many of them had
+    reached the goal by then (`frame_successes`)."""
     run = Episodes(env, act)
     frames, frame_successes = [], []
     shown = min(gif_envs, env.num_envs)
+    if shown:
+        env.keep_final_frames(range(shown))
+        ended = run.finished[:shown].cpu().numpy().copy()  # (a start already at the goal shows its start)
+        last = env.frames(range(shown))
+
+    def picture():
+        now = env.frames(range(shown))
+        now[ended] = last[ended]
+        frames.append(now)
+        frame_successes.append(int(run.success[:shown].sum()))
+
     for _ in range(max_steps):
-        if gif_envs:
-            frames.append(env.frames(range(shown)))
-            frame_successes.append(int(run.success[:shown].sum()))
+        if shown:
+            picture()
         run.step()
+        if shown:
+            new = run.finished[:shown].cpu().numpy() & ~ended
+            if new.any():
+                last[new] = env.final_frames()[new]
+                ended |= new
         if bool(run.finished.all()):
             break
-    if gif_envs:
-        frames.append(env.frames(range(shown)))
-        frame_successes.append(int(run.success[:shown].sum()))
+    if shown:
+        picture()
+        env.keep_final_frames(None)
     return {**run.result(), "frames": frames, "frame_successes": frame_successes}
 
 
