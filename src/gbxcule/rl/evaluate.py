@@ -452,7 +452,8 @@ def evaluate_model(model, env, modes=("greedy", "sampled"), seed: int = EVAL_SEE
     try:
         for name, act in policies.items():
             torch.manual_seed(seed)
-            res = run_episodes(env, act, env.max_steps, gif_envs if gif else 0)
+            shown = name in (modes[0], "random")  # the GIFs written: the first mode's and the random one's
+            res = run_episodes(env, act, env.max_steps, gif_envs if gif and shown else 0)
             report[name] = summarize(res, env.success_source, templ)
             gif_frames[name] = res["frames"]
             gif_successes[name] = res["frame_successes"]
