@@ -639,18 +639,32 @@ def test_the_logs_count_the_cells_episodes_by_the_milestones_their_start_held_an
     """`archive/level_episodes` and `archive/level_gains` (and `archive/level_gain/J`, their ratio): the episodes
     from archive cells that ended, by how many milestones their start held, and those that ended holding one their
     start lacked, against a plain Python count; episodes from the task's start are not counted; the counters
-    restart at each read and survive a checkpoint taken between reads."""
+    restart at each read and survive a checkpoint taken between reads. `archive/entry_episodes` and
+    `archive/entry_gains`: the same for the episodes whose start cell was, when drawn, an entry cell (of the cells
+    holding j >= 1 milestones, those the fewest steps from the start), against the cells read back in Python."""
     import random
 
     n, leave = 6, actions(LEAVE)
-    cfg = {"capacity": 256, "inserts": 8, "p_start": 0.25, "schedule": "fixed"}
+    cfg = {"capacity": 256, "inserts": 8, "p_start": 0.25, "schedule": "fixed", "entry": 0.5}
     env = game_env("from_bed", n=n, max_steps=14, archive=cfg)
     env.reset(seed=0)
     rng = random.Random(5)
     start = env.milestones.clone()
     from_cell = [False] * n
+    from_entry = [False] * n
     expect = [[0, 0], [0, 0], [0, 0]]  # by milestones held at the start: [ended, gained]
     got = [[0, 0], [0, 0], [0, 0]]
+    expect_entry = [[0, 0], [0, 0], [0, 0]]
+    got_entry = [[0, 0], [0, 0], [0, 0]]
+
+    def entry_rows(a):  # each level's used cells with the fewest steps from the start
+        used = range(int(a.count))
+        least = {}
+        for r in used:
+            j = int(a.progress[r])
+            least[j] = min(least.get(j, 1 << 62), int(a.steps[r]))
+        return {r for r in used if int(a.progress[r]) >= 1 and int(a.steps[r]) == least[int(a.progress[r])]}
+
     t = [0] * n
     for step in range(300):
         if step == 150:  # between two reads: a fresh env goes on with the counts so far
@@ -662,27 +676,38 @@ def test_the_logs_count_the_cells_episodes_by_the_milestones_their_start_held_an
         for e in range(n):
             t[e] += 1
             if term[e] or trunc[e]:
+                gained = bool((env.final_milestones[:, e] & ~start[:, e]).any())
                 if from_cell[e]:
                     level = int(start[:, e].sum())
                     expect[level][0] += 1
-                    expect[level][1] += bool((env.final_milestones[:, e] & ~start[:, e]).any())
+                    expect[level][1] += gained
+                    expect_entry[level][0] += from_entry[e]
+                    expect_entry[level][1] += from_entry[e] and gained
                 t[e] = 0
                 start[:, e] = env.milestones[:, e]
                 from_cell[e] = bool(env.archive.from_archive[e])
+                from_entry[e] = from_cell[e] and int(env.archive.start_row[e]) in entry_rows(env.archive)
         if step % 40 == 39 or step == 299:
             stats = env.episode_stats()
             for j in range(3):
                 got[j][0] += stats["archive/level_episodes"][j]
                 got[j][1] += stats["archive/level_gains"][j]
+                got_entry[j][0] += stats["archive/entry_episodes"][j]
+                got_entry[j][1] += stats["archive/entry_gains"][j]
+                if stats["archive/entry_episodes"][j]:
+                    assert stats[f"archive/entry_gain/{j}"] == (stats["archive/entry_gains"][j]
+                                                                / stats["archive/entry_episodes"][j])
                 if stats["archive/level_episodes"][j]:
                     assert stats[f"archive/level_gain/{j}"] == (stats["archive/level_gains"][j]
                                                                 / stats["archive/level_episodes"][j])
                 else:
                     assert f"archive/level_gain/{j}" not in stats
-    assert got == expect
+    assert got == expect and got_entry == expect_entry
     assert expect[0][0] > 0 and expect[0][1] > 0  # cells' episodes that held nothing and reached the town
     assert expect[1][0] > 0  # and some that held the town
-    assert env.archive.read_stats()["archive/level_episodes"] == [0, 0, 0]  # the last read cleared them
+    assert expect_entry[0] == [0, 0] and 0 < expect_entry[1][0] < expect[1][0]  # level 0 has no entry cell
+    left = env.archive.read_stats()
+    assert left["archive/level_episodes"] == left["archive/entry_episodes"] == [0, 0, 0]  # the last read cleared them
 
 
 def test_patience_ends_an_episode_that_goes_that_many_steps_without_a_new_milestone():
@@ -774,11 +799,12 @@ def test_plot_draws_how_far_runs_get(tmp_path):
     rows = [{"update": u, "env_steps": 100 * u, "milestone_rates": [0.5, 0.1 * u], "milestone_deepest": min(2, u),
              "milestone/town": 0.5, "milestone/lab": 0.1 * u, "archive/reach_level": u - 1,
              "archive/level_episodes": [4, u, 0], "archive/level_gains": [2, u - 1, 0],
+             "archive/entry_episodes": [0, u, 0], "archive/entry_gains": [0, u // 2, 0],
              **({"eval/mean_deepest": 1.5} if u == 3 else {})}
             for u in (1, 2, 3)]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     written = {p.name for p in plot_runs([run], tmp_path / "out")}
-    assert "milestones.png" in written and "gains_by_start_level.png" in written
+    assert {"milestones.png", "gains_by_start_level.png", "gains_from_entry_cells.png"} <= written
     assert (tmp_path / "out" / "milestones.png").stat().st_size > 10_000
     # several runs on one plot (a colour a milestone, a line style a run)
     other = tmp_path / "other"

@@ -18,14 +18,15 @@ reports them; on a task with milestones the mean deepest milestone, `final_greed
 bench_learning.py), with evals beside training the env phase's median with an eval in flight and without
 (`env_phase`), with the state archive the share of envs in an episode from the task's start (`from_start_share`)
 and, where the task names milestones, the share of its cells' episodes that gained one by the milestones their start
-held over the last minute (`level_gains`), where the task names a lives byte the lives lost in training and over its
-last minute (`lives_lost`), the policy's mean entropy at its first update and over its last minute (`entropy`: how
-far from greedy a sampled policy still is), the median seconds of an update and of its env, inference and learning
-phases (`phases`), with `bench_learning.py --policy-evals` the greedy success of the weights kept at each mark
-(`policy_evals`), and with its `--segments` the final policy's from each segment task's start (`segments`). A bench
-JSON is copied under its file name, less its `environment`. Tree, machine and date come from the sources
-(facts.json's git, gpu and host, its start; a bench JSON's environment) unless given; BENCHMARKS.md cites the file.
-`--plot` also draws NAME.png: each run's periodic greedy success against seconds since its process started.
+held over the last minute (`level_gains`; `entry_gains` for the episodes from the levels' entry cells), where the
+task names a lives byte the lives lost in training and over its last minute (`lives_lost`), the policy's mean
+entropy at its first update and over its last minute (`entropy`: how far from greedy a sampled policy still is), the
+median seconds of an update and of its env, inference and learning phases (`phases`), with `bench_learning.py
+--policy-evals` the greedy success of the weights kept at each mark (`policy_evals`), and with its `--segments` the
+final policy's from each segment task's start (`segments`). A bench JSON is copied under its file name, less its
+`environment`. Tree, machine and date come from the sources (facts.json's git, gpu and host, its start; a bench
+JSON's environment) unless given; BENCHMARKS.md cites the file. `--plot` also draws NAME.png: each run's periodic
+greedy success against seconds since its process started.
 """
 
 from __future__ import annotations
@@ -112,6 +113,9 @@ def run_entry(folder: Path, target: float | None) -> tuple[dict, list]:
     gains = level_gains(folder)
     if gains is not None:
         entry["level_gains"] = gains
+    gains = level_gains(folder, keys=("archive/entry_episodes", "archive/entry_gains"))
+    if gains is not None:
+        entry["entry_gains"] = gains
     lives = lives_lost(folder)
     if lives is not None:
         entry["lives_lost"] = lives
@@ -158,19 +162,21 @@ def from_start_share(folder: Path, config: dict, after_s: float = 100.0) -> dict
     return {"median": round(statistics.median(shares), 3), "min": round(min(shares), 3), "max": round(max(shares), 3)}
 
 
-def level_gains(folder: Path, last_s: float = 60.0) -> dict | None:
+def level_gains(folder: Path, last_s: float = 60.0,
+                keys: tuple = ("archive/level_episodes", "archive/level_gains")) -> dict | None:
     """Which segments training was solving at the end: over the updates of a run's last `last_s` seconds of
     training, the archive cells' episodes that ended by the milestones their start held (`archive/level_episodes`)
     and the share of them that gained a milestone (`archive/level_gains`; None where none ended):
-    {"last_s", "episodes", "gained"}; None without those counts."""
-    rows = [r for r in read_metrics(folder)
-            if isinstance(r.get("archive/level_episodes"), list) and r.get("wall_s") is not None]
+    {"last_s", "episodes", "gained"}; None without those counts. `keys`: another such pair (the episodes started
+    from the levels' entry cells, `archive/entry_episodes` and `archive/entry_gains`: the summary's `entry_gains`)."""
+    episodes, gains = keys
+    rows = [r for r in read_metrics(folder) if isinstance(r.get(episodes), list) and r.get("wall_s") is not None]
     if not rows:
         return None
     end = max(r["wall_s"] for r in rows)
     rows = [r for r in rows if r["wall_s"] > end - last_s]
-    eps = [sum(col) for col in zip(*(r["archive/level_episodes"] for r in rows), strict=True)]
-    got = [sum(col) for col in zip(*(r["archive/level_gains"] for r in rows), strict=True)]
+    eps = [sum(col) for col in zip(*(r[episodes] for r in rows), strict=True)]
+    got = [sum(col) for col in zip(*(r[gains] for r in rows), strict=True)]
     return {"last_s": last_s, "episodes": eps,
             "gained": [round(g / e, 3) if e else None for e, g in zip(eps, got, strict=True)]}
 

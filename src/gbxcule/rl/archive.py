@@ -335,6 +335,8 @@ class StateArchive:
         self._even = torch.ones(k + 1, **i64)  # edge_by "level": every level alike
         self.level_stats = torch.zeros((k + 1, 2), **i64)  # cells' episodes ended by the milestones their start held,
         # and those that gained one it lacked: which segments training is solving
+        self.entry_stats = torch.zeros((k + 1, 2), **i64)  # the same for episodes started from an entry cell (a
+        # segment's head: `entry_cells`), whichever share drew it
         # a task's cell detail (RAM cells only): (a `goals.RamGoal`, the rows of its bytes), above the place's bytes
         self.detail = detail if cell_rows is not None else None
         self._detail_shift = 8 * (0 if cell_rows is None else int(cell_rows.numel()))
@@ -344,6 +346,7 @@ class StateArchive:
         self.from_archive = torch.zeros(n, dtype=torch.bool, device=dev)  # the episode started from a cell
         self.start_row = torch.full((n,), m, **i64)  # which cell (the scratch row: none)
         self.start_bits = torch.zeros(n, **i64)  # the milestones it held at its start, as bits (`win`)
+        self.start_entry = torch.zeros(n, dtype=torch.bool, device=dev)  # its start cell was an entry cell then
         self.last_row = torch.full((n,), m, **i64)  # the last cell the env was in this episode (m: none yet)
         self.restore_mask = torch.zeros(n, dtype=torch.bool, device=dev)  # envs restored from a start slot or a cell
         self.cell_mem = None  # memory = "cell": float32 [m + 1, H] (`keep_memory`)
@@ -446,6 +449,8 @@ class StateArchive:
                 ended = counted & self.from_archive
                 pair = self.torch.stack([ended, ended & gained], 1).to(self.torch.int64)
                 self.level_stats.index_add_(0, level, pair)
+                entered = ended & self.start_entry  # (`archive/entry_gains`)
+                self.entry_stats.index_add_(0, level, self.torch.stack([entered, entered & gained], 1).to(pair.dtype))
         self.account(counted, success, self.from_archive, self.off_steps, self.start_row, win)
         if stalled is not None:
             self.stats[10:11] += (stalled & counted).sum()
@@ -490,13 +495,17 @@ class StateArchive:
         torch.where(r, use, self.from_archive, out=self.from_archive)
         torch.where(r, row, self.start_row, out=self.start_row)  # `row` is the scratch row where not `use`
         torch.where(r, self.flags.gather(0, row) * use, self.start_bits, out=self.start_bits)
+        if self._bit is not None:  # (row m, the scratch row, is no entry cell)
+            entry = self.entry_cells().gather(0, row.clamp(max=self.m - 1)) & use
+            torch.where(r, entry, self.start_entry, out=self.start_entry)
         if self.routes:
             torch.where(r, row, self.last_row, out=self.last_row)
         return r, slot, sums, use
 
     def env_records(self) -> list:
         """The per-env tensors an env clone copies from its source."""
-        return [self.off_steps, self.off_ret, self.from_archive, self.start_row, self.last_row, self.start_bits]
+        return [self.off_steps, self.off_ret, self.from_archive, self.start_row, self.last_row, self.start_bits,
+                self.start_entry]
 
     # --- per step ---------------------------------------------------------------------------------------------
     def lookup(self, keys):
@@ -831,7 +840,8 @@ class StateArchive:
         hist = self._hist.zero_()
         playing = self.counted & ~self.from_archive & ~self.restore_mask
         hist.index_add_(0, self._held.clamp(0, len(hist) - 1), playing.to(torch.int64))
-        return torch.cat([self.stats, extra, self.depth_stats.reshape(-1), hist, self.level_stats.reshape(-1)])
+        return torch.cat([self.stats, extra, self.depth_stats.reshape(-1), hist, self.level_stats.reshape(-1),
+                          self.entry_stats.reshape(-1)])
 
     def read_stats(self, clear: bool = True, vals: list | None = None) -> dict:
         """The counters since the last call as `archive/...` log entries: `vals`, the host values of
@@ -845,6 +855,7 @@ class StateArchive:
         at = len(STAT_NAMES) + 6 + 2 * DEPTH_BINS
         held = [int(x) for x in vals[at:at + len(self._hist)]]
         by_level = [int(x) for x in vals[at + len(self._hist):at + 3 * len(self._hist)]]
+        by_entry = [int(x) for x in vals[at + 3 * len(self._hist):at + 5 * len(self._hist)]]
         level = median_level(held)
         eps_s, eps_a = s["start_episodes"], s["archive_episodes"]
         from_start = s["start_successes"] / eps_s if eps_s else None
@@ -872,6 +883,11 @@ class StateArchive:
             out["archive/level_episodes"], out["archive/level_gains"] = eps_l, gains_l
             out.update({f"archive/level_gain/{j}": g / e
                         for j, (e, g) in enumerate(zip(eps_l, gains_l, strict=True)) if e})
+            # ... of them, those that started from an entry cell (a segment's head, as a quest_mN task starts)
+            eps_e, gains_e = by_entry[0::2], by_entry[1::2]
+            out["archive/entry_episodes"], out["archive/entry_gains"] = eps_e, gains_e
+            out.update({f"archive/entry_gain/{j}": g / e
+                        for j, (e, g) in enumerate(zip(eps_e, gains_e, strict=True)) if e})
             if self.cfg.patience:  # the episodes the patience ended (not those that met the step limit too)
                 out["archive/patience_ends"] = int(s["patience_ends"])
         if clear:
@@ -881,6 +897,7 @@ class StateArchive:
             self.stats.zero_()
             self.depth_stats.zero_()
             self.level_stats.zero_()
+            self.entry_stats.zero_()
             if from_start is not None:
                 k = self.cfg.smoothing
                 self.ema = from_start if self.ema is None else k * self.ema + (1 - k) * from_start
@@ -899,11 +916,11 @@ class StateArchive:
     # --- state ------------------------------------------------------------------------------------------------
     TENSORS = ("keys", "sorted", "order", "count", "clock", "visits", "steps", "ret", "best", "chosen", "found", "sums",
                "progress", "area_seen", "next_depth", "stats", "depth_stats", "tries", "wins", "parent", "goal_hit",
-               "flags", "level_stats")
+               "flags", "level_stats", "entry_stats")
     # added later: a checkpoint without them has none
-    SINCE = {"tries", "wins", "progress", "parent", "goal_hit", "flags", "level_stats"}
+    SINCE = {"tries", "wins", "progress", "parent", "goal_hit", "flags", "level_stats", "entry_stats"}
 
-    RECORDS = ("off_steps", "off_ret", "from_archive", "start_row", "last_row", "start_bits")  # per env
+    RECORDS = ("off_steps", "off_ret", "from_archive", "start_row", "last_row", "start_bits", "start_entry")  # per env
 
     def state_dict(self) -> dict:
         d = {name: getattr(self, name).detach().cpu().clone() for name in self.TENSORS + self.RECORDS}
@@ -934,6 +951,7 @@ class StateArchive:
         else:  # a checkpoint from before the cells' tries: the running episodes count for none
             self.start_row.fill_(self.m)
         self.last_row.copy_(d["last_row"]) if "last_row" in d else self.last_row.fill_(self.m)
+        self.start_entry.copy_(d["start_entry"]) if "start_entry" in d else self.start_entry.zero_()  # (saved before)
         if "start_bits" in d:
             self.start_bits.copy_(d["start_bits"])
         else:  # saved before it: the running episodes' start cells' (a swarm jump's own start is not known)

@@ -201,13 +201,16 @@ def plot_runs(runs, out: str | Path | None = None, x: str = "env_steps") -> list
         ax.legend(fontsize=6, loc="upper right", ncol=2)
         save(fig, "actions" if len(data) == 1 else f"actions_{Path(run).name}")
     # success by start slot, by the depth of the archive cell started from, and the share of the cells' episodes that
-    # gained a milestone by the milestones their start held (which segments training solves)
+    # gained a milestone by the milestones their start held (which segments training solves), all and from entry cells
     grids = ((("slot_episodes", "slot_successes"), "success_by_start_slot", "start slot", "success by start slot",
               "success rate"),
              (("archive/depth_episodes", "archive/depth_successes"), "success_by_start_depth",
               "start depth (bins of steps from the task's start)", "success by start depth", "success rate"),
              (("archive/level_episodes", "archive/level_gains"), "gains_by_start_level", "milestones held at the start",
-              "cells' episodes that gained a milestone", "share that gained one"))
+              "cells' episodes that gained a milestone", "share that gained one"),
+             (("archive/entry_episodes", "archive/entry_gains"), "gains_from_entry_cells",
+              "milestones held at the entry cell",
+              "episodes from entry cells that gained a milestone", "share that gained one"))
     for run, rows in data.items():
         for keys, name, what, title, label in grids:
             grid = slot_success_grid(rows, *keys)
