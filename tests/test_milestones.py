@@ -710,6 +710,40 @@ def test_the_logs_count_the_cells_episodes_by_the_milestones_their_start_held_an
     assert left["archive/level_episodes"] == left["archive/entry_episodes"] == [0, 0, 0]  # the last read cleared them
 
 
+@pytest.mark.parametrize("entry_steps", [0, 9])
+def test_episodes_from_entry_cells_have_the_entry_step_limit(entry_steps):
+    """`entry_steps` L: an episode from an entry cell (whichever share drew it) ends, truncated, after L steps; one
+    from any other cell after the archive's `max_steps`, one from the task's start after the env's; 0: entry
+    episodes have the cells' limit. A fresh env loaded from a checkpoint ends its episodes where this one does."""
+    import random
+
+    n, leave, rng = 6, actions(LEAVE), random.Random(7)
+    cfg = {"capacity": 256, "inserts": 8, "p_start": 0.25, "schedule": "fixed", "entry": 0.5, "max_steps": 4,
+           "entry_steps": entry_steps}
+    env = game_env("from_bed", n=n, max_steps=20, archive=cfg)
+    env.reset(seed=0)
+    kind = ["start"] * n  # where each env's episode started
+    t, lengths, twin = [0] * n, {"start": set(), "cell": set(), "entry": set()}, None
+    for step in range(240):
+        if step == 120:
+            twin = game_env("from_bed", n=n, max_steps=20, archive=cfg)
+            twin.load_state_dict(env.state_dict())
+        act = torch.tensor([leave[t[0]] if t[0] < len(leave) else rng.randrange(8)]
+                           + [rng.randrange(8) for _ in range(n - 1)])
+        _, _, term, trunc, _ = env.step(act)
+        if twin is not None:
+            assert torch.equal(twin.step(act)[3], trunc), step
+        for e in range(n):
+            t[e] += 1
+            if term[e] or trunc[e]:
+                if trunc[e]:
+                    lengths[kind[e]].add(t[e])
+                t[e] = 0
+                a = env.archive
+                kind[e] = "entry" if bool(a.start_entry[e]) else "cell" if bool(a.from_archive[e]) else "start"
+    assert lengths == {"start": {20}, "cell": {4}, "entry": {entry_steps or 4}}
+
+
 def test_patience_ends_an_episode_that_goes_that_many_steps_without_a_new_milestone():
     """`patience` K: an episode ends, truncated, K steps after its start or its latest new milestone (a plain Python
     count, reading the milestones from the reward: only they pay), not where the step limit ends it too; explorers'

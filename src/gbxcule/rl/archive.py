@@ -128,6 +128,10 @@ class ArchiveConfig:
     # begins, as its milestone task is, whatever the win rate there (the edge gives a cell that never wins next to
     # no starts); frontier + reach + edge + entry <= 1; where the task names no milestones the usual draw stands
     entry: float = knob(0.0, min=0, max=1)
+    # the step limit of an episode from an entry cell, whichever share drew it (0: `max_steps`, as any cell's), so a
+    # segment longer than `max_steps` can be played through from its head, as its milestone task is; the patience
+    # still ends it early
+    entry_steps: int = knob(0, min=0)
     # the route: once an episode has reached the task's goal, the cells on the stored paths that led there (each
     # cell's parent is the cell its path came through); this share of the starts from cells is drawn among them
     # (by the same weights), so training walks the found way back toward the task's start (Go-Explore's
@@ -487,7 +491,8 @@ class StateArchive:
         u_route = hashed_bits(seed, self.env_ids, episodes, SALT_ROUTE) if self.routes else None
         shares = self.cfg.frontier + self.cfg.reach + self.cfg.edge + self.cfg.entry > 0
         u_share = hashed_bits(seed, self.env_ids, episodes, SALT_SHARE) if shares else None
-        use, row = self.choose(r, u & ((1 << U_BITS) - 1), u >> U_BITS, u_route, u_share)
+        first = self.entry_cells() if self._bit is not None else None  # (once a step: `choose` draws among them)
+        use, row = self.choose(r, u & ((1 << U_BITS) - 1), u >> U_BITS, u_route, u_share, first)
         slot = torch.where(use, row + self.first, slots)
         sums = torch.where(use, self.sums.gather(0, row), slot_sums[slots])
         torch.where(r, self.steps.gather(0, row) * use, self.off_steps, out=self.off_steps)
@@ -495,8 +500,8 @@ class StateArchive:
         torch.where(r, use, self.from_archive, out=self.from_archive)
         torch.where(r, row, self.start_row, out=self.start_row)  # `row` is the scratch row where not `use`
         torch.where(r, self.flags.gather(0, row) * use, self.start_bits, out=self.start_bits)
-        if self._bit is not None:  # (row m, the scratch row, is no entry cell)
-            entry = self.entry_cells().gather(0, row.clamp(max=self.m - 1)) & use
+        if first is not None:  # (row m, the scratch row, is no entry cell)
+            entry = first.gather(0, row.clamp(max=self.m - 1)) & use
             torch.where(r, entry, self.start_entry, out=self.start_entry)
         if self.routes:
             torch.where(r, row, self.last_row, out=self.last_row)
@@ -651,15 +656,15 @@ class StateArchive:
             w = w + torch.div(g * WEIGHT_ONE * held, held.max().clamp(min=1), rounding_mode="floor")
         return torch.where(used, w, 0)
 
-    def choose(self, done, u_start, u_cell, u_route=None, u_share=None):
-        """For envs whose episode ended (`done`): (from_archive bool [N], row int64 [N]). `u_start`, `u_cell`,
-        `u_route` (with `route` > 0), `u_share` (with `frontier`, `reach`, `edge` or `entry` > 0): int64 [N]
-        uniform in [0, 2**U_BITS) (hashed per env and episode). Where `u_share` falls in the first `frontier` of its
-        range a cell start is drawn among the frontier's cells, in the next `reach` among the reach's, each by the
-        same weights, in the next `edge` among the cells started from by `mid_weights` alone (`edge_by` "level":
-        each level alike, `level_weights`), in the next `entry` among the levels' entry cells (`entry_cells`), each
-        level alike; then with probability `route` among the route's cells (`on_route`) by the same weights; each
-        where any of its cells weighs more than 0. Counts the chosen cells."""
+    def choose(self, done, u_start, u_cell, u_route=None, u_share=None, first=None):
+        """For envs whose episode ended (`done`): (from_archive bool [N], row int64 [N]). `u_start`, `u_cell`, `u_route`
+        (with `route` > 0), `u_share` (with `frontier`, `reach`, `edge` or `entry` > 0): int64 [N] uniform in [0,
+        2**U_BITS) (hashed per env and episode); `first`: `entry_cells()` where the caller has them. Where `u_share`
+        falls in the first `frontier` of its range a cell start is drawn among the frontier's cells, in the next `reach`
+        among the reach's, each by the same weights, in the next `edge` among the cells started from by `mid_weights`
+        alone (`edge_by` "level": each level alike, `level_weights`), in the next `entry` among the levels' entry cells
+        (`entry_cells`), each level alike; then with probability `route` among the route's cells (`on_route`) by the
+        same weights; each where any of its cells weighs more than 0. Counts the chosen cells."""
         torch, m = self.torch, self.m
         w = self.weights()
         cdf = torch.cumsum(w, 0)
@@ -681,7 +686,7 @@ class StateArchive:
             row = self._draw_among(w_edge, tried, u_cell, u_share, f + r, f + r + self.cfg.edge, row)
         if u_share is not None and self.cfg.entry > 0:  # each level's first cells, every level alike
             lo = f + r + self.cfg.edge
-            first = self.entry_cells()
+            first = self.entry_cells() if first is None else first
             w_entry = self.level_weights(first.long(), first, self._even)
             row = self._draw_among(w_entry, first, u_cell, u_share, lo, lo + self.cfg.entry, row)
         if self.routes and u_route is not None:

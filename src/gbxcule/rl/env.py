@@ -460,9 +460,12 @@ class GameEnv:
         self._slots.copy_(slot)
         self.backend.restore(self._rmask_wp, self._slots_wp, obs=self._ring_wp)
         torch.where(r, sums, self._prev_sum, out=self._prev_sum)
-        if self._limit is not None:  # an episode from a cell (or a swarm jump) has the archive's step limit
-            cell_limit = a.cfg.max_steps or self.max_steps
-            self._limit.copy_(torch.where(done, torch.where(use | dst, cell_limit, self.max_steps), self._limit))
+        if self._limit is not None:  # an episode from a cell (or a swarm jump) has the archive's step limit, one
+            cell_limit = a.cfg.max_steps or self.max_steps  # from an entry cell `entry_steps` where set
+            limit = torch.where(use | dst, cell_limit, self.max_steps)
+            if a.cfg.entry_steps:
+                limit = torch.where(use & a.start_entry, a.cfg.entry_steps, limit)
+            self._limit.copy_(torch.where(done, limit, self._limit))
 
     def keep_policy_state(self, size: int) -> bool:
         """A recurrent policy of `size` floats of state trains here: with a state archive of memory = "cell" its
