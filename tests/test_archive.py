@@ -192,6 +192,46 @@ def test_w_mid_weighs_cells_where_starts_succeed_about_half_the_time():
     assert unit // 2 < mid[4] < unit  # 3 of 10 (smoothed)
 
 
+@pytest.mark.parametrize("window", [0, 8])
+def test_win_window_halves_a_cells_tries_and_wins_once_its_tries_pass_it(window):
+    """`win_window` W: after each step's episodes are counted, a cell whose tries exceed W has its tries and wins
+    halved (floor), against a plain Python count; so a cell that lost a thousand times still weighs, by w_mid, at
+    least 4/(W+2) (1 - 1/(W+2)) of an untried one, and wins that follow raise its p at once. 0: all-time counts."""
+    import random
+
+    n, cells = 6, 4
+    arch = StateArchive(ArchiveConfig(capacity=cells, win_window=window), n, first_slot=0, device="cpu")
+    rng = random.Random(3)
+    tries, wins = [0] * cells, [0] * cells
+    zeros = torch.zeros(n, dtype=torch.int64)
+    for step in range(400):
+        # cell 0 always loses, cell 1 always wins after step 200, the others at random
+        done = [rng.random() < 0.7 for _ in range(n)]
+        cell = [rng.randrange(cells) for _ in range(n)]
+        won = [c == 1 and step >= 200 or c > 1 and rng.random() < 0.5 for c in cell]
+        archived = [rng.random() < 0.8 for _ in range(n)]
+        arch.account(torch.tensor(done), torch.tensor(won), torch.tensor(archived), zeros,
+                     torch.tensor(cell, dtype=torch.int64))
+        for e in range(n):
+            if done[e] and archived[e]:
+                tries[cell[e]] += 1
+                wins[cell[e]] += won[e]
+        if window:
+            for c in range(cells):
+                if tries[c] > window:
+                    tries[c] //= 2
+                    wins[c] //= 2
+        assert arch.tries[:cells].tolist() == tries and arch.wins[:cells].tolist() == wins, step
+    mid = arch.mid_weights().tolist()
+    if window:
+        assert max(tries) <= window and wins[0] == 0 and wins[1] == tries[1]
+        floor = 4 * (1 / (window + 2)) * (1 - 1 / (window + 2)) * WEIGHT_ONE
+        assert mid[0] >= floor - 1 and mid[1] >= floor - 1  # all lost, all won: neither falls toward 0
+    else:
+        assert tries[0] > 100 and mid[0] < WEIGHT_ONE // 25  # all time: the lost cell's weight falls with its losses
+        assert 0.3 < wins[1] / tries[1] < 0.7  # and cell 1's early losses weigh as much as its wins since
+
+
 def test_config_is_checked():
     with pytest.raises(EnvConfigError, match="unknown archive setting"):
         ArchiveConfig.from_dict({"capacty": 4})

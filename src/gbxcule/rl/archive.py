@@ -90,6 +90,11 @@ class ArchiveConfig:
     # it reaches, starts still go where the policy fails each segment, as each milestone task's own do; without
     # progress-aware cells (no milestones, or progress "none"), "goal". A resumed run may change it: the counts stay
     win: str = knob("goal", choices=("goal", "milestone"), resume=CHANGE)
+    # a cell's tries and wins (w_fail's, w_mid's and the edge's p) halve whenever its tries pass this many, so p
+    # follows its latest W/2 to W episodes rather than all it ever had: a cell lost from long ago, before the policy
+    # learned the way on from it, keeps at least 4/(W+2) (1 - 1/(W+2)) of an untried cell's mid weight instead of
+    # falling toward 0 with every loss and so being drawn too seldom to show it is won now (0: all time)
+    win_window: int = knob(0, min=0, max=DEPTH_CAP, resume=CHANGE)
     # progress: a cell is (the task's milestones held, its place) where the task names milestones, so a state
     # before a gate and one after it on the same tile are two cells; "none": the place alone
     progress: str = knob("auto", choices=("auto", "none"))
@@ -815,6 +820,10 @@ class StateArchive:
         self.depth_stats.index_add_(0, bins, pair)
         self.tries.index_add_(0, torch.where(d_arch, start_row, m), self._ones)
         self.wins.index_add_(0, torch.where(d_arch & (success if win is None else win), start_row, m), self._ones)
+        if self.cfg.win_window:  # the counts of a cell past the window halve (wins <= tries stays true)
+            half = (self.tries > self.cfg.win_window).to(torch.int64)
+            self.tries.bitwise_right_shift_(half)
+            self.wins.bitwise_right_shift_(half)
 
     # --- once per update ----------------------------------------------------------------------------------------
     def mark_route(self) -> None:
