@@ -710,6 +710,49 @@ def test_the_logs_count_the_cells_episodes_by_the_milestones_their_start_held_an
     assert left["archive/level_episodes"] == left["archive/entry_episodes"] == [0, 0, 0]  # the last read cleared them
 
 
+def test_the_logs_say_where_within_each_level_the_edge_draws():
+    """`archive/edge_weights` and `archive/edge_won_weights` (with `edge` > 0 on a task with milestones): for each
+    level, the edge's weights 4 p (1 - p) of the tried cells holding that many milestones, summed, and their part on
+    the cells whose smoothed win rate p = (wins + 1) / (tries + 2) is at least 1/8, against the same sums in Python
+    from the archive's counts at each read; `archive/edge_won/J` is their ratio. Without the edge none is logged."""
+    import random
+
+    from gbxcule.rl.archive import WEIGHT_ONE
+
+    n, leave, rng = 6, actions(LEAVE), random.Random(5)
+    cfg = {"capacity": 24, "inserts": 8, "p_start": 0.25, "schedule": "fixed", "edge": 0.5, "win": "milestone",
+           "max_steps": 6}
+    env = game_env("from_bed", n=n, max_steps=14, archive=cfg)
+    env.reset(seed=0)
+    t, mixed, deeper = 0, 0, 0
+    for step in range(400):
+        act = [leave[t] if t < len(leave) else rng.randrange(8)] + [rng.randrange(8) for _ in range(n - 1)]
+        _, _, term, trunc, _ = env.step(torch.tensor(act))
+        t = 0 if term[0] or trunc[0] else t + 1
+        if step % 40 == 39:
+            a = env.archive
+            every, won = [0, 0, 0], [0, 0, 0]
+            for r in range(int(a.count)):
+                tries, wins = int(a.tries[r]), int(a.wins[r])
+                if not tries:
+                    continue
+                w = 4 * (WEIGHT_ONE * (wins + 1) // (tries + 2)) * (WEIGHT_ONE * (tries - wins + 1) // (tries + 2))
+                w //= WEIGHT_ONE
+                every[int(a.progress[r])] += w
+                won[int(a.progress[r])] += w if 8 * (wins + 1) >= tries + 2 else 0
+            stats = env.episode_stats()
+            assert stats["archive/edge_weights"] == every and stats["archive/edge_won_weights"] == won, step
+            for j in range(3):
+                assert stats.get(f"archive/edge_won/{j}") == (won[j] / every[j] if every[j] else None)
+            mixed += any(0 < g < e for e, g in zip(every, won, strict=True))
+            deeper += every[1] > 0
+    assert mixed and deeper  # a level whose tried cells both win and lose; tried cells past the first milestone
+    off = game_env("from_bed", n=n, max_steps=14, archive={**cfg, "edge": 0.0})
+    off.reset(seed=0)
+    off.step(torch.zeros(n, dtype=torch.int64))
+    assert not any(k.startswith("archive/edge") for k in off.episode_stats())
+
+
 @pytest.mark.parametrize("entry_steps", [0, 9])
 def test_episodes_from_entry_cells_have_the_entry_step_limit(entry_steps):
     """`entry_steps` L: an episode from an entry cell (whichever share drew it) ends, truncated, after L steps; one
@@ -834,11 +877,13 @@ def test_plot_draws_how_far_runs_get(tmp_path):
              "milestone/town": 0.5, "milestone/lab": 0.1 * u, "archive/reach_level": u - 1,
              "archive/level_episodes": [4, u, 0], "archive/level_gains": [2, u - 1, 0],
              "archive/entry_episodes": [0, u, 0], "archive/entry_gains": [0, u // 2, 0],
+             "archive/edge_weights": [4, 2 * u, 0], "archive/edge_won_weights": [1, u, 0],
              **({"eval/mean_deepest": 1.5} if u == 3 else {})}
             for u in (1, 2, 3)]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     written = {p.name for p in plot_runs([run], tmp_path / "out")}
-    assert {"milestones.png", "gains_by_start_level.png", "gains_from_entry_cells.png"} <= written
+    assert {"milestones.png", "gains_by_start_level.png", "gains_from_entry_cells.png",
+            "edge_on_winning_cells.png"} <= written
     assert (tmp_path / "out" / "milestones.png").stat().st_size > 10_000
     # several runs on one plot (a colour a milestone, a line style a run)
     other = tmp_path / "other"

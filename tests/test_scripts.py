@@ -331,6 +331,7 @@ def _fake_run(folder: Path, seed: int, evals: list[float]) -> None:
              "archive/start_held": [i * i % 7, 1, 0],  # envs from the task's start by milestones held: 1, 2, 5, 3, 3
              "archive/level_episodes": [4, i, 0], "archive/level_gains": [i % 2, i - 1 if i else 0, 0],
              "archive/entry_episodes": [0, 1, 0], "archive/entry_gains": [0, i % 2, 0],
+             "archive/edge_weights": [8, 4 * i, 0], "archive/edge_won_weights": [2, i, 0],
              "episodes": 10 + i, "lives_lost": i, "entropy": 2.0 - 0.1 * i}
             for i, g in enumerate(evals)]
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -392,6 +393,8 @@ def test_summarize_writes_one_summary_json_per_figure(tmp_path):
         "last_s": 5.0, "episodes": [12, 9, 0], "gained": [0.083, 0.667, None]}  # 1 of 12; 1 + 2 + 3 of 2 + 3 + 4
     assert a["level_gains"]["episodes"] == [20, 10, 0]  # the default minute: every update
     assert a["entry_gains"] == {"last_s": 60.0, "episodes": [0, 5, 0], "gained": [None, 0.4, None]}  # from entry cells
+    # the edge's weight by level over the minute (8 x 5; 4 x (0 + 1 + 2 + 3 + 4)) and its share on winning cells
+    assert a["edge_won"] == {"last_s": 60.0, "weight": [40, 40, 0], "share_won": [0.25, 0.25, None]}
     assert summarize.lives_lost(tmp_path / "runs" / "a_s0", last_s=5.0) == {  # walls 6, 8, 10 s: i = 2, 3, 4
         "total": 10, "episodes": 60, "last_s": 5.0, "last": 9, "last_episodes": 39}
     assert summarize.entropy(tmp_path / "runs" / "a_s0", last_s=5.0) == {"first": 2.0, "last_s": 5.0, "last": 1.7}

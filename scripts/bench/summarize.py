@@ -18,7 +18,8 @@ reports them; on a task with milestones the mean deepest milestone, `final_greed
 bench_learning.py), with evals beside training the env phase's median with an eval in flight and without
 (`env_phase`), with the state archive the share of envs in an episode from the task's start (`from_start_share`)
 and, where the task names milestones, the share of its cells' episodes that gained one by the milestones their start
-held over the last minute (`level_gains`; `entry_gains` for the episodes from the levels' entry cells), where the
+held over the last minute (`level_gains`; `entry_gains` for the episodes from the levels' entry cells; with the
+edge, `edge_won`: its weight by level and the share on cells that win 1 in 8 or more), where the
 task names a lives byte the lives lost in training and over its last minute (`lives_lost`), the policy's mean
 entropy at its first update and over its last minute (`entropy`: how far from greedy a sampled policy still is), the
 median seconds of an update and of its env, inference and learning phases (`phases`), with `bench_learning.py
@@ -116,6 +117,9 @@ def run_entry(folder: Path, target: float | None) -> tuple[dict, list]:
     gains = level_gains(folder, keys=("archive/entry_episodes", "archive/entry_gains"))
     if gains is not None:
         entry["entry_gains"] = gains
+    edge = level_gains(folder, keys=("archive/edge_weights", "archive/edge_won_weights"))
+    if edge is not None:  # the edge's weight by level summed over the updates, and its share on winning cells
+        entry["edge_won"] = {"last_s": edge["last_s"], "weight": edge["episodes"], "share_won": edge["gained"]}
     lives = lives_lost(folder)
     if lives is not None:
         entry["lives_lost"] = lives

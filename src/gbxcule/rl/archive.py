@@ -342,6 +342,7 @@ class StateArchive:
         self.level = 0  # the reach: the milestones the median of them held at the last update's read
         self.level_share = torch.zeros(k + 1, **i64)  # reach_by "held": that read's histogram (on the device)
         self._even = torch.ones(k + 1, **i64)  # edge_by "level": every level alike
+        self._edge_focus = cfg.edge > 0 and self.milestones is not None  # log `edge_focus` at each read
         self.level_stats = torch.zeros((k + 1, 2), **i64)  # cells' episodes ended by the milestones their start held,
         # and those that gained one it lacked: which segments training is solving
         self.entry_stats = torch.zeros((k + 1, 2), **i64)  # the same for episodes started from an entry cell (a
@@ -684,7 +685,7 @@ class StateArchive:
         elif u_share is not None and r > 0:
             row = self._draw_among(w, self.reach_cells(), u_cell, u_share, f, f + r, row)
         if u_share is not None and self.cfg.edge > 0:  # the cells started from, by 4 p (1 - p) alone
-            tried = (self._rows < self.count) & (self.tries[:m] > 0)
+            tried = self.tried_cells()
             w_edge = self.mid_weights()
             if self.cfg.edge_by == "level":  # every level with tried cells alike
                 w_edge = self.level_weights(w_edge, tried, self._even)
@@ -715,6 +716,25 @@ class StateArchive:
         win = torch.div(WEIGHT_ONE * (tries - fails + 1), tries + 2, rounding_mode="floor")
         fail = torch.div(WEIGHT_ONE * (fails + 1), tries + 2, rounding_mode="floor")
         return torch.div(4 * coef * win * fail, WEIGHT_ONE, rounding_mode="floor")
+
+    def tried_cells(self):
+        """bool [capacity]: the used cells an episode has started from (the edge's cells)."""
+        return (self._rows < self.count) & (self.tries[:self.m] > 0)
+
+    def edge_focus(self):
+        """int64 [2 x levels]: for each level j, the edge's weights (`mid_weights`) of the tried cells holding j
+        milestones, summed, then the part of that sum on the cells whose smoothed win rate is at least 1/8: where
+        within the level the edge draws (`archive/edge_won/J`). Under `edge_by` "level" each level's weights are
+        rescaled, not their ratio."""
+        torch, m = self.torch, self.m
+        tried = self.tried_cells()
+        tries, fails = self._tries_fails()
+        won = 8 * (tries - fails + 1) >= tries + 2
+        w = torch.where(tried, self.mid_weights(), 0)
+        lv = torch.where(tried, self.progress[:m], 0).clamp_(0, len(self._even) - 1)
+        sums = torch.zeros((len(self._even), 2), dtype=torch.int64, device=self.device)
+        sums.index_add_(0, lv, torch.stack([w, torch.where(won, w, 0)], 1))
+        return sums.reshape(-1)
 
     def _tries_fails(self):
         """(tries, fails) of each cell's episodes, int64 [capacity], capped."""
@@ -854,8 +874,11 @@ class StateArchive:
         hist = self._hist.zero_()
         playing = self.counted & ~self.from_archive & ~self.restore_mask
         hist.index_add_(0, self._held.clamp(0, len(hist) - 1), playing.to(torch.int64))
-        return torch.cat([self.stats, extra, self.depth_stats.reshape(-1), hist, self.level_stats.reshape(-1),
-                          self.entry_stats.reshape(-1)])
+        parts = [self.stats, extra, self.depth_stats.reshape(-1), hist, self.level_stats.reshape(-1),
+                 self.entry_stats.reshape(-1)]
+        if self._edge_focus:
+            parts.append(self.edge_focus())
+        return torch.cat(parts)
 
     def read_stats(self, clear: bool = True, vals: list | None = None) -> dict:
         """The counters since the last call as `archive/...` log entries: `vals`, the host values of
@@ -870,6 +893,7 @@ class StateArchive:
         held = [int(x) for x in vals[at:at + len(self._hist)]]
         by_level = [int(x) for x in vals[at + len(self._hist):at + 3 * len(self._hist)]]
         by_entry = [int(x) for x in vals[at + 3 * len(self._hist):at + 5 * len(self._hist)]]
+        by_edge = [int(x) for x in vals[at + 5 * len(self._hist):at + 7 * len(self._hist)]]
         level = median_level(held)
         eps_s, eps_a = s["start_episodes"], s["archive_episodes"]
         from_start = s["start_successes"] / eps_s if eps_s else None
@@ -902,6 +926,11 @@ class StateArchive:
             out["archive/entry_episodes"], out["archive/entry_gains"] = eps_e, gains_e
             out.update({f"archive/entry_gain/{j}": g / e
                         for j, (e, g) in enumerate(zip(eps_e, gains_e, strict=True)) if e})
+            if self._edge_focus:  # the edge's weights by level, and their part on cells that win 1 in 8 or more
+                w_all, w_won = by_edge[0::2], by_edge[1::2]
+                out["archive/edge_weights"], out["archive/edge_won_weights"] = w_all, w_won
+                out.update({f"archive/edge_won/{j}": g / e for j, (e, g) in enumerate(zip(w_all, w_won, strict=True))
+                            if e})
             if self.cfg.patience:  # the episodes the patience ended (not those that met the step limit too)
                 out["archive/patience_ends"] = int(s["patience_ends"])
         if clear:

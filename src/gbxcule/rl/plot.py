@@ -201,7 +201,8 @@ def plot_runs(runs, out: str | Path | None = None, x: str = "env_steps") -> list
         ax.legend(fontsize=6, loc="upper right", ncol=2)
         save(fig, "actions" if len(data) == 1 else f"actions_{Path(run).name}")
     # success by start slot, by the depth of the archive cell started from, and the share of the cells' episodes that
-    # gained a milestone by the milestones their start held (which segments training solves), all and from entry cells
+    # gained a milestone by the milestones their start held (which segments training solves), all and from entry cells;
+    # and where within each level the edge draws
     grids = ((("slot_episodes", "slot_successes"), "success_by_start_slot", "start slot", "success by start slot",
               "success rate"),
              (("archive/depth_episodes", "archive/depth_successes"), "success_by_start_depth",
@@ -210,7 +211,9 @@ def plot_runs(runs, out: str | Path | None = None, x: str = "env_steps") -> list
               "cells' episodes that gained a milestone", "share that gained one"),
              (("archive/entry_episodes", "archive/entry_gains"), "gains_from_entry_cells",
               "milestones held at the entry cell",
-              "episodes from entry cells that gained a milestone", "share that gained one"))
+              "episodes from entry cells that gained a milestone", "share that gained one"),
+             (("archive/edge_weights", "archive/edge_won_weights"), "edge_on_winning_cells", "milestones held",
+              "the edge's weight on cells that win 1 in 8 or more", "share of the level's edge weight"))
     for run, rows in data.items():
         for keys, name, what, title, label in grids:
             grid = slot_success_grid(rows, *keys)
