@@ -1301,11 +1301,11 @@ def test_the_still_reward_pays_exactly_the_steps_whose_screen_the_last_still_ste
         seen = [deque(maxlen=k), deque(maxlen=k)]  # per env: the screens its episode's last k steps were taken on
         still = torch.zeros(2, dtype=torch.int64)
         back = steps = ends = 0  # back: env 0's paid steps whose screen was not the one the step was taken on
-        twin = None
+        twins = []
         for a in actions(script):
             before = o[:, -1, :71].clone()
             o, r, term, trunc, info = env.step(torch.tensor([a, 0]))
-            if twin is not None:
+            for twin in twins:
                 assert torch.equal(twin.step(torch.tensor([a, 0]))[1], r), steps
             done = term | trunc
             after = torch.where(done[:, None, None], info["final_obs"][:, -1, :71], o[:, -1, :71])
@@ -1320,8 +1320,18 @@ def test_the_still_reward_pays_exactly_the_steps_whose_screen_the_last_still_ste
             steps += 1
             ends += int(done.sum())
             if steps == clone_at:
-                twin = game_env("from_bed", **{**kw, "max_steps": env.max_steps})
-                twin.load_state_dict(env.state_dict())
+                state = env.state_dict()
+                twins.append(game_env("from_bed", **{**kw, "max_steps": env.max_steps}))
+                twins[-1].load_state_dict(state)
+                if k > 1:  # a state saved when the ring kept the screens themselves: the newest at still_pos
+                    old = {x: v for x, v in state.items() if x != "still_hashes"}
+                    old["still_screens"] = torch.zeros(k, 2, 71, after.shape[-1], dtype=torch.uint8)
+                    for i in range(2):
+                        for d, screen in enumerate(reversed(seen[i])):
+                            old["still_screens"][(state["still_pos"] - d) % k, i] = screen
+                    twins.append(game_env("from_bed", **{**kw, "max_steps": env.max_steps}))
+                    twins[-1].load_state_dict(old)
+        assert len(twins) == (0 if not clone_at else 1 + (k > 1))
         return still, back, steps, ends
 
     env = game_env("from_bed", **kw)
@@ -1331,9 +1341,10 @@ def test_the_still_reward_pays_exactly_the_steps_whose_screen_the_last_still_ste
     assert (back > 0) == (k > 1)  # to and fro: paid only where earlier screens count
     # 3-step episodes: the new episode's first step reaches a screen the last one's steps were taken on, unpaid
     assert play(game_env("from_bed", **{**kw, "max_steps": 3}), "R N N R N N")[3] == 4
-    w = 80 if obs == "pixels" else 20
-    assert env_bytes(obs, stack_k, still=k) - env_bytes(obs, stack_k) == k * 71 * w
-    assert env._before.numel() == k * 2 * 71 * w
+    # the ring keeps a hash per screen: its bytes grow by 10 a step kept (the hash, two compare masks)
+    assert env_bytes(obs, stack_k, still=k + 1) - env_bytes(obs, stack_k, still=k) == 10
+    assert env_bytes(obs, stack_k, still=k) - env_bytes(obs, stack_k) < 4096
+    assert env._before.shape == (k, 2) and env._before.dtype == torch.int64
     plain = game_env("from_bed", stack_k=stack_k, obs=obs)
     assert plain._before is None  # off (0.0): no buffer, no work
     with pytest.raises(EnvConfigError, match="still_steps"):

@@ -12,7 +12,15 @@ torch = pytest.importorskip("torch")
 from gbxcule.core.errors import GbxculeError  # noqa: E402
 from gbxcule.core.schema import FIELD_INDEX, NUM_FIELDS  # noqa: E402
 from gbxcule.rl import EnvConfigError, GameEnv, GoalTemplate, RamCondition, TaskError, TemplateError  # noqa: E402
-from gbxcule.rl.goals import NoveltyTable, RamGoal, TemplateScorer, frame_key, pack_shades  # noqa: E402
+from gbxcule.rl.goals import (  # noqa: E402
+    SCREEN_HASH_P,
+    NoveltyTable,
+    RamGoal,
+    ScreenHash,
+    TemplateScorer,
+    frame_key,
+    pack_shades,
+)
 from gbxcule.rl.tasks import load_task  # noqa: E402
 from gbxcule.roms.overworld.game import ADDR  # noqa: E402
 from gbxcule.roms.overworld.tasks import TASK_BY_NAME  # noqa: E402
@@ -253,6 +261,32 @@ def test_novelty_table_and_frame_key():
     k1, k2 = frame_key(f), frame_key(g)
     assert k1[0] == k2[0] and k1[1] != k2[1]
     assert torch.equal(frame_key(torch.from_numpy(pack_shades(f.numpy()))), k1)
+
+
+@pytest.mark.parametrize("width", [80, 20])
+def test_screen_hash_is_the_weighted_word_sum_and_tells_every_one_byte_change(width):
+    """ScreenHash: each env's screen (all but the last row of a strided frame, as the env hashes it) gives
+    sum_j w_j r_j mod p over its int32 words, as Python's integers say; equal screens hash equal; changing any
+    one byte, anywhere, changes the hash; calls reuse the output buffer."""
+    n, words = 3, 71 * width // 4
+    frames = torch.randint(0, 256, (n, 2, 72, width), dtype=torch.uint8)
+    frames[1, 1] = frames[0, 1]
+    screens = frames[:, 1, :-1]  # strided across envs, as the env's window of its frame ring
+    h = ScreenHash(n, words, "cpu")
+    out = torch.zeros(n, dtype=torch.int64)
+    assert h(screens, out) is out
+    r = h.weights.tolist()
+    for i in range(n):
+        w = np.frombuffer(screens[i].contiguous().numpy().tobytes(), dtype="<i4").tolist()
+        assert out[i].item() == sum(a * b for a, b in zip(w, r, strict=True)) % SCREEN_HASH_P
+    assert out[0] == out[1] and out[0] != out[2]
+    base = out[0].item()
+    one = ScreenHash(1, words, "cpu")
+    got = torch.zeros(1, dtype=torch.int64)
+    for pos in range(71 * width):  # every byte, changed by a different amount
+        s = screens[:1].clone()
+        s.view(1, -1)[0, pos] ^= 1 + pos % 255
+        assert one(s, got).item() != base, pos
 
 
 def test_ram_conditions_all_ops_match_host():

@@ -34,6 +34,7 @@ MODEL_ALLOWANCE = 1 << 30  # a trainer's model, optimizer state and CUDA context
 # workspace; float32 passes of the nature model at 131,072 and 16,384 samples took 1.20x and 1.24x on an H200
 CUDA_WORKING_FACTOR = 1.25
 NO_LIMIT = 1 << 60  # cgroup "unlimited" values are near 2**63
+STILL_HASH_CHUNK = 256  # the screen words the `still` reward's hash multiplies at once (rl/goals.py ScreenHash)
 
 
 class MemoryLimitError(GbxculeError):
@@ -53,11 +54,17 @@ def env_bytes(obs: str = "pixels", stack_k: int = 1, keep_final_obs: bool = Fals
               novelty_size: int = 0, still: int = 0) -> int:
     """Device bytes one GameEnv env adds to its emulator: the frame ring (2K frames when K > 1; the
     emulator's observation is the ring when K = 1), the finished episodes' last observation, counters, the
-    novelty tables' per-env bitmaps, and with the `still` reward the screens its last `still` steps were taken on
-    (all but the last row)."""
+    novelty tables' per-env bitmaps, and with the `still` reward the hashes of the screens its last `still` steps
+    were taken on, their compare masks and the hash's working words."""
     frame = OBS_ROWS * OBS_WIDTH[obs]
     return ((2 * stack_k * frame if stack_k > 1 else 0) + (stack_k * frame if keep_final_obs else 0)
-            + ENV_COUNTER_BYTES + novelty_tables * novelty_size + still * (OBS_ROWS - 1) * OBS_WIDTH[obs])
+            + ENV_COUNTER_BYTES + novelty_tables * novelty_size + still_bytes(still))
+
+
+def still_bytes(still: int) -> int:
+    """Device bytes per env of the `still` reward over `still` steps (0: off): an int64 hash per screen, two
+    compare masks of a byte each, this step's hash and the hash's partial sums and working words."""
+    return 10 * still + 8 * (2 + STILL_HASH_CHUNK) if still else 0
 
 
 def slot_bytes(num_slots: int, ram_bytes: int, obs: str = "pixels") -> int:

@@ -43,6 +43,7 @@ from gbxcule.rl.goals import (
     NoveltyTable,
     RamGoal,
     RewardConfig,
+    ScreenHash,
     TemplateMeta,
     TemplateScorer,
     frame_key,
@@ -285,14 +286,19 @@ class GameEnv:
             self._ring = torch.zeros(n, 2 * k, 72, w, dtype=torch.uint8, device=dev)
         self._ring_wp = wp.from_torch(self._ring)
         self._pos = 0
-        # the `still` reward's screens, those the episode's last K steps were taken on (a ring, `_bpos` the newest):
-        # all but the last row, where show_milestones draws
+        # the `still` reward's screens, those the episode's last K steps were taken on, as hashes of all but the
+        # last row (where show_milestones draws): a ring [K, N], `_bpos` the newest
         ks = self._still_steps()
-        self._before = torch.zeros((ks, *self._latest[:, :-1].shape), dtype=torch.uint8, device=dev) if ks else None
+        self._before = torch.zeros(ks, n, dtype=torch.int64, device=dev) if ks else None
         self._bpos = 0
-        self._still = torch.zeros(n, dtype=torch.bool, device=dev) if ks else None
-        self._hit = torch.zeros(n, dtype=torch.bool, device=dev) if ks > 1 else None
-        self._valid = torch.zeros(n, dtype=torch.bool, device=dev) if ks > 1 else None
+        if ks:
+            self._screen_hash = ScreenHash(n, 71 * w // 4, dev)
+            self._now = torch.zeros(n, dtype=torch.int64, device=dev)  # this step's screen's hash
+            self._still = torch.zeros(n, dtype=torch.bool, device=dev)
+            self._match, self._recent = (torch.zeros(ks, n, dtype=torch.bool, device=dev) for _ in range(2))
+            # per newest position b, each ring row's age: how many steps before this one its screen was taken on
+            ages = torch.arange(ks, device=dev)
+            self._ages = torch.stack([torch.remainder(b - ages, ks) for b in range(ks)])[:, :, None]
         self._env_ids = torch.arange(n, dtype=torch.int64, device=dev)
         self._act32 = torch.zeros(n, dtype=torch.int32, device=dev)
         self._act_wp = wp.from_torch(self._act32)
@@ -596,7 +602,7 @@ class GameEnv:
             self._lives.before(self._ram)
         if self._before is not None:
             self._bpos = (self._bpos + 1) % len(self._before)
-            self._before[self._bpos].copy_(self.obs[:, -1, :-1])  # the newest frame the policy saw
+            self._screen_hash(self.obs[:, -1, :-1], self._before[self._bpos])  # the newest frame the policy saw
         self.backend.step(act)
         latest = self._latest
         self.steps += 1
@@ -696,18 +702,13 @@ class GameEnv:
 
     def _seen_again(self, latest):
         """Per env, whether the new screen (all but its last row) is one its episode's last K steps were taken
-        on. The oldest is compared in place first (the next step overwrites it), then serves as every other
-        compare's output: no buffer beyond the K screens, none allocated."""
-        torch, b, k, n = self.torch, self._before, len(self._before), self.num_envs
-        now, out = latest[:, :-1], b[(self._bpos + 1) % k].view(torch.bool)
-        for d in range(k - 1, -1, -1):  # d steps before this one (0: the screen this step was taken on)
-            hit = self._still if d == k - 1 else self._hit
-            torch.all(torch.eq(b[(self._bpos - d) % k], now, out=out).view(n, -1), 1, out=hit)
-            if d:  # only screens of this episode: it has taken more than d steps
-                hit &= torch.gt(self.steps, d, out=self._valid)
-            if d < k - 1:
-                self._still |= hit
-        return self._still
+        on: its hash against the ring's, each counted only if the episode has taken more steps than the ring
+        row's age (a row d steps old is of this episode). A few ops whatever K; none allocates."""
+        torch = self.torch
+        now = self._screen_hash(latest[:, :-1], self._now)
+        torch.eq(self._before, now, out=self._match)
+        self._match &= torch.gt(self.steps, self._ages[self._bpos], out=self._recent)
+        return torch.any(self._match, 0, out=self._still)
 
     def _archive_step(self) -> None:
         """The archive's share of a step, before the episode ends are counted: every env's state is offered as
@@ -856,7 +857,7 @@ class GameEnv:
             d[name] = getattr(self, name).detach().cpu().clone()
         d["ring"] = self._ring.cpu().clone()
         if self._before is not None and len(self._before) > 1:  # (one screen is rewritten before each step)
-            d["still_screens"], d["still_pos"] = self._before.cpu().clone(), self._bpos
+            d["still_hashes"], d["still_pos"] = self._before.cpu().clone(), self._bpos
         for name in ("_nov_ram", "_nov_px"):
             table = getattr(self, name)
             if table is not None:
@@ -946,11 +947,17 @@ class GameEnv:
             self._restore_done(self.seed)
             self._done.zero_()
         if self._before is not None and len(self._before) > 1:  # the `still` reward's earlier screens
-            if "still_screens" in d and "emu" in d and d["still_screens"].shape == self._before.shape:
-                self._before.copy_(d["still_screens"])
+            k, n = self._before.shape
+            screens = d.get("still_screens")  # states saved before the ring kept hashes: the screens themselves
+            if "emu" in d and "still_hashes" in d and d["still_hashes"].shape == self._before.shape:
+                self._before.copy_(d["still_hashes"])
+                self._bpos = int(d["still_pos"])
+            elif "emu" in d and screens is not None and screens.shape == (k, *self._latest[:, :-1].shape):
+                for i in range(k):
+                    self._screen_hash(screens[i].to(self.device), self._before[i])
                 self._bpos = int(d["still_pos"])
             else:  # none kept: each is the screen the next step is taken on
-                self._before.copy_(self.obs[:, -1, :-1].expand_as(self._before))
+                self._before.copy_(self._screen_hash(self.obs[:, -1, :-1], self._now).expand(k, n))
 
     def _load_archive(self, a: dict | None) -> None:
         if a is None:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from gbxcule.core.errors import GbxculeError
-from gbxcule.rl.goals import frame_key, ram_key, ram_rows
+from gbxcule.rl.goals import ScreenHash, ram_key, ram_rows
 from gbxcule.rl.models import epsilon_greedy
 
 if TYPE_CHECKING:
@@ -123,8 +123,8 @@ class Episodes:
     test (not counted by `summarize`). `still`: per env, the steps at its episode's end over which the observation
     did not change (a policy without memory whose argmax walks into a wall sees one frame for good); `loop`: the steps
     at its end whose newest frame was one of the CYCLE_STEPS newest frames before it (a policy walking to and fro or
-    round a loop, or a still screen, repeats its frames; each frame is kept as an exact hash, `goals.frame_key` at one
-    pixel per block, so the ring is CYCLE_STEPS integers per env); `last_action`:
+    round a loop, or a still screen, repeats its frames; each frame is kept as an exact hash, `goals.ScreenHash`, so
+    the ring is CYCLE_STEPS integers per env); `last_action`:
     the action its episode ended on; `place`: where a task names cell bytes (its `cells`: map, x, y), their values
     packed (`goals.ram_key`) at its episode's last step."""
 
@@ -144,7 +144,9 @@ class Episodes:
         self.prev = self.obs.clone()  # the observation before this step's
         self.static = torch.zeros(n, dtype=torch.int64, device=env.device)  # steps it has not changed, so far
         self.still = torch.zeros(n, dtype=torch.int64, device=env.device)  # ... at the end of the finished episode
-        self.recent = frame_key(self.obs[:, -1], 1).unsqueeze(0).repeat(CYCLE_STEPS, 1)  # the last steps' frames' keys
+        self.hash = ScreenHash(n, self.obs[0, -1].numel() // 4, env.device)
+        self.newest = torch.zeros(n, dtype=torch.int64, device=env.device)  # the newest frame's hash
+        self.recent = self.hash(self.obs[:, -1], self.newest).repeat(CYCLE_STEPS, 1)  # the last steps' frames' hashes
         self.looping = torch.zeros(n, dtype=torch.int64, device=env.device)  # steps its frame was a recent one, so far
         self.loop = torch.zeros(n, dtype=torch.int64, device=env.device)  # ... at the end of the finished episode
         self.last_action = torch.zeros(n, dtype=torch.int64, device=env.device)  # its episode's last, so far
@@ -176,7 +178,7 @@ class Episodes:
         self.static.add_(1).mul_(same & ~self.done)
         self.prev.copy_(self.obs)
         torch.where(self.done & live, self.looping, self.loop, out=self.loop)
-        newest = frame_key(self.obs[:, -1], 1)
+        newest = self.hash(self.obs[:, -1], self.newest)
         seen = (self.recent == newest.unsqueeze(0)).any(0)
         self.looping.add_(1).mul_(seen & ~self.done)
         self.recent[self.steps % CYCLE_STEPS].copy_(newest)  # (an ended env's: only its first episode counts)

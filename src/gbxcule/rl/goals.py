@@ -9,6 +9,7 @@ Everything here is pure torch on the env's device (no host work per step) plus t
   Packed observations (4 pixels a byte) are scored through a lookup table, never unpacked.
 - **RAM condition**: `(byte at addr & mask) OP value` on a WRAM/HRAM byte; a goal is a conjunction.
 - **Novelty table**: a per-env bitmap of hashed keys (RAM bytes or a coarse frame hash) seen this episode.
+- **Screen hash**: an exact hash per env of a screen's bytes (the `still` reward's memory of earlier screens).
 - **Lives**: a RAM byte counting lives or losses, read before and after a step: whether a life was lost.
 """
 
@@ -23,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from gbxcule.core.errors import GbxculeError
+from gbxcule.core.memory import STILL_HASH_CHUNK
 from gbxcule.core.screen import OBS_VIEWS
 from gbxcule.core.typed import SettingError, check_fields, knob
 
@@ -453,6 +455,40 @@ def _frame_weights(count: int, device):
         g = np.random.default_rng(12345).integers(1, 2**40, size=count, dtype=np.int64)
         _WEIGHTS[key] = torch.tensor(g, dtype=torch.int64, device=device)
     return _WEIGHTS[key]
+
+
+SCREEN_HASH_P = (1 << 61) - 1  # a prime: a screen hash is a residue modulo it
+
+
+class ScreenHash:
+    """Exact hashes of `num_envs` screens at once, in a buffer each: a screen's bytes read as int32 words w_j
+    (`words` of them) give sum_j w_j r_j mod SCREEN_HASH_P, with fixed pseudo-random weights 1 <= r_j < 2**22.
+    No product or partial sum leaves int64, so every device gives the same bits. Two screens that differ in one
+    word never share a hash (no product reaches the prime); any two distinct ones do only where their words'
+    differences, weighted, sum to a multiple of it. `STILL_HASH_CHUNK` words are multiplied at a time, into
+    buffers made once: nothing is allocated per call."""
+
+    def __init__(self, num_envs: int, words: int, device):
+        import torch
+
+        self.torch = torch
+        g = np.random.default_rng(0x5C4EE7).integers(1, 1 << 22, size=words, dtype=np.int64)
+        self.weights = torch.tensor(g, dtype=torch.int64, device=device)
+        self._prod = torch.zeros(num_envs, min(words, STILL_HASH_CHUNK), dtype=torch.int64, device=device)
+        self._part = torch.zeros(num_envs, dtype=torch.int64, device=device)
+
+    def __call__(self, screens, out):
+        """Hash each env's screen (uint8 [N, ...], each env's bytes one run in memory, `4 * words` of them) into
+        `out` (int64 [N]); returns `out`."""
+        torch, r = self.torch, self.weights
+        words = screens.view(screens.shape[0], -1).view(torch.int32)  # (a view: a copy would raise here)
+        out.zero_()
+        for j in range(0, len(r), STILL_HASH_CHUNK):
+            c = min(STILL_HASH_CHUNK, len(r) - j)
+            prod = self._prod[:, :c]
+            torch.mul(words[:, j:j + c], r[j:j + c], out=prod)  # |w r| < 2**53; c of them sum below 2**61
+            out.add_(torch.sum(prod, 1, out=self._part)).remainder_(SCREEN_HASH_P)
+        return out
 
 
 @dataclass
