@@ -614,11 +614,11 @@ def test_level_heads_read_each_observation_by_its_shown_level(packed):
             ActorCritic(8, 2, packed, "small", level_heads=bad)
 
 
-@pytest.mark.parametrize("algo", ["ppo", "a2c"])
-def test_the_actor_critic_algorithms_build_level_heads_from_their_config_and_refuse_them_unshown(tmp_path, algo):
-    """`<algo>.level_heads` reaches the actor-critic PPO and A2C build (its description names it), and reads the
-    row env.show_milestones draws: off, or "auto" on a task without milestones, it is one config line; the Q
-    learners have no such knob."""
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "dqn", "pqn"])
+def test_every_algorithm_builds_level_heads_from_its_config_and_refuses_them_unshown(tmp_path, algo):
+    """`<algo>.level_heads` reaches the model each algorithm builds (its description names it; the policy head, or
+    the Q head, has a set of action columns per level), and reads the row env.show_milestones draws: off, or "auto"
+    on a task without milestones, it is one config line."""
     from gbxcule.rl.algos import get
 
     env = {"num_envs": 4, "task": "quest_m1"}
@@ -626,13 +626,90 @@ def test_the_actor_critic_algorithms_build_level_heads_from_their_config_and_ref
     on = {"algo": algo, "total_steps": 100_000, algo: {"level_heads": 4, "model": "small"}, "run": run}
     cfg = make_config(None, {**on, "env": {**env, "show_milestones": "auto"}})
     model = get(algo).build_model(cfg.section, 8, cfg.env.stack_k, cfg.env.obs == "packed")
-    assert model.describe()["level_heads"] == 4 and model.pi.out_features == 32
+    assert model.describe()["level_heads"] == 4
+    assert (model.q if algo in ("dqn", "pqn") else model.pi).out_features == 32
     with pytest.raises(ConfigError, match=f"{algo}.level_heads reads the milestones"):
         make_config(None, {**on, "env": env})
     with pytest.raises(ConfigError, match=f"{algo}.level_heads .* the task leave_house names none: set {algo}.level"):
         make_config(None, {**on, "env": {**env, "task": "leave_house", "show_milestones": "auto"}})
-    with pytest.raises(ConfigError, match="level_heads"):
-        make_config(None, {"algo": "dqn", "dqn": {"level_heads": 4}, "run": run, "env": env})
+
+
+@pytest.mark.parametrize("packed,dueling", [(False, False), (True, True)])
+def test_q_level_heads_read_each_observation_by_its_shown_level(packed, dueling):
+    """QNetwork with `level_heads` L: each observation's action values come from its level's Q columns (and, dueling,
+    its level's V) alone, the level read as ActorCritic reads it; Adam steps on observations of other levels leave a
+    level's columns as made; without it the head keeps one set of the same shapes."""
+    from gbxcule.rl.goals import pack_shades
+    from gbxcule.rl.models import ActorCritic, QNetwork
+
+    torch.manual_seed(6)
+    frames = torch.randint(0, 4, (5, 2, 72, 80), dtype=torch.uint8)
+    frames[..., 71, :] = 0
+    for i, held in enumerate((0, 1, 2, 5)):
+        frames[i, 1, 71, 8:8 + 4 * held] = 3
+    frames[4, 0, 71, :8] = 3  # shown in the older frame only: level 0
+    obs = torch.from_numpy(pack_shades(frames.numpy())) if packed else frames
+    model = QNetwork(8, 2, packed, "small", dueling=dueling, level_heads=3)
+    levels = ActorCritic(8, 2, packed, "small", level_heads=3).levels(obs)
+    assert levels.tolist() == [0, 1, 2, 2, 0] and model.describe()["level_heads"] == 3
+    with torch.no_grad():
+        q = model(obs)
+        assert q.shape == (5, 8)
+        for level in range(3):
+            changed = copy.deepcopy(model)
+            changed.q.weight[level * 8 + 1] += 1.0  # one action's column of that level
+            if dueling:
+                changed.v.bias[level] += 1.0
+            moved = (changed(obs) != q).any(-1)
+            assert moved.tolist() == (levels == level).tolist()
+
+    def cols(k):
+        return [t.detach().clone() for t in (model.q.weight[8 * k:8 * k + 8], model.q.bias[8 * k:8 * k + 8])]
+
+    fresh, level0 = cols(2), cols(0)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2, eps=1e-5)
+    for _ in range(3):
+        loss = (model(obs[[0, 1, 4]]) - 1.0).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert all(torch.equal(a, b) for a, b in zip(cols(2), fresh, strict=True))
+    assert not any(torch.equal(a, b) for a, b in zip(cols(0), level0, strict=True))
+    one = QNetwork(8, 2, packed, "small", dueling=dueling)
+    assert "level_heads" not in one.describe() and one.q.out_features == 8
+    assert model.q.out_features == 24 and (not dueling or model.v.out_features == 3)
+    with pytest.raises(ValueError, match="level_heads"):
+        QNetwork(8, 2, packed, "small", level_heads=True)
+
+
+@pytest.mark.parametrize("algo", ["dqn", "pqn"])
+def test_q_learners_with_level_heads_train_checkpoint_resume_and_evaluate(tmp_path, algo):
+    """dqn/pqn.level_heads on quest_m1 (the flags shown): a run trains, its checkpoint names the heads, a resumed
+    run continues bit for bit, and `gbxcule eval`'s loader rebuilds the model from the run's config."""
+    from gbxcule.rl.training import evaluate
+
+    knobs = {"dqn": {"buffer_size": 4 * 20, "batch_size": 16, "learning_starts": 20, "replay_ratio": 0.5,
+                     "target_every": 2, "dueling": True, "checkpoint_buffer": True, "log_every": 6},
+             "pqn": {"rollout_steps": 6, "epochs": 1, "minibatches": 2}}[algo]
+
+    def cfg(d, **run):
+        return make_config(None, {
+            "algo": algo, "total_steps": 3 * 24, "env": {"num_envs": 4, "task": "quest_m1", "show_milestones": "auto"},
+            algo: {**knobs, "model": "small", "level_heads": 3, "exploration_fraction": 0.5},
+            "run": {"run_dir": str(d), "device": "cpu", "progress": False, "tensorboard": False, "eval_episodes": 0,
+                    "checkpoint_every": 1, **run}})
+
+    assert train(cfg(tmp_path / "whole"))["updates"] == 3
+    ck = torch.load(tmp_path / "whole" / "checkpoint.pt", weights_only=False)
+    assert ck["model_desc"]["level_heads"] == 3
+    train(cfg(tmp_path / "part", stop_after_updates=2))
+    before = torch.load(tmp_path / "part" / "checkpoint.pt", weights_only=False)["model"]
+    assert train(cfg(tmp_path / "part"), resume=True)["updates"] == 3
+    ck2 = torch.load(tmp_path / "part" / "checkpoint.pt", weights_only=False)
+    assert all(torch.equal(ck["model"][k], ck2["model"][k]) for k in ck["model"])
+    assert not all(torch.equal(before[k], ck2["model"][k]) for k in before)  # it trained after the resume
+    rep = evaluate(tmp_path / "whole", episodes=2, device="cpu", modes=("greedy",))
+    assert rep["greedy"]["episodes"] == 2
 
 
 @pytest.mark.parametrize("algo", ["ppo", "a2c", "dqn", "pqn"])

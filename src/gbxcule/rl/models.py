@@ -32,6 +32,33 @@ def _init(layer: nn.Module, gain: float = math.sqrt(2)) -> nn.Module:
     return layer
 
 
+def check_level_heads(level_heads) -> None:
+    if isinstance(level_heads, bool) or not isinstance(level_heads, int) or level_heads < 0:
+        raise ValueError(f"level_heads (head sets, one a level) must be an integer >= 0, got {level_heads!r}")
+
+
+def shown_levels(obs: torch.Tensor, packed: bool, level_heads: int) -> torch.Tensor | None:
+    """With `level_heads` L > 0: each observation's milestone level ([...] of obs [..., K, 72, W]), the milestones
+    held as env.show_milestones draws them over the newest frame's last row (SHOWN_PX pixels of shade 3 each), at
+    most L - 1; None with L = 0."""
+    if not level_heads:
+        return None
+    row = obs[..., -1, -1, :]
+    ink = (unpack_shades(row) if packed else row) == 3
+    return (ink.sum(-1) // SHOWN_PX).clamp_(max=level_heads - 1)
+
+
+def level_columns(out: torch.Tensor, level: torch.Tensor | None, level_heads: int) -> torch.Tensor:
+    """Of a head's outputs for every level ([..., L x C], level-major), the C columns of each row's `level` ([...]);
+    `out` itself with L = 0."""
+    if not level_heads:
+        return out
+    if level is None:
+        raise ValueError("a model with level_heads needs each observation's level (models.shown_levels)")
+    per = out.shape[-1] // level_heads
+    return out.gather(-1, level.unsqueeze(-1) * per + torch.arange(per, device=out.device))
+
+
 class ActorCritic(nn.Module):
     """A Nature-DQN-style CNN ("nature": 32-64-64 filters, 512 hidden; "small": 16-32-32, 256) with a policy
     and a value head. Input uint8 [B, K, 72, 80] shades (or [B, K, 72, 20] packed with `packed=True`),
@@ -45,8 +72,7 @@ class ActorCritic(nn.Module):
                  gru: int | None = None, gru_skip: bool = False, view: str = "full", milestone_row: bool = False,
                  level_heads: int = 0):
         super().__init__()
-        if isinstance(level_heads, bool) or not isinstance(level_heads, int) or level_heads < 0:
-            raise ValueError(f"level_heads (head pairs, one a level) must be an integer >= 0, got {level_heads!r}")
+        check_level_heads(level_heads)
         if gru is not None and (isinstance(gru, bool) or not isinstance(gru, int) or gru < 1):
             raise ValueError(f"gru (the recurrent state's size) must be an integer >= 1 or none, got {gru!r}")
         if gru_skip and gru is None:
@@ -80,21 +106,12 @@ class ActorCritic(nn.Module):
         """With `level_heads`: each observation's milestone level ([...] of obs [..., K, 72, W]), the milestones held
         as env.show_milestones draws them over the newest frame's last row (SHOWN_PX pixels of shade 3 each), at
         most level_heads - 1; None without."""
-        if not self.level_heads:
-            return None
-        row = obs[..., -1, -1, :]
-        ink = (unpack_shades(row) if self.packed else row) == 3
-        return (ink.sum(-1) // SHOWN_PX).clamp_(max=self.level_heads - 1)
+        return shown_levels(obs, self.packed, self.level_heads)
 
     def at_level(self, out: torch.Tensor, level: torch.Tensor | None) -> torch.Tensor:
         """Of a head's outputs for every level ([..., L x C], level-major), the C columns of each row's `level`
         ([...]); `out` itself without `level_heads`."""
-        if not self.level_heads:
-            return out
-        if level is None:
-            raise ValueError("a model with level_heads needs each observation's level (ActorCritic.levels)")
-        per = out.shape[-1] // self.level_heads
-        return out.gather(-1, level.unsqueeze(-1) * per + torch.arange(per, device=out.device))
+        return level_columns(out, level, self.level_heads)
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         return torso_features(self.body, scaled(obs, self.packed, next(self.parameters()).dtype), self.milestone_row)
@@ -215,19 +232,23 @@ def scaled(obs: torch.Tensor, packed: bool, dtype: torch.dtype) -> torch.Tensor:
 
 class QNetwork(nn.Module):
     """Action values over the same CNN torso as ActorCritic (kind "q"): a linear head, or a dueling one
-    (V + A - mean A); `layer_norm` for PQN. Input as ActorCritic's; the parameters must be float32 (autocast
-    may run the torso in bf16)."""
+    (V + A - mean A); `layer_norm` for PQN. With `level_heads` L the head (and the dueling V) is L of each, one per
+    milestone level, as ActorCritic's. Input as ActorCritic's; the parameters must be float32 (autocast may run the
+    torso in bf16)."""
 
     kind = "q"
 
     def __init__(self, num_actions: int, stack_k: int = 1, packed: bool = False, arch: str = "nature",
-                 dueling: bool = False, layer_norm: bool = False, view: str = "full", milestone_row: bool = False):
+                 dueling: bool = False, layer_norm: bool = False, view: str = "full", milestone_row: bool = False,
+                 level_heads: int = 0):
         super().__init__()
+        check_level_heads(level_heads)
         self.num_actions, self.stack_k, self.packed, self.arch = num_actions, stack_k, packed, arch
         self.dueling, self.layer_norm, self.view, self.milestone_row = dueling, layer_norm, view, bool(milestone_row)
+        self.level_heads = level_heads
         self.body, hidden = cnn_torso(stack_k, arch, layer_norm, view, self.milestone_row)
-        self.q = _init(nn.Linear(hidden, num_actions), 1.0)
-        self.v = _init(nn.Linear(hidden, 1), 1.0) if dueling else None
+        self.q = _init(nn.Linear(hidden, num_actions * max(1, level_heads)), 1.0)  # level-major columns
+        self.v = _init(nn.Linear(hidden, max(1, level_heads)), 1.0) if dueling else None
 
     def describe(self) -> dict:
         d = {"arch": self.arch, "num_actions": self.num_actions, "stack_k": self.stack_k, "packed": self.packed,
@@ -235,17 +256,20 @@ class QNetwork(nn.Module):
              "params": sum(p.numel() for p in self.parameters())}
         if self.milestone_row:
             d["milestone_row"] = True
+        if self.level_heads:
+            d["level_heads"] = self.level_heads
         return d
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """Action values [B, A], float32: the head runs outside autocast (values of different actions often
-        differ by less than bf16 resolves)."""
+        """Action values [B, A], float32, each row's from its level's head: the head runs outside autocast (values
+        of different actions often differ by less than bf16 resolves)."""
         h = torso_features(self.body, scaled(obs, self.packed, next(self.parameters()).dtype), self.milestone_row)
+        level, k = shown_levels(obs, self.packed, self.level_heads), self.level_heads
         with torch.autocast(h.device.type, enabled=False):
             h = h.float()
-            q = self.q(h)
+            q = level_columns(self.q(h), level, k)
             if self.v is not None:
-                q = self.v(h) + q - q.mean(-1, keepdim=True)
+                q = level_columns(self.v(h), level, k) + q - q.mean(-1, keepdim=True)
         return q
 
     def initial_state(self, n: int, device) -> None:

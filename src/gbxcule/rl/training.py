@@ -73,7 +73,7 @@ def make_config(path=None, overrides: dict | None = None):
     if keeps_memory(cfg.env.archive) and not spec.cell_memory:
         raise ConfigError(f"env.archive.memory = 'cell' keeps a recurrent policy's state with the cells: {algo} does "
                           f"not (ppo with ppo.gru does); set it to 'zero' or train ppo")
-    for row_knob, off in (("milestone_row", "false"), ("level_heads", "0")):  # all algorithms; PPO and A2C
+    for row_knob, off in (("milestone_row", "false"), ("level_heads", "0")):  # every algorithm has both
         if getattr(cfg.section, row_knob, False):
             check_shown_row(f"{algo}.{row_knob}", off, cfg.env)
     if spec.check is not None:

@@ -40,13 +40,14 @@ class PQNConfig:
     model: str = knob("nature", choices=MODELS)
     view: str = knob("full", choices=VIEWS)  # what of the frame the CNN sees (rl/models.py VIEWS)
     milestone_row: bool = False  # the hidden layer also reads the shown milestones' row as a vector (rl/models.py)
+    level_heads: int = knob(0, min=0, max=21)  # a Q head per shown milestone level (rl/models.py)
     compile: bool = False  # torch.compile the network
     amp: str = knob("auto", choices=("auto", "bf16", "off"))  # auto: bf16 autocast on CUDA
 
 
 def build_model(p: PQNConfig, num_actions: int, stack_k: int, packed: bool) -> QNetwork:
     return QNetwork(num_actions, stack_k, packed, p.model, dueling=p.dueling, layer_norm=p.layer_norm, view=p.view,
-                    milestone_row=p.milestone_row)
+                    milestone_row=p.milestone_row, level_heads=p.level_heads)
 
 
 def steps_per_update(cfg) -> int:
