@@ -103,14 +103,11 @@ class ActorCritic(nn.Module):
         return d
 
     def levels(self, obs: torch.Tensor) -> torch.Tensor | None:
-        """With `level_heads`: each observation's milestone level ([...] of obs [..., K, 72, W]), the milestones held
-        as env.show_milestones draws them over the newest frame's last row (SHOWN_PX pixels of shade 3 each), at
-        most level_heads - 1; None without."""
+        """Each observation's milestone level (`shown_levels`); None without `level_heads`."""
         return shown_levels(obs, self.packed, self.level_heads)
 
     def at_level(self, out: torch.Tensor, level: torch.Tensor | None) -> torch.Tensor:
-        """Of a head's outputs for every level ([..., L x C], level-major), the C columns of each row's `level`
-        ([...]); `out` itself without `level_heads`."""
+        """Each row's `level`'s columns of a head's outputs (`level_columns`); `out` without `level_heads`."""
         return level_columns(out, level, self.level_heads)
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
