@@ -129,7 +129,7 @@ def trace(source: str, spec: str, device: str, steps: int) -> list[dict]:
             probs = logits.float().softmax(-1)[0]
             top = torch.topk(probs, min(4, probs.numel()))
             action = int(probs.argmax())
-            out.append({"at": [int(env.ram[r, 0]) for r in rows], "greedy": names[action],
+            out.append({"at": env.ram[rows, 0].tolist(), "greedy": names[action],
                         "top": {names[int(i)]: round(float(v), 3) for v, i in zip(top.values, top.indices,
                                                                                    strict=True)}})
             _, _, term, trunc, _ = env.step(torch.tensor([action], device=env.obs.device))
