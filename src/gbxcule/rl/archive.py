@@ -708,11 +708,12 @@ class StateArchive:
         self.stats[8:10] += self._vals[:2]
         return use, row
 
-    def mid_weights(self, coef: int = 1):
+    def mid_weights(self, coef: int = 1, tries_fails=None):
         """int64 [capacity]: `coef` x 4 p (1 - p) of each cell's smoothed win rate p = (wins + 1) / (tries + 2),
-        fixed point (WEIGHT_ONE is 1): 1 before any episode from it ended and at one half, near 0 at 0 or 1."""
+        fixed point (WEIGHT_ONE is 1): 1 before any episode from it ended and at one half, near 0 at 0 or 1.
+        `tries_fails`: `_tries_fails()` where the caller has it."""
         torch = self.torch
-        tries, fails = self._tries_fails()
+        tries, fails = self._tries_fails() if tries_fails is None else tries_fails
         win = torch.div(WEIGHT_ONE * (tries - fails + 1), tries + 2, rounding_mode="floor")
         fail = torch.div(WEIGHT_ONE * (fails + 1), tries + 2, rounding_mode="floor")
         return torch.div(4 * coef * win * fail, WEIGHT_ONE, rounding_mode="floor")
@@ -730,7 +731,7 @@ class StateArchive:
         tried = self.tried_cells()
         tries, fails = self._tries_fails()
         won = 8 * (tries - fails + 1) >= tries + 2
-        w = torch.where(tried, self.mid_weights(), 0)
+        w = torch.where(tried, self.mid_weights(tries_fails=(tries, fails)), 0)
         lv = torch.where(tried, self.progress[:m], 0).clamp_(0, len(self._even) - 1)
         sums = torch.zeros((len(self._even), 2), dtype=torch.int64, device=self.device)
         sums.index_add_(0, lv, torch.stack([w, torch.where(won, w, 0)], 1))
