@@ -197,14 +197,26 @@ def leaves(d: dict, prefix: str = ""):
             yield f"{prefix}{k}", v
 
 
-def read_toml(path: str | Path) -> dict:
+def read_toml(path: str | Path, _within: tuple = ()) -> dict:
+    """A config file's settings. A top-level `base = "OTHER.toml"` (a path from this file's folder) reads that
+    file first and sets this one's over it, tables merged key by key (a base may name a base of its own)."""
     p = Path(path)
     try:
-        return tomllib.loads(p.read_text())
+        data = tomllib.loads(p.read_text())
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read config {p}: {getattr(exc, 'strerror', None) or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config {p} is not valid TOML: {exc}") from None
+    if "base" not in data:
+        return data
+    base = data.pop("base")
+    if not isinstance(base, str) or not base:
+        raise ConfigError(f"config {p}: base must name a config file, got {base!r}")
+    chain = (*_within, p.resolve())
+    parent = p.parent / base
+    if parent.resolve() in chain:
+        raise ConfigError(f"config {p}: base {base} leads back to {p.name} (a config cannot be its own base)")
+    return merge_overrides(read_toml(parent, chain), data)
 
 
 def load_config(cls, path: str | Path | None = None, overrides: dict | None = None, defaults: dict | None = None):
