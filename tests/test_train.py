@@ -229,6 +229,51 @@ def test_set_overrides_merge_tables_and_reject_bad_items(tmp_path, capsys):
         make_config(None, {"run": {"deterministic": True, "cudnn_benchmark": True}})
 
 
+def test_a_config_reads_its_base_first_and_sets_its_own_over_it(tmp_path, capsys):
+    from gbxcule.rl.config import read_toml
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "a.toml").write_text('[env]\nnum_envs = 8\nreward = { step_cost = -0.01, tau = 0.3 }\n'
+                                     '[ppo]\nlr = 0.001\n')
+    (tmp_path / "sub" / "b.toml").write_text('base = "../a.toml"\n[env.reward]\ntau = 0.2\n[ppo]\nepochs = 2\n')
+    (tmp_path / "c.toml").write_text('base = "sub/b.toml"\n[env]\nnum_envs = 4\n')
+    # tables merge key by key down the chain; each base is found from its own file's folder
+    assert read_toml(tmp_path / "c.toml") == {"env": {"num_envs": 4, "reward": {"step_cost": -0.01, "tau": 0.2}},
+                                             "ppo": {"lr": 0.001, "epochs": 2}}
+    cfg = make_config(tmp_path / "c.toml", {"ppo": {"lr": 0.002}})
+    assert (cfg.env.num_envs, cfg.env.reward["tau"], cfg.ppo.epochs, cfg.ppo.lr) == (4, 0.2, 2, 0.002)
+    (tmp_path / "loop.toml").write_text('base = "loop2.toml"\n')
+    (tmp_path / "loop2.toml").write_text('base = "loop.toml"\n')
+    for text, words in (('base = "loop.toml"', "leads back"), ('base = "none.toml"', "cannot read config"),
+                        ("base = 3", "must name a config file")):
+        (tmp_path / "bad.toml").write_text(text + "\n")
+        rc = main(["train", "--config", str(tmp_path / "bad.toml"), "--device", "cpu",
+                   "--run-dir", str(tmp_path / "r")])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1 and words in err[0], err
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_quest_config_is_the_setup_its_cited_run_trained():
+    """configs/quest.toml, with the benchmark's run settings, gives the config the cited run's command gave by
+    --set flags over configs/long_tasks.toml (the summary's command is what was measured)."""
+    import shlex
+
+    from gbxcule.rl.config import parse_sets
+
+    root = Path(__file__).resolve().parent.parent
+    command = json.loads((root / "benchmarks/tasks/quest_65k_lh_still32.json").read_text())["command"]
+    inner = shlex.split(shlex.split(command)[-1])
+    assert inner[:2] == ["--config", "configs/long_tasks.toml"]
+    sets = [inner[i + 1] for i in range(2, len(inner), 2)]
+    assert [inner[i] for i in range(2, len(inner), 2)] == ["--set"] * len(sets)
+    cited = to_dict(make_config(root / "configs/long_tasks.toml", parse_sets(sets)))
+    bench_run = ["run.eval_every_s=none", "run.eval_episodes=0", "run.policy_every_s=600"]
+    ours = to_dict(make_config(root / "configs/quest.toml", parse_sets(bench_run)))
+    assert ours == cited
+    assert ours["env"]["reward"]["still_steps"] == 32 and ours["ppo"]["level_heads"] == 12
+
+
 def test_run_deterministic_sets_torchs_deterministic_algorithms(monkeypatch):
     """run.deterministic on CUDA: cuDNN's deterministic convolutions and torch's deterministic algorithms (ops without
     one warn), cuBLAS's fixed workspace; off leaves torch's choice. Torch's global flags are restored after."""
