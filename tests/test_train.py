@@ -244,8 +244,8 @@ def test_a_config_reads_its_base_first_and_sets_its_own_over_it(tmp_path, capsys
     assert (cfg.env.num_envs, cfg.env.reward["tau"], cfg.ppo.epochs, cfg.ppo.lr) == (4, 0.2, 2, 0.002)
     (tmp_path / "loop.toml").write_text('base = "loop2.toml"\n')
     (tmp_path / "loop2.toml").write_text('base = "loop.toml"\n')
-    for text, words in (('base = "loop.toml"', "leads back"), ('base = "none.toml"', "cannot read config"),
-                        ("base = 3", "must name a config file")):
+    for text, words in (('base = "loop.toml"', "bad.toml -> loop.toml -> loop2.toml -> loop.toml"),
+                        ('base = "none.toml"', "cannot read config"), ("base = 3", "must name a config file")):
         (tmp_path / "bad.toml").write_text(text + "\n")
         rc = main(["train", "--config", str(tmp_path / "bad.toml"), "--device", "cpu",
                    "--run-dir", str(tmp_path / "r")])

@@ -215,7 +215,8 @@ def read_toml(path: str | Path, _within: tuple = ()) -> dict:
     chain = (*_within, p.resolve())
     parent = p.parent / base
     if parent.resolve() in chain:
-        raise ConfigError(f"config {p}: base {base} leads back to {p.name} (a config cannot be its own base)")
+        names = " -> ".join(x.name for x in (*chain, parent))
+        raise ConfigError(f"config {p}: base {base} makes a loop of bases ({names})")
     return merge_overrides(read_toml(parent, chain), data)
 
 
