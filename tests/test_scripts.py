@@ -486,6 +486,58 @@ def test_bench_learning_evaluates_the_kept_policies_and_the_summary_keeps_their_
     assert json.loads((root / "tasks" / "q2.json").read_text())["numbers"]["runs"][0]["segments"] == segs
 
 
+_FAKE_TRAIN = """
+import pathlib, sys, time
+run, wait = pathlib.Path(sys.argv[1]), float(sys.argv[2])
+(run / "policies").mkdir(parents=True)
+(run / "policies" / "policy_1s.pt").write_bytes(b"")
+report, t0 = run / "policy_evals" / "1s.json", time.time()
+while not (report.is_file() and report.read_text().strip()) and time.time() - t0 < wait:
+    time.sleep(0.05)
+(run / "seen.txt").write_text(str(report.is_file() and bool(report.read_text().strip())))
+(run / "policies" / "policy_2s.pt").write_bytes(b"")
+"""
+
+
+@pytest.mark.parametrize("on_cpu", [True, False])
+def test_bench_learning_policy_evals_cpu_start_each_eval_while_its_run_trains(tmp_path, monkeypatch, on_cpu):
+    """--policy-evals-cpu: a kept policy's eval starts on the CPU, one thread, while its run trains on (the fake run
+    waits for its first report before it keeps its last weights and ends), the last one's once the run ends; without
+    it every eval starts once the run ends. Each report lands in its mark's file either way."""
+    import json
+    import types
+
+    spec = importlib.util.spec_from_file_location("bench_learning", ROOT / "scripts/bench/bench_learning.py")
+    bench_learning = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_learning)
+    gpu_args = types.SimpleNamespace(episodes=8, gpus=1, sampled_evals=False, policy_evals_cpu=True)
+    real = bench_learning.policy_eval_commands
+    (tmp_path / "p" / "policies").mkdir(parents=True)
+    (tmp_path / "p" / "policies" / "policy_60s.pt").write_bytes(b"")
+    assert real(gpu_args, tmp_path / "p")[0][0][-2:] == ["--device", "cpu"]  # on the CPU though the runs have GPUs
+    assert real(gpu_args, tmp_path / "p", {60}) == []  # a mark whose eval started is not started again
+
+    def fake(args, run_dir, started=frozenset()):  # the real commands' reports, each saying where it ran
+        report = ("import json, os, sys; "
+                  "print(json.dumps({'device': sys.argv[1], 'threads': os.environ.get('OMP_NUM_THREADS')}))")
+        return [([sys.executable, "-c", report, cmd[cmd.index("--device") + 1]], path)
+                for cmd, path in real(args, run_dir, started)]
+
+    monkeypatch.setattr(bench_learning, "policy_eval_commands", fake)
+    run_dir = tmp_path / "out" / "a_s0"
+    run_dir.parent.mkdir()
+    args = types.SimpleNamespace(gpus=0, jobs_per_gpu=1, policy_evals=True, policy_evals_cpu=on_cpu, episodes=8,
+                                 sampled_evals=False, segments=False)
+    job = {"name": "a", "seed": 0, "gpus": 1, "dir": run_dir,
+           "cmd": [sys.executable, "-c", _FAKE_TRAIN, str(run_dir), "30" if on_cpu else "2"]}
+    bench_learning.run_jobs(args, [job])
+    assert (run_dir / "seen.txt").read_text() == str(on_cpu)
+    threads = "1" if on_cpu else os.environ.get("OMP_NUM_THREADS")
+    for mark in (1, 2):
+        assert json.loads((run_dir / "policy_evals" / f"{mark}s.json").read_text()) == {"device": "cpu",
+                                                                                       "threads": threads}
+
+
 def test_bench_learning_sampled_evals_play_both_and_keep_both_rates(tmp_path):
     """--sampled-evals: the kept policies' evals drop --greedy-only and the segments add --sampled; a report's sampled
     success and deepest milestone join its mark's rates (and only where the report has them)."""

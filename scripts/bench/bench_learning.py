@@ -17,7 +17,10 @@ A setup's flags are `gbxcule train` flags; a setup that needs several GPUs per j
 `--gpus-per-job NAME=G` (its flags should then carry `--gpus G`). With `--policy-evals`, once a run ends the weights
 it kept at its marks (`run.policy_every_s`: RUN/policies/policy_<S>s.pt) are evaluated greedy on its GPUs, all at
 once (`gbxcule eval --greedy-only`, the final eval's episodes and seed; RUN/policy_evals/<S>s.json): the success
-reached at 5, 10, 20 minutes of training without evals beside it slowing training. With `--segments`, the final
+reached at 5, 10, 20 minutes of training without evals beside it slowing training. With `--policy-evals-cpu` each
+kept policy's eval runs on the CPU instead (one thread), started as soon as the run keeps it, while the run trains on,
+so only the last one's is left when the run ends (a greedy eval of 64 envs is latency-bound: docs/training.md "The
+weights at set times"). With `--segments`, the final
 policy is also evaluated greedy from each segment task of its pack (`<task>_m<N>`, scripts/bench/bench_segments.py;
 RUN/segments.json): which segments of a long task it has learned. `--sampled-evals` plays both sampled as well (about
 twice their time): a stochastic policy that wins sampled can stall greedy on a still screen.
@@ -71,13 +74,16 @@ def kept_policies(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def policy_eval_commands(args, run_dir: Path) -> list[tuple[list[str], Path]]:
-    """One greedy `gbxcule eval` per kept policy (the final eval's seed, `--episodes` episodes; sampled as well with
-    `--sampled-evals`) and the JSON file its report goes to."""
+def policy_eval_commands(args, run_dir: Path, started: set[int] | frozenset = frozenset()) -> list[tuple[list[str],
+                                                                                                    Path]]:
+    """One greedy `gbxcule eval` per kept policy whose mark is not in `started` (the final eval's seed, `--episodes`
+    episodes; sampled as well with `--sampled-evals`; on the CPU with `--policy-evals-cpu` or without GPUs) and the
+    JSON file its report goes to."""
     modes = [] if args.sampled_evals else ["--greedy-only"]
+    device = "cuda" if args.gpus and not getattr(args, "policy_evals_cpu", False) else "cpu"
     return [([sys.executable, "-m", "gbxcule", "eval", str(path), *modes, "--json", "--episodes",
-              str(args.episodes), "--device", "cuda" if args.gpus else "cpu"], run_dir / "policy_evals" / f"{s}s.json")
-            for s, path in kept_policies(run_dir)]
+              str(args.episodes), "--device", device], run_dir / "policy_evals" / f"{s}s.json")
+            for s, path in kept_policies(run_dir) if s not in started]
 
 
 def segment_command(args, run_dir: Path) -> list[tuple[list[str], Path]]:
@@ -95,15 +101,34 @@ def segment_command(args, run_dir: Path) -> list[tuple[list[str], Path]]:
 def run_jobs(args, jobs: list[dict]) -> None:
     """Run every job, as many at a time as there are free GPUs (one per job, or the job's count); with
     `--policy-evals` (and `--segments`) a job keeps its GPUs until its kept policies' evals (and its segments'),
-    started together when it ends, end."""
+    started together when it ends, end. With `--policy-evals-cpu` each kept policy's eval starts, on the CPU, as soon
+    as the run keeps it, while the run trains on."""
     free = list(range(args.gpus)) * max(1, args.jobs_per_gpu) if args.gpus else [None]
     pending, running = list(jobs), []
+    early = args.policy_evals and args.policy_evals_cpu
 
-    def start(cmd: list[str], ids, out, err) -> subprocess.Popen:
+    def start(cmd: list[str], ids, out, err, one_thread: bool = False) -> subprocess.Popen:
         env = dict(os.environ)
         if args.gpus:
             env["CUDA_VISIBLE_DEVICES"] = child_gpus(ids)  # nested in a job runner: its GPUs
+        if one_thread:  # an eval on the CPU beside a run: one core each
+            env["OMP_NUM_THREADS"] = "1"
         return subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
+
+    def start_evals(evals: list, ids, one_thread: bool = False) -> tuple[list, list]:
+        """Start `evals` ((command, report path) pairs): each report to its JSON file, its other output to a .log
+        beside it; the processes and their open files (closed when the job ends)."""
+        for _, path in evals:
+            path.parent.mkdir(exist_ok=True)
+        outs = [(open(path, "w"), open(path.with_suffix(".log"), "w")) for _, path in evals]  # noqa: SIM115
+        return ([start(cmd, ids, *out, one_thread=one_thread) for (cmd, _), out in zip(evals, outs, strict=True)],
+                [f for pair in outs for f in pair])
+
+    def policies_evals(job: dict) -> list:
+        """The evals of the policies the job's run has kept whose evals have not started (and mark them started)."""
+        evals = policy_eval_commands(args, job["dir"], job["started"]) if args.policy_evals else []
+        job["started"] |= {int(EVAL_FILE.match(path.name).group(1)) for _, path in evals}
+        return evals
 
     while pending or running:
         for job in list(pending):
@@ -111,7 +136,7 @@ def run_jobs(args, jobs: list[dict]) -> None:
             if len(free) >= need:
                 ids, free[:] = free[:need], free[need:]
                 log = open(job["dir"].with_suffix(".log"), "w")  # noqa: SIM115 (closed when the job ends)
-                job["t0"] = time.time()
+                job["t0"], job["started"], job["early"] = time.time(), set(), ([], [])
                 running.append([job, [start(job["cmd"], ids, log, subprocess.STDOUT)], ids, [log], "train"])
                 pending.remove(job)
                 print(f"[{time.strftime('%H:%M:%S')}] start {job['name']} seed {job['seed']} on "
@@ -119,30 +144,39 @@ def run_jobs(args, jobs: list[dict]) -> None:
         time.sleep(1.0)
         for item in list(running):
             job, procs, ids, files, stage = item
+            if stage == "train" and early:  # the weights kept so far: their evals start now, on the CPU
+                new = policies_evals(job)
+                if new:
+                    got = start_evals(new, ids, one_thread=True)
+                    job["early"][0].extend(got[0])
+                    job["early"][1].extend(got[1])
+                    print(f"[{time.strftime('%H:%M:%S')}] {job['name']} seed {job['seed']}: eval of "
+                          f"{', '.join(p.stem for _, p in new)} started on the CPU", flush=True)
             if any(p.poll() is None for p in procs):
                 continue
-            for f in files:
-                f.close()
             if stage == "train":
+                for f in files:
+                    f.close()
                 job["rc"], job["seconds"] = procs[0].returncode, time.time() - job["t0"]
                 print(f"[{time.strftime('%H:%M:%S')}] done  {job['name']} seed {job['seed']} rc {job['rc']} "
                       f"in {job['seconds']:.0f} s", flush=True)
-                evals = policy_eval_commands(args, job["dir"]) if args.policy_evals else []
-                evals += segment_command(args, job["dir"]) if (job["dir"] / "policy.pt").is_file() else []
-                if evals:
-                    for _, path in evals:
-                        path.parent.mkdir(exist_ok=True)
-                    # each report to its JSON file, its other output to a .log beside it (closed when they end)
-                    outs = [(open(path, "w"), open(path.with_suffix(".log"), "w")) for _, path in evals]  # noqa: SIM115
-                    item[1:] = [[start(cmd, ids, *out) for (cmd, _), out in zip(evals, outs, strict=True)], ids,
-                                [f for pair in outs for f in pair], "evals"]
+                evals = policies_evals(job)
+                procs, files = start_evals(evals, ids, one_thread=early)
+                seg = segment_command(args, job["dir"]) if (job["dir"] / "policy.pt").is_file() else []
+                seg_procs, seg_files = start_evals(seg, ids)
+                if procs or seg_procs or job["early"][0]:
+                    item[1:] = [procs + seg_procs + job["early"][0], ids, files + seg_files + job["early"][1],
+                                "evals"]
                     job["t_evals"] = time.time()
-                    print(f"[{time.strftime('%H:%M:%S')}] start {job['name']} seed {job['seed']}: {len(evals)} "
-                          "evals (its kept policies, its segments)", flush=True)
+                    print(f"[{time.strftime('%H:%M:%S')}] start {job['name']} seed {job['seed']}: "
+                          f"{len(evals) + len(seg)} evals (its kept policies, its segments)"
+                          + (f", {len(job['early'][0])} more started during training" if early else ""), flush=True)
                     continue
             else:
+                for f in files:
+                    f.close()
                 print(f"[{time.strftime('%H:%M:%S')}] done  {job['name']} seed {job['seed']}: policy evals in "
-                      f"{time.time() - job['t_evals']:.0f} s", flush=True)
+                      f"{time.time() - job['t_evals']:.0f} s after training", flush=True)
             free.extend(ids)
             # the GPU with the most free places first (the least loaded), then the lowest
             free.sort(key=lambda i: (-free.count(i), -1 if i is None else i))
@@ -256,6 +290,9 @@ def main() -> int:
     ap.add_argument("--summarize-only", action="store_true", help="read the run folders under --out, run nothing")
     ap.add_argument("--policy-evals", action="store_true",
                     help="once a run ends, evaluate the weights it kept at its marks (run.policy_every_s) greedy")
+    ap.add_argument("--policy-evals-cpu", action="store_true",
+                    help="with --policy-evals: evaluate each kept policy on the CPU (one thread each) as soon as the "
+                         "run keeps it, while it trains on, rather than on its GPUs once it ends")
     ap.add_argument("--sampled-evals", action="store_true",
                     help="with --policy-evals and --segments: sampled as well as greedy (about twice the time)")
     ap.add_argument("--segments", action="store_true",
