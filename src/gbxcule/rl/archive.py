@@ -29,7 +29,8 @@ Everything per step is torch on the env's device with fixed shapes and no host s
 
 With `route` > 0 each cell keeps its `parent`, the cell its stored path came through (each env's `last_row`); the
 last cell of an episode that reached the goal is a goal cell, and the route (`on_route`: the goal cells and their
-parents' chains) is marked once per update (`mark_route`, in `stat_vector`). With `route` 0 none of it is kept.
+parents' chains; with milestones and `win` "milestone" each level's entry cell's chain too) is marked once per
+update (`mark_route`, in `stat_vector`). With `route` 0 none of it is kept.
 
 Counters are read once per update (`read_stats`), where the start probability follows the success from the
 task's own start (`p = p_start + (1 - p_start) * ema`). `GameEnv(archive=...)` wires it in (rl/env.py).
@@ -140,7 +141,9 @@ class ArchiveConfig:
     # the route: once an episode has reached the task's goal, the cells on the stored paths that led there (each
     # cell's parent is the cell its path came through); this share of the starts from cells is drawn among them
     # (by the same weights), so training walks the found way back toward the task's start (Go-Explore's
-    # robustifying from a demonstration, with the archive's own paths) rather than from dead ends off it
+    # robustifying from a demonstration, with the archive's own paths) rather than from dead ends off it. With
+    # milestones and win = "milestone" the stored paths to each level's entry cell (where a path first held its
+    # j-th milestone) are on it too: each segment's found way, from the start to the frontier
     route: float = knob(0.0, min=0, max=1)
     # several processes: each update every process offers up to this many of its new or improved cells (emulator
     # states included) to the others, so a cell found on one GPU starts envs on all (0: each keeps its own)
@@ -848,11 +851,14 @@ class StateArchive:
 
     # --- once per update ----------------------------------------------------------------------------------------
     def mark_route(self) -> None:
-        """`on_route`: the goal cells and every cell on their stored paths (the parents' chains), found by pointer
-        doubling in ceil(log2(capacity + 1)) rounds of fixed shape (a stored path's parent always has fewer steps
-        from the task's start, so the chains have no cycles)."""
+        """`on_route`: the goal cells (and with milestones and `win` "milestone", each level's entry cells,
+        `entry_cells`) and every cell on their stored paths (the parents' chains), found by pointer doubling in
+        ceil(log2(capacity + 1)) rounds of fixed shape (a stored path's parent always has fewer steps from the
+        task's start, so the chains have no cycles)."""
         torch, m = self.torch, self.m
         on = self.goal_hit.clone()
+        if self._bit is not None and self.cfg.win == "milestone":  # a cell's win is its next milestone: the paths
+            on[:m] |= self.entry_cells()  # to each level's entry cell (where a path first held j) end routes too
         jump = self.parent.clone()
         for _ in range(max(1, (m + 1).bit_length())):  # on: the cells within 2**k links of a goal cell
             on.index_fill_(0, torch.where(on, jump, m), True)
