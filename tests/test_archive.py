@@ -905,6 +905,17 @@ def test_each_cell_keeps_the_cell_its_path_came_through_and_the_route_is_the_goa
     assert int(arch.count) == 0 and not bool(arch.goal_hit.any()) and int(arch.parent.min()) == m
 
 
+def _chains(parent: list[int], ends, m: int) -> set[int]:
+    """The cells `ends` and their parents' chains (`m`: no parent), walked one link at a time: mark_route's
+    reference."""
+    want = set()
+    for g in ends:
+        while g != m and g not in want:
+            want.add(g)
+            g = parent[g]
+    return want
+
+
 def test_mark_route_matches_a_python_reference_on_random_trees():
     """Pointer doubling over 300 cells whose parents have fewer steps (as stored paths' do) against walking each
     goal cell's chain in Python."""
@@ -918,12 +929,48 @@ def test_mark_route_matches_a_python_reference_on_random_trees():
         arch.goal_hit.zero_()
         arch.goal_hit[list(goals)] = True
         arch.mark_route()
-        want = set()
-        for g in goals:
-            while g != m and g not in want:
-                want.add(g)
-                g = parent[g]
+        want = _chains(parent, goals, m)
         assert {r for r in range(m) if bool(arch.on_route[r])} == want and not bool(arch.on_route[m])
+
+
+def test_with_milestone_wins_the_route_also_ends_at_each_levels_entry_cell():
+    """`route` with milestones and `win` "milestone": the route is the goal cells' and each level's entry cells'
+    (the cells holding j >= 1 milestones with the fewest steps from the start) stored paths, checked against
+    walking each chain in plain Python on random archives whose parents have fewer steps; with `win` "goal" only
+    the goal cells' paths, and where the task names no milestones no entry cell ends one."""
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(11)
+    m = 200
+    for trial in range(6):
+        win = "milestone" if trial % 3 else "goal"
+        k = 0 if trial == 5 else 4
+        a = StateArchive(ArchiveConfig(capacity=m, route=1.0, win=win), 1, first_slot=0, device="cpu",
+                         milestones=SimpleNamespace(k=k) if k else None)
+        used = m - 7 * trial
+        a.count.fill_(used)
+        steps = np.sort(rng.integers(0, 400, size=m))  # a parent's path is shorter: parents come first
+        level = np.minimum(np.arange(m) * 5 // m + rng.integers(-1, 1, size=m), 4).clip(0)
+        parent = [m] + [int(rng.integers(0, i)) if rng.random() < 0.9 else m for i in range(1, m)]
+        a.steps[:m] = torch.tensor(steps)
+        a.parent[:m] = torch.tensor(parent)
+        if k:
+            a.progress[:m] = torch.tensor(level)
+        goals = set(rng.choice(used, size=2, replace=False).tolist())
+        a.goal_hit[list(goals)] = True
+        ends = set(goals)
+        if win == "milestone" and k:
+            for lv in range(1, 5):
+                rows = [r for r in range(used) if level[r] == lv]
+                if rows:
+                    least = min(steps[r] for r in rows)
+                    ends |= {r for r in rows if steps[r] == least}
+        a.mark_route()
+        want = _chains(parent, ends, m)
+        got = {r for r in range(m) if bool(a.on_route[r])}
+        assert got == want and not bool(a.on_route[m]), (trial, win, k)
+        if win == "milestone" and k:
+            assert ends > goals  # the entry cells end paths of their own
 
 
 def test_route_share_draws_starts_among_the_routes_cells():
