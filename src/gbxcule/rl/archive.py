@@ -145,6 +145,13 @@ class ArchiveConfig:
     # milestones and win = "milestone" the stored paths to each level's entry cell (where a path first held its
     # j-th milestone) are on it too: each segment's found way, from the start to the frontier
     route: float = knob(0.0, min=0, max=1)
+    # how the route's share is drawn among its cells: "weights", by the usual weights; "level", the route's cells
+    # holding j milestones together as much as those of any other level on it, each its share of its level by 4 p
+    # (1 - p) of its smoothed win rate (an untried cell as one at one half), so each segment's found way gets its
+    # part and, within it, its starts gather where about half win: the backward algorithm along the archive's own
+    # path (with win = "milestone" a cell's win is its next milestone). Where the task names no milestones every
+    # cell is on one level
+    route_by: str = knob("weights", choices=("weights", "level"))
     # several processes: each update every process offers up to this many of its new or improved cells (emulator
     # states included) to the others, so a cell found on one GPU starts envs on all (0: each keeps its own)
     share: int = knob(0, min=0, max=65536)
@@ -673,7 +680,8 @@ class StateArchive:
         among the reach's, each by the same weights, in the next `edge` among the cells started from by `mid_weights`
         alone (`edge_by` "level": each level alike, `level_weights`), in the next `entry` among the levels' entry cells
         (`entry_cells`), each level alike; then with probability `route` among the route's cells (`on_route`) by the
-        same weights; each where any of its cells weighs more than 0. Counts the chosen cells."""
+        same weights (`route_by` "level": each level alike, by `mid_weights` within it); each where any of its cells
+        weighs more than 0. Counts the chosen cells."""
         torch, m = self.torch, self.m
         w = self.weights()
         cdf = torch.cumsum(w, 0)
@@ -699,7 +707,9 @@ class StateArchive:
             w_entry = self.level_weights(first.long(), first, self._even)
             row = self._draw_among(w_entry, first, u_cell, u_share, lo, lo + self.cfg.entry, row)
         if self.routes and u_route is not None:
-            row = self._draw_among(w, self.on_route[:m], u_cell, u_route, 0.0, self.cfg.route, row)
+            on = self.on_route[:m]
+            w_route = self.level_weights(self.mid_weights(), on, self._even) if self.cfg.route_by == "level" else w
+            row = self._draw_among(w_route, on, u_cell, u_route, 0.0, self.cfg.route, row)
         start = u_start >= int(self.p * (1 << U_BITS))
         if self.n_explore:  # explorers start from a cell whenever the archive holds one
             start |= self.explorer
