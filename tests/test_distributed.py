@@ -150,6 +150,22 @@ def test_a_recurrent_ppo_stays_in_step_on_two_processes(tmp_path):
     assert mine.shape == other.shape == (ENVS, 8) and not torch.equal(mine, other)
 
 
+def test_level_heads_log_each_levels_samples_over_both_processes(tmp_path):
+    # ppo.level_heads on quest_m2 (MOM held from its start): each update's samples_by_level counts both processes'
+    # samples (integers are summed), all on level 1, and entropy_by_level's level 1 is the logged mean entropy
+    # (floats are averaged: each process's mean over as many samples)
+    d = tmp_path / "levels"
+    argv = ppo_argv(d, "ppo.epochs=1", "ppo.minibatches=1", "ppo.level_heads=3", "env.task=\"quest_m2\"",
+                    "env.show_milestones=\"auto\"")
+    with in_process_launcher():
+        assert main(argv) == 0
+    rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 3
+    for r in rows:
+        assert r["samples_by_level"] == [0, 2 * ENVS * 8, 0]
+        assert r["entropy_by_level"][1] == pytest.approx(r["entropy"], rel=1e-5)
+
+
 def test_an_overlapped_ppo_stays_in_step_on_two_processes(tmp_path):
     # ppo.overlap: each process's learner trains on its rollout before (the proximal pass, then the epochs' own
     # all-reduces) between its env-steps; the weights agree after every update (run.check_sync), the first update

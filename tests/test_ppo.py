@@ -557,6 +557,34 @@ def test_the_milestone_row_trains_checkpoints_and_evaluates_on_a_task_with_miles
         tiny(tmp_path / "off", knobs)
 
 
+@pytest.mark.parametrize("task,level", [("quest_m1", 0), ("quest_m2", 1)])
+def test_level_heads_log_each_levels_entropy_over_its_samples(tmp_path, task, level):
+    """With `level_heads`, each update logs `samples_by_level` (the learner's samples by the level their
+    observation shows, every epoch's) and `entropy_by_level` (their policy's mean entropy, 0 where none): from
+    quest_m1's start (nothing held) and quest_m2's (MOM held) every sample is on that level, the counts add up to the
+    update's samples and the level's entropy is the update's logged entropy (one minibatch, one epoch); without
+    level heads neither is logged."""
+    import json
+
+    def run(name, heads):
+        c = make_config(None, {"total_steps": 2 * 8 * 6,
+                               "env": {"num_envs": 6, "task": task, "show_milestones": "auto"},
+                               "ppo": {"rollout_steps": 8, "epochs": 1, "minibatches": 1, "model": "small",
+                                       "level_heads": heads},
+                               "run": {"run_dir": str(tmp_path / name), "device": "cpu", "progress": False,
+                                       "tensorboard": False, "eval_episodes": 0}})
+        assert train(c)["updates"] == 2
+        return [json.loads(x) for x in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+
+    for row in run("heads", 3):
+        want = [0, 0, 0]
+        want[level] = 8 * 6
+        assert row["samples_by_level"] == want
+        assert row["entropy_by_level"][level] == pytest.approx(row["entropy"], rel=1e-5)
+        assert [x for j, x in enumerate(row["entropy_by_level"]) if j != level] == [0.0, 0.0]
+    assert not any("entropy_by_level" in row or "samples_by_level" in row for row in run("plain", 0))
+
+
 @pytest.mark.parametrize("packed", [False, True])
 def test_level_heads_read_each_observation_by_its_shown_level(packed):
     """`level_heads` L: an observation's level is the milestones shown over its newest frame's last row (4 pixels

@@ -332,7 +332,8 @@ def _fake_run(folder: Path, seed: int, evals: list[float]) -> None:
              "archive/level_episodes": [4, i, 0], "archive/level_gains": [i % 2, i - 1 if i else 0, 0],
              "archive/entry_episodes": [0, 1, 0], "archive/entry_gains": [0, i % 2, 0],
              "archive/edge_weights": [8, 4 * i, 0], "archive/edge_won_weights": [2, i, 0],
-             "episodes": 10 + i, "lives_lost": i, "entropy": 2.0 - 0.1 * i}
+             "episodes": 10 + i, "lives_lost": i, "entropy": 2.0 - 0.1 * i,
+             "entropy_by_level": [1.0 + 0.1 * i, 0.5 + 0.1 * i, 0.0], "samples_by_level": [10, i, 0]}
             for i, g in enumerate(evals)]
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (folder / "summary.json").write_text(json.dumps({"wall_s": 2.0 * len(evals) + 3.0, "startup_s": 10.0,
@@ -397,8 +398,11 @@ def test_summarize_writes_one_summary_json_per_figure(tmp_path):
     assert a["edge_won"] == {"last_s": 60.0, "weight": [40, 40, 0], "share_won": [0.25, 0.25, None]}
     assert summarize.lives_lost(tmp_path / "runs" / "a_s0", last_s=5.0) == {  # walls 6, 8, 10 s: i = 2, 3, 4
         "total": 10, "episodes": 60, "last_s": 5.0, "last": 9, "last_episodes": 39}
-    assert summarize.entropy(tmp_path / "runs" / "a_s0", last_s=5.0) == {"first": 2.0, "last_s": 5.0, "last": 1.7}
-    assert a["entropy"] == {"first": 2.0, "last_s": 60.0, "last": 1.8}  # the default minute: every update
+    # each level's over its samples (walls 6, 8, 10 s: level 1's 0.7, 0.8, 0.9 over 2, 3, 4 samples), None without
+    assert summarize.entropy(tmp_path / "runs" / "a_s0", last_s=5.0) == {
+        "first": 2.0, "last_s": 5.0, "last": 1.7, "last_by_level": [1.3, 0.822, None]}
+    assert a["entropy"] == {"first": 2.0, "last_s": 60.0, "last": 1.8,  # the default minute: every update
+                            "last_by_level": [1.2, 0.8, None]}  # level 1: (0.6 + 1.4 + 2.4 + 3.6) / 10
     spec = importlib.util.spec_from_file_location("bench_learning", ROOT / "scripts/bench/bench_learning.py")
     bench_learning = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench_learning)

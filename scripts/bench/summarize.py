@@ -21,7 +21,8 @@ and, where the task names milestones, the share of its cells' episodes that gain
 held over the last minute (`level_gains`; `entry_gains` for the episodes from the levels' entry cells; with the
 edge, `edge_won`: its weight by level and the share on cells that win 1 in 8 or more), where the
 task names a lives byte the lives lost in training and over its last minute (`lives_lost`), the policy's mean
-entropy at its first update and over its last minute (`entropy`: how far from greedy a sampled policy still is), the
+entropy at its first update and over its last minute (`entropy`: how far from greedy a sampled policy still is; with
+level heads each level's too), the
 median seconds of an update and of its env, inference and learning phases (`phases`), with `bench_learning.py
 --policy-evals` the greedy success of the weights kept at each mark (`policy_evals`), and with its `--segments` the
 final policy's from each segment task's start (`segments`). A bench JSON is copied under its file name, less its
@@ -201,15 +202,25 @@ def lives_lost(folder: Path, last_s: float = 60.0) -> dict | None:
 
 def entropy(folder: Path, last_s: float = 60.0) -> dict | None:
     """The policy's mean entropy in nats (`entropy`, logged each update by the policy-gradient trainers) at its first
-    update and averaged over its last `last_s` seconds of training: {"first", "last_s", "last"}; None where the run
-    logged none."""
+    update and averaged over its last `last_s` seconds of training: {"first", "last_s", "last"}, and with PPO's level
+    heads each level's over its samples in those seconds (`last_by_level`, None where it had none); None where the
+    run logged none."""
     rows = [r for r in read_metrics(folder) if isinstance(r.get("entropy"), (int, float))
             and r.get("wall_s") is not None]
     if not rows:
         return None
     end = max(r["wall_s"] for r in rows)
-    last = [r["entropy"] for r in rows if r["wall_s"] > end - last_s]
-    return {"first": round(rows[0]["entropy"], 3), "last_s": last_s, "last": round(sum(last) / len(last), 3)}
+    last = [r for r in rows if r["wall_s"] > end - last_s]
+    out = {"first": round(rows[0]["entropy"], 3), "last_s": last_s,
+           "last": round(sum(r["entropy"] for r in last) / len(last), 3)}
+    lv = [r for r in last
+          if isinstance(r.get("entropy_by_level"), list) and isinstance(r.get("samples_by_level"), list)]
+    if lv:  # with level heads: each level's, over its samples (None where it had none)
+        n = [sum(col) for col in zip(*(r["samples_by_level"] for r in lv), strict=True)]
+        sums = [sum(e * c for e, c in col) for col in zip(*(zip(r["entropy_by_level"], r["samples_by_level"],
+                                                                  strict=True) for r in lv), strict=True)]
+        out["last_by_level"] = [round(x / c, 3) if c else None for x, c in zip(sums, n, strict=True)]
+    return out
 
 
 def env_phase(folder: Path, config: dict, skip: int = 3) -> dict:
