@@ -973,51 +973,6 @@ def test_with_milestone_wins_the_route_also_ends_at_each_levels_entry_cell():
             assert ends > goals  # the entry cells end paths of their own
 
 
-def test_route_by_level_gives_each_level_on_the_route_the_same_share_and_favours_half_won_cells():
-    """`route_by = "level"`: the route's draw gives its cells holding j milestones together the same share as those
-    of every other level on it, each cell its share of its level by 4 p (1 - p) of its smoothed win rate (an untried
-    cell 1; a plain Python expectation); cells off the route draw nothing; "weights" (the default) draws the route by
-    the usual weights, as before the knob; a bad value is one line."""
-    from types import SimpleNamespace
-
-    n = 1 << 16
-    g = torch.Generator().manual_seed(9)
-    u_start, u_cell = (torch.randint(0, 1 << U_BITS, (n,), generator=g) for _ in range(2))
-    u_route = torch.zeros(n, dtype=torch.int64)  # every start is the route's
-    done = torch.ones(n, dtype=torch.bool)
-    level = [0, 1, 1, 1, 2, 2, 3]
-    route = [True, True, True, False, True, True, False]  # cells 3 and 6 are off the route
-    tries, wins = [4, 40, 0, 10, 10, 30, 8], [2, 0, 0, 5, 9, 15, 4]
-
-    def archive(**kw):
-        a = StateArchive(ArchiveConfig(capacity=8, p_start=0.0, route=1.0, win="milestone", **kw), n, 1, "cpu",
-                         milestones=SimpleNamespace(k=3))
-        a.observe(torch.arange(n) % 7, torch.zeros(n, dtype=torch.int64), torch.zeros(n),
-                  torch.zeros(n, dtype=torch.int32), torch.ones(n, dtype=torch.bool))
-        a.progress[:7] = torch.tensor(level)
-        a.tries[:7] = torch.tensor(tries)
-        a.wins[:7] = torch.tensor(wins)
-        a.on_route[:7] = torch.tensor(route)
-        return a
-
-    mid = [4 * (w + 1) / (t + 2) * (1 - (w + 1) / (t + 2)) if on else 0.0
-           for t, w, on in zip(tries, wins, route, strict=True)]
-    levels = {lv for lv, on in zip(level, route, strict=True) if on}
-    expect = [mid[c] / sum(mid[d] for d in range(7) if level[d] == level[c]) / len(levels) if route[c] else 0.0
-              for c in range(7)]
-    rows = archive(route_by="level").choose(done, u_start, u_cell, u_route)[1]
-    got = (torch.bincount(rows, minlength=9)[:7].double() / n).tolist()
-    assert max(abs(x - y) for x, y in zip(got, expect, strict=True)) < 0.01, got
-    assert got[2] > 10 * got[1] > 0  # level 1: the untried cell far more than the one lost 40 times
-    a = archive()  # "weights": the usual weights over the route's cells
-    w = a.weights()[:7].double() * torch.tensor(route)
-    plain = (torch.bincount(a.choose(done, u_start, u_cell, u_route)[1], minlength=9)[:7].double() / n).tolist()
-    assert max(abs(x - y) for x, y in zip(plain, (w / w.sum()).tolist(), strict=True)) < 0.01, plain
-    with pytest.raises(EnvConfigError, match="route_by") as err:
-        ArchiveConfig(route_by="cell")
-    assert "\n" not in str(err.value)
-
-
 def test_route_share_draws_starts_among_the_routes_cells():
     """`route` = 1: every cell start is drawn among the route's cells (by the usual weights) once there is a route,
     and before it the draw is the usual one; `route` = 0 draws the same rows as before routes existed."""

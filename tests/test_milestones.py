@@ -331,14 +331,31 @@ def test_edge_share_draws_starts_among_the_cells_started_from_by_4p_1_minus_p_of
         assert torch.equal(rows[u_share < lo], plain[u_share < lo])
 
 
+def level_archive(n: int, level: list[int], tries: list[int], wins: list[int], **cfg):
+    """A state archive (3 milestones named, `win` "milestone", `cfg` its other settings) whose cells the `n` envs'
+    keys fill, cell c holding `level[c]` milestones after `tries[c]` episodes from it of which `wins[c]` won."""
+    from types import SimpleNamespace
+
+    from gbxcule.rl.archive import ArchiveConfig, StateArchive
+
+    c = len(level)
+    a = StateArchive(ArchiveConfig(capacity=8, p_start=0.0, win="milestone", **cfg), n, 1, "cpu",
+                     milestones=SimpleNamespace(k=3))
+    a.observe(torch.arange(n) % c, torch.zeros(n, dtype=torch.int64), torch.zeros(n),
+              torch.zeros(n, dtype=torch.int32), torch.ones(n, dtype=torch.bool))
+    a.progress[:c] = torch.tensor(level)
+    a.tries[:c] = torch.tensor(tries)
+    a.wins[:c] = torch.tensor(wins)
+    return a
+
+
 def test_edge_by_level_gives_every_level_with_tried_cells_the_same_share_of_the_edge():
     """`edge_by = "level"`: the edge's draw gives the tried cells holding j milestones together the same share as
     those of every other level with tried cells, each cell its share of its level by 4 p (1 - p) (a plain Python
     expectation from the tries and wins); untried cells and levels without tried cells draw nothing; "cell" (the
     default) draws every tried cell by its own weight; a bad value is one line."""
-    from types import SimpleNamespace
 
-    from gbxcule.rl.archive import U_BITS, ArchiveConfig, StateArchive
+    from gbxcule.rl.archive import U_BITS, ArchiveConfig
     from gbxcule.rl.env import EnvConfigError
 
     n = 1 << 16
@@ -350,14 +367,7 @@ def test_edge_by_level_gives_every_level_with_tried_cells_the_same_share_of_the_
     tries, wins = [4, 40, 10, 10, 10, 0], [2, 0, 0, 5, 9, 0]
 
     def archive(**kw):
-        a = StateArchive(ArchiveConfig(capacity=8, p_start=0.0, edge=1.0, win="milestone", **kw), n, 1, "cpu",
-                         milestones=SimpleNamespace(k=3))
-        a.observe(torch.arange(n) % 6, torch.zeros(n, dtype=torch.int64), torch.zeros(n),
-                  torch.zeros(n, dtype=torch.int32), torch.ones(n, dtype=torch.bool))
-        a.progress[:6] = torch.tensor(level)
-        a.tries[:6] = torch.tensor(tries)
-        a.wins[:6] = torch.tensor(wins)
-        return a
+        return level_archive(n, level, tries, wins, edge=1.0, **kw)
 
     mid = [4 * (w + 1) / (t + 2) * (1 - (w + 1) / (t + 2)) if t else 0.0 for t, w in zip(tries, wins, strict=True)]
     tried_levels = {lv for lv, t in zip(level, tries, strict=True) if t}
@@ -452,6 +462,46 @@ def test_an_episode_that_gains_a_milestone_puts_its_path_on_the_route_under_mile
     on, walked, n = walked_by["milestone"]
     assert on == walked and n == len(on)
     assert walked_by["goal"][0] == set() and walked_by["goal"][2] == 0
+
+
+def test_route_by_level_gives_each_level_on_the_route_the_same_share_and_favours_half_won_cells():
+    """`route_by = "level"`: the route's draw gives its cells holding j milestones together the same share as those
+    of every other level on it, each cell its share of its level by 4 p (1 - p) of its smoothed win rate (an untried
+    cell 1; a plain Python expectation); cells off the route draw nothing; "weights" (the default) draws the route by
+    the usual weights, as before the knob; a bad value is one line."""
+    from gbxcule.rl.archive import U_BITS, ArchiveConfig
+    from gbxcule.rl.env import EnvConfigError
+
+    n = 1 << 16
+    g = torch.Generator().manual_seed(9)
+    u_start, u_cell = (torch.randint(0, 1 << U_BITS, (n,), generator=g) for _ in range(2))
+    u_route = torch.zeros(n, dtype=torch.int64)  # every start is the route's
+    done = torch.ones(n, dtype=torch.bool)
+    level = [0, 1, 1, 1, 2, 2, 3]
+    route = [True, True, True, False, True, True, False]  # cells 3 and 6 are off the route
+    tries, wins = [4, 40, 0, 10, 10, 30, 8], [2, 0, 0, 5, 9, 15, 4]
+
+    def archive(**kw):
+        a = level_archive(n, level, tries, wins, route=1.0, **kw)
+        a.on_route[:7] = torch.tensor(route)
+        return a
+
+    mid = [4 * (w + 1) / (t + 2) * (1 - (w + 1) / (t + 2)) if on else 0.0
+           for t, w, on in zip(tries, wins, route, strict=True)]
+    levels = {lv for lv, on in zip(level, route, strict=True) if on}
+    expect = [mid[c] / sum(mid[d] for d in range(7) if level[d] == level[c]) / len(levels) if route[c] else 0.0
+              for c in range(7)]
+    rows = archive(route_by="level").choose(done, u_start, u_cell, u_route)[1]
+    got = (torch.bincount(rows, minlength=9)[:7].double() / n).tolist()
+    assert max(abs(x - y) for x, y in zip(got, expect, strict=True)) < 0.01, got
+    assert got[2] > 10 * got[1] > 0  # level 1: the untried cell far more than the one lost 40 times
+    a = archive()  # "weights": the usual weights over the route's cells
+    w = a.weights()[:7].double() * torch.tensor(route)
+    plain = (torch.bincount(a.choose(done, u_start, u_cell, u_route)[1], minlength=9)[:7].double() / n).tolist()
+    assert max(abs(x - y) for x, y in zip(plain, (w / w.sum()).tolist(), strict=True)) < 0.01, plain
+    with pytest.raises(EnvConfigError, match="route_by") as err:
+        ArchiveConfig(route_by="cell")
+    assert "\n" not in str(err.value)
 
 
 def test_reach_share_draws_starts_among_the_cells_holding_what_the_median_env_from_the_start_holds():
