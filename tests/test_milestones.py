@@ -943,8 +943,9 @@ def test_patience_ends_an_episode_that_goes_that_many_steps_without_a_new_milest
 
 def test_plot_draws_how_far_runs_get(tmp_path):
     import json
+    import math
 
-    from gbxcule.rl.plot import plot_runs
+    from gbxcule.rl.plot import plot_runs, slot_success_grid
 
     run = tmp_path / "run"
     run.mkdir()
@@ -953,12 +954,17 @@ def test_plot_draws_how_far_runs_get(tmp_path):
              "archive/level_episodes": [4, u, 0], "archive/level_gains": [2, u - 1, 0],
              "archive/entry_episodes": [0, u, 0], "archive/entry_gains": [0, u // 2, 0],
              "archive/edge_weights": [4, 2 * u, 0], "archive/edge_won_weights": [1, u, 0],
-             **({"eval/mean_deepest": 1.5} if u == 3 else {})}
+             "samples_by_level": [8, 4 * (u - 1), 0], "entropy_by_level": [2.0 / u, 1.0 if u > 1 else 0.0, 0.0],
+             "actions": [1] * 8, **({"eval/mean_deepest": 1.5} if u == 3 else {})}
             for u in (1, 2, 3)]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     written = {p.name for p in plot_runs([run], tmp_path / "out")}
     assert {"milestones.png", "gains_by_start_level.png", "gains_from_entry_cells.png",
-            "edge_on_winning_cells.png"} <= written
+            "edge_on_winning_cells.png", "entropy_by_level.png"} <= written
+    # each level head's mean entropy where the update had samples of it, NaN where none
+    edges, means = slot_success_grid(rows, "samples_by_level", "entropy_by_level", means=True)
+    assert edges == [0, 100, 200, 300] and means[2][0] == pytest.approx(2 / 3) and means[1][1] == 1.0
+    assert math.isnan(means[0][1]) and all(math.isnan(m[2]) for m in means)
     assert (tmp_path / "out" / "milestones.png").stat().st_size > 10_000
     # several runs on one plot (a colour a milestone, a line style a run)
     other = tmp_path / "other"

@@ -7,6 +7,7 @@ game that keeps tile coordinates) and a colour bar (`heat_map`)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from gbxcule.core.errors import GbxculeError
@@ -228,6 +229,20 @@ def plot_runs(runs, out: str | Path | None = None, x: str = "env_steps") -> list
             ax.set_xlabel("env-steps")
             ax.set_ylabel(what)
             save(fig, name if len(data) == 1 else f"{name}_{Path(run).name}")
+    for run, rows in data.items():  # with level heads: each level head's entropy, up to ln(actions) (uniform)
+        grid = slot_success_grid(rows, "samples_by_level", "entropy_by_level", means=True)
+        if grid is None:
+            continue
+        steps, means = grid
+        top = max((len(r["actions"]) for r in rows if isinstance(r.get("actions"), list)), default=0)
+        fig, ax = plt.subplots(figsize=(6, 3.6), dpi=110)
+        mesh = ax.pcolormesh(steps, range(len(means[0]) + 1), [list(c) for c in zip(*means, strict=True)], vmin=0,
+                             vmax=math.log(top) if top > 1 else None, cmap="magma", shading="flat")
+        fig.colorbar(mesh, ax=ax, label="mean entropy (nats)")
+        ax.set_title(f"policy entropy by shown level{'' if len(data) == 1 else ': ' + Path(run).name}", fontsize=9)
+        ax.set_xlabel("env-steps")
+        ax.set_ylabel("milestones shown (level head)")
+        save(fig, "entropy_by_level" if len(data) == 1 else f"entropy_by_level_{Path(run).name}")
     for run in data:  # the exploration pictures of a run with a state archive
         snap_path = Path(run) / ARCHIVE_NAME if Path(run).is_dir() else Path(run).parent / ARCHIVE_NAME
         if not snap_path.is_file():
@@ -295,12 +310,15 @@ def heat_map(grids: list, title: str, label: str, log: bool = False):
     return fig
 
 
-def slot_success_grid(rows: list[dict], episodes: str = "slot_episodes", successes: str = "slot_successes"):
+def slot_success_grid(rows: list[dict], episodes: str = "slot_episodes", successes: str = "slot_successes",
+                      means: bool = False):
     """(env-step edges, per update the success rate of each start slot, NaN where none ended) from the
-    `slot_episodes` / `slot_successes` of a run's log (or other per-bin lists), or None when it has none."""
-    rows = [r for r in rows if r.get(episodes) and r.get("env_steps") is not None]
+    `slot_episodes` / `slot_successes` of a run's log (or other per-bin lists; with `means` the second list holds
+    each bin's mean itself, as `entropy_by_level` beside `samples_by_level`), or None when it has none."""
+    rows = [r for r in rows if r.get(episodes) and r.get(successes) and r.get("env_steps") is not None]
     if not rows:
         return None
     edges = [0] + [r["env_steps"] for r in rows]
-    rates = [[s / e if e else float("nan") for e, s in zip(r[episodes], r[successes], strict=True)] for r in rows]
+    rates = [[(s if means else s / e) if e else float("nan") for e, s in zip(r[episodes], r[successes], strict=True)]
+             for r in rows]
     return edges, rates
