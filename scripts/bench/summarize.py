@@ -22,13 +22,12 @@ held over the last minute (`level_gains`; `entry_gains` for the episodes from th
 edge, `edge_won`: its weight by level and the share on cells that win 1 in 8 or more), where the
 task names a lives byte the lives lost in training and over its last minute (`lives_lost`), the policy's mean
 entropy at its first update and over its last minute (`entropy`: how far from greedy a sampled policy still is; with
-level heads each level's too), the
-median seconds of an update and of its env, inference and learning phases (`phases`), with `bench_learning.py
---policy-evals` the greedy success of the weights kept at each mark (`policy_evals`), and with its `--segments` the
-final policy's from each segment task's start (`segments`). A bench JSON is copied under its file name, less its
-`environment`. Tree, machine and date come from the sources (facts.json's git, gpu and host, its start; a bench
-JSON's environment) unless given; BENCHMARKS.md cites the file. `--plot` also draws NAME.png: each run's periodic
-greedy success against seconds since its process started.
+level heads each level's too), the median seconds of an update and of its env, inference and learning phases
+(`phases`), with `bench_learning.py --policy-evals` the greedy success of the weights kept at each mark
+(`policy_evals`), and with its `--segments` the final policy's from each segment task's start (`segments`). A bench
+JSON is copied under its file name, less its `environment`. Tree, machine and date come from the sources (facts.json's
+git, gpu and host, its start; a bench JSON's environment) unless given; BENCHMARKS.md cites the file. `--plot` also
+draws NAME.png: each run's periodic greedy success against seconds since its process started.
 """
 
 from __future__ import annotations
