@@ -154,6 +154,31 @@ def test_policy_over_a_batch_in_chunks_is_the_whole_batch_at_once():
         assert logp.dtype == val.dtype == torch.float32 and not logp.requires_grad and not val.requires_grad
 
 
+def test_level_means_are_each_levels_mean_over_its_samples_across_minibatches():
+    """LevelMeans: over minibatches of rows (a sample may come twice, as over two epochs) the mean of each level's
+    values and their count, against a plain Python tally; a level without samples reads 0 with count 0; without
+    levels nothing is kept and nothing read."""
+    g = torch.Generator().manual_seed(4)
+    levels = torch.randint(0, 3, (40,), generator=g)  # four levels, the last never shown
+    values = torch.rand(40, generator=g)
+    lm = returns.LevelMeans(levels, 4)
+    batches = [torch.randperm(40, generator=g)[:15] for _ in range(4)]
+    for rows in batches:
+        lm.add(rows, values[rows])
+    got = lm.read("entropy")
+    sums, counts = [0.0] * 4, [0] * 4
+    for rows in batches:
+        for r in rows.tolist():
+            sums[int(levels[r])] += float(values[r])
+            counts[int(levels[r])] += 1
+    assert got["samples_by_level"].tolist() == counts and counts[3] == 0
+    assert got["entropy_by_level"].tolist() == pytest.approx([x / max(1, c) for x, c in zip(sums, counts, strict=True)],
+                                                             rel=1e-5)
+    none = returns.LevelMeans(None, 4)
+    none.add(batches[0], values[batches[0]])
+    assert none.read("entropy") == {}
+
+
 def test_action_counts_are_bincounts():
     g = torch.Generator().manual_seed(9)
     actions = torch.randint(0, 5, (7, 11), generator=g)

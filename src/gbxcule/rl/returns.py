@@ -96,6 +96,28 @@ def action_counts(actions: torch.Tensor, num_actions: int) -> torch.Tensor:
     return torch.zeros(num_actions, dtype=torch.int64, device=flat.device).scatter_add_(0, flat, torch.ones_like(flat))
 
 
+class LevelMeans:
+    """A per-sample figure's mean over each milestone level's samples of an update (PPO's `entropy_by_level`):
+    `levels` int64 [B] (each sample's level; None: no levels, nothing kept), `add(rows, values)` for each
+    minibatch's rows of the B samples, `read(name)` the device tensors to log ({} without levels)."""
+
+    def __init__(self, levels: torch.Tensor | None, num_levels: int):
+        self.levels = levels
+        self.sums = None if levels is None else torch.zeros((num_levels, 2), device=levels.device)
+
+    def add(self, rows: torch.Tensor, values: torch.Tensor) -> None:
+        if self.sums is not None:  # each level's sum and count, one index_add
+            v = values.detach().float()
+            self.sums.index_add_(0, self.levels[rows], torch.stack([v, torch.ones_like(v)], 1))
+
+    def read(self, name: str) -> dict[str, torch.Tensor]:
+        """{`name`_by_level: the mean over each level's samples (0 where none), samples_by_level: their count}."""
+        if self.sums is None:
+            return {}
+        return {f"{name}_by_level": self.sums[:, 0] / self.sums[:, 1].clamp(min=1),
+                "samples_by_level": self.sums[:, 1].long()}
+
+
 def policy_over(net, obs: torch.Tensor, actions: torch.Tensor, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
     """float32 (log-probabilities of `actions` [B], values [B]) of a feed-forward actor-critic `net` (obs ->
     (logits, values)) over a batch, `chunk` samples at a time, without gradients."""

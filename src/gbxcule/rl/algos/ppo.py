@@ -144,17 +144,13 @@ def ppo_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, 
     entropy, approx_kl (the (r - 1) - log r estimator), clipfrac). Tests: tests/test_ppo.py."""
     logratio = new_logp - old_logp
     pg = returns.clipped_surrogate(logratio, adv, c.clip)
-    if c.clip_vloss:
-        v_loss = returns.clipped_value_loss(new_values, old_values, ret, c.clip)
-    else:
-        v_loss = 0.5 * ((new_values - ret) ** 2).mean()
+    v_loss = (returns.clipped_value_loss(new_values, old_values, ret, c.clip) if c.clip_vloss
+              else 0.5 * ((new_values - ret) ** 2).mean())
     ent = entropy.mean()
     loss = pg - c.ent_coef * ent + c.vf_coef * v_loss
     with torch.no_grad():
-        approx_kl = returns.approx_kl(logratio)
-        clipfrac = returns.clip_fraction(logratio, c.clip)
-    return loss, {"pg_loss": pg.detach(), "v_loss": v_loss.detach(), "entropy": ent.detach(),
-                  "approx_kl": approx_kl, "clipfrac": clipfrac}
+        kl = {"approx_kl": returns.approx_kl(logratio), "clipfrac": returns.clip_fraction(logratio, c.clip)}
+    return loss, {"pg_loss": pg.detach(), "v_loss": v_loss.detach(), "entropy": ent.detach(), **kl}
 
 
 def unroll(model: ActorCritic, obs: torch.Tensor, state: torch.Tensor, dones: torch.Tensor,
@@ -308,8 +304,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                 prox_logp, b_val, adv, ret = proximal(b, b_obs, b_act)
                 lag_w = (prox_logp - b_logp).exp()
             b_adv, b_ret = adv.reshape(-1), ret.reshape(-1)
-            b_lv = model.levels(b_obs)  # with level heads: each sample's level (a read of its last row)
-            by_level = None if b_lv is None else torch.zeros((2, model.level_heads), device=dev)
+            by_level = returns.LevelMeans(model.levels(b_obs), model.level_heads)  # each level head's entropy
             stats = []
             for _epoch in range(p.epochs):
                 groups = returns.minibatches(n_learn if state is not None else t_len * n_learn, p.minibatches,
@@ -326,12 +321,9 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                     dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
                     a = normalize(b_adv[mb]) if p.norm_adv else b_adv[mb]
                     a = a if lag_w is None else a * lag_w[mb]
-                    ent = dist.entropy()
                     loss, m = ppo_loss(dist.log_prob(b_act[mb]), prox_logp[mb], a, new_v.float(), b_val[mb], b_ret[mb],
-                                       ent, coefs)
-                    if by_level is not None:  # each level head's entropy: how far from greedy each segment is
-                        by_level[0].index_add_(0, b_lv[mb], ent.detach())
-                        by_level[1].index_add_(0, b_lv[mb], torch.ones_like(ent))
+                                       ent := dist.entropy(), coefs)
+                    by_level.add(mb, ent)
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     m["grad_norm"] = s.apply_gradients(model, optimizer, p.max_grad_norm)
@@ -348,10 +340,8 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             out["metrics"] = {**dict(zip(out["names"], mean.unbind(0), strict=True)),
                               "explained_variance": returns.explained_variance(b_val, b_ret),
                               "value_mean": b_val.mean(), "value_std": b_val.std(), "adv_mean": b_adv.mean(),
-                              "adv_std": b_adv.std(), "actions": returns.action_counts(b_act, env.num_actions)}
-            if by_level is not None:  # the mean over each level's samples (0 where none), and their count
-                out["metrics"]["entropy_by_level"] = by_level[0] / by_level[1].clamp(min=1)
-                out["metrics"]["samples_by_level"] = by_level[1].long()
+                              "adv_std": b_adv.std(), "actions": returns.action_counts(b_act, env.num_actions),
+                              **by_level.read("entropy")}
             if lag_w is not None:  # how far the learner had moved from the policy that acted
                 out["metrics"]["lag_kl"] = returns.approx_kl(prox_logp - b_logp)
 
