@@ -563,8 +563,10 @@ def test_level_heads_log_each_levels_entropy_over_its_samples(tmp_path, task, le
     observation shows, every epoch's) and `entropy_by_level` (their policy's mean entropy, 0 where none): from
     quest_m1's start (nothing held) and quest_m2's (MOM held) every sample is on that level, the counts add up to the
     update's samples and the level's entropy is the update's logged entropy (one minibatch, one epoch); without
-    level heads neither is logged."""
+    level heads neither is logged. TensorBoard gets `entropy/level_J` for the levels with samples only."""
     import json
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     def run(name, heads):
         c = make_config(None, {"total_steps": 2 * 8 * 6,
@@ -572,16 +574,22 @@ def test_level_heads_log_each_levels_entropy_over_its_samples(tmp_path, task, le
                                "ppo": {"rollout_steps": 8, "epochs": 1, "minibatches": 1, "model": "small",
                                        "level_heads": heads},
                                "run": {"run_dir": str(tmp_path / name), "device": "cpu", "progress": False,
-                                       "tensorboard": False, "eval_episodes": 0}})
+                                       "tensorboard": heads > 0, "eval_episodes": 0}})
         assert train(c)["updates"] == 2
         return [json.loads(x) for x in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
 
-    for row in run("heads", 3):
+    rows = run("heads", 3)
+    for row in rows:
         want = [0, 0, 0]
         want[level] = 8 * 6
         assert row["samples_by_level"] == want
         assert row["entropy_by_level"][level] == pytest.approx(row["entropy"], rel=1e-5)
         assert [x for j, x in enumerate(row["entropy_by_level"]) if j != level] == [0.0, 0.0]
+    ev = EventAccumulator(str(tmp_path / "heads" / "tb"))
+    ev.Reload()
+    assert {t for t in ev.Tags()["scalars"] if "/level_" in t} == {f"entropy/level_{level}"}
+    got = [e.value for e in ev.Scalars(f"entropy/level_{level}")]
+    assert got == pytest.approx([row["entropy"] for row in rows], rel=1e-5)
     assert not any("entropy_by_level" in row or "samples_by_level" in row for row in run("plain", 0))
 
 

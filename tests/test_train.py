@@ -254,13 +254,19 @@ def test_a_config_reads_its_base_first_and_sets_its_own_over_it(tmp_path, capsys
     assert not (tmp_path / "r").exists()
 
 
-@pytest.mark.parametrize("summary", ["quest_65k_lh_still32", "quest_config_s0"])
-def test_the_quest_config_is_the_setup_its_cited_runs_trained(summary):
-    """configs/quest.toml, with a cited run's own run settings, gives the config that run's command gave (by --set
-    flags over configs/long_tasks.toml, or over configs/quest.toml itself): the summary's command is what was
-    measured, and every seed in BENCHMARKS' quest table trained the same setup."""
+@pytest.mark.parametrize(("summary", "without"), [
+    ("quest_route_s0", []),
+    ("quest_config_s0", ["env.archive.route=0.0", "env.archive.route_by=weights"]),
+    ("quest_65k_lh_still32", ["env.archive.route=0.0", "env.archive.route_by=weights"]),
+])
+def test_the_quest_config_is_the_setup_its_cited_runs_trained(summary, without):
+    """configs/quest.toml, with a cited run's own run settings (and `without`: the knobs that run trained before the
+    config took them), gives the config that run's command gave (by --set flags over configs/long_tasks.toml, or over
+    configs/quest.toml itself): the summary's command is what was measured, and every row of BENCHMARKS' quest table
+    that names the config trained it."""
     import shlex
 
+    from gbxcule.rl.archive import ArchiveConfig
     from gbxcule.rl.config import parse_sets
 
     root = Path(__file__).resolve().parent.parent
@@ -269,13 +275,17 @@ def test_the_quest_config_is_the_setup_its_cited_runs_trained(summary):
     assert inner[0] == "--config" and inner[1] in ("configs/long_tasks.toml", "configs/quest.toml")
     sets = [inner[i + 1] for i in range(2, len(inner), 2)]
     assert [inner[i] for i in range(2, len(inner), 2)] == ["--set"] * len(sets)
-    cited = to_dict(make_config(root / inner[1], parse_sets(sets)))
+    then = without if inner[1] == "configs/quest.toml" else []  # the file as it was when that run named it
+    cited = to_dict(make_config(root / inner[1], parse_sets(sets + then)))
     bench_run = [s for s in sets if s.startswith("run.")]  # where evals and kept weights go: not the setup
     assert {s.partition("=")[0] for s in bench_run} == {"run.eval_every_s", "run.eval_episodes",
                                                         "run.policy_every_s"}
-    ours = to_dict(make_config(root / "configs/quest.toml", parse_sets(bench_run)))
+    ours = to_dict(make_config(root / "configs/quest.toml", parse_sets(bench_run + without)))
+    for c in (ours, cited):  # env.archive holds the keys a config sets: the rest are the archive's defaults
+        c["env"]["archive"] = {**ArchiveConfig().to_dict(), **c["env"]["archive"]}
     assert ours == cited
     assert ours["env"]["reward"]["still_steps"] == 32 and ours["ppo"]["level_heads"] == 12
+    assert ours["env"]["archive"]["route"] == (0.0 if without else 0.3)
 
 
 def test_run_deterministic_sets_torchs_deterministic_algorithms(monkeypatch):

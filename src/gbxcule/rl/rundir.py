@@ -84,6 +84,17 @@ def check_run_dir(run_dir: str | Path, resume: bool, inputs=()) -> None:
         raise GbxculeError(f"run folder {d} is a file")
 
 
+def by_level_scalars(metrics: dict) -> dict:
+    """TensorBoard's scalars of the per-level lists (`X_by_level` beside `samples_by_level`): `X/level_J` for each
+    level J that had samples in the update (a level with none has no point, not a 0)."""
+    counts = metrics.get("samples_by_level")
+    if not isinstance(counts, list):
+        return {}
+    return {f"{k[:-len('_by_level')]}/level_{j}": x for k, v in metrics.items()
+            if k.endswith("_by_level") and k != "samples_by_level" and isinstance(v, list) and len(v) == len(counts)
+            for j, (x, c) in enumerate(zip(v, counts, strict=True)) if c}
+
+
 class Run:
     """A run folder (see the module docstring).
 
@@ -141,7 +152,7 @@ class Run:
             raise GbxculeError(f"cannot write {self.dir / 'metrics.jsonl'}: {exc.strerror or exc}") from None
         if self._tb is not None:
             step = int(metrics.get("env_steps", update))
-            self._tb.scalars({k: v for k, v in metrics.items()
+            self._tb.scalars({k: v for k, v in {**metrics, **by_level_scalars(metrics)}.items()
                               if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}, step)
 
     def truncate_log(self, update: int, warn=None) -> None:
