@@ -117,6 +117,22 @@ def metrics(run_dir):
     return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
 
 
+@pytest.mark.parametrize("knobs", [{"level_heads": 3}, {"level_heads": 3, "n_step": 4}], ids=["td0", "window"])
+def test_level_heads_log_each_levels_entropy_over_its_samples(tmp_path, knobs):
+    """With `level_heads`, A2C logs `samples_by_level` and `entropy_by_level` as PPO does: from quest_m2's start
+    (MOM held) every trained sample is on level 1, the counts are the update's samples and level 1's entropy is the
+    update's logged entropy (every window the same size); without level heads neither is logged."""
+    env = {"task": "quest_m2", "show_milestones": "auto"}
+    train(tiny(tmp_path / "heads", knobs, env))
+    rows = metrics(tmp_path / "heads")
+    for row in rows:
+        assert row["samples_by_level"] == [0, 8 * 6, 0]
+        assert row["entropy_by_level"][1] == pytest.approx(row["entropy"], rel=1e-5)
+        assert row["entropy_by_level"][0] == row["entropy_by_level"][2] == 0.0
+    train(tiny(tmp_path / "plain", {k: v for k, v in knobs.items() if k != "level_heads"}, env))
+    assert not any("entropy_by_level" in row or "samples_by_level" in row for row in metrics(tmp_path / "plain"))
+
+
 @pytest.mark.parametrize("knobs", [{}, {"n_step": 4, "gae_lambda": 0.9}, {"gru": 8},
                                    {"n_step": 4, "update_every": 4, "target_entropy": 0.99, "ent_lr": 0.5},
                                    {"gru": 8, "level_heads": 3}],

@@ -156,12 +156,12 @@ def test_policy_over_a_batch_in_chunks_is_the_whole_batch_at_once():
 
 def test_level_means_are_each_levels_mean_over_its_samples_across_minibatches():
     """LevelMeans: over minibatches of rows (a sample may come twice, as over two epochs) the mean of each level's
-    values and their count, against a plain Python tally; a level without samples reads 0 with count 0; without
-    levels nothing is kept and nothing read."""
+    values and their count, against a plain Python tally; a level without samples reads 0 with count 0; values
+    tallied with their own levels give the same; without levels nothing is kept and nothing read."""
     g = torch.Generator().manual_seed(4)
     levels = torch.randint(0, 3, (40,), generator=g)  # four levels, the last never shown
     values = torch.rand(40, generator=g)
-    lm = returns.LevelMeans(levels, 4)
+    lm = returns.LevelMeans(4, "cpu", levels)
     batches = [torch.randperm(40, generator=g)[:15] for _ in range(4)]
     for rows in batches:
         lm.add(rows, values[rows])
@@ -174,8 +174,15 @@ def test_level_means_are_each_levels_mean_over_its_samples_across_minibatches():
     assert got["samples_by_level"].tolist() == counts and counts[3] == 0
     assert got["entropy_by_level"].tolist() == pytest.approx([x / max(1, c) for x, c in zip(sums, counts, strict=True)],
                                                              rel=1e-5)
-    none = returns.LevelMeans(None, 4)
+    own = returns.LevelMeans(4, "cpu")  # the same values, each with its own level, as A2C tallies them
+    for rows in batches:
+        own.tally(levels[rows], values[rows])
+    assert all(torch.equal(own.read("entropy")[k], got[k]) for k in got)
+    own.tally(None, values)  # no levels: nothing kept
+    assert all(torch.equal(own.read("entropy")[k], got[k]) for k in got)
+    none = returns.LevelMeans(0, "cpu")
     none.add(batches[0], values[batches[0]])
+    none.tally(levels, values)
     assert none.read("entropy") == {}
 
 

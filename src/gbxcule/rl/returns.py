@@ -97,18 +97,23 @@ def action_counts(actions: torch.Tensor, num_actions: int) -> torch.Tensor:
 
 
 class LevelMeans:
-    """A per-sample figure's mean over each milestone level's samples of an update (PPO's `entropy_by_level`):
-    `levels` int64 [B] (each sample's level; None: no levels, nothing kept), `add(rows, values)` for each
-    minibatch's rows of the B samples, `read(name)` the device tensors to log ({} without levels)."""
+    """A per-sample figure's mean over each milestone level's samples of an update (`entropy_by_level`):
+    `num_levels` (0: no levels, nothing kept); `add(rows, values)` for each minibatch's rows of a batch whose levels
+    (int64 [B]) were given as `levels` (PPO), or `tally(levels, values)` for values with their own levels (A2C's
+    windows, each of new observations; None: none); `read(name)` the device tensors to log ({} without levels)."""
 
-    def __init__(self, levels: torch.Tensor | None, num_levels: int):
+    def __init__(self, num_levels: int, device, levels: torch.Tensor | None = None):
         self.levels = levels
-        self.sums = None if levels is None else torch.zeros((num_levels, 2), device=levels.device)
+        self.sums = torch.zeros((num_levels, 2), device=device) if num_levels else None
 
     def add(self, rows: torch.Tensor, values: torch.Tensor) -> None:
-        if self.sums is not None:  # each level's sum and count, one index_add
+        if self.sums is not None:
+            self.tally(self.levels[rows], values)
+
+    def tally(self, levels: torch.Tensor | None, values: torch.Tensor) -> None:
+        if self.sums is not None and levels is not None:  # each level's sum and count, one index_add
             v = values.detach().float()
-            self.sums.index_add_(0, self.levels[rows], torch.stack([v, torch.ones_like(v)], 1))
+            self.sums.index_add_(0, levels, torch.stack([v, torch.ones_like(v)], 1))
 
     def read(self, name: str) -> dict[str, torch.Tensor]:
         """{`name`_by_level: the mean over each level's samples (0 where none), samples_by_level: their count}."""

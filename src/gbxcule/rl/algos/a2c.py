@@ -199,6 +199,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             sums.zero_()
             gn_sum.zero_()
             hist.zero_()
+            by_level = returns.LevelMeans(model.level_heads, dev)  # each level head's entropy
             for k in range(windows_per_update):
                 if t_len == 1:
                     mark = timer.start("forward")
@@ -207,6 +208,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                     dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
                     action = dist.sample()
                     logp, ent = dist.log_prob(action), dist.entropy()
+                    by_level.tally(model.levels(env.obs), ent)
                     timer.stop(mark)
                     mark = timer.start("env")
                     _, reward, term, trunc, _ = env.step(action)
@@ -245,9 +247,11 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                                              a.gae_lambda, trunc_buf, final_values)
                     action = act_buf.reshape(-1)
                     with s.autocast(a.amp):
-                        logits, value = model(obs_buf.reshape(t_len * n, *obs_shape))
+                        logits, value = model(flat := obs_buf.reshape(t_len * n, *obs_shape))
                     dist = torch.distributions.Categorical(logits=logits.float(), validate_args=False)
-                    loss, m = a2c_loss(dist.log_prob(action), dist.entropy(), value.float(), ret.reshape(-1), coefs)
+                    loss, m = a2c_loss(dist.log_prob(action), ent := dist.entropy(), value.float(), ret.reshape(-1),
+                                       coefs)
+                    by_level.tally(model.levels(flat), ent)
                     (loss / windows_per_step).backward()
                 sums.add_(torch.stack([m[name].float() for name in STAT_NAMES]))
                 hist.index_add_(0, action, ones)
@@ -261,7 +265,8 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
             if log_coef is not None:  # next update's weight, from this one's mean entropy
                 adapt_ent_coef(log_coef, mean[STAT_NAMES.index("entropy")], ent_target, a.ent_lr)
             metrics = {"lr": lr, "ent_coef": ent_coef, **dict(zip(STAT_NAMES, mean.unbind(0), strict=True)),
-                       "grad_norm": gn_sum / (a.steps_per_update // a.update_every), "actions": hist}
+                       "grad_norm": gn_sum / (a.steps_per_update // a.update_every), "actions": hist,
+                       **by_level.read("entropy")}
             s.end_update(a.steps_per_update * n, metrics, guard=("pg_loss", "v_loss", "grad_norm"))
     return s.summary
 

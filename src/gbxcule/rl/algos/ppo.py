@@ -304,7 +304,7 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
                 prox_logp, b_val, adv, ret = proximal(b, b_obs, b_act)
                 lag_w = (prox_logp - b_logp).exp()
             b_adv, b_ret = adv.reshape(-1), ret.reshape(-1)
-            by_level = returns.LevelMeans(model.levels(b_obs), model.level_heads)  # each level head's entropy
+            by_level = returns.LevelMeans(model.level_heads, dev, model.levels(b_obs))  # each head's entropy
             stats = []
             for _epoch in range(p.epochs):
                 groups = returns.minibatches(n_learn if state is not None else t_len * n_learn, p.minibatches,
