@@ -373,6 +373,7 @@ def test_summarize_writes_one_summary_json_per_figure(tmp_path):
     # the evals after the first at the target: how a run that trained on past success held it
     assert a["after_target"] == {"evals": 3, "min_greedy": 0.875, "env_steps_past": 300}
     assert a["sps_median"] == 1003.0 and a["final_policy"] == {"source": "last"}  # the first two updates left out
+    assert a["config"] == {"algo": "ppo", "env": {"num_envs": 8}}  # the setup it trained, less the harness's run keys
     assert a["final_greedy_stuck"] == 0.25  # the failed greedy episodes that ended on a still screen
     assert a["final_greedy_stuck_actions"] == {"up": 2}  # and what they kept pressing
     assert a["final_greedy_failed_at"] == {"cells": ["0xC100", "0xC101", "0xC102"], "places": {"5,1,9": 3}}

@@ -256,21 +256,25 @@ def test_a_config_reads_its_base_first_and_sets_its_own_over_it(tmp_path, capsys
 
 @pytest.mark.parametrize(("summary", "without"), [
     ("quest_route_s0", []),
+    ("quest_route_s1", []),
     ("quest_config_s0", ["env.archive.route=0.0", "env.archive.route_by=weights"]),
     ("quest_65k_lh_still32", ["env.archive.route=0.0", "env.archive.route_by=weights"]),
 ])
 def test_the_quest_config_is_the_setup_its_cited_runs_trained(summary, without):
     """configs/quest.toml, with a cited run's own run settings (and `without`: the knobs that run trained before the
-    config took them), gives the config that run's command gave (by --set flags over configs/long_tasks.toml, or over
-    configs/quest.toml itself): the summary's command is what was measured, and every row of BENCHMARKS' quest table
-    that names the config trained it."""
+    config took them), gives the setup that run trained (its config.json, kept in the summary: the same env, ROM and
+    learner) and the one its command gives (by --set flags over configs/long_tasks.toml, or over configs/quest.toml
+    itself): every row of BENCHMARKS' quest table that names the config trained it, and its command repeats it."""
     import shlex
 
+    from gbxcule.core.cartridge import load_rom
     from gbxcule.rl.archive import ArchiveConfig
     from gbxcule.rl.config import parse_sets
+    from gbxcule.roms import resolve_rom
 
     root = Path(__file__).resolve().parent.parent
-    command = json.loads((root / f"benchmarks/tasks/{summary}.json").read_text())["command"]
+    cited_run = json.loads((root / f"benchmarks/tasks/{summary}.json").read_text())
+    command, trained = cited_run["command"], cited_run["numbers"]["runs"][0]["config"]
     inner = shlex.split(shlex.split(command)[-1])
     assert inner[0] == "--config" and inner[1] in ("configs/long_tasks.toml", "configs/quest.toml")
     sets = [inner[i + 1] for i in range(2, len(inner), 2)]
@@ -281,9 +285,12 @@ def test_the_quest_config_is_the_setup_its_cited_runs_trained(summary, without):
     assert {s.partition("=")[0] for s in bench_run} == {"run.eval_every_s", "run.eval_episodes",
                                                         "run.policy_every_s"}
     ours = to_dict(make_config(root / "configs/quest.toml", parse_sets(bench_run + without)))
-    for c in (ours, cited):  # env.archive holds the keys a config sets: the rest are the archive's defaults
+    for c in (ours, cited, trained):  # env.archive holds the keys a config sets: the rest are the archive's defaults
         c["env"]["archive"] = {**ArchiveConfig().to_dict(), **c["env"]["archive"]}
     assert ours == cited
+    assert trained["env"].pop("rom_sha1") == load_rom(resolve_rom("QUEST")).info.sha1  # today's quest ROM
+    assert ours["env"].pop("rom_sha1") is None  # recorded when a run starts
+    assert trained == {k: v for k, v in ours.items() if k != "run"}
     assert ours["env"]["reward"]["still_steps"] == 32 and ours["ppo"]["level_heads"] == 12
     assert ours["env"]["archive"]["route"] == (0.0 if without else 0.3)
 

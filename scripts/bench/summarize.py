@@ -14,7 +14,8 @@ success, the final eval's greedy and sampled success (and the greedy episodes th
 `final_greedy_stuck`, and what they kept pressing, `final_greedy_stuck_actions`, those that ended circling through a
 few screens, `final_greedy_cycling`, and where the failed ones ended, `final_greedy_failed_at`, where the eval
 reports them; on a task with milestones the mean deepest milestone, `final_greedy_deepest` and
-`final_sampled_deepest`), the final policy's source, the median training SPS (the first two updates left out, as
+`final_sampled_deepest`), the final policy's source, the setup it trained (`config`: its config.json less the run
+section, which the harness sets), the median training SPS (the first two updates left out, as
 bench_learning.py), with evals beside training the env phase's median with an eval in flight and without
 (`env_phase`), with the state archive the share of envs in an episode from the task's start (`from_start_share`)
 and, where the task names milestones, the share of its cells' episodes that gained one by the milestones their start
@@ -82,7 +83,8 @@ def run_entry(folder: Path, target: float | None) -> tuple[dict, list]:
              "after_target": r["after_target"],
              "final_greedy": final.get("greedy", {}).get("success_rate", final.get("success_rate")),
              "final_sampled": final.get("sampled", {}).get("success_rate"),
-             "final_policy": summary.get("final_policy"), "sps_median": r["sps_median"]}
+             "final_policy": summary.get("final_policy"), "sps_median": r["sps_median"],
+             "config": {k: v for k, v in config.items() if k != "run"}}  # the setup it trained
     greedy = final.get("greedy", {})
     if greedy.get("stuck_rate") is not None:  # failed greedy episodes that ended on a still screen (STUCK_STEPS)
         entry["final_greedy_stuck"] = greedy["stuck_rate"]
