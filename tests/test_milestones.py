@@ -504,6 +504,79 @@ def test_route_by_level_gives_each_level_on_the_route_the_same_share_and_favours
     assert "\n" not in str(err.value)
 
 
+def test_route_by_back_draws_each_levels_window_before_its_deepest_route_cell_not_yet_won():
+    """`route_by = "back"`: in each level the route's window is its deepest route cell not yet won (untried, or
+    fewer wins than losses) and the route cells up to `route_back` steps before it (a plain Python reference on
+    random routes); the draw gives each level's window the same share, its cells alike, and nothing off it; as the
+    window's cells win it walks back toward the level's entry, and a level whose route cells have all won drops
+    out; no window anywhere leaves the other draws as they were; a bad `route_back` is one line."""
+    import random
+
+    from gbxcule.rl.archive import U_BITS, ArchiveConfig
+    from gbxcule.rl.env import EnvConfigError
+
+    def reference(level, steps, route, tries, wins, back):
+        open_ = [on and (t == 0 or w < t - w) for on, t, w in zip(route, tries, wins, strict=True)]
+        deepest = {lv: max(s for s, v, o in zip(steps, level, open_, strict=True) if o and v == lv)
+                   for lv in {v for v, o in zip(level, open_, strict=True) if o}}
+        return [route[c] and level[c] in deepest and deepest[level[c]] - back <= steps[c] <= deepest[level[c]]
+                for c in range(len(level))]
+
+    rng = random.Random(3)
+    n = 1 << 16
+    for _ in range(40):
+        level = [rng.randrange(4) for _ in range(8)]
+        steps = [rng.randrange(60) for _ in range(8)]
+        route = [rng.random() < 0.7 for _ in range(8)]
+        tries = [rng.choice((0, 4, 9, 20)) for _ in range(8)]
+        wins = [rng.randrange(t + 1) for t in tries]
+        back = rng.choice((0, 5, 12))
+        a = level_archive(n, level, tries, wins, route=1.0, route_by="back", route_back=back)
+        a.steps[:8] = torch.tensor(steps)
+        a.on_route[:8] = torch.tensor(route)
+        assert a.back_cells()[:8].tolist() == reference(level, steps, route, tries, wins, back)
+
+    g = torch.Generator().manual_seed(11)
+    u_start, u_cell = (torch.randint(0, 1 << U_BITS, (n,), generator=g) for _ in range(2))
+    u_route = torch.zeros(n, dtype=torch.int64)  # every start is the route's
+    done = torch.ones(n, dtype=torch.bool)
+    level = [1, 1, 1, 1, 1, 2, 2, 0]  # level 1's found way at steps 10, 14, 18, 22, 26; level 2's at 40, 44
+    steps = [10, 14, 18, 22, 26, 40, 44, 0]
+    route = [True] * 7 + [False]
+
+    def drawn(tries, wins, back=4):
+        a = level_archive(n, level, tries, wins, route=1.0, route_by="back", route_back=back)
+        a.steps[:8] = torch.tensor(steps)
+        a.on_route[:8] = torch.tensor(route)
+        rows = a.choose(done, u_start, u_cell, u_route)[1]
+        return (torch.bincount(rows, minlength=9)[:8].double() / n).tolist()
+
+    # nothing tried: each level's window ends at its deepest cell; level 1: cells 3, 4; level 2: cells 5, 6
+    got = drawn([0] * 8, [0] * 8)
+    expect = [0, 0, 0, 0.25, 0.25, 0.25, 0.25, 0]
+    assert max(abs(x - y) for x, y in zip(got, expect, strict=True)) < 0.01, got
+    # level 1's last two cells won (cell 4 ties, 3 of 6), cell 2 lost: its window walks back to cells 1, 2
+    got = drawn([0, 0, 9, 10, 6, 0, 0, 0], [0, 0, 1, 8, 3, 0, 0, 0])
+    expect = [0, 0.25, 0.25, 0, 0, 0.25, 0.25, 0]
+    assert max(abs(x - y) for x, y in zip(got, expect, strict=True)) < 0.01, got
+    # level 2 all won: level 1's window takes the whole route; a wider window reaches back to cell 0
+    got = drawn([0, 0, 9, 10, 6, 4, 4, 0], [0, 0, 1, 8, 3, 4, 3, 0], back=8)
+    expect = [1 / 3, 1 / 3, 1 / 3, 0, 0, 0, 0, 0]
+    assert max(abs(x - y) for x, y in zip(got, expect, strict=True)) < 0.01, got
+    # every route cell won: no window, so the route's part keeps the usual draw
+    won = [4] * 7 + [0]
+    a = level_archive(n, level, won, won, route=1.0, route_by="back")
+    a.steps[:8] = torch.tensor(steps)
+    a.on_route[:8] = torch.tensor(route)
+    assert not bool(a.back_cells().any())
+    plain = level_archive(n, level, won, won)  # no route
+    plain.steps[:8] = torch.tensor(steps)
+    assert torch.equal(a.choose(done, u_start, u_cell, u_route)[1], plain.choose(done, u_start, u_cell)[1])
+    with pytest.raises(EnvConfigError, match="route_back") as err:
+        ArchiveConfig(route_back=-1)
+    assert "\n" not in str(err.value)
+
+
 def test_reach_share_draws_starts_among_the_cells_holding_what_the_median_env_from_the_start_holds():
     """`reach` r: after the frontier's first f of the share draw, the next r of it is drawn among the cells that hold
     as many milestones as the median env playing from the task's start held at the last update's read (explorers

@@ -150,8 +150,14 @@ class ArchiveConfig:
     # (1 - p) of its smoothed win rate (an untried cell as one at one half), so each segment's found way gets its
     # part and, within it, its starts gather where about half win: the backward algorithm along the archive's own
     # path (with win = "milestone" a cell's win is its next milestone). Where the task names no milestones every
-    # cell is on one level
-    route_by: str = knob("weights", choices=("weights", "level"))
+    # cell is on one level. "back": each level on the route alike, within it only the window `back_cells` (the
+    # level's deepest route cell not yet won and the route's cells up to `route_back` steps before it), each alike:
+    # the backward algorithm's moving start, so a rare decision on the found way gets the level's whole part of the
+    # route rather than its share among the route's cells that lose as often
+    route_by: str = knob("weights", choices=("weights", "level", "back"))
+    # `route_by` "back": the window's length in steps from the task's start (cells' stored paths), before the deepest
+    # route cell of each level not yet won
+    route_back: int = knob(8, min=0, max=1 << 20)
     # several processes: each update every process offers up to this many of its new or improved cells (emulator
     # states included) to the others, so a cell found on one GPU starts envs on all (0: each keeps its own)
     share: int = knob(0, min=0, max=65536)
@@ -680,7 +686,8 @@ class StateArchive:
         among the reach's, each by the same weights, in the next `edge` among the cells started from by `mid_weights`
         alone (`edge_by` "level": each level alike, `level_weights`), in the next `entry` among the levels' entry cells
         (`entry_cells`), each level alike; then with probability `route` among the route's cells (`on_route`) by the
-        same weights (`route_by` "level": each level alike, by `mid_weights` within it); each where any of its cells
+        same weights (`route_by` "level": each level alike, by `mid_weights` within it; "back": each level's
+        `back_cells` alike); each where any of its cells
         weighs more than 0. Counts the chosen cells."""
         torch, m = self.torch, self.m
         w = self.weights()
@@ -707,8 +714,13 @@ class StateArchive:
             w_entry = self.level_weights(first.long(), first, self._even)
             row = self._draw_among(w_entry, first, u_cell, u_share, lo, lo + self.cfg.entry, row)
         if self.routes and u_route is not None:
-            on = self.on_route[:m]
-            w_route = self.level_weights(self.mid_weights(), on, self._even) if self.cfg.route_by == "level" else w
+            on = self.back_cells() if self.cfg.route_by == "back" else self.on_route[:m]
+            if self.cfg.route_by == "back":  # each level's window alike, its cells alike
+                w_route = self.level_weights(on.long(), on, self._even)
+            elif self.cfg.route_by == "level":
+                w_route = self.level_weights(self.mid_weights(), on, self._even)
+            else:
+                w_route = w
             row = self._draw_among(w_route, on, u_cell, u_route, 0.0, self.cfg.route, row)
         start = u_start >= int(self.p * (1 << U_BITS))
         if self.n_explore:  # explorers start from a cell whenever the archive holds one
@@ -770,6 +782,22 @@ class StateArchive:
         steps = torch.where(used, self.steps[:m], STEP_CAP + 1)
         least = torch.full_like(self._even, STEP_CAP + 1).scatter_reduce_(0, lv, steps, "amin")
         return used & (lv > 0) & (steps == least.gather(0, lv))
+
+    def back_cells(self):
+        """bool [capacity]: the route's backward window (`route_by` "back"): in each level, its deepest route cell not
+        yet won (untried, or its smoothed win rate (wins + 1) / (tries + 2) under one half; deepest: the most steps
+        from the task's start) and the level's route cells up to `route_back` steps before it. A level whose route
+        cells have all won has none; a cell is won once its episodes have won at least as often as they lost, so the
+        window walks back from each milestone as the policy learns the way to it."""
+        torch, m = self.torch, self.m
+        on = self.on_route[:m]
+        tries, fails = self._tries_fails()
+        open_ = on & ((tries == 0) | (2 * (tries - fails + 1) < tries + 2))
+        lv = torch.where(on, self.progress[:m], 0).clamp_(0, len(self._even) - 1)
+        steps = self.steps[:m]
+        deepest = torch.full_like(self._even, -1).scatter_reduce_(0, lv, torch.where(open_, steps, -1), "amax")
+        d = deepest.gather(0, lv)
+        return on & (d >= 0) & (steps <= d) & (steps >= d - self.cfg.route_back)
 
     def reach_cells(self):
         """bool [capacity]: the used cells that hold `level` milestones (every used cell where the task names
