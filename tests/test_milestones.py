@@ -456,11 +456,19 @@ def test_an_episode_that_gains_a_milestone_puts_its_path_on_the_route_under_mile
         assert bool(env.milestones[0, 0]) and not bool(env.milestones[1].any())
         stats = env.episode_stats()
         arch = env.archive
-        on = {int(arch.keys[r]) for r in range(int(arch.count)) if bool(arch.on_route[r])}
+        rows = [r for r in range(int(arch.count)) if bool(arch.on_route[r])]
+        on = {int(arch.keys[r]) for r in rows}
         walked_by[win] = (on, set(walked), stats.get("archive/route_cells"))
+        # the route by level, and each level's deepest route cell not yet won (untried, or fewer wins than losses)
+        by_level = stats["archive/route_level_cells"]
+        levels = len(by_level)
+        assert by_level == [sum(int(arch.progress[r]) == j for r in rows) for j in range(levels)]
+        open_ = [r for r in rows if int(arch.tries[r]) == 0 or 2 * int(arch.wins[r]) < int(arch.tries[r])]
+        assert stats["archive/back_at"] == [max((int(arch.steps[r]) for r in open_ if int(arch.progress[r]) == j),
+                                                default=None) for j in range(levels)]
         env.close()
     on, walked, n = walked_by["milestone"]
-    assert on == walked and n == len(on)
+    assert on == walked and n == len(on) > 0
     assert walked_by["goal"][0] == set() and walked_by["goal"][2] == 0
 
 

@@ -783,21 +783,36 @@ class StateArchive:
         least = torch.full_like(self._even, STEP_CAP + 1).scatter_reduce_(0, lv, steps, "amin")
         return used & (lv > 0) & (steps == least.gather(0, lv))
 
-    def back_cells(self):
-        """bool [capacity]: the route's backward window (`route_by` "back"): in each level, its deepest route cell not
-        yet won (untried, or its smoothed win rate (wins + 1) / (tries + 2) under one half; deepest: the most steps
-        from the task's start) and the level's route cells up to `route_back` steps before it. A level whose route
-        cells have all won has none; a cell is won once its episodes have won at least as often as they lost, so the
-        window walks back from each milestone as the policy learns the way to it."""
+    def _route_levels(self):
+        """(on, lv, deepest): the route's cells (bool [capacity]), their levels (the milestones held; 0 off the route)
+        and, per level, the steps from the task's start of its deepest route cell not yet won (untried, or its
+        smoothed win rate (wins + 1) / (tries + 2) under one half), -1 where it has none (int64 [levels])."""
         torch, m = self.torch, self.m
         on = self.on_route[:m]
         tries, fails = self._tries_fails()
         open_ = on & ((tries == 0) | (2 * (tries - fails + 1) < tries + 2))
         lv = torch.where(on, self.progress[:m], 0).clamp_(0, len(self._even) - 1)
-        steps = self.steps[:m]
-        deepest = torch.full_like(self._even, -1).scatter_reduce_(0, lv, torch.where(open_, steps, -1), "amax")
-        d = deepest.gather(0, lv)
+        deepest = torch.full_like(self._even, -1).scatter_reduce_(0, lv, torch.where(open_, self.steps[:m], -1),
+                                                                  "amax")
+        return on, lv, deepest
+
+    def back_cells(self):
+        """bool [capacity]: the route's backward window (`route_by` "back"): in each level, its deepest route cell not
+        yet won (`_route_levels`; deepest: the most steps from the task's start) and the level's route cells up to
+        `route_back` steps before it. A level whose route cells have all won has none; a cell is won once its episodes
+        have won at least as often as they lost, so the window walks back from each milestone as the policy learns
+        the way to it."""
+        on, lv, deepest = self._route_levels()
+        steps, d = self.steps[:self.m], deepest.gather(0, lv)
         return on & (d >= 0) & (steps <= d) & (steps >= d - self.cfg.route_back)
+
+    def route_focus(self):
+        """int64 [2 x levels]: for each level j, the route's cells holding j milestones and the steps from the task's
+        start of its deepest one not yet won, -1 where none (`archive/route_level_cells`, `archive/back_at`: where
+        `route_by` "back" puts the level's window)."""
+        on, lv, deepest = self._route_levels()
+        count = self.torch.zeros_like(self._even).index_add_(0, lv, on.long())
+        return self.torch.stack([count, deepest], 1).reshape(-1)
 
     def reach_cells(self):
         """bool [capacity]: the used cells that hold `level` milestones (every used cell where the task names
@@ -923,6 +938,8 @@ class StateArchive:
                  self.entry_stats.reshape(-1)]
         if self._edge_focus:
             parts.append(self.edge_focus())
+        if self.routes:
+            parts.append(self.route_focus())
         return torch.cat(parts)
 
     def read_stats(self, clear: bool = True, vals: list | None = None) -> dict:
@@ -939,6 +956,8 @@ class StateArchive:
         by_level = [int(x) for x in vals[at + len(self._hist):at + 3 * len(self._hist)]]
         by_entry = [int(x) for x in vals[at + 3 * len(self._hist):at + 5 * len(self._hist)]]
         by_edge = [int(x) for x in vals[at + 5 * len(self._hist):at + 7 * len(self._hist)]]
+        at_route = at + (7 if self._edge_focus else 5) * len(self._hist)
+        by_route = [int(x) for x in vals[at_route:at_route + 2 * len(self._hist)]]
         level = median_level(held)
         eps_s, eps_a = s["start_episodes"], s["archive_episodes"]
         from_start = s["start_successes"] / eps_s if eps_s else None
@@ -957,6 +976,9 @@ class StateArchive:
             out["archive/areas"] = int(areas)
         if self.routes:
             out["archive/route_cells"] = int(route)
+            # the route's cells by the milestones they hold, and where each level's deepest one not yet won is
+            out["archive/route_level_cells"] = by_route[0::2]
+            out["archive/back_at"] = [x if x >= 0 else None for x in by_route[1::2]]
         if self.milestones is not None:  # the cells holding the most milestones (the frontier's cells); the reach
             out["archive/frontier_cells"] = int(front) if cells else 0
             out["archive/reach_level"] = level
