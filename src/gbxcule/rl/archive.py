@@ -714,13 +714,12 @@ class StateArchive:
             w_entry = self.level_weights(first.long(), first, self._even)
             row = self._draw_among(w_entry, first, u_cell, u_share, lo, lo + self.cfg.entry, row)
         if self.routes and u_route is not None:
-            on = self.back_cells() if self.cfg.route_by == "back" else self.on_route[:m]
             if self.cfg.route_by == "back":  # each level's window alike, its cells alike
+                on = self.back_cells()
                 w_route = self.level_weights(on.long(), on, self._even)
-            elif self.cfg.route_by == "level":
-                w_route = self.level_weights(self.mid_weights(), on, self._even)
             else:
-                w_route = w
+                on = self.on_route[:m]
+                w_route = self.level_weights(self.mid_weights(), on, self._even) if self.cfg.route_by == "level" else w
             row = self._draw_among(w_route, on, u_cell, u_route, 0.0, self.cfg.route, row)
         start = u_start >= int(self.p * (1 << U_BITS))
         if self.n_explore:  # explorers start from a cell whenever the archive holds one
