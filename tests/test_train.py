@@ -255,16 +255,18 @@ def test_a_config_reads_its_base_first_and_sets_its_own_over_it(tmp_path, capsys
 
 
 @pytest.mark.parametrize(("summary", "without"), [
-    ("quest_route_s0", []),
-    ("quest_route_s1", []),
+    ("quest_back_s1", []),
+    ("quest_route_s0", ["env.archive.route_by=level"]),
+    ("quest_route_s1", ["env.archive.route_by=level"]),
     ("quest_config_s0", ["env.archive.route=0.0", "env.archive.route_by=weights"]),
     ("quest_65k_lh_still32", ["env.archive.route=0.0", "env.archive.route_by=weights"]),
 ])
 def test_the_quest_config_is_the_setup_its_cited_runs_trained(summary, without):
-    """configs/quest.toml, with a cited run's own run settings (and `without`: the knobs that run trained before the
-    config took them), gives the setup that run trained (its config.json, kept in the summary: the same env, ROM and
-    learner) and the one its command gives (by --set flags over configs/long_tasks.toml, or over configs/quest.toml
-    itself): every row of BENCHMARKS' quest table that names the config trained it, and its command repeats it."""
+    """configs/quest.toml, with a cited run's own run settings (and `without`: the knobs as that run trained them,
+    before the config took today's), gives the setup that run trained (its config.json, kept in the summary: the same
+    env, ROM and learner) and the one its command gives (by --set flags over configs/long_tasks.toml, or over
+    configs/quest.toml itself): every row of BENCHMARKS' quest table that names the config trained it, and its
+    command repeats it."""
     import shlex
 
     from gbxcule.core.cartridge import load_rom
@@ -292,7 +294,8 @@ def test_the_quest_config_is_the_setup_its_cited_runs_trained(summary, without):
     assert ours["env"].pop("rom_sha1") is None  # recorded when a run starts
     assert trained == {k: v for k, v in ours.items() if k != "run"}
     assert ours["env"]["reward"]["still_steps"] == 32 and ours["ppo"]["level_heads"] == 12
-    assert ours["env"]["archive"]["route"] == (0.0 if without else 0.3)
+    assert ours["env"]["archive"]["route"] == (0.0 if "env.archive.route=0.0" in without else 0.3)
+    assert ours["env"]["archive"]["route_by"] == next((s.partition("=")[2] for s in without if "route_by" in s), "back")
 
 
 def test_run_deterministic_sets_torchs_deterministic_algorithms(monkeypatch):
