@@ -464,6 +464,9 @@ def test_bench_learning_evaluates_the_kept_policies_and_the_summary_keeps_their_
              {"mark_s": 900, "env_steps": 3000, "greedy": 1.0, "mean_deepest": None},
              {"mark_s": 1200, "env_steps": None, "greedy": None, "mean_deepest": None}]
     assert bench_learning.read_run(run_dir, 0.9)["policy_evals"] == rates
+    # the first kept weights at the target, by mark (the time to it where periodic evals are off)
+    assert [bench_learning.read_run(run_dir, t)["to_target_mark_s"] for t in (0.2, 0.9, 1.0)] == [300, 900, 900]
+    assert bench_learning.read_run(run_dir, 0.0)["to_target_mark_s"] == 300  # a failed eval (1200 s) never counts
     for p in (run_dir / "policies").iterdir():  # brought back without its weights: the reports name the marks
         p.unlink()
     assert bench_learning.read_run(run_dir, 0.9)["policy_evals"] == rates
@@ -471,7 +474,8 @@ def test_bench_learning_evaluates_the_kept_policies_and_the_summary_keeps_their_
     r = run([sys.executable, "scripts/bench/summarize.py", "--topic", "tasks", "--name", "q", "--command", "c",
              "--root", str(root), str(run_dir)])
     assert r.returncode == 0, r.stderr
-    assert json.loads((root / "tasks" / "q.json").read_text())["numbers"]["runs"][0]["policy_evals"] == rates
+    entry = json.loads((root / "tasks" / "q.json").read_text())["numbers"]["runs"][0]
+    assert entry["policy_evals"] == rates and entry["to_target_mark_s"] == 900
     # --segments: bench_segments.py on the final policy, once it exists, beside the policy evals; its report read
     assert bench_learning.segment_command(types.SimpleNamespace(episodes=32, gpus=1, segments=False), run_dir) == []
     args = types.SimpleNamespace(episodes=16, gpus=0, segments=True, sampled_evals=False)

@@ -236,6 +236,7 @@ def read_run(run_dir: Path, target: float) -> dict:
     # the training seconds of the weights that reached the target (the update that made them): an eval beside
     # training reports its result later, at eval/wall_s
     made = next((r.get("wall_s") for r in rows if hit and r.get("env_steps") == hit["eval/env_steps"]), None)
+    marks = policy_evals(run_dir)
     # training seconds at the last update; the run's own end (summary's wall_s) also holds the evals it waited for
     # after it (the one in flight at a time limit, the last weights')
     return {"updates": len(rows), "env_steps": rows[-1]["env_steps"] if rows else 0,
@@ -255,7 +256,10 @@ def read_run(run_dir: Path, target: float) -> dict:
             "final_eval_cycling": final.get("greedy", {}).get("cycle_rate"),  # ... and circling
             "final_eval_failed_at": final.get("greedy", {}).get("failed_at"),  # and where the failures ended
             "sps_median": statistics.median(sps) if sps else None,
-            "policy_evals": policy_evals(run_dir),
+            "policy_evals": marks,
+            # the first kept weights at the target (--policy-evals): the time to it where periodic evals are off
+            "to_target_mark_s": next((e["mark_s"] for e in marks if (e["greedy"] if e["greedy"] is not None else -1)
+                                      >= target), None),
             "segments": segments(run_dir),
             "curve": [(r["eval/env_steps"], r["eval/elapsed_s"], r["eval/greedy_success"]) for r in evals]}
 
@@ -365,7 +369,9 @@ def main() -> int:
             cells = [f"{e['mark_s']} s {fmt(e['greedy'], '.1%')}" + deepest(e.get("mean_deepest"))
                      + (f", sampled {fmt(e['sampled'], '.1%')}{deepest(e.get('sampled_deepest'))}"
                         if "sampled" in e else "") for e in r["policy_evals"]]
-            print(f"{r['setup'][:14]:14s} {r['seed']:>4d}  " + "; ".join(cells))
+            first = r["to_target_mark_s"]
+            print(f"{r['setup'][:14]:14s} {r['seed']:>4d}  " + "; ".join(cells)
+                  + (f"; first at the target: the {first} s weights" if first is not None else "; none at the target"))
     segs = [r for r in results if r.get("segments")]
     if segs:
         print("greedy (sampled) success of each final policy from each segment task's start (--segments)")

@@ -15,20 +15,20 @@ success, the final eval's greedy and sampled success (and the greedy episodes th
 few screens, `final_greedy_cycling`, and where the failed ones ended, `final_greedy_failed_at`, where the eval
 reports them; on a task with milestones the mean deepest milestone, `final_greedy_deepest` and
 `final_sampled_deepest`), the final policy's source, the setup it trained (`config`: its config.json less the run
-section, which the harness sets), the median training SPS (the first two updates left out, as
-bench_learning.py), with evals beside training the env phase's median with an eval in flight and without
-(`env_phase`), with the state archive the share of envs in an episode from the task's start (`from_start_share`)
-and, where the task names milestones, the share of its cells' episodes that gained one by the milestones their start
-held over the last minute (`level_gains`; `entry_gains` for the episodes from the levels' entry cells; with the
-edge, `edge_won`: its weight by level and the share on cells that win 1 in 8 or more), where the
-task names a lives byte the lives lost in training and over its last minute (`lives_lost`), the policy's mean
-entropy at its first update and over its last minute (`entropy`: how far from greedy a sampled policy still is; with
-level heads each level's too), the median seconds of an update and of its env, inference and learning phases
-(`phases`), with `bench_learning.py --policy-evals` the greedy success of the weights kept at each mark
-(`policy_evals`), and with its `--segments` the final policy's from each segment task's start (`segments`). A bench
-JSON is copied under its file name, less its `environment`. Tree, machine and date come from the sources (facts.json's
-git, gpu and host, its start; a bench JSON's environment) unless given; BENCHMARKS.md cites the file. `--plot` also
-draws NAME.png: each run's periodic greedy success against seconds since its process started.
+section, which the harness sets), the median training SPS (the first two updates left out, as bench_learning.py),
+with evals beside training the env phase's median with an eval in flight and without (`env_phase`), with the state
+archive the share of envs in an episode from the task's start (`from_start_share`) and, where the task names
+milestones, the share of its cells' episodes that gained one by the milestones their start held over the last minute
+(`level_gains`; `entry_gains` for the episodes from the levels' entry cells; with the edge, `edge_won`: its weight
+by level and the share on cells that win 1 in 8 or more), where the task names a lives byte the lives lost in
+training and over its last minute (`lives_lost`), the policy's mean entropy at its first update and over its last
+minute (`entropy`: how far from greedy a sampled policy still is; with level heads each level's too), the median
+seconds of an update and of its env, inference and learning phases (`phases`), with `bench_learning.py
+--policy-evals` the greedy success of the weights kept at each mark (`policy_evals`; the first at the target:
+`to_target_mark_s`), and with its `--segments` the final policy's from each segment task's start (`segments`). A
+bench JSON is copied under its file name, less its `environment`. Tree, machine and date come from the sources
+(facts.json's git, gpu and host, its start; a bench JSON's environment) unless given; BENCHMARKS.md cites the file.
+`--plot` also draws NAME.png: each run's periodic greedy success against seconds since its process started.
 """
 
 from __future__ import annotations
@@ -99,6 +99,7 @@ def run_entry(folder: Path, target: float | None) -> tuple[dict, list]:
             entry[f"final_{mode}_deepest"] = final[mode]["mean_deepest"]
     if r["policy_evals"]:  # bench_learning.py --policy-evals: the weights kept at each mark, evaluated greedy
         entry["policy_evals"] = r["policy_evals"]
+        entry["to_target_mark_s"] = r["to_target_mark_s"]  # the first of them at the target (None: none)
     if r.get("segments"):  # bench_learning.py --segments: the final policy from each segment task's start
         entry["segments"] = r["segments"]
     first = milestone_first(folder, config)
