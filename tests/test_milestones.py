@@ -1101,12 +1101,24 @@ def test_shown_milestones_are_the_flags_held_now_in_the_last_row_and_change_noth
     assert shown.describe()["show_milestones"] is True
 
 
-def test_show_milestones_needs_a_task_with_milestones():
+def test_show_milestones_on_a_task_without_milestones_draws_a_blank_row():
+    """"on" on a task that names no milestones: the observation's last row is blank (nothing held) and the rest of
+    the frame is the game's, as with the row off; "auto" leaves such a task's frame alone."""
     from gbxcule.rl.env import GameEnv
     from gbxcule.rl.starts import EnvConfigError
 
-    with pytest.raises(EnvConfigError, match="show_milestones needs a task with 1 to 20 milestones"):
-        GameEnv(num_envs=1, task="leave_house", show_milestones="on")
+    on, off = (GameEnv(num_envs=4, task="leave_house", show_milestones=m, device="cpu", seed=1) for m in ("on", "off"))
+    obs = [on.reset(seed=1)[0], off.reset(seed=1)[0]]
+    inked = int((obs[1][..., -1, :] != 0).sum())
+    g = torch.Generator().manual_seed(0)
+    for _ in range(12):
+        a = torch.randint(0, 8, (4,), generator=g)
+        obs = [on.step(a)[0], off.step(a)[0]]
+        assert torch.equal(obs[0][..., :-1, :], obs[1][..., :-1, :])
+        assert not obs[0][..., -1, :].any()
+        inked += int((obs[1][..., -1, :] != 0).sum())
+    assert inked > 0  # the game draws there: the blank row is the env's
+    assert on.describe()["show_milestones"] is True
     with pytest.raises(EnvConfigError, match="show_milestones must be on, off or auto"):
         GameEnv(num_envs=1, task="leave_house", show_milestones="yes")
     assert not GameEnv(num_envs=1, task="leave_house", show_milestones="auto").show_milestones

@@ -298,6 +298,29 @@ def test_the_quest_config_is_the_setup_its_cited_runs_trained(summary, without):
     assert ours["env"]["archive"]["route_by"] == next((s.partition("=")[2] for s in without if "route_by" in s), "back")
 
 
+@pytest.mark.parametrize(("task", "shown"), [("leave_house", "on"), ("quest_m4", "auto")])
+def test_the_quest_config_only_its_task_changed_trains_tasks_with_and_without_milestones(tmp_path, task, shown):
+    """configs/quest.toml with `--task` alone changed (and a tiny size) trains an OVERWORLD task that names no
+    milestones, its level heads and milestone row reading a blank row (recorded as show_milestones "on", so its eval
+    draws the same), and a quest segment with its route's backward window; each run's policy evaluates."""
+    from gbxcule.rl.config import make_env
+
+    root = Path(__file__).resolve().parent.parent
+    run = tmp_path / task
+    tiny = ["env.num_envs=32", "env.archive.capacity=64", "total_steps=1024", "run.eval_every_s=none",
+            "run.eval_episodes=2", "run.policy_every_s=none"]
+    rc = main(["train", "--config", str(root / "configs/quest.toml"), "--task", task, "--device", "cpu",
+               "--run-dir", str(run), "--no-progress", *[x for kv in tiny for x in ("--set", kv)]])
+    assert rc == 0
+    config = json.loads((run / "config.json").read_text())
+    assert config["env"]["show_milestones"] == shown and config["ppo"]["level_heads"] == 12
+    assert json.loads((run / "summary.json").read_text())["updates"] == 2
+    assert json.loads((run / "eval.json").read_text())["greedy"]["episodes"] == 2
+    env = make_env(make_config(None, config).env, "cpu", seed=0, num_envs=2)  # as its evals and resumes build it
+    assert env.show_milestones and (task == "leave_house") == (not env.milestone_names)
+    env.close()
+
+
 def test_run_deterministic_sets_torchs_deterministic_algorithms(monkeypatch):
     """run.deterministic on CUDA: cuDNN's deterministic convolutions and torch's deterministic algorithms (ops without
     one warn), cuBLAS's fixed workspace; off leaves torch's choice. Torch's global flags are restored after."""

@@ -108,8 +108,9 @@ class GameEnv:
     show_milestones: draw the task's milestone flags (RAM event flags as they are now, screens as held in the
         episode) over the last row of every observation, 4 pixels each (shade 3 where held, 0 where not; the
         rest of the row 0): the game's hidden progress made visible, as Pokemon Red agents observe event
-        flags. True ("on") needs a task with milestones (at most 20); "auto" draws them where the task has
-        some; goal templates and screen milestones are scored on the frame without them.
+        flags. True ("on") draws the row on any task with at most 20 milestones (on a task that names none a
+        blank row: nothing held); "auto" draws it where the task has some; goal templates and screen milestones
+        are scored on the frame without them.
     life_ends: a life lost (the task's `lives` byte) ends the episode, terminated and unsuccessful (training's
         episodic lives: the game plays on in evaluations, which leave it off).
     """
@@ -165,9 +166,9 @@ class GameEnv:
             raise EnvConfigError(f"show_milestones must be on, off or auto, got {show_milestones!r}")
         self.show_milestones = (bool(self.milestone_names) if show_milestones == "auto"
                                 else show_milestones in (True, "on"))
-        if self.show_milestones and not 1 <= len(self.milestone_names) <= MAX_SHOWN:
+        if self.show_milestones and len(self.milestone_names) > MAX_SHOWN:
             self.close()
-            raise EnvConfigError(f"show_milestones needs a task with 1 to {MAX_SHOWN} milestones (4 pixels each in "
+            raise EnvConfigError(f"show_milestones needs a task with at most {MAX_SHOWN} milestones (4 pixels each in "
                                  f"the observation's last row); task {t.name if t else None!r} has "
                                  f"{len(self.milestone_names)}")
         try:
@@ -532,8 +533,10 @@ class GameEnv:
         """show_milestones: the flags held now over the last row of the newest frame, or of every stacked frame
         of the envs in `restored` (bool [N]: their whole stack is their start's first frame)."""
         torch, strip = self.torch, self._strip
-        held = self._milestones.flags(self._ram, self.milestones)  # [M, N]
-        strip[:, :len(self._strip_cols)] = held.t().index_select(1, self._strip_cols).to(torch.uint8) * self._strip_ink
+        if self._milestones is not None:  # a task that names none: the row stays blank
+            held = self._milestones.flags(self._ram, self.milestones)  # [M, N]
+            strip[:, :len(self._strip_cols)] = (held.t().index_select(1, self._strip_cols).to(torch.uint8)
+                                                * self._strip_ink)
         row = self._ring[:, :, 71]  # [N, ring frames, W]
         if restored is None:
             k = self.stack_k

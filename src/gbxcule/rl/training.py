@@ -73,24 +73,25 @@ def make_config(path=None, overrides: dict | None = None):
     if keeps_memory(cfg.env.archive) and not spec.cell_memory:
         raise ConfigError(f"env.archive.memory = 'cell' keeps a recurrent policy's state with the cells: {algo} does "
                           f"not (ppo with ppo.gru does); set it to 'zero' or train ppo")
-    for row_knob, off in (("milestone_row", "false"), ("level_heads", "0")):  # every algorithm has both
+    for row_knob in ("milestone_row", "level_heads"):  # every algorithm has both
         if getattr(cfg.section, row_knob, False):
-            check_shown_row(f"{algo}.{row_knob}", off, cfg.env)
+            cfg.env.show_milestones = shown_row(f"{algo}.{row_knob}", cfg.env)
     if spec.check is not None:
         spec.check(cfg)
     return cfg
 
 
-def check_shown_row(knob: str, off: str, env) -> None:
-    """A model knob (`<algo>.milestone_row`, `<algo>.level_heads`; `off` its value that turns it off) that reads the
-    row env.show_milestones draws: refused (one line) where nothing is drawn, with env.show_milestones off or, with it
-    "auto", on a task that names no milestones (the row would be the screen's)."""
+def shown_row(knob: str, env) -> str:
+    """env.show_milestones for a model knob (`<algo>.milestone_row`, `<algo>.level_heads`) that reads the row it
+    draws: refused (one line) with it "off"; "auto" on a task that names no milestones becomes "on", a blank row
+    (no milestone held, level 0), so one config trains tasks with milestones and tasks without (the row would
+    otherwise be the screen's); the run's config.json records it, so its evals and resumes draw the same row."""
     if env.show_milestones == "off":
         raise ConfigError(f"{knob} reads the milestones env.show_milestones draws in the last row: set "
                           f"env.show_milestones to \"auto\" or \"on\"")
     if env.show_milestones == "auto" and not load_task(env.task).milestones:
-        raise ConfigError(f"{knob} reads the milestones env.show_milestones draws in the last row, "
-                          f"but the task {env.task} names none: set {knob} = {off}")
+        return "on"
+    return env.show_milestones
 
 
 # The windowed, clipped, minibatched learner that was `--algo a2c` is PPO with one epoch: the names of its old
