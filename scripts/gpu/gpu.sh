@@ -2,11 +2,12 @@
 # gbxcule's one driver for the GPU machine (Python 3.12 and torch, no Warp, no PyBoy, no package index), run
 # from the repository root there:   bash scripts/gpu/gpu.sh SUBCOMMAND [ARGS]      (bash scripts/gpu/gpu.sh help)
 #
-# Installing takes two calls, because what one call may bring to the machine is limited in size:
-#   1. with .gpu/warp.part.aa in the tree:    mkdir -p /root/gpu && cp .gpu/warp.part.aa /root/gpu/
-#   2. with the rest of .gpu/ (and .games/ for the game set):   bash scripts/gpu/gpu.sh setup
-# (.gpu/ is made by ../shared/gpu/prepare.sh on the development machine; `setup` does step 1 itself when
-# .gpu/warp.part.aa is in the tree.)
+# Installing takes two calls, because what one call may bring to the machine is limited in size (64 MiB with the
+# tree, about 8 MiB of it; .gpu/ is 106 MiB):
+#   1. carrying .gpu/warp.part.aa and .gpu/pyboy.tar.xz:   bash scripts/gpu/gpu.sh setup
+#   2. carrying .gpu/warp.part.ab, .gpu/wheels and .gpu/install.sh (and .games/ for the game set): the same
+# (.gpu/ is made by ../shared/gpu/prepare.sh on the development machine; step 1 keeps both files under /root/gpu, and
+# step 2 takes PyBoy from there where it did not travel again.)
 # Every other subcommand assumes setup happened and sets PYTHONPATH itself. Each writes its files under a
 # folder of its own in $RUNS and packs them into one $OUT/NAME.tgz (a run brings back only a few files), and
 # prints its table last. BENCHMARKS.md gives the command behind each figure.
@@ -69,21 +70,26 @@ cmd_help() {
   sed -n 's/^## /  /p' "$SELF"
 }
 
-## setup: install Warp and PyBoy under $GPU_ROOT from .gpu/ (step 2 of the install), copy .games/ to $GAMES
-#    does step 1 first where .gpu/warp.part.aa travelled with the call
+## setup: install Warp and PyBoy under $GPU_ROOT from .gpu/ in two calls (the comment atop this file), copy .games/
+#    to $GAMES; step 1 keeps what travelled of .gpu/warp.part.aa and .gpu/pyboy.tar.xz under $GPU_ROOT
 cmd_setup() {
-  if [[ ! -e $GPU_ROOT/warp.part.aa ]]; then
-    if [[ -e .gpu/warp.part.aa ]]; then
-      mkdir -p "$GPU_ROOT" && cp .gpu/warp.part.aa "$GPU_ROOT/" || die "cannot copy .gpu/warp.part.aa to $GPU_ROOT"
-      echo "step 1 done: $GPU_ROOT/warp.part.aa"
-    else
-      die "step 1 first, in a call carrying .gpu/warp.part.aa: mkdir -p $GPU_ROOT && cp .gpu/warp.part.aa $GPU_ROOT/"
+  mkdir -p "$GPU_ROOT" || die "cannot make $GPU_ROOT"
+  local f
+  for f in warp.part.aa pyboy.tar.xz; do
+    if [[ -e .gpu/$f && ! -e $GPU_ROOT/$f ]]; then
+      cp ".gpu/$f" "$GPU_ROOT/" || die "cannot copy .gpu/$f to $GPU_ROOT"
+      echo "step 1: $GPU_ROOT/$f"
     fi
-  fi
+  done
+  [[ -e $GPU_ROOT/warp.part.aa ]] || die "step 1 first, in a call carrying .gpu/warp.part.aa and .gpu/pyboy.tar.xz"
   if [[ ! -e .gpu/install.sh || ! -e .gpu/warp.part.ab ]]; then
-    echo "step 2: call 'bash $SELF setup' again, carrying .gpu/warp.part.ab, .gpu/pyboy.tar.xz, .gpu/wheels and"
-    echo "        .gpu/install.sh (and .games for the game set)"
+    echo "step 2: call 'bash $SELF setup' again, carrying .gpu/warp.part.ab, .gpu/wheels and .gpu/install.sh (and"
+    echo "        .games for the game set)"
     return 0
+  fi
+  if [[ ! -e .gpu/pyboy.tar.xz ]]; then  # it travelled in step 1
+    [[ -e $GPU_ROOT/pyboy.tar.xz ]] || die "no .gpu/pyboy.tar.xz: carry it in step 1 or in this call"
+    cp "$GPU_ROOT/pyboy.tar.xz" .gpu/ || die "cannot copy $GPU_ROOT/pyboy.tar.xz to .gpu/"
   fi
   bash .gpu/install.sh || die ".gpu/install.sh failed"
   if [[ -d .games ]]; then
