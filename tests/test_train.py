@@ -299,11 +299,15 @@ def test_the_quest_config_is_the_setup_its_cited_runs_trained(summary, without):
 
 
 @pytest.mark.parametrize(("task", "shown"), [("leave_house", "on"), ("quest_m4", "auto")])
-def test_the_quest_config_only_its_task_changed_trains_tasks_with_and_without_milestones(tmp_path, task, shown):
+def test_the_quest_config_only_its_task_changed_trains_tasks_with_and_without_milestones(tmp_path, monkeypatch, task,
+                                                                                         shown):
     """configs/quest.toml with `--task` alone changed (and a tiny size) trains an OVERWORLD task that names no
     milestones, its level heads and milestone row reading a blank row (recorded as show_milestones "on", so its eval
-    draws the same), and a quest segment with its route's backward window; each run's policy evaluates."""
+    draws the same), and a quest segment with its route's backward window; each run's policy evaluates, and the
+    quest segment's on the other task too, with the row its model reads drawn blank there."""
+    import gbxcule.rl.evaluate as evaluate_module
     from gbxcule.rl.config import make_env
+    from gbxcule.rl.training import evaluate
 
     root = Path(__file__).resolve().parent.parent
     run = tmp_path / task
@@ -319,6 +323,18 @@ def test_the_quest_config_only_its_task_changed_trains_tasks_with_and_without_mi
     env = make_env(make_config(None, config).env, "cpu", seed=0, num_envs=2)  # as its evals and resumes build it
     assert env.show_milestones and (task == "leave_house") == (not env.milestone_names)
     env.close()
+    if task == "leave_house":
+        return
+    built, make_eval_env = [], evaluate_module.make_eval_env
+    monkeypatch.setattr(evaluate_module, "make_eval_env",
+                        lambda *a, **k: built.append(make_eval_env(*a, **k)) or built[-1])
+    bare = tmp_path / "bare.toml"  # the quest's ROM, a task of a pack that names no milestones
+    bare.write_text('[pack]\nname = "bare"\nrom = "QUEST"\ncodec = "pokemonred_puffer_v1"\nframes_per_step = 24\n'
+                    'release_after_frames = 8\n[tasks.walk]\nstart = { script = "N5" }\nstep_limit = 20\n'
+                    'goal_ram = [{ addr = 0xC1C0, mask = 0x01, value = 0x01 }]\n')
+    rep = evaluate(run, episodes=2, device="cpu", task=f"{bare}:walk", modes=("greedy",))
+    assert rep["greedy"]["episodes"] == 2
+    assert built[0].show_milestones and not built[0].milestone_names and not built[0].obs[..., -1, :].any()
 
 
 def test_run_deterministic_sets_torchs_deterministic_algorithms(monkeypatch):

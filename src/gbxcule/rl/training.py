@@ -73,12 +73,18 @@ def make_config(path=None, overrides: dict | None = None):
     if keeps_memory(cfg.env.archive) and not spec.cell_memory:
         raise ConfigError(f"env.archive.memory = 'cell' keeps a recurrent policy's state with the cells: {algo} does "
                           f"not (ppo with ppo.gru does); set it to 'zero' or train ppo")
-    for row_knob in ("milestone_row", "level_heads"):  # every algorithm has both
-        if getattr(cfg.section, row_knob, False):
-            cfg.env.show_milestones = shown_row(f"{algo}.{row_knob}", cfg.env)
+    shown_for_model(cfg)
     if spec.check is not None:
         spec.check(cfg)
     return cfg
+
+
+def shown_for_model(cfg) -> None:
+    """Sets cfg.env.show_milestones as the model's knobs that read the shown row need it (`shown_row`; every
+    algorithm has both knobs): at a config's check, and at an eval on another task than the run's."""
+    for row_knob in ("milestone_row", "level_heads"):
+        if getattr(cfg.section, row_knob, False):
+            cfg.env.show_milestones = shown_row(f"{cfg.algo}.{row_knob}", cfg.env)
 
 
 def shown_row(knob: str, env) -> str:
@@ -302,7 +308,10 @@ def evaluate(source: str | Path, episodes: int = 64, device: str = "auto", task:
     cfg = config_from_dict(ck["config"], evaluate_only=True)
     if rom is not None:  # where the run's ROM is now (its SHA-1 is checked)
         cfg.env.rom = rom
-    env = make_eval_env(cfg.env, episodes, device, seed, task)
+    if task is not None:  # another task: its row as the model reads it (a blank one where it names no milestones)
+        cfg.env.task = task
+        shown_for_model(cfg)
+    env = make_eval_env(cfg.env, episodes, device, seed)
     try:
         if env.codec.name != ck.get("codec") or list(env.single_obs_shape) != list(ck.get("obs_shape", [])):
             raise CheckpointError(f"checkpoint is for codec {ck.get('codec')} and observations {ck.get('obs_shape')}, "
