@@ -98,11 +98,14 @@ def policy_env(source: str, task, device: str):
     from gbxcule.rl.config import resolve_device
     from gbxcule.rl.evaluate import make_eval_env
     from gbxcule.rl.rundir import final_policy, load_checkpoint
-    from gbxcule.rl.training import config_from_dict, load_model
+    from gbxcule.rl.training import config_from_dict, load_model, shown_for_model
 
     device = resolve_device(device)
     ck = load_checkpoint(final_policy(source))
-    env = make_eval_env(config_from_dict(ck["config"], evaluate_only=True).env, 1, device, 0, task)
+    cfg = config_from_dict(ck["config"], evaluate_only=True)
+    cfg.env.task = task
+    shown_for_model(cfg)  # the row its model reads, as `gbxcule eval --task` draws it
+    env = make_eval_env(cfg.env, 1, device, 0)
     try:
         return env, load_model(ck, env, device)
     except BaseException:
