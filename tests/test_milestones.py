@@ -466,6 +466,12 @@ def test_an_episode_that_gains_a_milestone_puts_its_path_on_the_route_under_mile
         open_ = [r for r in rows if int(arch.tries[r]) == 0 or 2 * int(arch.wins[r]) < int(arch.tries[r])]
         assert stats["archive/back_at"] == [max((int(arch.steps[r]) for r in open_ if int(arch.progress[r]) == j),
                                                 default=None) for j in range(levels)]
+        # each level's window (its deepest open cell and the route_back steps before it): its episodes and wins
+        back = arch.cfg.route_back
+        window = [[r for r in rows if int(arch.progress[r]) == j and d is not None
+                   and d - back <= int(arch.steps[r]) <= d] for j, d in enumerate(stats["archive/back_at"])]
+        assert stats["archive/back_tries"] == [sum(int(arch.tries[r]) for r in w) for w in window]
+        assert stats["archive/back_wins"] == [sum(int(arch.wins[r]) for r in w) for w in window]
         env.close()
     on, walked, n = walked_by["milestone"]
     assert on == walked and n == len(on) > 0
@@ -515,9 +521,10 @@ def test_route_by_level_gives_each_level_on_the_route_the_same_share_and_favours
 def test_route_by_back_draws_each_levels_window_before_its_deepest_route_cell_not_yet_won():
     """`route_by = "back"`: in each level the route's window is its deepest route cell not yet won (untried, or
     fewer wins than losses) and the route cells up to `route_back` steps before it (a plain Python reference on
-    random routes); the draw gives each level's window the same share, its cells alike, and nothing off it; as the
-    window's cells win it walks back toward the level's entry, and a level whose route cells have all won drops
-    out; no window anywhere leaves the other draws as they were; a bad `route_back` is one line."""
+    random routes, and so are the episodes and wins logged of it); the draw gives each level's window the same
+    share, its cells alike, and nothing off it; as the window's cells win it walks back toward the level's entry,
+    and a level whose route cells have all won drops out; no window anywhere leaves the other draws as they were; a
+    bad `route_back` is one line."""
     import random
 
     from gbxcule.rl.archive import U_BITS, ArchiveConfig
@@ -542,7 +549,14 @@ def test_route_by_back_draws_each_levels_window_before_its_deepest_route_cell_no
         a = level_archive(n, level, tries, wins, route=1.0, route_by="back", route_back=back)
         a.steps[:8] = torch.tensor(steps)
         a.on_route[:8] = torch.tensor(route)
-        assert a.back_cells()[:8].tolist() == reference(level, steps, route, tries, wins, back)
+        window = reference(level, steps, route, tries, wins, back)
+        assert a.back_cells()[:8].tolist() == window
+        # the log's per-level episodes and wins of the window (archive/back_tries, archive/back_wins)
+        focus = a.route_focus().view(-1, 4)
+        assert focus[:4, 2].tolist() == [sum(t for t, v, o in zip(tries, level, window, strict=True) if o and v == j)
+                                         for j in range(4)]
+        assert focus[:4, 3].tolist() == [sum(w for w, v, o in zip(wins, level, window, strict=True) if o and v == j)
+                                         for j in range(4)]
 
     g = torch.Generator().manual_seed(11)
     u_start, u_cell = (torch.randint(0, 1 << U_BITS, (n,), generator=g) for _ in range(2))

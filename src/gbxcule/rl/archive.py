@@ -806,12 +806,18 @@ class StateArchive:
         return on & (d >= 0) & (steps <= d) & (steps >= d - self.cfg.route_back)
 
     def route_focus(self):
-        """int64 [2 x levels]: for each level j, the route's cells holding j milestones and the steps from the task's
+        """int64 [4 x levels]: for each level j, the route's cells holding j milestones, the steps from the task's
         start of its deepest one not yet won, -1 where none (`archive/route_level_cells`, `archive/back_at`: where
-        `route_by` "back" puts the level's window)."""
+        `route_by` "back" puts the level's window), and the episodes its window's cells (`back_cells`) have had and
+        won so far (`archive/back_tries`, `archive/back_wins`: a window held in place by a cell that keeps losing
+        shows as tries that grow with few wins)."""
+        torch = self.torch
         on, lv, deepest = self._route_levels()
-        count = self.torch.zeros_like(self._even).index_add_(0, lv, on.long())
-        return self.torch.stack([count, deepest], 1).reshape(-1)
+        count = torch.zeros_like(self._even).index_add_(0, lv, on.long())
+        window = self.back_cells()
+        tries = torch.zeros_like(self._even).index_add_(0, lv, torch.where(window, self.tries[:self.m], 0).long())
+        wins = torch.zeros_like(self._even).index_add_(0, lv, torch.where(window, self.wins[:self.m], 0).long())
+        return torch.stack([count, deepest, tries, wins], 1).reshape(-1)
 
     def reach_cells(self):
         """bool [capacity]: the used cells that hold `level` milestones (every used cell where the task names
@@ -956,7 +962,7 @@ class StateArchive:
         by_entry = [int(x) for x in vals[at + 3 * len(self._hist):at + 5 * len(self._hist)]]
         by_edge = [int(x) for x in vals[at + 5 * len(self._hist):at + 7 * len(self._hist)]]
         at_route = at + (7 if self._edge_focus else 5) * len(self._hist)
-        by_route = [int(x) for x in vals[at_route:at_route + 2 * len(self._hist)]]
+        by_route = [int(x) for x in vals[at_route:at_route + 4 * len(self._hist)]]
         level = median_level(held)
         eps_s, eps_a = s["start_episodes"], s["archive_episodes"]
         from_start = s["start_successes"] / eps_s if eps_s else None
@@ -976,8 +982,10 @@ class StateArchive:
         if self.routes:
             out["archive/route_cells"] = int(route)
             # the route's cells by the milestones they hold, and where each level's deepest one not yet won is
-            out["archive/route_level_cells"] = by_route[0::2]
-            out["archive/back_at"] = [x if x >= 0 else None for x in by_route[1::2]]
+            out["archive/route_level_cells"] = by_route[0::4]
+            out["archive/back_at"] = [x if x >= 0 else None for x in by_route[1::4]]
+            # the episodes each level's backward window has had and won (its cells' counts, whatever route_by is)
+            out["archive/back_tries"], out["archive/back_wins"] = by_route[2::4], by_route[3::4]
         if self.milestones is not None:  # the cells holding the most milestones (the frontier's cells); the reach
             out["archive/frontier_cells"] = int(front) if cells else 0
             out["archive/reach_level"] = level
