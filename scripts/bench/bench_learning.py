@@ -258,8 +258,8 @@ def read_run(run_dir: Path, target: float) -> dict:
             "sps_median": statistics.median(sps) if sps else None,
             "policy_evals": marks,
             # the first kept weights at the target (--policy-evals): the time to it where periodic evals are off
-            "to_target_mark_s": next((e["mark_s"] for e in marks if (e["greedy"] if e["greedy"] is not None else -1)
-                                      >= target), None),
+            "to_target_mark_s": next((e["mark_s"] for e in marks
+                                      if e["greedy"] is not None and e["greedy"] >= target), None),
             "segments": segments(run_dir),
             "curve": [(r["eval/env_steps"], r["eval/elapsed_s"], r["eval/greedy_success"]) for r in evals]}
 

@@ -96,16 +96,12 @@ def along_tasks(spec: str, every: int, steps: int | None) -> list[tuple[int, obj
 def policy_env(source: str, task, device: str):
     """One eval env of `task` at its start (no random steps) on `device` and the policy of `source` built for it."""
     from gbxcule.rl.config import resolve_device
-    from gbxcule.rl.evaluate import make_eval_env
     from gbxcule.rl.rundir import final_policy, load_checkpoint
-    from gbxcule.rl.training import config_from_dict, load_model, shown_for_model
+    from gbxcule.rl.training import config_from_dict, eval_env, load_model
 
     device = resolve_device(device)
     ck = load_checkpoint(final_policy(source))
-    cfg = config_from_dict(ck["config"], evaluate_only=True)
-    cfg.env.task = task
-    shown_for_model(cfg)  # the row its model reads, as `gbxcule eval --task` draws it
-    env = make_eval_env(cfg.env, 1, device, 0)
+    env = eval_env(config_from_dict(ck["config"], evaluate_only=True), 1, device, 0, task)
     try:
         return env, load_model(ck, env, device)
     except BaseException:

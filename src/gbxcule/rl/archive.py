@@ -795,13 +795,13 @@ class StateArchive:
                                                                   "amax")
         return on, lv, deepest
 
-    def back_cells(self):
+    def back_cells(self, route_levels=None):
         """bool [capacity]: the route's backward window (`route_by` "back"): in each level, its deepest route cell not
         yet won (`_route_levels`; deepest: the most steps from the task's start) and the level's route cells up to
         `route_back` steps before it. A level whose route cells have all won has none; a cell is won once its episodes
         have won at least as often as they lost, so the window walks back from each milestone as the policy learns
-        the way to it."""
-        on, lv, deepest = self._route_levels()
+        the way to it. `route_levels`: `_route_levels()` where the caller has it."""
+        on, lv, deepest = self._route_levels() if route_levels is None else route_levels
         steps, d = self.steps[:self.m], deepest.gather(0, lv)
         return on & (d >= 0) & (steps <= d) & (steps >= d - self.cfg.route_back)
 
@@ -812,9 +812,9 @@ class StateArchive:
         won so far (`archive/back_tries`, `archive/back_wins`: a window held in place by a cell that keeps losing
         shows as tries that grow with few wins)."""
         torch = self.torch
-        on, lv, deepest = self._route_levels()
+        levels = on, lv, deepest = self._route_levels()
         count = torch.zeros_like(self._even).index_add_(0, lv, on.long())
-        window = self.back_cells()
+        window = self.back_cells(levels)
         tries = torch.zeros_like(self._even).index_add_(0, lv, torch.where(window, self.tries[:self.m], 0).long())
         wins = torch.zeros_like(self._even).index_add_(0, lv, torch.where(window, self.wins[:self.m], 0).long())
         return torch.stack([count, deepest, tries, wins], 1).reshape(-1)

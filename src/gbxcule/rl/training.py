@@ -80,24 +80,31 @@ def make_config(path=None, overrides: dict | None = None):
 
 
 def shown_for_model(cfg) -> None:
-    """Sets cfg.env.show_milestones as the model's knobs that read the shown row need it (`shown_row`; every
-    algorithm has both knobs): at a config's check, and at an eval on another task than the run's."""
+    """Sets cfg.env.show_milestones as the model's knobs that read its row (`<algo>.milestone_row`,
+    `<algo>.level_heads`; every algorithm has both) need it: with it "off" they are refused (one line); "auto" on a
+    task that names no milestones becomes "on", a blank row (no milestone held, level 0), so one config trains tasks
+    with milestones and tasks without (the row would otherwise be the screen's). At a config's check (config.json
+    records it, so evals and resumes draw the same row) and at an eval on another task (`eval_env`)."""
+    env = cfg.env
     for row_knob in ("milestone_row", "level_heads"):
-        if getattr(cfg.section, row_knob, False):
-            cfg.env.show_milestones = shown_row(f"{cfg.algo}.{row_knob}", cfg.env)
+        if not getattr(cfg.section, row_knob, False):
+            continue
+        if env.show_milestones == "off":
+            raise ConfigError(f"{cfg.algo}.{row_knob} reads the milestones env.show_milestones draws in the last row: "
+                              f"set env.show_milestones to \"auto\" or \"on\"")
+        if env.show_milestones == "auto" and not load_task(env.task).milestones:
+            env.show_milestones = "on"
 
 
-def shown_row(knob: str, env) -> str:
-    """env.show_milestones for a model knob (`<algo>.milestone_row`, `<algo>.level_heads`) that reads the row it
-    draws: refused (one line) with it "off"; "auto" on a task that names no milestones becomes "on", a blank row
-    (no milestone held, level 0), so one config trains tasks with milestones and tasks without (the row would
-    otherwise be the screen's); the run's config.json records it, so its evals and resumes draw the same row."""
-    if env.show_milestones == "off":
-        raise ConfigError(f"{knob} reads the milestones env.show_milestones draws in the last row: set "
-                          f"env.show_milestones to \"auto\" or \"on\"")
-    if env.show_milestones == "auto" and not load_task(env.task).milestones:
-        return "on"
-    return env.show_milestones
+def eval_env(cfg, episodes: int, device: str, seed: int, task: str | Task | None = None):
+    """`evaluate.make_eval_env` for a run's config `cfg`, on its task or `task` (then the row its model reads is
+    drawn as that task needs it: `shown_for_model`; `cfg` is changed)."""
+    from gbxcule.rl.evaluate import make_eval_env
+
+    if task is not None:
+        cfg.env.task = task
+        shown_for_model(cfg)
+    return make_eval_env(cfg.env, episodes, device, seed)
 
 
 # The windowed, clipped, minibatched learner that was `--algo a2c` is PPO with one epoch: the names of its old
@@ -299,7 +306,7 @@ def evaluate(source: str | Path, episodes: int = 64, device: str = "auto", task:
     """Evaluate the policy at `source` (a run folder: its final policy.pt; a checkpoint or a policy file) over
     `episodes` episodes from `episodes` start states (reached by random prefixes from the task's start; starts at
     the goal skipped)."""
-    from gbxcule.rl.evaluate import evaluate_model, make_eval_env
+    from gbxcule.rl.evaluate import evaluate_model
 
     if episodes < 1:
         raise GbxculeError(f"episodes must be >= 1, got {episodes}")
@@ -308,10 +315,7 @@ def evaluate(source: str | Path, episodes: int = 64, device: str = "auto", task:
     cfg = config_from_dict(ck["config"], evaluate_only=True)
     if rom is not None:  # where the run's ROM is now (its SHA-1 is checked)
         cfg.env.rom = rom
-    if task is not None:  # another task: its row as the model reads it (a blank one where it names no milestones)
-        cfg.env.task = task
-        shown_for_model(cfg)
-    env = make_eval_env(cfg.env, episodes, device, seed)
+    env = eval_env(cfg, episodes, device, seed, task)
     try:
         if env.codec.name != ck.get("codec") or list(env.single_obs_shape) != list(ck.get("obs_shape", [])):
             raise CheckpointError(f"checkpoint is for codec {ck.get('codec')} and observations {ck.get('obs_shape')}, "
