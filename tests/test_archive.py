@@ -492,11 +492,32 @@ def test_state_dict_round_trip_with_the_archive_is_bit_exact():
     past.load_state_dict(old)
     assert int(past.archive.tries.sum()) == 0 and int(past.archive.start_row.min()) == past.archive.m
     assert int(past.archive.count) == int(env.archive.count)
-    lean = GameEnv(**kw)
+    # without the envs' emulator state the envs restart and the archive stays whole: its records and its cells'
+    # states (compressed in the state) bit for bit, as a raw state from before the compression held them
+    lean_sd = env.state_dict(emulator=False)
+    assert "ring" not in lean_sd and all(set(c) == {"dtype", "shape", "z"} for c in lean_sd["archive"]["cells"])
+    raw = {**lean_sd, "archive": {**lean_sd["archive"], "slots": [x.clone() for x in env._cell_slots()]}}
+    del raw["archive"]["cells"]
+    for saved in (lean_sd, raw):
+        lean = GameEnv(**kw)
+        with pytest.warns(UserWarning, match="restarts from a start slot"):
+            lean.load_state_dict(saved)
+        assert lean.restarted and not past.restarted  # (a policy's state starts anew)
+        assert int(lean.archive.count) == int(env.archive.count) > 0
+        assert torch.equal(lean.archive.keys, env.archive.keys) and torch.equal(lean.archive.steps, env.archive.steps)
+        assert all(torch.equal(x, y) for x, y in zip(lean._cell_slots(), env._cell_slots(), strict=True))
+    bad = {**lean_sd, "archive": {**lean_sd["archive"], "cells": [dict(c) for c in lean_sd["archive"]["cells"]]}}
+    bad["archive"]["cells"][1]["z"] = bad["archive"]["cells"][1]["z"][:-9]
+    with pytest.raises(EnvConfigError, match="damaged compressed tensor"):
+        GameEnv(**kw).load_state_dict(bad)
+    bad["archive"]["cells"][1] = {**lean_sd["archive"]["cells"][1], "shape": [1, 2]}
+    with pytest.raises(EnvConfigError, match=r"tensor where this env has"):
+        GameEnv(**kw).load_state_dict(bad)
+    bare = {**lean_sd, "archive": {k: v for k, v in lean_sd["archive"].items() if k != "cells"}}
+    empty = GameEnv(**kw)
     with pytest.warns(UserWarning) as caught:
-        lean.load_state_dict(env.state_dict(emulator=False))
-    assert any("archive starts empty" in str(w.message) for w in caught)
-    assert int(lean.archive.count) == 0 and lean.restarted and not past.restarted  # (a policy's state starts anew)
+        empty.load_state_dict(bare)
+    assert any("archive starts empty" in str(w.message) for w in caught) and int(empty.archive.count) == 0
 
 
 def test_cells_kept_in_host_memory_are_the_same_bits_and_round_trip():
@@ -1145,3 +1166,41 @@ def test_a_recurrent_policy_starts_episodes_from_cells_with_their_kept_state(tmp
             make_config(None, {"algo": algo, "env": {"num_envs": 6, "archive": table}})
     with pytest.raises(ConfigError, match="needs ppo.gru"):
         make_config(None, {"env": {"num_envs": 6, "archive": table}})
+
+
+def test_a_resume_without_the_envs_state_keeps_the_archive_and_its_cells_policy_states(tmp_path):
+    """run.checkpoint_env_state = "never" (a large run's "auto"): the checkpoint holds the archive, its cells'
+    states compressed, and no env emulator state, frame ring or recurrent state; the resume restarts every env with
+    the archive whole, so a lost machine's run goes on from the cells it had found. A restarted env's recurrent
+    state is its start cell's kept one (memory = "cell"; zero from the task's start), as a new episode's."""
+    from gbxcule.rl.rundir import load_checkpoint
+    from gbxcule.rl.training import train
+
+    part = tmp_path / "part"
+
+    def cfg(**run):
+        c = _tiny(part, checkpoint_env_state="never", **run)
+        c.env.archive = {**ARCHIVE_TABLE, "memory": "cell"}
+        c.ppo.gru, c.ppo.minibatches = 8, 2
+        return c
+
+    train(cfg(stop_after_updates=2))
+    ck = load_checkpoint(part)
+    had = int(ck["env"]["archive"]["count"])
+    assert had > 0 and "emu" not in ck["env"] and "ring" not in ck["env"] and ck["extra"]["state"] is None
+    assert len(ck["env"]["archive"]["cells"]) == 4 and ck["env"]["archive"]["cell_mem"].abs().sum() > 0
+    with pytest.warns(UserWarning, match="restarts from a start slot"):
+        resumed = train(cfg(), resume=True)
+    assert resumed["updates"] == 4
+    assert _rows(part)[2]["archive/cells"] >= had  # (an emptied archive would hold a few new cells)
+    env = GameEnv(task="talk_to_hiker", num_envs=4, archive={"capacity": 8, "memory": "cell"})
+    assert env.keep_policy_state(3)
+    env.archive.cell_mem.copy_(torch.arange(27, dtype=torch.float32).view(9, 3))
+    env.archive.cell_mem[8].zero_()  # (the scratch row: the task's start)
+    env.archive.start_row.copy_(torch.tensor([2, 8, 0, 5]))
+    out = torch.full((4, 3), 7.0)
+    env.restart_policy_state(out)
+    assert torch.equal(out, env.archive.cell_mem[[2, 8, 0, 5]])
+    plain = GameEnv(task="talk_to_hiker", num_envs=4, archive={"capacity": 8})
+    plain.restart_policy_state(out)
+    assert not out.any()

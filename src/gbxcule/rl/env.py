@@ -16,6 +16,7 @@ step (clone what you keep), as in other GPU vector envs.
 from __future__ import annotations
 
 import warnings
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -73,6 +74,33 @@ _STATE_TENSORS = ("steps", "episodes", "ep_return", "ep_success", "success", "di
                   "truncated", "_slot_stats", "_ms_stats", "milestones", "final_milestones", "failed", "_lives_stats")
 # absent from env states saved before they existed: zero then
 _NEWER_STATE = ("_slot_stats", "_ms_stats", "milestones", "final_milestones", "failed", "_lives_stats")
+
+
+def pack_tensor(x) -> dict:
+    """A tensor for a checkpoint, its bytes deflated (zlib level 1: a Game Boy's state is mostly zeros and
+    repeats, about 18x smaller for an archive cell): dtype, shape and a host uint8 tensor (`unpack_tensor`)."""
+    import torch
+
+    raw = x.detach().contiguous().cpu().numpy().tobytes()
+    return {"dtype": str(x.dtype), "shape": list(x.shape),
+            "z": torch.frombuffer(bytearray(zlib.compress(raw, 1)), dtype=torch.uint8)}
+
+
+def unpack_tensor(saved: dict, like):
+    """`pack_tensor`'s tensor, bit for bit, on the host; it must have `like`'s dtype and shape (EnvConfigError)."""
+    import torch
+
+    if saved.get("dtype") != str(like.dtype) or list(saved.get("shape", ())) != list(like.shape):
+        raise EnvConfigError(f"env state holds a {saved.get('dtype')} {saved.get('shape')} tensor where this env "
+                             f"has {like.dtype} {list(like.shape)}")
+    try:
+        raw = zlib.decompress(saved["z"].numpy().tobytes())
+    except zlib.error as e:
+        raise EnvConfigError(f"env state has a damaged compressed tensor: {e}") from None
+    if len(raw) != like.numel() * like.element_size():
+        raise EnvConfigError(f"env state's compressed tensor holds {len(raw)} bytes, {list(like.shape)} needs "
+                             f"{like.numel() * like.element_size()}")
+    return torch.frombuffer(bytearray(raw), dtype=like.dtype).view(like.shape)
 
 
 def _slot_hash(torch, seed: int, env_ids, episodes, k: int):
@@ -491,6 +519,14 @@ class GameEnv:
             start = self._zero = torch.zeros((), device=self.device) if self._zero is None else self._zero
         return torch.where(self._done.unsqueeze(-1), start, state, out=out)
 
+    def restart_policy_state(self, out) -> None:
+        """After a load without emulator state (`restarted`: every env began a new episode) a recurrent policy's
+        state for each env's new episode into `out` [N, H]: zero, or with memory = "cell" its start cell's."""
+        if self.archive is not None and self.archive.cell_mem is not None:
+            out.copy_(self.archive.start_memory(out))
+        else:
+            out.zero_()
+
     def clone_states(self, src, dst_mask) -> None:
         """Give every env e with `dst_mask[e]` (bool [N]) the whole state of env `src[e]` (an int tensor [N] or
         one env number): its emulator state, screen and frame stack (the backend's masked clone) and the env's
@@ -853,13 +889,15 @@ class GameEnv:
         return self._wp.to_torch(self.backend.fields).view(self.num_envs, NUM_FIELDS).t()
 
     def state_dict(self, emulator: bool = True) -> dict:
-        """Everything needed to continue bit for bit: counters, frame ring, novelty tables and (with
-        `emulator`) every env's emulator state and frame buffer. Host tensors."""
+        """Everything needed to continue bit for bit: counters, novelty tables, the state archive with its cells'
+        emulator states (compressed) and (with `emulator`) every env's emulator state, frame buffer and frame
+        ring; without it the envs restart on load, the archive as it was. Host tensors."""
         d = {"pos": self._pos, "seed": self.seed, "slots_sha1": self._slots_sha1}
         for name in _STATE_TENSORS:
             d[name] = getattr(self, name).detach().cpu().clone()
-        d["ring"] = self._ring.cpu().clone()
-        if self._before is not None and len(self._before) > 1:  # (one screen is rewritten before each step)
+        if emulator:  # (envs that restart on load start their frame stacks, and the `still` ring, afresh)
+            d["ring"] = self._ring.cpu().clone()
+        if emulator and self._before is not None and len(self._before) > 1:  # (one screen is rewritten each step)
             d["still_hashes"], d["still_pos"] = self._before.cpu().clone(), self._bpos
         for name in ("_nov_ram", "_nov_px"):
             table = getattr(self, name)
@@ -875,12 +913,8 @@ class GameEnv:
             d["limit"] = self._limit.cpu().clone()
         if self._gain is not None:
             d["gain"] = self._gain.cpu().clone()
-        if self.archive is not None:
-            d["archive"] = self.archive.state_dict()
-            if emulator:  # the cells' emulator states, observations and screens
-                d["archive"]["slots"] = [x.cpu().clone() for x in self._cell_slots()]
-            else:  # (and the policy states kept with them: memory = "cell")
-                d["archive"].pop("cell_mem", None)
+        if self.archive is not None:  # with the cells' emulator states, observations and screens
+            d["archive"] = {**self.archive.state_dict(), "cells": [pack_tensor(x) for x in self._cell_slots()]}
         return d
 
     def _cell_slots(self, rows: int | None = None) -> list:
@@ -914,7 +948,7 @@ class GameEnv:
     def load_state_dict(self, d: dict) -> None:
         if d.get("slots_sha1") != self._slots_sha1:
             raise EnvConfigError("this env state was saved with other start states (the reset cache differs)")
-        if tuple(d["ring"].shape) != tuple(self._ring.shape):
+        if "ring" in d and tuple(d["ring"].shape) != tuple(self._ring.shape):
             raise EnvConfigError(f"env state is for observations {tuple(d['ring'].shape)}, this env has "
                                  f"{tuple(self._ring.shape)}")
         if "emu" in d and tuple(d["emu"]["fields"].shape) != (NUM_FIELDS * self.num_envs,):
@@ -926,7 +960,8 @@ class GameEnv:
                 getattr(self, name).copy_(d[name])
             else:
                 getattr(self, name).zero_()
-        self._ring.copy_(d["ring"])
+        if "ring" in d:  # (without the emulator state the envs restart below)
+            self._ring.copy_(d["ring"])
         for name in ("_nov_ram", "_nov_px"):
             table = getattr(self, name)
             if table is not None and name in d:
@@ -967,21 +1002,27 @@ class GameEnv:
             raise EnvConfigError("this env state was saved without a state archive")
         arch = self.archive
         arch.load_state_dict(a)
-        if "slots" in a:
-            for view, saved in zip(self._cell_slots(), a["slots"], strict=True):
-                view.copy_(saved)
+        if "cells" in a or "slots" in a:  # (slots: raw, as checkpoints before the compressed cells held them)
+            for view, saved in zip(self._cell_slots(), a["cells"] if "cells" in a else a["slots"], strict=True):
+                view.copy_(unpack_tensor(saved, view) if isinstance(saved, dict) else saved)
         else:
             warnings.warn("env state without the archive's emulator states: the archive starts empty", stacklevel=3)
             arch.clear()
 
     def emulator_bytes(self) -> int:
-        """Bytes of emulator state a checkpoint with `emulator=True` stores."""
+        """Bytes of the envs' emulator state (and frame ring) a checkpoint with `emulator=True` stores."""
         from gbxcule.core.schema import SERIAL_CAPTURE
 
-        cells = 0 if self.archive is None else self.archive_cfg.capacity * cell_bytes(self.backend)
-        if self.archive is not None and self.archive.cell_mem is not None:  # memory = "cell": the kept states
-            cells += 4 * self.archive.cell_mem.numel()
-        return self.num_envs * (4 * NUM_FIELDS + self.backend.layout.total + SERIAL_CAPTURE + 144 * 160) + cells
+        ring = self._ring.numel() * self._ring.element_size()
+        return self.num_envs * (4 * NUM_FIELDS + self.backend.layout.total + SERIAL_CAPTURE + 144 * 160) + ring
+
+    def archive_state_bytes(self) -> int:
+        """Bytes of the state archive's cells and kept policy states at its capacity, which every checkpoint
+        copies to the host (before it compresses the cells' states)."""
+        if self.archive is None:
+            return 0
+        cells = self.archive_cfg.capacity * cell_bytes(self.backend)
+        return cells + (0 if self.archive.cell_mem is None else 4 * self.archive.cell_mem.numel())
 
     # --- odds and ends ------------------------------------------------------------------------------------
     @property

@@ -233,7 +233,8 @@ class Session:
             cfg.run.checkpoint_env_state, self.env.emulator_bytes() * self.world.size <= ENV_STATE_AUTO_LIMIT)
         # a checkpoint's copies on the host (its tensors, then their serialised bytes; on rank 0 every process's
         # env state): checked now, not found out by the kernel's OOM killer at the first save
-        per_process = (self.env.emulator_bytes() if self.emu_state else 0) + checkpoint_bytes
+        per_process = (self.env.emulator_bytes() if self.emu_state else 0) + self.env.archive_state_bytes() \
+            + checkpoint_bytes
         check_checkpoint_memory(2 * per_process * (self.world.size if self.lead else 1), self.device)
         portable(cfg.env, self.env.rom.info.sha1)  # the run folder says where its files are, from anywhere
         if self.lead:

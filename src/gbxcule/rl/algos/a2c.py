@@ -160,14 +160,15 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         log_coef = (torch.tensor(math.log(max(a.ent_coef, 1e-4)), device=dev)
                     if a.target_entropy is not None else None)
         ent_target = None if a.target_entropy is None else a.target_entropy * math.log(env.num_actions)
-        extra = s.start(model, optimizer, state=lambda: {"state": None if state is None else state.cpu().clone(),
+        extra = s.start(model, optimizer, state=lambda: {"state": state.cpu().clone() if state is not None
+                                                         and s.emu_state else None,
                                                          "log_coef": None if log_coef is None else log_coef.cpu()},
                         describe=f"a2c: {s.storage_bytes / 2**20:,.0f} MiB of step storage on {s.device}; "
                                  f"{s.num_updates} updates of {s.update_steps:,} env-steps, an optimizer "
                                  f"step every {a.update_every} env-steps ({a.update_every * n:,} samples); model "
                                  f"{model.describe()['params']:,} parameters")
-        if extra and extra.get("state") is not None and not env.restarted:  # (restarted envs: a zero state)
-            state.copy_(extra["state"])
+        if extra and state is not None:  # restarted envs: new episodes, each its start's state
+            env.restart_policy_state(state) if env.restarted else state.copy_(extra["state"])
         if extra and extra.get("log_coef") is not None and log_coef is not None:
             log_coef.copy_(extra["log_coef"])
 

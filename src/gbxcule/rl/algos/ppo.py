@@ -230,13 +230,14 @@ def train(cfg, checkpoint: dict | None = None, echo=None) -> dict:
         pending: list = []  # ppo.overlap: the rollout the next update trains on (checkpointed with the envs' state)
         extra = s.start(model, optimizer, describe=s.plan_line(model),
                         state=lambda: {"sampler": sampler.get_state(),
-                                       "state": None if state is None else state.cpu().clone(),
+                                       "state": state.cpu().clone() if state is not None and s.emu_state
+                                       else None,  # (envs restarted on load begin their episodes' own)
                                        "pending": {k: v.cpu().clone() for k, v in pending[0].items()}
                                        if pending and s.emu_state else None})
         if extra:
             sampler.set_state(extra["sampler"])
-            if state is not None and not env.restarted:  # (restarted envs: new episodes, a zero state)
-                state.copy_(extra["state"])
+            if state is not None:  # restarted envs: new episodes, each its start's state
+                env.restart_policy_state(state) if env.restarted else state.copy_(extra["state"])
             if p.overlap and extra.get("pending") is not None:  # into the set the update before filled
                 pending.append(bufs[(s.update + 1) % 2])
                 for k, v in pending[0].items():
