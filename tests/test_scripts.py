@@ -139,7 +139,36 @@ def test_gpu_sh_jobs_outlive_the_call_and_wait_packs_them(tmp_path):
     assert r.returncode == 3 and "still running" in r.stdout, r.stdout + r.stderr
     with tarfile.open(tmp_path / "out" / "jobs.tgz") as t:
         names = t.getnames()
-    assert "./a/policies/policy_60s.pt" in names and not any(n.endswith("checkpoint.pt") for n in names)
+    assert "./a/policies/policy_60s.pt" in names and "./a/checkpoint.pt" in names  # (what a lost machine takes)
+    env["PART_BYTES"] = "30"  # with its checkpoints over 8 parts: packed again without them
+    r = gpu("jobs_wait", "1")
+    assert "packed again without them" in r.stdout, r.stdout + r.stderr
+    (tmp_path / "joined.tgz").write_bytes(b"".join(p.read_bytes() for p in sorted(tmp_path.glob("out/jobs.tgz*"))))
+    with tarfile.open(tmp_path / "joined.tgz") as t:
+        assert "./a/policies/policy_60s.pt" in t.getnames() and "./a/checkpoint.pt" not in t.getnames()
+    env["PART_BYTES"] = "150"
+    assert gpu("jobs_wait", "1").returncode == 3
+    parts = sorted((tmp_path / "out").glob("jobs.tgz.part-*"))
+    assert len(parts) > 1
+    # the machine is lost: on a fresh one (another RUNS) the parts carried back in two calls resume the job list,
+    # with the job folders as the last pack had them
+    lost = {**env, "RUNS": str(tmp_path / "fresh")}
+    again = tmp_path / "again.txt"
+    again.write_text("a: cat $JOB_OUT/checkpoint.pt > $JOB_OUT/resumed.txt\n")
+
+    def fresh(*args):
+        return subprocess.run(["bash", "scripts/gpu/gpu.sh", *args], cwd=ROOT, capture_output=True, text=True,
+                              env=lost, timeout=120)
+
+    assert fresh("jobs_resume", str(again)).returncode == 1  # nothing stashed: one line
+    assert fresh("jobs_stash", *map(str, parts[:1])).returncode == 0
+    assert fresh("jobs_stash", *map(str, parts[1:])).returncode == 0
+    r = fresh("jobs_resume", str(again))
+    assert r.returncode == 0 and "1 checkpoint(s)" in r.stdout, r.stdout + r.stderr
+    r = fresh("jobs_wait", "60")
+    assert r.returncode == 0 and "done  a rc 0" in r.stdout, r.stdout + r.stderr
+    assert (tmp_path / "fresh" / "jobs" / "a" / "resumed.txt").read_text() == "x\n"
+    del env["PART_BYTES"]
     (job / "go").touch()
     r = gpu("jobs_wait", "60")
     assert r.returncode == 0 and "done  a rc 0" in r.stdout, r.stdout + r.stderr
@@ -545,6 +574,56 @@ def test_bench_learning_policy_evals_cpu_start_each_eval_while_its_run_trains(tm
     for mark in (1, 2):
         assert json.loads((run_dir / "policy_evals" / f"{mark}s.json").read_text()) == {"device": "cpu",
                                                                                        "threads": threads}
+
+
+def test_bench_learning_resumes_a_run_brought_back_with_its_checkpoint(tmp_path, monkeypatch):
+    """A run folder with a checkpoint and no summary (a lost machine's, from gpu.sh jobs_resume) resumes with the
+    training seconds its checkpoint has not had (and no setup flags, which a resume may not change); a finished one
+    or a fresh folder starts anew; a damaged checkpoint gets the whole limit, for the resume to refuse in its log. Its
+    kept policies whose evals reported are not evaluated again."""
+    import types
+
+    import torch
+
+    from gbxcule.rl.rundir import CHECKPOINT_FORMAT
+
+    spec = importlib.util.spec_from_file_location("bench_learning", ROOT / "scripts/bench/bench_learning.py")
+    bench_learning = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_learning)
+    args = types.SimpleNamespace(eval_every=1000, episodes=8, keep_training=False, target=0.5, gpus=1,
+                                 time_limit=1200.0)
+    run_dir = tmp_path / "q_s0"
+    fresh = bench_learning.job_command(args, "--config c.toml --set a.b=1", 3, run_dir)
+    assert fresh[3:] == ["train", "--config", "c.toml", "--set", "a.b=1", "--seed", "3", "--run-dir", str(run_dir),
+                         "--time-limit", "1200.0", "--eval-every", "1000", "--eval-episodes", "8", "--stop-at-success",
+                         "0.5", "--no-progress", "--device", "cuda"]
+    run_dir.mkdir()
+    torch.save({"format": CHECKPOINT_FORMAT, "model": {}, "config": {}, "wall_s": 1031.25}, run_dir / "checkpoint.pt")
+    resumed = bench_learning.job_command(args, "--config c.toml --set a.b=1", 3, run_dir)
+    assert resumed[3:] == ["train", "--resume", str(run_dir), "--time-limit", "168.8", *fresh[-9:]]
+    (run_dir / "checkpoint.pt").write_bytes(b"torn")
+    assert bench_learning.job_command(args, "", 3, run_dir)[6:8] == ["--time-limit", "1200.0"]
+    (run_dir / "summary.json").write_text("{}")
+    assert "--resume" not in bench_learning.job_command(args, "", 3, run_dir)
+    # the reports already in its policy_evals/ are not run again (an empty one, an eval the machine took, is)
+    (run_dir / "summary.json").unlink()
+    (run_dir / "policies").mkdir()
+    (run_dir / "policy_evals").mkdir()
+    for mark in (300, 600, 900):
+        (run_dir / "policies" / f"policy_{mark}s.pt").write_bytes(b"")
+    (run_dir / "policy_evals" / "300s.json").write_text('{"greedy": {"success_rate": 0.0}}\n')
+    (run_dir / "policy_evals" / "900s.json").write_text("")
+    started = []
+
+    def fake(a, d, done=frozenset()):
+        started.append(sorted(done))
+        return []
+
+    monkeypatch.setattr(bench_learning, "policy_eval_commands", fake)
+    job = {"name": "q", "seed": 0, "gpus": 1, "dir": run_dir, "cmd": [sys.executable, "-c", "pass"]}
+    bench_learning.run_jobs(types.SimpleNamespace(gpus=0, jobs_per_gpu=1, policy_evals=True, policy_evals_cpu=False,
+                                                  episodes=8, sampled_evals=False, segments=False), [job])
+    assert started and started[0] == [300]
 
 
 def test_bench_learning_sampled_evals_play_both_and_keep_both_rates(tmp_path):

@@ -14,7 +14,9 @@ seed together).
         --setup ppo "--config configs/leave_house.toml" --setup a2c "--config configs/leave_house_a2c.toml"
 
 A setup's flags are `gbxcule train` flags; a setup that needs several GPUs per job says so with
-`--gpus-per-job NAME=G` (its flags should then carry `--gpus G`). With `--policy-evals`, once a run ends the weights
+`--gpus-per-job NAME=G` (its flags should then carry `--gpus G`). A run whose folder holds a summary is done; one whose
+folder holds a checkpoint and no summary (brought back from a lost machine: scripts/gpu/gpu.sh jobs_resume) resumes
+with the training seconds it has left. With `--policy-evals`, once a run ends the weights
 it kept at its marks (`run.policy_every_s`: RUN/policies/policy_<S>s.pt) are evaluated greedy on its GPUs, all at
 once (`gbxcule eval --greedy-only`, the final eval's episodes and seed; RUN/policy_evals/<S>s.json): the success
 reached at 5, 10, 20 minutes of training without evals beside it slowing training. With `--policy-evals-cpu` each
@@ -55,11 +57,23 @@ def gpu_count() -> int:
 
 
 def job_command(args, flags: str, seed: int, run_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "gbxcule", "train", *shlex.split(flags), "--seed", str(seed),
-            "--run-dir", str(run_dir), "--eval-every", str(args.eval_every), "--eval-episodes", str(args.episodes),
-            *([] if args.keep_training else ["--stop-at-success", str(args.target)]),
-            "--time-limit", str(args.time_limit), "--no-progress",
-            *(["--device", "cuda"] if args.gpus else ["--device", "cpu"])]
+    """The run's `gbxcule train` command; where its folder holds a checkpoint and no summary (a run cut short, its
+    folder brought back from a lost machine: scripts/gpu/gpu.sh jobs_resume), `--resume` with the training seconds
+    the checkpoint has not had."""
+    run = ["--eval-every", str(args.eval_every), "--eval-episodes", str(args.episodes),
+           *([] if args.keep_training else ["--stop-at-success", str(args.target)]), "--no-progress",
+           *(["--device", "cuda"] if args.gpus else ["--device", "cpu"])]
+    if (run_dir / "checkpoint.pt").is_file() and not (run_dir / "summary.json").is_file():
+        from gbxcule.rl.rundir import load_checkpoint
+
+        try:
+            left = max(1.0, args.time_limit - float(load_checkpoint(run_dir).get("wall_s", 0.0)))
+        except GbxculeError:  # (a damaged one: the resume itself says so, in the run's log)
+            left = args.time_limit
+        return [sys.executable, "-m", "gbxcule", "train", "--resume", str(run_dir), "--time-limit", f"{left:.1f}",
+                *run]
+    return [sys.executable, "-m", "gbxcule", "train", *shlex.split(flags), "--seed", str(seed), "--run-dir",
+            str(run_dir), "--time-limit", str(args.time_limit), *run]
 
 
 POLICY_FILE = re.compile(r"^policy_(\d+)s\.pt$")
@@ -136,7 +150,9 @@ def run_jobs(args, jobs: list[dict]) -> None:
             if len(free) >= need:
                 ids, free[:] = free[:need], free[need:]
                 log = open(job["dir"].with_suffix(".log"), "w")  # noqa: SIM115 (closed when the job ends)
-                job["t0"], job["started"], job["early"] = time.time(), set(), ([], [])
+                job["t0"], job["early"] = time.time(), ([], [])
+                job["started"] = {int(m.group(1)) for p in job["dir"].glob("policy_evals/*s.json")
+                                  if (m := EVAL_FILE.match(p.name)) and p.stat().st_size}  # (a resumed run's)
                 running.append([job, [start(job["cmd"], ids, log, subprocess.STDOUT)], ids, [log], "train"])
                 pending.remove(job)
                 print(f"[{time.strftime('%H:%M:%S')}] start {job['name']} seed {job['seed']} on "

@@ -18,7 +18,9 @@
 # GBXCULE_CACHE_DIR [/tmp/gbxc] the kernel cache; PY [python3]. Each subcommand's own variables: its help line.
 #
 # Work longer than one call (10 minutes): `jobs_start FILE` in one call, then `jobs_wait SECONDS` in each call after
-# it, each made within the machine's idle release; bench_learning.py lines in FILE take the GPUs their job got.
+# it, each made within the machine's idle release; bench_learning.py lines in FILE take the GPUs their job got. Each
+# jobs_wait brings back the runs' checkpoints: where the machine was lost, set up a fresh one, carry the last pack
+# back (`jobs_stash FILE...`, in as many calls as its size takes) and `jobs_resume FILE` goes on from them.
 # To add a subcommand: a function `cmd_NAME` with a `## NAME ARGS: what it does` line right above it.
 set -uo pipefail
 GPU_ROOT=${GPU_ROOT:-/root/gpu}
@@ -263,16 +265,55 @@ cmd_jobs_start() {
   use_src
   [[ -e $RUNS/jobs/.started && ! -e $RUNS/jobs/.ended ]] && die "jobs already running in $RUNS/jobs (jobs_wait)"
   local d; d=$(work jobs)
+  launch_jobs "$1" "$d"
+}
+
+# start the job list $1 in the folder $2, in a process session of its own
+launch_jobs() {
+  local d=$2
   touch "$d/.started"
   setsid nohup bash -c "\"$PY\" scripts/gpu/gpu_jobs.py \"$1\" --out \"$d\" > \"$d/runner.log\" 2>&1; touch \"$d/.ended\"" \
     > /dev/null 2>&1 < /dev/null &
   echo "started $1 in $d (its own session); bash $SELF jobs_wait SECONDS to wait and pack"
 }
 
+## jobs_stash FILE...: keep files carried here (a jobs_wait pack from a machine that was lost: jobs.tgz or its
+#    parts, as many calls as carrying them takes) under $RUNS/stash for jobs_resume
+cmd_jobs_stash() {
+  [[ $# -ge 1 ]] || die "usage: bash $SELF jobs_stash FILE..."
+  mkdir -p "$RUNS/stash" || die "cannot make $RUNS/stash"
+  local f
+  for f in "$@"; do
+    [[ -f $f ]] || die "no file $f"
+    cp "$f" "$RUNS/stash/" || die "cannot copy $f"
+  done
+  ls -l "$RUNS/stash"
+}
+
+## jobs_resume FILE: jobs_start on a fresh machine from the pack jobs_stash kept (its parts joined in name order):
+#    its job folders come back and each bench_learning.py run whose folder holds a checkpoint and no summary resumes
+#    with the training seconds it has left, its kept policies' evals that reported not run again (jobs_wait next)
+cmd_jobs_resume() {
+  [[ $# -eq 1 ]] || die "usage: bash $SELF jobs_resume FILE"
+  [[ -f $1 ]] || die "no job file $1"
+  use_src
+  [[ -e $RUNS/jobs/.started && ! -e $RUNS/jobs/.ended ]] && die "jobs already running in $RUNS/jobs (jobs_wait)"
+  local packs; packs=$(ls "$RUNS"/stash/jobs.tgz.part-* 2>/dev/null | sort)  # (the parts, else the whole pack)
+  [[ -n $packs ]] || packs=$(ls "$RUNS"/stash/jobs.tgz 2>/dev/null)
+  [[ -n $packs ]] || die "nothing in $RUNS/stash: jobs_stash the pack (jobs.tgz or jobs.tgz.part-*) first"
+  local d; d=$(work jobs)
+  # shellcheck disable=SC2086  # (one name a line, no spaces)
+  cat $packs | tar -xzf - -C "$d" || die "the stashed pack does not unpack (a part missing?): $packs"
+  rm -f "$d/.started" "$d/.ended" "$d/runner.log"
+  echo "unpacked $(echo "$packs" | wc -l) file(s) into $d: $(find "$d" -name checkpoint.pt | wc -l) checkpoint(s)"
+  launch_jobs "$1" "$d"
+}
+
 ## jobs_wait SECONDS: wait until the jobs of jobs_start end or SECONDS pass, then pack what is there (checkpoints,
 #    policies and archives left out) into $OUT/jobs.tgz and print the runner's log; exit status 0 once all ended;
-#    KEEP [the policies kept at marks, policy_*s.pt; once all ended policy.pt too]: of the names left out, those to
-#    pack after all (a few MB a policy), so each call brings back what a lost machine would take with it;
+#    KEEP [while jobs run: the policies kept at marks, policy_*s.pt, and the checkpoints, checkpoint.pt, unless the
+#    pack would then be over 8 parts; once all ended: policy.pt policy_*s.pt]: of the names left out, those to pack
+#    after all, so each call brings back what a lost machine would take with it (jobs_stash, jobs_resume);
 #    PART_BYTES [15 MiB]: a larger jobs.tgz is split into jobs.tgz.part-aa, -ab, ... of that size (a call returns
 #    files of at most 16 MiB, 8 of them): `cat jobs.tgz.part-* > jobs.tgz` joins them
 cmd_jobs_wait() {
@@ -281,14 +322,17 @@ cmd_jobs_wait() {
   [[ -e $d/.started ]] || die "no jobs started in $d (jobs_start FILE first)"
   while [[ ! -e $d/.ended ]] && (( $(date +%s) - t0 < $1 )); do sleep 5; done
   mkdir -p "$OUT"
-  local drop=() x keep
-  if [[ -e $d/.ended ]]; then keep=${KEEP-"policy.pt policy_*s.pt"}; else keep=${KEEP-"policy_*s.pt"}; fi
+  local drop=() x keep part=${PART_BYTES:-15728640}
+  if [[ -e $d/.ended ]]; then keep=${KEEP-"policy.pt policy_*s.pt"}; else keep=${KEEP-"policy_*s.pt checkpoint.pt"}; fi
   for x in checkpoint.pt policy.pt best_policy.pt 'policy_*s.pt' archive.npz 'events.out.*'; do
     [[ " $keep " == *" $x "* ]] || drop+=("$x")
   done
   rm -f "$OUT"/jobs.tgz.part-*
   pack jobs "${drop[@]}"
-  local part=${PART_BYTES:-15728640}
+  if [[ " $keep " == *" checkpoint.pt "* ]] && (( $(stat -c %s "$OUT/jobs.tgz") > 8 * part )); then
+    echo "with its checkpoints the pack is over 8 parts (what a call returns): packed again without them"
+    pack jobs "${drop[@]}" checkpoint.pt
+  fi
   if (( $(stat -c %s "$OUT/jobs.tgz") > part )); then
     split -b "$part" "$OUT/jobs.tgz" "$OUT/jobs.tgz.part-" && rm "$OUT/jobs.tgz"
     echo "split into $(ls "$OUT"/jobs.tgz.part-* | wc -l) parts: cat jobs.tgz.part-* > jobs.tgz"
