@@ -39,6 +39,7 @@ task's own start (`p = p_start + (1 - p_start) * ema`). `GameEnv(archive=...)` w
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
@@ -1043,8 +1044,8 @@ class StateArchive:
         d = {name: getattr(self, name).detach().cpu().clone() for name in self.TENSORS + self.RECORDS}
         d.update(p=self.p, ema=self.ema, level=self.level, level_share=self.level_share.tolist(),
                  config=self.cfg.to_dict())
-        if self.cell_mem is not None:
-            d["cell_mem"] = self.cell_mem.cpu().clone()
+        if self.cell_mem is not None:  # (rows of unused cells are zero)
+            d["cell_mem"] = pack_tensor(self.cell_mem)
         return d
 
     def load_state_dict(self, d: dict) -> None:
@@ -1073,11 +1074,16 @@ class StateArchive:
             self.start_bits.copy_(d["start_bits"])
         else:  # saved before it: the running episodes' start cells' (a swarm jump's own start is not known)
             self.start_bits.copy_(self.flags.gather(0, self.start_row) * self.from_archive)
-        if self.cell_mem is not None:  # (saved with the cells' emulator states: without them the cells go)
-            if "cell_mem" in d and tuple(d["cell_mem"].shape) != tuple(self.cell_mem.shape):
-                raise EnvConfigError(f"this env state's archive keeps policy states of {d['cell_mem'].shape[1]} "
+        if self.cell_mem is not None:  # (packed, or a tensor as states before the packing held them)
+            saved = d.get("cell_mem")
+            shape = tuple(saved["shape"] if isinstance(saved, dict) else saved.shape) if saved is not None else None
+            if saved is not None and shape != tuple(self.cell_mem.shape):
+                raise EnvConfigError(f"this env state's archive keeps policy states of {shape[1]} "
                                      f"floats with its cells, the policy has {self.cell_mem.shape[1]}")
-            self.cell_mem.copy_(d["cell_mem"]) if "cell_mem" in d else self.cell_mem.zero_()
+            if saved is None:
+                self.cell_mem.zero_()
+            else:
+                self.cell_mem.copy_(unpack_tensor(saved, self.cell_mem) if isinstance(saved, dict) else saved)
         self.mark_route()
 
     def clear(self) -> None:
@@ -1128,6 +1134,33 @@ def progress_key(place, bits, place_bits: int, count: int):
         return place | (bits << place_bits)
     rest = mix64((place >> 8) ^ (bits * (0x9E3779B97F4A7C15 - (1 << 64))))
     return ((rest << 8) | (place & 0xFF)) & ((1 << 62) - 1)
+
+
+def pack_tensor(x) -> dict:
+    """A tensor for a checkpoint, its bytes deflated (zlib level 1: a Game Boy's state is mostly zeros and
+    repeats, about 18x smaller for an archive cell): dtype, shape and a host uint8 tensor (`unpack_tensor`)."""
+    import torch
+
+    raw = x.detach().contiguous().cpu().numpy().tobytes()
+    return {"dtype": str(x.dtype), "shape": list(x.shape),
+            "z": torch.frombuffer(bytearray(zlib.compress(raw, 1)), dtype=torch.uint8)}
+
+
+def unpack_tensor(saved: dict, like):
+    """`pack_tensor`'s tensor, bit for bit, on the host; it must have `like`'s dtype and shape (EnvConfigError)."""
+    import torch
+
+    if saved.get("dtype") != str(like.dtype) or list(saved.get("shape", ())) != list(like.shape):
+        raise EnvConfigError(f"env state holds a {saved.get('dtype')} {saved.get('shape')} tensor where this env "
+                             f"has {like.dtype} {list(like.shape)}")
+    try:
+        raw = zlib.decompress(saved["z"].numpy().tobytes())
+    except zlib.error as e:
+        raise EnvConfigError(f"env state has a damaged compressed tensor: {e}") from None
+    if len(raw) != like.numel() * like.element_size():
+        raise EnvConfigError(f"env state's compressed tensor holds {len(raw)} bytes, {list(like.shape)} needs "
+                             f"{like.numel() * like.element_size()}")
+    return torch.frombuffer(bytearray(raw), dtype=like.dtype).view(like.shape)
 
 
 def cell_bytes(backend) -> int:

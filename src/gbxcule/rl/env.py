@@ -16,7 +16,6 @@ step (clone what you keep), as in other GPU vector envs.
 from __future__ import annotations
 
 import warnings
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,6 +32,8 @@ from gbxcule.rl.archive import (
     cell_bytes,
     check_archive_memory,
     hashed_bits,
+    pack_tensor,
+    unpack_tensor,
 )
 from gbxcule.rl.capture import task_template, template_meta
 from gbxcule.rl.goals import (
@@ -74,33 +75,6 @@ _STATE_TENSORS = ("steps", "episodes", "ep_return", "ep_success", "success", "di
                   "truncated", "_slot_stats", "_ms_stats", "milestones", "final_milestones", "failed", "_lives_stats")
 # absent from env states saved before they existed: zero then
 _NEWER_STATE = ("_slot_stats", "_ms_stats", "milestones", "final_milestones", "failed", "_lives_stats")
-
-
-def pack_tensor(x) -> dict:
-    """A tensor for a checkpoint, its bytes deflated (zlib level 1: a Game Boy's state is mostly zeros and
-    repeats, about 18x smaller for an archive cell): dtype, shape and a host uint8 tensor (`unpack_tensor`)."""
-    import torch
-
-    raw = x.detach().contiguous().cpu().numpy().tobytes()
-    return {"dtype": str(x.dtype), "shape": list(x.shape),
-            "z": torch.frombuffer(bytearray(zlib.compress(raw, 1)), dtype=torch.uint8)}
-
-
-def unpack_tensor(saved: dict, like):
-    """`pack_tensor`'s tensor, bit for bit, on the host; it must have `like`'s dtype and shape (EnvConfigError)."""
-    import torch
-
-    if saved.get("dtype") != str(like.dtype) or list(saved.get("shape", ())) != list(like.shape):
-        raise EnvConfigError(f"env state holds a {saved.get('dtype')} {saved.get('shape')} tensor where this env "
-                             f"has {like.dtype} {list(like.shape)}")
-    try:
-        raw = zlib.decompress(saved["z"].numpy().tobytes())
-    except zlib.error as e:
-        raise EnvConfigError(f"env state has a damaged compressed tensor: {e}") from None
-    if len(raw) != like.numel() * like.element_size():
-        raise EnvConfigError(f"env state's compressed tensor holds {len(raw)} bytes, {list(like.shape)} needs "
-                             f"{like.numel() * like.element_size()}")
-    return torch.frombuffer(bytearray(raw), dtype=like.dtype).view(like.shape)
 
 
 def _slot_hash(torch, seed: int, env_ids, episodes, k: int):
