@@ -555,11 +555,13 @@ def test_bench_learning_policy_evals_cpu_start_each_eval_while_its_run_trains(tm
     assert real(gpu_args, tmp_path / "p")[0][0][-2:] == ["--device", "cpu"]  # on the CPU though the runs have GPUs
     assert real(gpu_args, tmp_path / "p", {60}) == []  # a mark whose eval started is not started again
 
-    def fake(args, run_dir, started=frozenset()):  # the real commands' reports, each saying where it ran
+    assert real(gpu_args, tmp_path / "p", ended=True)[0][0][-2:] == ["--device", "cuda"]  # the run's GPUs, free now
+
+    def fake(args, run_dir, started=frozenset(), ended=False):  # the real commands' reports, each saying where it ran
         report = ("import json, os, sys; "
                   "print(json.dumps({'device': sys.argv[1], 'threads': os.environ.get('OMP_NUM_THREADS')}))")
         return [([sys.executable, "-c", report, cmd[cmd.index("--device") + 1]], path)
-                for cmd, path in real(args, run_dir, started)]
+                for cmd, path in real(args, run_dir, started, ended)]
 
     monkeypatch.setattr(bench_learning, "policy_eval_commands", fake)
     run_dir = tmp_path / "out" / "a_s0"
@@ -615,7 +617,7 @@ def test_bench_learning_resumes_a_run_brought_back_with_its_checkpoint(tmp_path,
     (run_dir / "policy_evals" / "900s.json").write_text("")
     started = []
 
-    def fake(a, d, done=frozenset()):
+    def fake(a, d, done=frozenset(), ended=False):
         started.append(sorted(done))
         return []
 

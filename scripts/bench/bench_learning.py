@@ -21,8 +21,8 @@ it kept at its marks (`run.policy_every_s`: RUN/policies/policy_<S>s.pt) are eva
 once (`gbxcule eval --greedy-only`, the final eval's episodes and seed; RUN/policy_evals/<S>s.json): the success
 reached at 5, 10, 20 minutes of training without evals beside it slowing training. With `--policy-evals-cpu` each
 kept policy's eval runs on the CPU instead (one thread), started as soon as the run keeps it, while the run trains on,
-so only the last one's is left when the run ends (a greedy eval of 64 envs is latency-bound: docs/training.md "The
-weights at set times"). With `--segments`, the final
+so only the last one's is left when the run ends, and it runs on the run's GPUs (a greedy eval of 64 envs is
+latency-bound: docs/training.md "The weights at set times"). With `--segments`, the final
 policy is also evaluated greedy from each segment task of its pack (`<task>_m<N>`, scripts/bench/bench_segments.py;
 RUN/segments.json): which segments of a long task it has learned. `--sampled-evals` plays both sampled as well (about
 twice their time): a stochastic policy that wins sampled can stall greedy on a still screen.
@@ -88,13 +88,13 @@ def kept_policies(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def policy_eval_commands(args, run_dir: Path, started: set[int] | frozenset = frozenset()) -> list[tuple[list[str],
-                                                                                                    Path]]:
+def policy_eval_commands(args, run_dir: Path, started: set[int] | frozenset = frozenset(),
+                         ended: bool = False) -> list[tuple[list[str], Path]]:
     """One greedy `gbxcule eval` per kept policy whose mark is not in `started` (the final eval's seed, `--episodes`
-    episodes; sampled as well with `--sampled-evals`; on the CPU with `--policy-evals-cpu` or without GPUs) and the
-    JSON file its report goes to."""
+    episodes; sampled as well with `--sampled-evals`; on the CPU without GPUs, and with `--policy-evals-cpu` while the
+    run trains, not once it has `ended` and left its GPUs free) and the JSON file its report goes to."""
     modes = [] if args.sampled_evals else ["--greedy-only"]
-    device = "cuda" if args.gpus and not getattr(args, "policy_evals_cpu", False) else "cpu"
+    device = "cuda" if args.gpus and (ended or not getattr(args, "policy_evals_cpu", False)) else "cpu"
     return [([sys.executable, "-m", "gbxcule", "eval", str(path), *modes, "--json", "--episodes",
               str(args.episodes), "--device", device], run_dir / "policy_evals" / f"{s}s.json")
             for s, path in kept_policies(run_dir) if s not in started]
@@ -138,9 +138,10 @@ def run_jobs(args, jobs: list[dict]) -> None:
         return ([start(cmd, ids, *out, one_thread=one_thread) for (cmd, _), out in zip(evals, outs, strict=True)],
                 [f for pair in outs for f in pair])
 
-    def policies_evals(job: dict) -> list:
-        """The evals of the policies the job's run has kept whose evals have not started (and mark them started)."""
-        evals = policy_eval_commands(args, job["dir"], job["started"]) if args.policy_evals else []
+    def policies_evals(job: dict, ended: bool = False) -> list:
+        """The evals of the policies the job's run has kept whose evals have not started (and mark them started);
+        once its run has `ended`, on its GPUs."""
+        evals = policy_eval_commands(args, job["dir"], job["started"], ended) if args.policy_evals else []
         job["started"] |= {int(EVAL_FILE.match(path.name).group(1)) for _, path in evals}
         return evals
 
@@ -176,8 +177,8 @@ def run_jobs(args, jobs: list[dict]) -> None:
                 job["rc"], job["seconds"] = procs[0].returncode, time.time() - job["t0"]
                 print(f"[{time.strftime('%H:%M:%S')}] done  {job['name']} seed {job['seed']} rc {job['rc']} "
                       f"in {job['seconds']:.0f} s", flush=True)
-                evals = policies_evals(job)
-                procs, files = start_evals(evals, ids, one_thread=early)
+                evals = policies_evals(job, ended=True)  # (the last mark's, with --policy-evals-cpu: its GPUs are free)
+                procs, files = start_evals(evals, ids, one_thread=early and not args.gpus)
                 seg = segment_command(args, job["dir"]) if (job["dir"] / "policy.pt").is_file() else []
                 seg_procs, seg_files = start_evals(seg, ids)
                 if procs or seg_procs or job["early"][0]:
