@@ -1076,14 +1076,15 @@ class StateArchive:
             self.start_bits.copy_(self.flags.gather(0, self.start_row) * self.from_archive)
         if self.cell_mem is not None:  # (packed, or a tensor as states before the packing held them)
             saved = d.get("cell_mem")
-            shape = tuple(saved["shape"] if isinstance(saved, dict) else saved.shape) if saved is not None else None
-            if saved is not None and shape != tuple(self.cell_mem.shape):
-                raise EnvConfigError(f"this env state's archive keeps policy states of {shape[1]} "
-                                     f"floats with its cells, the policy has {self.cell_mem.shape[1]}")
             if saved is None:
                 self.cell_mem.zero_()
             else:
-                self.cell_mem.copy_(unpack_tensor(saved, self.cell_mem) if isinstance(saved, dict) else saved)
+                packed = isinstance(saved, dict)
+                shape = tuple(saved["shape"] if packed else saved.shape)
+                if shape != tuple(self.cell_mem.shape):
+                    raise EnvConfigError(f"this env state's archive keeps policy states of {shape[1]} "
+                                         f"floats with its cells, the policy has {self.cell_mem.shape[1]}")
+                self.cell_mem.copy_(unpack_tensor(saved, self.cell_mem) if packed else saved)
         self.mark_route()
 
     def clear(self) -> None:
