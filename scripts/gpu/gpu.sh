@@ -261,11 +261,17 @@ cmd_jobs() {
 #    longer than one call run on while calls keep coming within the machine's idle release (run jobs_wait next)
 cmd_jobs_start() {
   [[ $# -eq 1 ]] || die "usage: bash $SELF jobs_start FILE"
+  jobs_ready "$1"
+  local d; d=$(work jobs)
+  launch_jobs "$1" "$d"
+}
+
+# before the job list $1 starts: it exists, setup ran, no other list runs
+jobs_ready() {
   [[ -f $1 ]] || die "no job file $1"
   use_src
   [[ -e $RUNS/jobs/.started && ! -e $RUNS/jobs/.ended ]] && die "jobs already running in $RUNS/jobs (jobs_wait)"
-  local d; d=$(work jobs)
-  launch_jobs "$1" "$d"
+  return 0
 }
 
 # start the job list $1 in the folder $2, in a process session of its own
@@ -295,9 +301,7 @@ cmd_jobs_stash() {
 #    with the training seconds it has left, its kept policies' evals that reported not run again (jobs_wait next)
 cmd_jobs_resume() {
   [[ $# -eq 1 ]] || die "usage: bash $SELF jobs_resume FILE"
-  [[ -f $1 ]] || die "no job file $1"
-  use_src
-  [[ -e $RUNS/jobs/.started && ! -e $RUNS/jobs/.ended ]] && die "jobs already running in $RUNS/jobs (jobs_wait)"
+  jobs_ready "$1"
   local packs; packs=$(ls "$RUNS"/stash/jobs.tgz.part-* 2>/dev/null | sort)  # (the parts, else the whole pack)
   [[ -n $packs ]] || packs=$(ls "$RUNS"/stash/jobs.tgz 2>/dev/null)
   [[ -n $packs ]] || die "nothing in $RUNS/stash: jobs_stash the pack (jobs.tgz or jobs.tgz.part-*) first"
