@@ -190,6 +190,55 @@ def test_gpu_sh_jobs_outlive_the_call_and_wait_packs_them(tmp_path):
         assert "./a/result.txt" in t.getnames()
 
 
+def test_gpu_sh_jobs_wait_packs_checkpoints_the_runs_wrote_when_asked(tmp_path):
+    """Jobs still running when jobs_wait packs: each run still training (metrics.jsonl, no summary.json) is asked
+    for a checkpoint (`checkpoint.now`, rl/rundir.py) and the pack holds the one it wrote; a run that does not answer
+    within SAVE_WAIT seconds is packed with its last one, and a run that has ended is not asked."""
+    import tarfile
+    import time
+
+    from gbxcule.rl.rundir import SAVE_NOW_NAME
+
+    (tmp_path / "gpu").mkdir()
+    (tmp_path / "gpu" / ".ready").touch()
+    env = {**os.environ, "GPU_ROOT": str(tmp_path / "gpu"), "OUT": str(tmp_path / "out"),
+           "RUNS": str(tmp_path / "runs"), "PY": sys.executable}
+    now = f"$JOB_OUT/r/{SAVE_NOW_NAME}"
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text(
+        f"[0] a: mkdir $JOB_OUT/r; touch $JOB_OUT/r/metrics.jsonl; echo old > $JOB_OUT/r/checkpoint.pt; "
+        f"for i in $(seq 600); do [ -e {now} ] && echo new > $JOB_OUT/r/checkpoint.pt && rm {now}; "
+        f"[ -e $JOB_OUT/go ] && break; sleep 0.1; done\n"
+        f"[0] b: mkdir $JOB_OUT/r; touch $JOB_OUT/r/metrics.jsonl; echo old > $JOB_OUT/r/checkpoint.pt; "
+        f"for i in $(seq 600); do [ -e $JOB_OUT/go ] && break; sleep 0.1; done\n"
+        f"[0] c: mkdir $JOB_OUT/r; touch $JOB_OUT/r/metrics.jsonl $JOB_OUT/r/summary.json; "
+        f"for i in $(seq 600); do [ -e $JOB_OUT/go ] && break; sleep 0.1; done\n")
+
+    def gpu(*args):
+        return subprocess.run(["bash", "scripts/gpu/gpu.sh", *args], cwd=ROOT, capture_output=True, text=True, env=env,
+                              timeout=120)
+
+    assert gpu("jobs_start", str(jobs)).returncode == 0
+    runs = tmp_path / "runs" / "jobs"
+    for _ in range(300):
+        if all((runs / j / "r" / "metrics.jsonl").exists() for j in "abc"):
+            break
+        time.sleep(0.1)
+    env["SAVE_WAIT"] = "3"
+    r = gpu("jobs_wait", "1")
+    assert r.returncode == 3 and "no new checkpoint within 3 s" in r.stdout, r.stdout + r.stderr
+    with tarfile.open(tmp_path / "out" / "jobs.tgz") as t:
+        assert t.extractfile("./a/r/checkpoint.pt").read() == b"new\n"  # asked, and written before the pack
+        assert t.extractfile("./b/r/checkpoint.pt").read() == b"old\n"  # never answered: its last one
+    assert not (runs / "c" / "r" / SAVE_NOW_NAME).exists()  # ended (a summary): not asked
+    (runs / "b" / "r" / "summary.json").touch()  # b's training has ended
+    r = gpu("jobs_wait", "1")
+    assert r.returncode == 3 and "checkpoints written: 1 run(s)" in r.stdout, r.stdout + r.stderr
+    for j in "abc":
+        (runs / j / "go").touch()
+    assert gpu("jobs_wait", "60").returncode == 0
+
+
 def test_dev_sh_without_a_command_prints_its_usage():
     r = run(["bash", "scripts/dev.sh"])
     assert r.returncode == 2 and "dev.sh demo" in r.stderr and "dev.sh test" in r.stderr

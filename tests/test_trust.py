@@ -136,6 +136,27 @@ def test_checkpoints_also_by_the_clock(tmp_path):
     assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["update"] == 2
 
 
+def test_a_checkpoint_when_asked_by_a_file_in_the_run_folder(tmp_path):
+    """`checkpoint.now` in a running run's folder (gpu.sh jobs_wait puts one there before it packs): a checkpoint
+    at that update's end, none due otherwise, and the file removed once it is written."""
+    from gbxcule.rl.rundir import SAVE_NOW_NAME
+    from gbxcule.rl.training import make_config, train
+
+    def cfg(updates):
+        return make_config(None, {"total_steps": 480, "env": {"num_envs": 6},
+                                  "ppo": {"rollout_steps": 8, "epochs": 1, "minibatches": 1, "model": "small"},
+                                  "run": {"run_dir": str(tmp_path), "device": "cpu", "progress": False, "evals": 0,
+                                          "tensorboard": False, "eval_episodes": 0, "checkpoint_every": 1000,
+                                          "checkpoint_every_s": 1e9, "stop_after_updates": updates}})
+
+    assert train(cfg(2))["stopped"] == "stop_after_updates"
+    assert not (tmp_path / "checkpoint.pt").exists()  # none was due
+    (tmp_path / SAVE_NOW_NAME).touch()
+    assert train(cfg(2))["stopped"] == "stop_after_updates"
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["update"] == 1  # at the first update's end
+    assert not (tmp_path / SAVE_NOW_NAME).exists()
+
+
 # --- run folders that cannot be damaged ----------------------------------------------------------------------
 def test_a_fresh_run_never_appends_to_an_old_log(tmp_path):
     d = tmp_path / "run"

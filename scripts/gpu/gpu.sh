@@ -313,18 +313,39 @@ cmd_jobs_resume() {
   launch_jobs "$1" "$d"
 }
 
-## jobs_wait SECONDS: wait until the jobs of jobs_start end or SECONDS pass, then pack what is there (checkpoints,
-#    policies and archives left out) into $OUT/jobs.tgz and print the runner's log; exit status 0 once all ended;
-#    KEEP [while jobs run: the policies kept at marks, policy_*s.pt, and the checkpoints, checkpoint.pt, unless the
-#    pack would then be over 8 parts; once all ended: policy.pt policy_*s.pt]: of the names left out, those to pack
-#    after all, so each call brings back what a lost machine would take with it (jobs_stash, jobs_resume);
-#    PART_BYTES [15 MiB]: a larger jobs.tgz is split into jobs.tgz.part-aa, -ab, ... of that size (a call returns
-#    files of at most 16 MiB, 8 of them): `cat jobs.tgz.part-* > jobs.tgz` joins them
+# ask every run in $1 still training (a metrics.jsonl, no summary.json) for a checkpoint now (a `checkpoint.now`
+# file, which the run removes once its checkpoint is written) and wait until each has written it, SAVE_WAIT s at most
+fresh_checkpoints() {
+  local m run asked=() t0; t0=$(date +%s)
+  while IFS= read -r m; do
+    run=$(dirname "$m")
+    [[ -e $run/summary.json ]] && continue
+    touch "$run/checkpoint.now" && asked+=("$run")
+  done < <(find "$1" -name metrics.jsonl 2>/dev/null)
+  (( ${#asked[@]} )) || return 0
+  while (( $(date +%s) - t0 < ${SAVE_WAIT:-90} )); do
+    local left=0
+    for run in "${asked[@]}"; do [[ -e $run/checkpoint.now && ! -e $run/summary.json ]] && left=1; done
+    (( left )) || { echo "checkpoints written: ${#asked[@]} run(s), $(( $(date +%s) - t0 )) s"; return 0; }
+    sleep 1
+  done
+  echo "no new checkpoint within ${SAVE_WAIT:-90} s (a run still setting up?): packed the last ones"
+}
+
+## jobs_wait SECONDS: wait until the jobs of jobs_start end or SECONDS pass, then (jobs still running) ask each run
+#    still training for a checkpoint and wait for it (SAVE_WAIT [90] s at most; rl/rundir.py SAVE_NOW_NAME), then pack
+#    what is there (checkpoints, policies and archives left out) into $OUT/jobs.tgz and print the runner's log; exit
+#    status 0 once all ended; KEEP [while jobs run: the policies kept at marks, policy_*s.pt, and the checkpoints,
+#    checkpoint.pt, unless the pack would then be over 8 parts; once all ended: policy.pt policy_*s.pt]: of the names
+#    left out, those to pack after all, so each call brings back what a lost machine would take with it (jobs_stash,
+#    jobs_resume); PART_BYTES [15 MiB]: a larger jobs.tgz is split into jobs.tgz.part-aa, -ab, ... of that size (a call
+#    returns files of at most 16 MiB, 8 of them): `cat jobs.tgz.part-* > jobs.tgz` joins them
 cmd_jobs_wait() {
   [[ $# -eq 1 && $1 =~ ^[0-9]+$ ]] || die "usage: bash $SELF jobs_wait SECONDS"
   local d=$RUNS/jobs t0; t0=$(date +%s)
   [[ -e $d/.started ]] || die "no jobs started in $d (jobs_start FILE first)"
   while [[ ! -e $d/.ended ]] && (( $(date +%s) - t0 < $1 )); do sleep 5; done
+  [[ -e $d/.ended ]] || fresh_checkpoints "$d"
   mkdir -p "$OUT"
   local drop=() x keep part=${PART_BYTES:-15728640}
   if [[ -e $d/.ended ]]; then keep=${KEEP-"policy.pt policy_*s.pt"}; else keep=${KEEP-"policy_*s.pt checkpoint.pt"}; fi

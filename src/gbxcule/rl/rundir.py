@@ -26,6 +26,8 @@ POLICY_NAME = "policy.pt"
 BEST_NAME = "best_policy.pt"  # the weights of the best periodic greedy eval so far (policy.pt's format)
 CHECKPOINT_FORMAT = 1
 ARCHIVE_NAME = "archive.npz"  # the state archive's cells and screens, written with each checkpoint
+SAVE_NOW_NAME = "checkpoint.now"  # a file anyone may put in a running run's folder: a checkpoint at the update's
+# end, then the file is removed (scripts/gpu/gpu.sh jobs_wait asks so before it packs a lent machine's runs)
 # RUN_FILES (core/outputs.py): every entry a run folder may hold, which every command's output guard protects
 
 

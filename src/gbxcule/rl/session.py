@@ -8,12 +8,13 @@
             s.end_update(env_steps, metrics)                         # log, eval, checkpoint, stop rules
     return s.summary
 
-`end_update` reads the device once: the algorithm's metrics (device scalars or numbers, checked to be finite:
-the NaN guard), the env's episode totals, percentiles of returns, lengths and goal distances. It logs one line
-to metrics.jsonl and TensorBoard, updates the progress bar, runs the periodic greedy eval on its own small env
-(training envs untouched), checkpoints every `run.checkpoint_every` updates or `run.checkpoint_every_s`
-seconds, and applies the stop rules (total steps, `run.time_limit_s`, `run.stop_after_updates`,
-`run.stop_at_success`, SIGINT/SIGTERM: stop at the update's end with a checkpoint; a second Ctrl-C quits at once).
+`end_update` reads the device once: the algorithm's metrics (device scalars or numbers, checked to be finite: the NaN
+guard), the env's episode totals, percentiles of returns, lengths and goal distances. It logs one line to metrics.jsonl
+and TensorBoard, updates the progress bar, runs the periodic greedy eval on its own small env (training envs untouched),
+checkpoints every `run.checkpoint_every` updates or `run.checkpoint_every_s` seconds or when asked (a `checkpoint.now`
+file in the run's folder, removed once written), and applies the stop rules (total steps, `run.time_limit_s`,
+`run.stop_after_updates`, `run.stop_at_success`, SIGINT/SIGTERM: stop at the update's end with a checkpoint; a second
+Ctrl-C quits at once).
 
 On several processes (torchrun; `rl/dist.py`) the session is the distributed shell, and a trainer needs no change
 to run on it: each process steps its own envs (seed + rank) on its own device, `apply_gradients` averages the
@@ -61,7 +62,7 @@ from gbxcule.rl.evaluate import (
     model_for,
     periodic_eval_seed,
 )
-from gbxcule.rl.rundir import ARCHIVE_NAME, BEST_NAME, POLICY_NAME, CheckpointError, Run, check_run_dir
+from gbxcule.rl.rundir import ARCHIVE_NAME, BEST_NAME, POLICY_NAME, SAVE_NOW_NAME, CheckpointError, Run, check_run_dir
 
 ENV_STATE_AUTO_LIMIT = 512 * 2**20
 QUANTILES = (0.1, 0.5, 0.9)
@@ -483,13 +484,16 @@ class Session:
             every_s = self.cfg.run.checkpoint_every_s
             due = (self.update % self.cfg.run.checkpoint_every == 0 or self.update >= self.num_updates
                    or stopped in ("interrupted", "stop_at_success", "time_limit")
-                   or (every_s is not None and now - self._last_ckpt_t >= every_s))
+                   or (every_s is not None and now - self._last_ckpt_t >= every_s)
+                   or (Path(self.cfg.run.run_dir) / SAVE_NOW_NAME).exists())  # asked for one (rundir.py)
         if self.world.size > 1 and self.env.archive is not None and self.env.archive_cfg.share:
             self._share_cells()
         code, save = self.world.decide([STOPS.index(stopped), int(due)])  # rank 0 decides for all
         self.stopped = STOPS[code]
         if save:  # stop_after_updates ends as a kill would: only a checkpoint that was due anyway
             self.save()
+            if self.lead:  # the asked-for checkpoint is written
+                (Path(self.cfg.run.run_dir) / SAVE_NOW_NAME).unlink(missing_ok=True)
         if self.stopped != "done" or self.update >= self.num_updates:
             self._finish()
         self._ended = self.update
