@@ -140,12 +140,24 @@ def test_gpu_sh_jobs_outlive_the_call_and_wait_packs_them(tmp_path):
     with tarfile.open(tmp_path / "out" / "jobs.tgz") as t:
         names = t.getnames()
     assert "./a/policies/policy_60s.pt" in names and "./a/checkpoint.pt" in names  # (what a lost machine takes)
-    env["PART_BYTES"] = "30"  # with its checkpoints over 8 parts: packed again without them
+    def joined_names():
+        (tmp_path / "joined.tgz").write_bytes(b"".join(p.read_bytes() for p in sorted(tmp_path.glob("out/jobs.tgz*"))))
+        with tarfile.open(tmp_path / "joined.tgz") as t:
+            return t.getnames()
+
+    big = job / "policies" / "policy_120s.pt"
+    big.write_bytes(os.urandom(20000))  # a kept policy that does not compress
+    env["PART_BYTES"] = "1000"  # over 8 parts with the policies, not without: they go, the checkpoint stays
     r = gpu("jobs_wait", "1")
-    assert "packed again without them" in r.stdout, r.stdout + r.stderr
-    (tmp_path / "joined.tgz").write_bytes(b"".join(p.read_bytes() for p in sorted(tmp_path.glob("out/jobs.tgz*"))))
-    with tarfile.open(tmp_path / "joined.tgz") as t:
-        assert "./a/policies/policy_60s.pt" in t.getnames() and "./a/checkpoint.pt" not in t.getnames()
+    assert "without the policies" in r.stdout and "without the checkpoints" not in r.stdout, r.stdout + r.stderr
+    names = joined_names()
+    assert "./a/checkpoint.pt" in names and not any("policies/policy_" in n for n in names)
+    big.unlink()
+    env["PART_BYTES"] = "30"  # over 8 parts even without the policies: packed with them, without the checkpoints
+    r = gpu("jobs_wait", "1")
+    assert "without the checkpoints" in r.stdout, r.stdout + r.stderr
+    names = joined_names()
+    assert "./a/policies/policy_60s.pt" in names and "./a/checkpoint.pt" not in names
     env["PART_BYTES"] = "150"
     assert gpu("jobs_wait", "1").returncode == 3
     parts = sorted((tmp_path / "out").glob("jobs.tgz.part-*"))

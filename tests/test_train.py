@@ -256,6 +256,9 @@ def test_a_config_reads_its_base_first_and_sets_its_own_over_it(tmp_path, capsys
 
 @pytest.mark.parametrize(("summary", "without"), [
     ("quest_back_s1", []),
+    ("quest_back_s2", []),
+    ("quest_back_s0_cut", []),
+    ("quest_config_m6", []),
     ("quest_route_s0", ["env.archive.route_by=level"]),
     ("quest_route_s1", ["env.archive.route_by=level"]),
     ("quest_config_s0", ["env.archive.route=0.0", "env.archive.route_by=weights"]),
@@ -279,14 +282,16 @@ def test_the_quest_config_is_the_setup_its_cited_runs_trained(summary, without):
     command, trained = cited_run["command"], cited_run["numbers"]["runs"][0]["config"]
     inner = shlex.split(shlex.split(command)[-1])
     assert inner[0] == "--config" and inner[1] in ("configs/long_tasks.toml", "configs/quest.toml")
-    sets = [inner[i + 1] for i in range(2, len(inner), 2)]
-    assert [inner[i] for i in range(2, len(inner), 2)] == ["--set"] * len(sets)
+    task = [f"env.task={inner[3]}"] if inner[2:3] == ["--task"] else []  # --task alone: another task, same config
+    first = 4 if task else 2
+    sets = [inner[i + 1] for i in range(first, len(inner), 2)]
+    assert [inner[i] for i in range(first, len(inner), 2)] == ["--set"] * len(sets)
     then = without if inner[1] == "configs/quest.toml" else []  # the file as it was when that run named it
-    cited = to_dict(make_config(root / inner[1], parse_sets(sets + then)))
+    cited = to_dict(make_config(root / inner[1], parse_sets(task + sets + then)))
     bench_run = [s for s in sets if s.startswith("run.")]  # where evals and kept weights go: not the setup
-    assert {s.partition("=")[0] for s in bench_run} == {"run.eval_every_s", "run.eval_episodes",
+    assert {s.partition("=")[0] for s in bench_run} <= {"run.eval_every_s", "run.eval_episodes",
                                                         "run.policy_every_s"}
-    ours = to_dict(make_config(root / "configs/quest.toml", parse_sets(bench_run + without)))
+    ours = to_dict(make_config(root / "configs/quest.toml", parse_sets(task + bench_run + without)))
     for c in (ours, cited, trained):  # env.archive holds the keys a config sets: the rest are the archive's defaults
         c["env"]["archive"] = {**ArchiveConfig().to_dict(), **c["env"]["archive"]}
     assert ours == cited

@@ -336,10 +336,12 @@ fresh_checkpoints() {
 #    still training for a checkpoint and wait for it (SAVE_WAIT [90] s at most; rl/rundir.py SAVE_NOW_NAME), then pack
 #    what is there (checkpoints, policies and archives left out) into $OUT/jobs.tgz and print the runner's log; exit
 #    status 0 once all ended; KEEP [while jobs run: the policies kept at marks, policy_*s.pt, and the checkpoints,
-#    checkpoint.pt, unless the pack would then be over 8 parts; once all ended: policy.pt policy_*s.pt]: of the names
-#    left out, those to pack after all, so each call brings back what a lost machine would take with it (jobs_stash,
-#    jobs_resume); PART_BYTES [15 MiB]: a larger jobs.tgz is split into jobs.tgz.part-aa, -ab, ... of that size (a call
-#    returns files of at most 16 MiB, 8 of them): `cat jobs.tgz.part-* > jobs.tgz` joins them
+#    checkpoint.pt, unless the pack would then be over what a call returns (8 files, 64 MiB): then the policies go first,
+#    and the checkpoints only if still over; once all ended: policy.pt
+#    policy_*s.pt]: of the names left out, those to pack after all, so each call brings back what a lost machine would
+#    take with it (jobs_stash, jobs_resume); PART_BYTES [15 MiB]: a larger jobs.tgz is split into jobs.tgz.part-aa, -ab,
+#    ... of that size (a call returns files of at most 16 MiB, 8 of them, 64 MiB together): `cat jobs.tgz.part-* >
+#    jobs.tgz` joins them
 cmd_jobs_wait() {
   [[ $# -eq 1 && $1 =~ ^[0-9]+$ ]] || die "usage: bash $SELF jobs_wait SECONDS"
   local d=$RUNS/jobs t0; t0=$(date +%s)
@@ -354,9 +356,14 @@ cmd_jobs_wait() {
   done
   rm -f "$OUT"/jobs.tgz.part-*
   pack jobs "${drop[@]}"
-  if [[ " $keep " == *" checkpoint.pt "* ]] && (( $(stat -c %s "$OUT/jobs.tgz") > 8 * part )); then
-    echo "with its checkpoints the pack is over 8 parts (what a call returns): packed again without them"
-    pack jobs "${drop[@]}" checkpoint.pt
+  local most=$(( 64 * 1048576 / part )); (( most <= 8 )) || most=8  # (a call returns 8 files, 64 MiB together)
+  if [[ " $keep " == *" checkpoint.pt "* ]] && (( $(stat -c %s "$OUT/jobs.tgz") > most * part )); then
+    echo "the pack is over $most parts (what a call returns): packed again without the policies kept at marks"
+    pack jobs "${drop[@]}" 'policy_*s.pt'
+    if (( $(stat -c %s "$OUT/jobs.tgz") > most * part )); then
+      echo "still over $most parts: packed again with those policies and without the checkpoints"
+      pack jobs "${drop[@]}" checkpoint.pt
+    fi
   fi
   if (( $(stat -c %s "$OUT/jobs.tgz") > part )); then
     split -b "$part" "$OUT/jobs.tgz" "$OUT/jobs.tgz.part-" && rm "$OUT/jobs.tgz"
